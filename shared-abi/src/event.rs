@@ -1,0 +1,136 @@
+//! Events: the NIC's reports to the host, written into a port's event ring.
+
+use zerocopy::little_endian::{U32, U64};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
+
+use crate::ids::{NodeId, PortId};
+use crate::token::Priority;
+
+/// What an event reports.
+#[derive(
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Debug,
+    Default,
+    FromBytes,
+    IntoBytes,
+    Immutable,
+    KnownLayout,
+    Unaligned,
+)]
+#[repr(transparent)]
+pub struct EventKind(pub u8);
+
+impl EventKind {
+    /// A message arrived into the buffer at `buffer` (GM's `GM_RECV_EVENT` / `GM_HIGH_RECV_EVENT`
+    /// by `priority`).
+    pub const RECEIVED: Self = Self(1);
+    /// A send token finished: `status` says how; `context` is the token's.
+    pub const SENT: Self = Self(2);
+    /// A barrier completed (GM's `GM_BARRIER_COMPLETED_EVENT`); `context` is the token's.
+    pub const BARRIER_COMPLETED: Self = Self(3);
+    /// A barrier ended without completing; `status` says why and `peer_node`/`peer_port` name the
+    /// member it was still waiting for.
+    pub const BARRIER_FAILED: Self = Self(4);
+    /// A token the host wrote was refused; `status` says why. The token's resources (its buffer)
+    /// are the host's again.
+    pub const TOKEN_REJECTED: Self = Self(5);
+    /// A peer port this port was exchanging with closed (`peer_node`/`peer_port`).
+    pub const PEER_PORT_CLOSED: Self = Self(6);
+}
+
+/// How an operation ended. The numbering is nicbar's own; the C API maps it onto GM's
+/// `gm_status_t`.
+#[derive(
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Debug,
+    Default,
+    FromBytes,
+    IntoBytes,
+    Immutable,
+    KnownLayout,
+    Unaligned,
+)]
+#[repr(transparent)]
+pub struct Status(pub u8);
+
+impl Status {
+    /// It worked.
+    pub const SUCCESS: Self = Self(0);
+    /// The target never accepted the message in time (GM's `GM_SEND_TIMED_OUT`).
+    pub const SEND_TIMED_OUT: Self = Self(1);
+    /// The target port is closed (GM's `GM_SEND_TARGET_PORT_CLOSED`).
+    pub const TARGET_PORT_CLOSED: Self = Self(2);
+    /// The target node did not answer (GM's `GM_SEND_TARGET_NODE_UNREACHABLE`).
+    pub const TARGET_NODE_UNREACHABLE: Self = Self(3);
+    /// A field of the token was out of range (kind, size, priority, node or port id).
+    pub const INVALID_TOKEN: Self = Self(4);
+    /// The token named memory outside the port's DMA arena.
+    pub const BAD_BUFFER: Self = Self(5);
+    /// A barrier token arrived while a barrier was already running on the port, or without a
+    /// barrier buffer provided.
+    pub const BARRIER_BUSY: Self = Self(6);
+    /// The barrier's timeout expired.
+    pub const BARRIER_TIMED_OUT: Self = Self(7);
+    /// The barrier schedule was malformed (too long, bad step).
+    pub const BAD_SCHEDULE: Self = Self(8);
+    /// The port's rings were left inconsistent by the host (an index moved impossibly).
+    pub const RING_CORRUPT: Self = Self(9);
+    /// The NIC has no room for the request now (a table is full); retry later.
+    pub const NO_RESOURCES: Self = Self(10);
+    /// The message's length exceeds its size class or the MTU.
+    pub const TOO_LONG: Self = Self(11);
+}
+
+/// An event: one entry of a port's event ring. 64 bytes.
+#[derive(
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Debug,
+    Default,
+    FromBytes,
+    IntoBytes,
+    Immutable,
+    KnownLayout,
+    Unaligned,
+)]
+#[repr(C)]
+pub struct Event {
+    /// [`EventKind`].
+    pub kind: EventKind,
+    /// [`Status`].
+    pub status: Status,
+    /// Received message's priority.
+    pub priority: Priority,
+    /// Received message's size class.
+    pub size: u8,
+    /// Received: the sender's node. Barrier failed / peer closed: the member in question.
+    pub peer_node: NodeId,
+    /// Received: the sender's port. Barrier failed / peer closed: the member in question.
+    pub peer_port: PortId,
+    /// Reserved, zero.
+    pub reserved0: u8,
+    /// Received: the message length.
+    pub length: U32,
+    /// Received: the tag of the receive buffer used.
+    pub tag: U32,
+    /// Received: arena offset of the buffer that holds the message.
+    pub buffer: U64,
+    /// Sent / barrier: the token's context.
+    pub context: U64,
+    /// Rejected tokens: the [`crate::token::SendKind`] or [`crate::token::ReceiveKind`] value
+    /// of the refused token, with `0x100` set for receive tokens.
+    pub detail: U32,
+    /// Reserved, zero.
+    pub reserved1: [u8; 28],
+}
+const _: () = assert!(core::mem::size_of::<Event>() == 64);

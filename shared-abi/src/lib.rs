@@ -1,0 +1,84 @@
+//! The nicbar ABI: every byte the host and the NIC agree on.
+//!
+//! This crate is the contract between the host side (`host-driver`, `host-lib`) and the NIC control
+//! program (`firmware`). It holds the layouts of send tokens, receive tokens and events (the three
+//! rings of a port), of the wire packet header, of the port region that a process maps, and of a
+//! barrier schedule; and the single-producer/single-consumer ring protocol both sides run over
+//! shared memory.
+//!
+//! Every layout is `#[repr(C)]`, derived with `zerocopy`, built from little-endian field types
+//! (so alignment is 1 and there is no implicit padding), and its size is asserted at compile time.
+//! Opcodes are transparent newtypes with associated constants, never Rust `enum`s: an unknown value
+//! read from the other side is representable and is handled, not undefined behaviour.
+//!
+//! `unsafe` code lives only in [`ring::raw`], the one module that touches raw memory.
+#![no_std]
+#![deny(unsafe_code)]
+
+pub mod event;
+pub mod ids;
+pub mod packet;
+pub mod region;
+pub mod ring;
+pub mod schedule;
+pub mod token;
+
+/// The ABI version. Bumped on any change to a layout in this crate; a region, an image or a
+/// packet carrying another version is refused.
+pub const ABI_VERSION: u32 = 1;
+
+/// Largest payload one wire packet carries, in bytes. A message is at most this long.
+pub const MTU_PAYLOAD: usize = 4096;
+
+/// Largest GM size class a port accepts: buffers of `2^size` bytes, holding at most
+/// [`max_length_for_size`] bytes.
+pub const MAX_SIZE_CLASS: u8 = 13;
+
+/// The largest message length a buffer of size class `size` holds (GM's `gm_max_length_for_size`):
+/// `2^size - 8`, capped by [`MTU_PAYLOAD`]. Returns 0 for a size class out of range.
+pub const fn max_length_for_size(size: u8) -> u32 {
+    if size < 3 || size > MAX_SIZE_CLASS {
+        return 0;
+    }
+    let length = (1u32 << size) - 8;
+    if length as usize > MTU_PAYLOAD {
+        MTU_PAYLOAD as u32
+    } else {
+        length
+    }
+}
+
+/// The smallest size class whose buffers hold `length` bytes (GM's `gm_min_size_for_length`), or
+/// `None` if no size class does.
+pub const fn min_size_for_length(length: u32) -> Option<u8> {
+    let mut size = 3;
+    while size <= MAX_SIZE_CLASS {
+        if max_length_for_size(size) >= length {
+            return Some(size);
+        }
+        size += 1;
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn size_classes_round_trip() {
+        assert_eq!(min_size_for_length(0), Some(3));
+        assert_eq!(max_length_for_size(3), 0);
+        assert_eq!(min_size_for_length(1), Some(4));
+        assert_eq!(max_length_for_size(13), MTU_PAYLOAD as u32);
+        assert_eq!(min_size_for_length(MTU_PAYLOAD as u32), Some(13));
+        assert_eq!(min_size_for_length(MTU_PAYLOAD as u32 + 1), None);
+        assert_eq!(max_length_for_size(2), 0);
+        assert_eq!(max_length_for_size(14), 0);
+        for length in 0..=MTU_PAYLOAD as u32 {
+            let size = min_size_for_length(length).unwrap();
+            assert!(max_length_for_size(size) >= length);
+            assert!(size == 3 || max_length_for_size(size - 1) < length);
+        }
+    }
+}

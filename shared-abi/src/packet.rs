@@ -1,0 +1,396 @@
+//! The wire packet: a fixed header, then the payload.
+//!
+//! [`Packet::new_checked`] validates a received byte slice once (magic, version, kind, length);
+//! after that every accessor is infallible. [`PacketHeader`] is the plain layout used to build one.
+
+use zerocopy::little_endian::{U16, U32};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
+
+use crate::ids::{Generation, NodeId, PortId};
+
+/// First byte of every nicbar packet.
+pub const PACKET_MAGIC: u8 = 0x4e;
+/// Wire format version, second byte of every packet.
+pub const WIRE_VERSION: u8 = 1;
+
+/// What a packet is.
+#[derive(
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Debug,
+    Default,
+    FromBytes,
+    IntoBytes,
+    Immutable,
+    KnownLayout,
+    Unaligned,
+)]
+#[repr(transparent)]
+pub struct PacketKind(pub u8);
+
+impl PacketKind {
+    /// A message (sequenced).
+    pub const DATA: Self = Self(1);
+    /// A cumulative acknowledgement: `ack` is the next sequence number expected (unsequenced).
+    pub const ACK: Self = Self(2);
+    /// A gap was seen: resend from `ack` (unsequenced, go-back-N).
+    pub const NACK: Self = Self(3);
+    /// The packet `seq` was not accepted, for `reason` (unsequenced; see [`RejectReason`]).
+    pub const REJECT: Self = Self(4);
+    /// One barrier step's message (sequenced, paper §3.3): `round` names the step.
+    pub const BARRIER: Self = Self(5);
+    /// The source port closed: generation `src_generation` is dead (sequenced).
+    pub const PORT_CLOSED: Self = Self(6);
+    /// A sequence slot whose message was withdrawn (its port closed, or it was given up);
+    /// the receiver takes it and delivers nothing (sequenced).
+    pub const CANCELLED: Self = Self(7);
+
+    /// Whether packets of this kind occupy a sequence number.
+    pub const fn is_sequenced(self) -> bool {
+        matches!(self.0, 1 | 5 | 6 | 7)
+    }
+
+    /// Whether the value names a known kind.
+    pub const fn is_known(self) -> bool {
+        self.0 >= 1 && self.0 <= 7
+    }
+}
+
+/// Why a packet was not accepted, carried in `aux` of a [`PacketKind::REJECT`].
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
+#[repr(transparent)]
+pub struct RejectReason(pub u8);
+
+impl RejectReason {
+    /// The destination port is closed (or not the generation the packet was meant for).
+    pub const PORT_CLOSED: Self = Self(1);
+    /// The destination port has no receive buffer of the message's size and priority.
+    pub const NO_BUFFER: Self = Self(2);
+    /// The receiving NIC has no room to record the packet now (a barrier record or connection
+    /// table is full).
+    pub const BUSY: Self = Self(3);
+}
+
+/// Packet flags.
+#[derive(
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Debug,
+    Default,
+    FromBytes,
+    IntoBytes,
+    Immutable,
+    KnownLayout,
+    Unaligned,
+)]
+#[repr(transparent)]
+pub struct PacketFlags(pub u8);
+
+bitflags::bitflags! {
+    impl PacketFlags: u8 {
+        /// `ack`/`ack_epoch` carry a valid piggybacked acknowledgement.
+        const ACK_VALID = 0x01;
+        /// The first packet of a connection epoch: the receiver may start a new epoch with it.
+        const SYN = 0x02;
+    }
+}
+
+/// The header that starts every packet. 40 bytes.
+#[derive(
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Debug,
+    Default,
+    FromBytes,
+    IntoBytes,
+    Immutable,
+    KnownLayout,
+    Unaligned,
+)]
+#[repr(C)]
+pub struct PacketHeader {
+    /// [`PACKET_MAGIC`].
+    pub magic: u8,
+    /// [`WIRE_VERSION`].
+    pub version: u8,
+    /// [`PacketKind`].
+    pub kind: PacketKind,
+    /// [`PacketFlags`].
+    pub flags: PacketFlags,
+    /// Sending NIC.
+    pub src_node: NodeId,
+    /// Receiving NIC.
+    pub dst_node: NodeId,
+    /// Sending port (data, barrier, port closed).
+    pub src_port: PortId,
+    /// Receiving port (data, barrier).
+    pub dst_port: PortId,
+    /// Data: message priority.
+    pub priority: u8,
+    /// Data: message size class.
+    pub size: u8,
+    /// Barrier: the step's round. Reject: the [`RejectReason`].
+    pub aux: u8,
+    /// Reserved, zero.
+    pub reserved0: u8,
+    /// Payload length in bytes.
+    pub length: U16,
+    /// Generation of the sending port (data, barrier, port closed).
+    pub src_generation: Generation,
+    /// Sender's epoch for this connection (sequenced packets); the epoch a NACK/REJECT refers to.
+    pub epoch: U32,
+    /// Sequence number (sequenced packets), or the rejected packet's (reject).
+    pub seq: U32,
+    /// Cumulative acknowledgement: the next sequence number expected from the receiver of
+    /// this packet, valid with [`PacketFlags::ACK_VALID`] or in ACK/NACK packets.
+    pub ack: U32,
+    /// The receiver's epoch that `ack` refers to.
+    pub ack_epoch: U32,
+    /// Reserved, zero.
+    pub reserved1: U32,
+}
+const _: () = assert!(core::mem::size_of::<PacketHeader>() == 40);
+
+/// Size of the packet header in bytes.
+pub const HEADER_LEN: usize = core::mem::size_of::<PacketHeader>();
+/// Largest packet in bytes.
+pub const MAX_PACKET_LEN: usize = HEADER_LEN + crate::MTU_PAYLOAD;
+
+/// Why bytes are not a packet.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum PacketError {
+    /// Fewer bytes than a header.
+    Truncated {
+        /// How many bytes there were.
+        len: usize,
+    },
+    /// The first byte is not [`PACKET_MAGIC`].
+    BadMagic(u8),
+    /// The wire version is not [`WIRE_VERSION`].
+    BadVersion(u8),
+    /// The kind is not one this version knows.
+    UnknownKind(u8),
+    /// The header's length field disagrees with the bytes that follow it.
+    BadLength {
+        /// The header's length field.
+        claimed: u16,
+        /// Bytes after the header.
+        actual: usize,
+    },
+}
+
+impl core::fmt::Display for PacketError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::Truncated { len } => write!(f, "packet of {len} bytes is shorter than a header"),
+            Self::BadMagic(m) => write!(f, "bad packet magic {m:#04x}"),
+            Self::BadVersion(v) => write!(f, "unsupported wire version {v}"),
+            Self::UnknownKind(k) => write!(f, "unknown packet kind {k}"),
+            Self::BadLength { claimed, actual } => {
+                write!(f, "header claims {claimed} payload bytes, {actual} follow")
+            }
+        }
+    }
+}
+
+/// A checked view of a packet in a byte buffer.
+#[derive(Clone, Copy, Debug)]
+pub struct Packet<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> Packet<T> {
+    /// Checks `buffer` once: a whole header, the magic, the version, a known kind, and a length
+    /// field that matches the payload that follows (not above [`crate::MTU_PAYLOAD`]).
+    ///
+    /// # Errors
+    /// [`PacketError`] says which check failed. Never panics, whatever the bytes.
+    pub fn new_checked(buffer: T) -> Result<Self, PacketError> {
+        let bytes = buffer.as_ref();
+        let Ok((header, payload)) = PacketHeader::ref_from_prefix(bytes) else {
+            return Err(PacketError::Truncated { len: bytes.len() });
+        };
+        if header.magic != PACKET_MAGIC {
+            return Err(PacketError::BadMagic(header.magic));
+        }
+        if header.version != WIRE_VERSION {
+            return Err(PacketError::BadVersion(header.version));
+        }
+        if !header.kind.is_known() {
+            return Err(PacketError::UnknownKind(header.kind.0));
+        }
+        let claimed = header.length.get();
+        if claimed as usize != payload.len() || payload.len() > crate::MTU_PAYLOAD {
+            return Err(PacketError::BadLength {
+                claimed,
+                actual: payload.len(),
+            });
+        }
+        Ok(Self { buffer })
+    }
+
+    /// The header.
+    pub fn header(&self) -> &PacketHeader {
+        // The prefix was checked in `new_checked`; `ref_from_prefix` cannot fail for these bytes
+        // now, so the fallback is never taken (and costs nothing to keep panic-free).
+        match PacketHeader::ref_from_prefix(self.buffer.as_ref()) {
+            Ok((header, _)) => header,
+            Err(_) => &EMPTY_HEADER,
+        }
+    }
+
+    /// The payload after the header.
+    pub fn payload(&self) -> &[u8] {
+        self.buffer.as_ref().get(HEADER_LEN..).unwrap_or(&[])
+    }
+
+    /// The whole packet's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        self.buffer.as_ref()
+    }
+}
+
+static EMPTY_HEADER: PacketHeader = PacketHeader {
+    magic: 0,
+    version: 0,
+    kind: PacketKind(0),
+    flags: PacketFlags(0),
+    src_node: NodeId::new(0),
+    dst_node: NodeId::new(0),
+    src_port: PortId(0),
+    dst_port: PortId(0),
+    priority: 0,
+    size: 0,
+    aux: 0,
+    reserved0: 0,
+    length: U16::new(0),
+    src_generation: Generation::new(0),
+    epoch: U32::new(0),
+    seq: U32::new(0),
+    ack: U32::new(0),
+    ack_epoch: U32::new(0),
+    reserved1: U32::new(0),
+};
+
+impl PacketHeader {
+    /// A header of `kind` from `src_node` to `dst_node` with magic and version filled in and
+    /// everything else zero.
+    pub fn new(kind: PacketKind, src_node: NodeId, dst_node: NodeId) -> Self {
+        Self {
+            magic: PACKET_MAGIC,
+            version: WIRE_VERSION,
+            kind,
+            src_node,
+            dst_node,
+            ..Self::default()
+        }
+    }
+
+    /// Writes this header followed by `payload` into `out`, setting the length field.
+    /// Returns the packet's length, or `None` if `out` is too small or the payload exceeds
+    /// [`crate::MTU_PAYLOAD`].
+    pub fn emit(&self, payload: &[u8], out: &mut [u8]) -> Option<usize> {
+        if payload.len() > crate::MTU_PAYLOAD {
+            return None;
+        }
+        let total = HEADER_LEN.checked_add(payload.len())?;
+        let out = out.get_mut(..total)?;
+        let mut header = *self;
+        header.length = U16::new(payload.len() as u16);
+        out.get_mut(..HEADER_LEN)?
+            .copy_from_slice(header.as_bytes());
+        out.get_mut(HEADER_LEN..)?.copy_from_slice(payload);
+        Some(total)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn header_strategy() -> impl Strategy<Value = PacketHeader> {
+        (any::<[u8; HEADER_LEN]>(), 1u8..=7).prop_map(|(bytes, kind)| {
+            let mut header = PacketHeader::read_from_bytes(&bytes[..]).unwrap();
+            header.magic = PACKET_MAGIC;
+            header.version = WIRE_VERSION;
+            header.kind = PacketKind(kind);
+            header
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            if let Ok(packet) = Packet::new_checked(&bytes[..]) {
+                prop_assert_eq!(packet.header().length.get() as usize, packet.payload().len());
+                prop_assert!(packet.header().kind.is_known());
+            }
+        }
+
+        #[test]
+        fn every_valid_packet_round_trips(
+            header in header_strategy(),
+            payload in proptest::collection::vec(any::<u8>(), 0..300),
+        ) {
+            let mut out = [0u8; MAX_PACKET_LEN];
+            let len = header.emit(&payload, &mut out).unwrap();
+            let packet = Packet::new_checked(&out[..len]).unwrap();
+            let mut expected = header;
+            expected.length = U16::new(payload.len() as u16);
+            prop_assert_eq!(packet.header(), &expected);
+            prop_assert_eq!(packet.payload(), &payload[..]);
+            // Any truncation of a valid packet is refused.
+            for cut in [0, 1, HEADER_LEN - 1, len.saturating_sub(1)] {
+                if cut < len {
+                    prop_assert!(Packet::new_checked(&out[..cut]).is_err());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn refusals_say_why() {
+        let mut out = [0u8; MAX_PACKET_LEN];
+        let header = PacketHeader::new(PacketKind::DATA, NodeId::new(1), NodeId::new(2));
+        let len = header.emit(b"hello", &mut out).unwrap();
+        out[0] = 0;
+        assert_eq!(
+            Packet::new_checked(&out[..len]).unwrap_err(),
+            PacketError::BadMagic(0)
+        );
+        out[0] = PACKET_MAGIC;
+        out[1] = 9;
+        assert_eq!(
+            Packet::new_checked(&out[..len]).unwrap_err(),
+            PacketError::BadVersion(9)
+        );
+        out[1] = WIRE_VERSION;
+        out[2] = 0xee;
+        assert_eq!(
+            Packet::new_checked(&out[..len]).unwrap_err(),
+            PacketError::UnknownKind(0xee)
+        );
+        out[2] = PacketKind::DATA.0;
+        assert_eq!(
+            Packet::new_checked(&out[..len + 1]).unwrap_err(),
+            PacketError::BadLength {
+                claimed: 5,
+                actual: 6
+            }
+        );
+        assert!(
+            header
+                .emit(&[0; crate::MTU_PAYLOAD + 1], &mut out)
+                .is_none()
+        );
+    }
+}

@@ -1,0 +1,361 @@
+//! Single-producer/single-consumer rings over memory shared with the other side.
+//!
+//! A ring is a [`RingIndexes`] block followed by `entries` fixed-size slots, `entries` a power of
+//! two. Indexes run free and wrap: slot = `index & (entries - 1)`, fill = `tail - head` in
+//! wrapping arithmetic (the io_uring SQ/CQ and virtio split-ring shape).
+//!
+//! Publication: the producer writes the entry, then stores its `tail` with release ordering; the
+//! consumer loads `tail` with acquire ordering before it reads the entry, and stores `head` with
+//! release ordering only after it has copied the entry out. Each side keeps its own index in
+//! private memory and never reads it back from the shared block, and checks the other side's
+//! index before trusting it: a `tail` that runs more than `entries` ahead of `head` is
+//! [`RingError::Corrupt`], never an out-of-bounds read.
+//!
+//! The protocol here is safe code over the [`SharedMemory`] trait; the one implementation over a
+//! raw mapping, with its `unsafe`, is [`raw::RawMemory`].
+
+pub mod raw;
+
+use core::marker::PhantomData;
+
+use zerocopy::little_endian::U32;
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
+
+/// An access to shared memory fell outside it or was misaligned.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct OutOfBounds {
+    /// Offset of the access.
+    pub offset: usize,
+    /// Length of the access.
+    pub len: usize,
+}
+
+/// Memory shared with the other side: a region the other party may write at any time.
+///
+/// Offsets are relative to the start of the region. Every access is bounds-checked by the
+/// implementation; no method hands out a reference into the memory.
+pub trait SharedMemory {
+    /// Length of the region in bytes.
+    fn len(&self) -> usize;
+    /// Whether the region is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Loads the 32-bit word at `offset` (4-aligned) with acquire ordering.
+    ///
+    /// # Errors
+    /// [`OutOfBounds`] if the word is outside the region or misaligned.
+    fn load_acquire(&self, offset: usize) -> Result<u32, OutOfBounds>;
+    /// Stores the 32-bit word at `offset` (4-aligned) with release ordering.
+    ///
+    /// # Errors
+    /// [`OutOfBounds`] if the word is outside the region or misaligned.
+    fn store_release(&self, offset: usize, value: u32) -> Result<(), OutOfBounds>;
+    /// Copies `out.len()` bytes at `offset` into `out`.
+    ///
+    /// # Errors
+    /// [`OutOfBounds`] if the range is outside the region.
+    fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), OutOfBounds>;
+    /// Copies `data` into the region at `offset`.
+    ///
+    /// # Errors
+    /// [`OutOfBounds`] if the range is outside the region.
+    fn write(&self, offset: usize, data: &[u8]) -> Result<(), OutOfBounds>;
+    /// A full (sequentially consistent) fence: orders this side's earlier stores before its later
+    /// loads. Used by the doorbell protocol (publish, then check whether the other side sleeps).
+    fn fence(&self) {
+        core::sync::atomic::fence(core::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Checks that `[offset, offset + len)` lies within `region_len`.
+///
+/// # Errors
+/// [`OutOfBounds`] if it does not (or the arithmetic overflows).
+pub fn check_range(region_len: usize, offset: usize, len: usize) -> Result<(), OutOfBounds> {
+    match offset.checked_add(len) {
+        Some(end) if end <= region_len => Ok(()),
+        _ => Err(OutOfBounds { offset, len }),
+    }
+}
+
+/// The shared index block at the start of every ring: each index on its own cache line, so the
+/// two sides do not false-share. 128 bytes.
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, Immutable, KnownLayout, Unaligned)]
+#[repr(C)]
+pub struct RingIndexes {
+    /// Producer's free-running index of the next slot it will fill.
+    pub tail: U32,
+    /// Reserved: pads `tail` to its own cache line.
+    pub reserved0: [u8; 60],
+    /// Consumer's free-running index of the next slot it will read.
+    pub head: U32,
+    /// Non-zero while the consumer sleeps and wants a doorbell after the next publication
+    /// (io_uring's `NEED_WAKEUP`). Written by the consumer only.
+    pub consumer_sleeping: U32,
+    /// Reserved: pads the consumer's words to their own cache line.
+    pub reserved1: [u8; 56],
+}
+const _: () = assert!(core::mem::size_of::<RingIndexes>() == 128);
+
+impl Default for RingIndexes {
+    fn default() -> Self {
+        zerocopy::FromZeros::new_zeroed()
+    }
+}
+
+const TAIL_OFFSET: usize = 0;
+const HEAD_OFFSET: usize = 64;
+const SLEEPING_OFFSET: usize = 68;
+
+/// Where a ring lives in a region and how it is shaped.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct RingLayout {
+    /// Offset of the ring's [`RingIndexes`] within the region (64-aligned).
+    pub offset: usize,
+    /// Number of slots, a power of two.
+    pub entries: u32,
+}
+
+impl RingLayout {
+    /// Bytes the ring occupies for entries of type `T`.
+    pub const fn bytes<T>(entries: u32) -> usize {
+        core::mem::size_of::<RingIndexes>() + entries as usize * core::mem::size_of::<T>()
+    }
+
+    fn slot_offset<T>(&self, index: u32) -> usize {
+        let slot = (index & (self.entries - 1)) as usize;
+        self.offset + core::mem::size_of::<RingIndexes>() + slot * core::mem::size_of::<T>()
+    }
+
+    /// Checks the layout against a region of `region_len` bytes for entries of type `T`.
+    ///
+    /// # Errors
+    /// [`RingError::BadLayout`] if `entries` is zero or not a power of two, the offset is not
+    /// 64-aligned, or the ring does not fit.
+    pub fn validate<T>(&self, region_len: usize) -> Result<(), RingError> {
+        let fits = self
+            .offset
+            .checked_add(Self::bytes::<T>(self.entries))
+            .is_some_and(|end| end <= region_len);
+        if !self.entries.is_power_of_two() || self.offset % 64 != 0 || !fits {
+            return Err(RingError::BadLayout);
+        }
+        Ok(())
+    }
+}
+
+/// A ring operation failed.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum RingError {
+    /// The producer's index ran more than a ring's worth ahead of the consumer's: the other side
+    /// broke the protocol. Nothing was read.
+    Corrupt {
+        /// The consumer's own head.
+        head: u32,
+        /// The tail the producer published.
+        tail: u32,
+    },
+    /// The ring has no free slot (producer side).
+    Full,
+    /// The ring's layout does not fit the region or is not a power of two.
+    BadLayout,
+    /// A memory access fell outside the region.
+    OutOfBounds(OutOfBounds),
+}
+
+impl From<OutOfBounds> for RingError {
+    fn from(error: OutOfBounds) -> Self {
+        Self::OutOfBounds(error)
+    }
+}
+
+impl core::fmt::Display for RingError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::Corrupt { head, tail } => {
+                write!(
+                    f,
+                    "ring corrupt: producer index {tail} is impossible for consumer index {head}"
+                )
+            }
+            Self::Full => write!(f, "ring full"),
+            Self::BadLayout => write!(f, "ring layout does not fit its region"),
+            Self::OutOfBounds(OutOfBounds { offset, len }) => {
+                write!(
+                    f,
+                    "access of {len} bytes at offset {offset} is outside the region"
+                )
+            }
+        }
+    }
+}
+
+/// The producer side of a ring. Holds its own `tail`; never reads it back.
+#[derive(Debug)]
+pub struct Producer<T> {
+    layout: RingLayout,
+    tail: u32,
+    _entry: PhantomData<fn(T)>,
+}
+
+impl<T: IntoBytes + Immutable> Producer<T> {
+    /// A producer for the ring at `layout`, starting at index `tail` (0 for a fresh ring).
+    pub const fn new(layout: RingLayout, tail: u32) -> Self {
+        Self {
+            layout,
+            tail,
+            _entry: PhantomData,
+        }
+    }
+
+    /// The ring's layout.
+    pub const fn layout(&self) -> RingLayout {
+        self.layout
+    }
+
+    /// Free slots, as far as the consumer's published head says.
+    ///
+    /// # Errors
+    /// [`RingError::Corrupt`] if the consumer's head is ahead of our tail or more than a ring
+    /// behind it.
+    pub fn free<M: SharedMemory + ?Sized>(&self, memory: &M) -> Result<u32, RingError> {
+        let head = memory.load_acquire(self.layout.offset + HEAD_OFFSET)?;
+        let used = self.tail.wrapping_sub(head);
+        if used > self.layout.entries {
+            return Err(RingError::Corrupt {
+                head,
+                tail: self.tail,
+            });
+        }
+        Ok(self.layout.entries - used)
+    }
+
+    /// Writes `entry` into the next slot and publishes it.
+    ///
+    /// # Errors
+    /// [`RingError::Full`] if there is no free slot; [`RingError::Corrupt`] if the consumer's
+    /// head is impossible. Nothing is published on error.
+    pub fn push<M: SharedMemory + ?Sized>(
+        &mut self,
+        memory: &M,
+        entry: &T,
+    ) -> Result<(), RingError> {
+        if self.free(memory)? == 0 {
+            return Err(RingError::Full);
+        }
+        memory.write(self.layout.slot_offset::<T>(self.tail), entry.as_bytes())?;
+        self.tail = self.tail.wrapping_add(1);
+        // Release: the entry's bytes above must be visible before the consumer can observe the
+        // new tail, or it would read a half-written slot.
+        memory.store_release(self.layout.offset + TAIL_OFFSET, self.tail)?;
+        Ok(())
+    }
+
+    /// Whether the consumer asked for a doorbell. Call after [`Producer::push`]; the full fence
+    /// orders our tail store before this load, so either the consumer sees the new entry before
+    /// it sleeps or we see its sleeping flag (no lost wake-up).
+    ///
+    /// # Errors
+    /// [`OutOfBounds`] if the ring lies outside the memory.
+    pub fn consumer_wants_doorbell<M: SharedMemory + ?Sized>(
+        &self,
+        memory: &M,
+    ) -> Result<bool, OutOfBounds> {
+        memory.fence();
+        Ok(memory.load_acquire(self.layout.offset + SLEEPING_OFFSET)? != 0)
+    }
+}
+
+/// The consumer side of a ring. Holds its own `head`; never reads it back.
+#[derive(Debug)]
+pub struct Consumer<T> {
+    layout: RingLayout,
+    head: u32,
+    _entry: PhantomData<fn() -> T>,
+}
+
+impl<T: FromBytes + IntoBytes> Consumer<T> {
+    /// A consumer for the ring at `layout`, starting at index `head` (0 for a fresh ring).
+    pub const fn new(layout: RingLayout, head: u32) -> Self {
+        Self {
+            layout,
+            head,
+            _entry: PhantomData,
+        }
+    }
+
+    /// The ring's layout.
+    pub const fn layout(&self) -> RingLayout {
+        self.layout
+    }
+
+    /// Entries published and not yet consumed.
+    ///
+    /// # Errors
+    /// [`RingError::Corrupt`] if the producer's tail is more than a ring ahead of our head.
+    pub fn available<M: SharedMemory + ?Sized>(&self, memory: &M) -> Result<u32, RingError> {
+        let tail = memory.load_acquire(self.layout.offset + TAIL_OFFSET)?;
+        let filled = tail.wrapping_sub(self.head);
+        if filled > self.layout.entries {
+            return Err(RingError::Corrupt {
+                head: self.head,
+                tail,
+            });
+        }
+        Ok(filled)
+    }
+
+    /// Takes the next entry, if any, and frees its slot.
+    ///
+    /// # Errors
+    /// [`RingError::Corrupt`] if the producer's tail is impossible; nothing is consumed then.
+    pub fn pop<M: SharedMemory + ?Sized>(&mut self, memory: &M) -> Result<Option<T>, RingError> {
+        if self.available(memory)? == 0 {
+            return Ok(None);
+        }
+        let mut entry = T::new_zeroed();
+        // The acquire load of `tail` in `available` orders this read after the producer's write.
+        memory.read(
+            self.layout.slot_offset::<T>(self.head),
+            entry.as_mut_bytes(),
+        )?;
+        self.head = self.head.wrapping_add(1);
+        // Release: our copy of the slot above completes before the producer may reuse it.
+        memory.store_release(self.layout.offset + HEAD_OFFSET, self.head)?;
+        Ok(Some(entry))
+    }
+
+    /// Skips everything published so far (after [`RingError::Corrupt`], to resynchronise with a
+    /// producer that misbehaved). Returns the new head.
+    ///
+    /// # Errors
+    /// [`OutOfBounds`] if the ring lies outside the memory.
+    pub fn resynchronise<M: SharedMemory + ?Sized>(
+        &mut self,
+        memory: &M,
+    ) -> Result<u32, OutOfBounds> {
+        self.head = memory.load_acquire(self.layout.offset + TAIL_OFFSET)?;
+        memory.store_release(self.layout.offset + HEAD_OFFSET, self.head)?;
+        Ok(self.head)
+    }
+
+    /// Says whether this consumer is about to sleep and wants a doorbell on the next push.
+    /// After setting it, check [`Consumer::available`] once more before sleeping: the fence
+    /// pairs with the producer's in [`Producer::consumer_wants_doorbell`].
+    ///
+    /// # Errors
+    /// [`OutOfBounds`] if the ring lies outside the memory.
+    pub fn set_sleeping<M: SharedMemory + ?Sized>(
+        &self,
+        memory: &M,
+        sleeping: bool,
+    ) -> Result<(), OutOfBounds> {
+        memory.store_release(self.layout.offset + SLEEPING_OFFSET, u32::from(sleeping))?;
+        memory.fence();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,270 @@
+#![allow(
+    unsafe_code,
+    reason = "tests wrap heap memory as a mapped region, as the real code wraps a mapping"
+)]
+
+extern crate std;
+
+use std::boxed::Box;
+use std::collections::VecDeque;
+use std::vec::Vec;
+
+use proptest::prelude::*;
+
+use super::raw::RawMemory;
+use super::*;
+use crate::token::SendToken;
+
+/// Heap memory for tests, 8-aligned, wrapped as the real code wraps a mapping.
+pub(crate) struct TestRegion {
+    _storage: Box<[u64]>,
+    pub(crate) memory: RawMemory,
+}
+
+impl TestRegion {
+    pub(crate) fn new(len: usize) -> Self {
+        let mut storage = std::vec![0u64; len.div_ceil(8)].into_boxed_slice();
+        let base = core::ptr::NonNull::new(storage.as_mut_ptr().cast::<u8>()).unwrap();
+        // SAFETY: `storage` is 8-aligned, `len` bytes long at least, and lives as long as
+        // `memory` because both are fields of `Self` and the box's heap block never moves.
+        let memory = unsafe { RawMemory::new(base, len) };
+        Self {
+            _storage: storage,
+            memory,
+        }
+    }
+}
+
+fn token(n: u64) -> SendToken {
+    SendToken {
+        context: n.into(),
+        ..SendToken::default()
+    }
+}
+
+#[test]
+fn push_pop_wraps_and_reports_full() {
+    let layout = RingLayout {
+        offset: 64,
+        entries: 4,
+    };
+    let region = TestRegion::new(64 + RingLayout::bytes::<SendToken>(4));
+    layout.validate::<SendToken>(region.memory.len()).unwrap();
+    let mut producer = Producer::<SendToken>::new(layout, 0);
+    let mut consumer = Consumer::<SendToken>::new(layout, 0);
+    for round in 0..10u64 {
+        for i in 0..4 {
+            producer
+                .push(&region.memory, &token(round * 4 + i))
+                .unwrap();
+        }
+        assert_eq!(
+            producer.push(&region.memory, &token(99)),
+            Err(RingError::Full)
+        );
+        for i in 0..4 {
+            let entry = consumer.pop(&region.memory).unwrap().unwrap();
+            assert_eq!(entry.context.get(), round * 4 + i);
+        }
+        assert_eq!(consumer.pop(&region.memory).unwrap(), None);
+    }
+}
+
+#[test]
+fn indexes_wrap_past_u32_max() {
+    let layout = RingLayout {
+        offset: 0,
+        entries: 8,
+    };
+    let region = TestRegion::new(RingLayout::bytes::<SendToken>(8));
+    let start = u32::MAX - 3;
+    region.memory.store_release(HEAD_OFFSET, start).unwrap();
+    region.memory.store_release(TAIL_OFFSET, start).unwrap();
+    let mut producer = Producer::<SendToken>::new(layout, start);
+    let mut consumer = Consumer::<SendToken>::new(layout, start);
+    for i in 0..20 {
+        producer.push(&region.memory, &token(i)).unwrap();
+        assert_eq!(
+            consumer.pop(&region.memory).unwrap().unwrap().context.get(),
+            i
+        );
+    }
+}
+
+#[test]
+fn a_forged_tail_is_corrupt_not_a_wild_read() {
+    let layout = RingLayout {
+        offset: 0,
+        entries: 8,
+    };
+    let region = TestRegion::new(RingLayout::bytes::<SendToken>(8));
+    let mut consumer = Consumer::<SendToken>::new(layout, 0);
+    region.memory.store_release(TAIL_OFFSET, 9).unwrap();
+    assert_eq!(
+        consumer.pop(&region.memory),
+        Err(RingError::Corrupt { head: 0, tail: 9 })
+    );
+    region.memory.store_release(TAIL_OFFSET, u32::MAX).unwrap();
+    assert!(matches!(
+        consumer.pop(&region.memory),
+        Err(RingError::Corrupt { .. })
+    ));
+    // Resynchronising skips the garbage; the ring works again afterwards.
+    region.memory.store_release(TAIL_OFFSET, 5).unwrap();
+    assert_eq!(consumer.resynchronise(&region.memory).unwrap(), 5);
+    let mut producer = Producer::<SendToken>::new(layout, 5);
+    producer.push(&region.memory, &token(7)).unwrap();
+    assert_eq!(
+        consumer.pop(&region.memory).unwrap().unwrap().context.get(),
+        7
+    );
+}
+
+#[test]
+fn a_forged_head_is_corrupt_for_the_producer() {
+    let layout = RingLayout {
+        offset: 0,
+        entries: 8,
+    };
+    let region = TestRegion::new(RingLayout::bytes::<SendToken>(8));
+    let mut producer = Producer::<SendToken>::new(layout, 0);
+    region.memory.store_release(HEAD_OFFSET, 3).unwrap();
+    assert!(matches!(
+        producer.push(&region.memory, &token(1)),
+        Err(RingError::Corrupt { .. })
+    ));
+}
+
+#[test]
+fn layouts_that_do_not_fit_are_refused() {
+    assert_eq!(
+        RingLayout {
+            offset: 0,
+            entries: 3
+        }
+        .validate::<SendToken>(1 << 20),
+        Err(RingError::BadLayout)
+    );
+    assert_eq!(
+        RingLayout {
+            offset: 0,
+            entries: 0
+        }
+        .validate::<SendToken>(1 << 20),
+        Err(RingError::BadLayout)
+    );
+    assert_eq!(
+        RingLayout {
+            offset: 8,
+            entries: 4
+        }
+        .validate::<SendToken>(1 << 20),
+        Err(RingError::BadLayout)
+    );
+    assert_eq!(
+        RingLayout {
+            offset: 0,
+            entries: 4
+        }
+        .validate::<SendToken>(100),
+        Err(RingError::BadLayout)
+    );
+    assert_eq!(
+        RingLayout {
+            offset: usize::MAX - 63,
+            entries: 4
+        }
+        .validate::<SendToken>(usize::MAX),
+        Err(RingError::BadLayout)
+    );
+}
+
+#[test]
+fn out_of_bounds_accesses_are_errors() {
+    let region = TestRegion::new(64);
+    assert!(region.memory.load_acquire(62).is_err());
+    assert!(region.memory.load_acquire(2).is_err());
+    assert!(region.memory.read(60, &mut [0; 8]).is_err());
+    assert!(region.memory.write(usize::MAX, &[1]).is_err());
+    region.memory.write(60, &[1, 2, 3, 4]).unwrap();
+    let mut out = [0; 4];
+    region.memory.read(60, &mut out).unwrap();
+    assert_eq!(out, [1, 2, 3, 4]);
+}
+
+/// Two threads, one ring: every entry arrives once, in order. Run under Miri too, where it checks
+/// the acquire/release pairing for data races.
+#[test]
+fn concurrent_producer_and_consumer() {
+    let layout = RingLayout {
+        offset: 0,
+        entries: 4,
+    };
+    let region = std::sync::Arc::new(TestRegion::new(RingLayout::bytes::<SendToken>(4)));
+    let count: u64 = if cfg!(miri) { 40 } else { 20_000 };
+    let producer_region = region.clone();
+    let producer = std::thread::spawn(move || {
+        let mut producer = Producer::<SendToken>::new(layout, 0);
+        let mut next = 0;
+        while next < count {
+            match producer.push(&producer_region.memory, &token(next)) {
+                Ok(()) => next += 1,
+                Err(RingError::Full) => std::thread::yield_now(),
+                Err(other) => panic!("producer: {other}"),
+            }
+        }
+    });
+    let mut consumer = Consumer::<SendToken>::new(layout, 0);
+    let mut expected = 0;
+    while expected < count {
+        match consumer.pop(&region.memory).unwrap() {
+            Some(entry) => {
+                assert_eq!(entry.context.get(), expected);
+                expected += 1;
+            }
+            None => std::thread::yield_now(),
+        }
+    }
+    producer.join().unwrap();
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Push(u64),
+    Pop,
+}
+
+proptest! {
+    /// Any sequence of pushes and pops behaves as a bounded FIFO queue.
+    #[test]
+    fn ring_is_a_bounded_fifo(ops in proptest::collection::vec(
+        prop_oneof![any::<u64>().prop_map(Op::Push), Just(Op::Pop)], 0..200)
+    ) {
+        let layout = RingLayout { offset: 0, entries: 8 };
+        let region = TestRegion::new(RingLayout::bytes::<SendToken>(8));
+        let mut producer = Producer::<SendToken>::new(layout, 0);
+        let mut consumer = Consumer::<SendToken>::new(layout, 0);
+        let mut model = VecDeque::new();
+        for op in ops {
+            match op {
+                Op::Push(n) => {
+                    let result = producer.push(&region.memory, &token(n));
+                    if model.len() == 8 {
+                        prop_assert_eq!(result, Err(RingError::Full));
+                    } else {
+                        prop_assert_eq!(result, Ok(()));
+                        model.push_back(n);
+                    }
+                }
+                Op::Pop => {
+                    let got = consumer.pop(&region.memory).unwrap().map(|t| t.context.get());
+                    prop_assert_eq!(got, model.pop_front());
+                }
+            }
+        }
+        let rest: Vec<u64> = core::iter::from_fn(|| consumer.pop(&region.memory).unwrap())
+            .map(|t| t.context.get())
+            .collect();
+        prop_assert_eq!(rest, Vec::from(model));
+    }
+}

@@ -1,0 +1,171 @@
+//! Tokens: the host's requests to the NIC, written into a port's send and receive rings.
+//!
+//! A token carries no pointers: buffers are named by their offset into the port's DMA arena, and
+//! the NIC checks every offset and length against the arena before it touches a byte
+//! (the other side is untrusted).
+
+use zerocopy::little_endian::{U16, U32, U64};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
+
+use crate::ids::{NodeId, PortId};
+
+/// What a send token asks for.
+#[derive(
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Debug,
+    Default,
+    FromBytes,
+    IntoBytes,
+    Immutable,
+    KnownLayout,
+    Unaligned,
+)]
+#[repr(transparent)]
+pub struct SendKind(pub u8);
+
+impl SendKind {
+    /// Send `length` bytes from the arena at `buffer` to `(target_node, target_port)`.
+    pub const DATA: Self = Self(1);
+    /// Run the barrier schedule of `length` steps at arena offset `buffer` (paper §5.2,
+    /// `gm_barrier_send_with_callback`).
+    pub const BARRIER: Self = Self(2);
+}
+
+/// Message priority, as GM's `GM_LOW_PRIORITY` / `GM_HIGH_PRIORITY`.
+#[derive(
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Debug,
+    Default,
+    FromBytes,
+    IntoBytes,
+    Immutable,
+    KnownLayout,
+    Unaligned,
+)]
+#[repr(transparent)]
+pub struct Priority(pub u8);
+
+impl Priority {
+    /// Low priority (GM's default).
+    pub const LOW: Self = Self(0);
+    /// High priority.
+    pub const HIGH: Self = Self(1);
+
+    /// Whether the value is one of the two priorities.
+    pub const fn is_valid(self) -> bool {
+        self.0 <= 1
+    }
+}
+
+/// A send token: one entry of a port's send ring. 64 bytes.
+#[derive(
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Debug,
+    Default,
+    FromBytes,
+    IntoBytes,
+    Immutable,
+    KnownLayout,
+    Unaligned,
+)]
+#[repr(C)]
+pub struct SendToken {
+    /// [`SendKind`].
+    pub kind: SendKind,
+    /// [`Priority`] of a data message.
+    pub priority: Priority,
+    /// GM size class of a data message: the receiver matches it against its buffers.
+    pub size: u8,
+    /// Reserved, zero.
+    pub reserved0: u8,
+    /// Destination node of a data message.
+    pub target_node: NodeId,
+    /// Destination port of a data message.
+    pub target_port: PortId,
+    /// Reserved, zero.
+    pub reserved1: u8,
+    /// Data: message length in bytes. Barrier: number of schedule steps.
+    pub length: U32,
+    /// Arena offset of the message (data) or of the schedule (barrier).
+    pub buffer: U64,
+    /// Opaque to the NIC; returned in the completion event (GM's callback context).
+    pub context: U64,
+    /// Barrier: give up after this many microseconds, 0 for the NIC's default.
+    pub timeout_us: U32,
+    /// Reserved, zero.
+    pub reserved2: U16,
+    /// Reserved, zero.
+    pub reserved3: U16,
+    /// Reserved, zero.
+    pub reserved4: [u8; 28],
+}
+const _: () = assert!(core::mem::size_of::<SendToken>() == 64);
+
+/// What a receive token provides.
+#[derive(
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Debug,
+    Default,
+    FromBytes,
+    IntoBytes,
+    Immutable,
+    KnownLayout,
+    Unaligned,
+)]
+#[repr(transparent)]
+pub struct ReceiveKind(pub u8);
+
+impl ReceiveKind {
+    /// A buffer for one incoming message (`gm_provide_receive_buffer_with_tag`).
+    pub const BUFFER: Self = Self(1);
+    /// A token for one barrier completion (paper §5.2, `gm_provide_barrier_buffer`).
+    pub const BARRIER: Self = Self(2);
+}
+
+/// A receive token: one entry of a port's receive ring. 32 bytes.
+#[derive(
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Debug,
+    Default,
+    FromBytes,
+    IntoBytes,
+    Immutable,
+    KnownLayout,
+    Unaligned,
+)]
+#[repr(C)]
+pub struct ReceiveToken {
+    /// [`ReceiveKind`].
+    pub kind: ReceiveKind,
+    /// [`Priority`] of the messages this buffer takes.
+    pub priority: Priority,
+    /// GM size class: the buffer holds [`crate::max_length_for_size`] bytes.
+    pub size: u8,
+    /// Reserved, zero.
+    pub reserved0: u8,
+    /// Returned in the receive event (GM's buffer tag).
+    pub tag: U32,
+    /// Arena offset of the buffer.
+    pub buffer: U64,
+    /// Reserved, zero.
+    pub reserved1: [u8; 16],
+}
+const _: () = assert!(core::mem::size_of::<ReceiveToken>() == 32);
