@@ -17,6 +17,7 @@
 
 pub mod event;
 pub mod ids;
+pub mod image;
 pub mod packet;
 pub mod region;
 pub mod ring;
