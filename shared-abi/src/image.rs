@@ -180,6 +180,13 @@ impl ImageHeader {
         Ok(header)
     }
 
+    /// The header's bytes, as they start an image file.
+    pub fn to_bytes(&self) -> [u8; HEADER_LEN] {
+        let mut bytes = [0; HEADER_LEN];
+        bytes.copy_from_slice(self.as_bytes());
+        bytes
+    }
+
     /// Recomputes `header_crc32` after fields were changed.
     pub fn seal(&mut self) {
         self.header_crc32 = U32::new(self.computed_header_crc32());

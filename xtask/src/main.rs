@@ -1,2 +1,63 @@
-//! xtask
-fn main() {}
+//! xtask: the nicbar project's build tasks, run as `cargo xtask <task>`.
+//!
+//! Each task is a module with a clap `Args` struct and a `run` function. Adding a task is three
+//! lines here: its `mod`, a variant of [`Task`], and an arm in `main`.
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod command;
+mod image;
+
+/// What every task returns: an error is printed and the task exits non-zero.
+type Result<T, E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
+
+/// The nicbar project's build tasks.
+#[derive(Parser)]
+#[command(name = "cargo xtask", bin_name = "cargo xtask", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Build the NIC firmware for a target and wrap it into a flashable image, or check an
+    /// existing image.
+    Image(image::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.task {
+        Task::Image(args) => image::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("xtask: error: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The workspace root: the directory above this crate's.
+fn workspace_root() -> PathBuf {
+    let manifest_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest_dir
+        .parent()
+        .map(PathBuf::from)
+        .unwrap_or(manifest_dir)
+}
+
+/// Cargo's target directory: `CARGO_TARGET_DIR` if set (relative to the workspace root), else
+/// `target` in the workspace root.
+fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) => workspace_root().join(dir),
+        None => workspace_root().join("target"),
+    }
+}

@@ -1,0 +1,63 @@
+//! Running the tools a task drives (cargo, rustup), saying what runs before it does.
+
+use std::ffi::OsString;
+use std::process::Command;
+
+use crate::Result;
+
+/// The cargo that runs this task (`CARGO`), or `cargo` from the path.
+pub(crate) fn cargo() -> Command {
+    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo")))
+}
+
+/// Prints `command`, runs it with this process's terminal, and fails unless it succeeds.
+pub(crate) fn run(command: &mut Command) -> Result<()> {
+    let shown = show(command);
+    println!("running: {shown}");
+    let status = command
+        .status()
+        .map_err(|error| format!("could not start `{shown}`: {error}"))?;
+    if !status.success() {
+        return Err(format!("`{shown}` failed: {status}").into());
+    }
+    Ok(())
+}
+
+/// Makes sure rustup has the standard library for `triple` (machines run with
+/// `RUSTUP_AUTO_INSTALL=0`, so nothing else adds it): adds it unless it is installed.
+pub(crate) fn ensure_rust_target(triple: &str) -> Result<()> {
+    let listed = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output();
+    match listed {
+        Ok(output) if output.status.success() => {
+            let installed = String::from_utf8_lossy(&output.stdout);
+            if installed.lines().any(|line| line.trim() == triple) {
+                println!("rust target {triple}: already installed");
+                return Ok(());
+            }
+            run(Command::new("rustup").args(["target", "add", triple]))
+        }
+        Ok(output) => Err(format!(
+            "`rustup target list --installed` failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        )
+        .into()),
+        Err(error) => {
+            // A toolchain without rustup may still have the target; the build will say if not.
+            println!("rust target {triple}: not checked, rustup could not be run ({error})");
+            Ok(())
+        }
+    }
+}
+
+/// `command` as a shell line, for messages.
+fn show(command: &Command) -> String {
+    let mut shown = command.get_program().to_string_lossy().into_owned();
+    for argument in command.get_args() {
+        shown.push(' ');
+        shown.push_str(&argument.to_string_lossy());
+    }
+    shown
+}
