@@ -1,1 +1,443 @@
-//! placeholder
+//! nicbar firmware: the NIC control program (the paper's MCP), as a sans-IO core.
+//!
+//! [`Nic`] is a plain struct advanced by three calls — [`Nic::poll`] (host rings, timers,
+//! transmission), [`Nic::on_packet`] (one packet from the wire) and [`Nic::poll_at`] (when to
+//! call `poll` next) — and it sees the world only through the [`Hal`] trait: the memory of open
+//! ports' regions, packet transmit, and the host doorbell. It reads no clock and does no I/O of
+//! its own, so the same code runs in the deterministic simulator, in the emulator daemon on a real
+//! host, and cross-compiled as the flashable image.
+//!
+//! The paper's four state machines (§4.1, Figure 4) are four modules with one job each:
+//! [`sdma`] takes send tokens from the ports' send rings and queues their packets on connections;
+//! [`send`] transmits prepared packets, retransmissions, acks and nacks; [`recv`] takes packets
+//! from the wire and runs the reliability protocol; [`rdma`] takes receive tokens, moves received
+//! data into host buffers and writes events. The barrier engine ([`barrier`]) interprets
+//! schedules the host compiled (pairwise exchange, gather-broadcast, n-way dissemination).
+//!
+//! No allocator, no `unsafe`, no panic on any input: every bound is a fixed capacity, and a full
+//! table is back-pressure or an error event, never a crash or silent loss.
+#![no_std]
+#![forbid(unsafe_code)]
+
+pub mod barrier;
+pub mod connection;
+pub mod hal;
+pub mod port;
+mod rdma;
+mod record;
+mod recv;
+mod sdma;
+mod send;
+pub mod seq;
+pub mod time;
+
+use core::time::Duration;
+
+use heapless::Vec;
+use shared_abi::event::{Event, EventKind, Status};
+use shared_abi::ids::{Generation, NodeId, PORTS_PER_NIC, PortId};
+use shared_abi::region::{RegionHeader, RegionLayout};
+use shared_abi::ring::{RingError, SharedMemory};
+use zerocopy::{FromZeros, IntoBytes};
+
+pub use connection::ConnectionCounters;
+pub use hal::{Hal, TransmitError};
+pub use time::Instant;
+
+use connection::Connection;
+use port::{OpenPort, PortSlot};
+use record::UnexpectedBarrierRecord;
+
+/// Most connections (remote nodes talked to at once) a NIC keeps by default. An idle
+/// connection is recycled when a new peer needs its slot.
+pub const DEFAULT_CONNECTIONS: usize = 64;
+
+/// Tunables of the NIC.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// First retransmission timeout; doubles on each consecutive timeout, up to 32 times it.
+    pub retransmit_timeout: Duration,
+    /// Give up on a node that acknowledged nothing for this long: its sends fail with
+    /// `TARGET_NODE_UNREACHABLE`, and barriers waiting on it fail.
+    pub give_up_after: Duration,
+    /// Give up on a message whose receiver keeps having no buffer for it for this long
+    /// (`SEND_TIMED_OUT`).
+    pub receiver_not_ready_timeout: Duration,
+    /// Wait this long before resending a packet the receiver could not take (no buffer, busy)
+    /// or a barrier packet whose target port is not open yet.
+    pub retry_interval: Duration,
+    /// Barrier timeout when the token gives none.
+    pub default_barrier_timeout: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            retransmit_timeout: Duration::from_millis(2),
+            give_up_after: Duration::from_secs(2),
+            receiver_not_ready_timeout: Duration::from_secs(2),
+            retry_interval: Duration::from_micros(500),
+            default_barrier_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Why a port could not be opened.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum OpenError {
+    /// The port id is not below [`PORTS_PER_NIC`].
+    NoSuchPort(PortId),
+    /// The port is open already.
+    AlreadyOpen(PortId),
+    /// The board has no region mapped for the port.
+    NoRegion(PortId),
+    /// The region's header is not a valid layout for this NIC and port.
+    BadRegion(shared_abi::region::RegionError),
+    /// The region's header names another node or port.
+    WrongIdentity {
+        /// Node id in the header.
+        node: NodeId,
+        /// Port id in the header.
+        port: PortId,
+    },
+}
+
+impl core::fmt::Display for OpenError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::NoSuchPort(port) => {
+                write!(f, "{port} does not exist (a NIC has {PORTS_PER_NIC} ports)")
+            }
+            Self::AlreadyOpen(port) => write!(f, "{port} is already open"),
+            Self::NoRegion(port) => write!(f, "{port} has no region mapped"),
+            Self::BadRegion(error) => write!(f, "bad port region: {error}"),
+            Self::WrongIdentity { node, port } => write!(f, "region header names {node} {port}"),
+        }
+    }
+}
+
+/// What one port looks like from outside (for status displays).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PortStatus {
+    /// The port.
+    pub port: PortId,
+    /// Its current generation.
+    pub generation: Generation,
+    /// Send tokens inside the NIC.
+    pub held_sends: usize,
+    /// Receive buffers provided.
+    pub receive_buffers: usize,
+    /// Whether a barrier is running.
+    pub barrier_running: bool,
+    /// Events waiting for room in the event ring.
+    pub pending_events: usize,
+    /// Set if the host broke the port's rings.
+    pub faulted: Option<Status>,
+}
+
+/// NIC-wide counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NicCounters {
+    /// Packets from the wire that failed to parse, or were addressed to another node.
+    pub malformed_packets: u64,
+    /// Packets dropped for want of a connection slot.
+    pub no_connection: u64,
+    /// Tokens refused.
+    pub tokens_rejected: u64,
+    /// Barriers completed.
+    pub barriers_completed: u64,
+    /// Barriers failed.
+    pub barriers_failed: u64,
+    /// Messages delivered into host buffers.
+    pub messages_delivered: u64,
+}
+
+/// The NIC: ports, connections, and the state machines over them.
+pub struct Nic<H: Hal, const CONNECTIONS: usize = DEFAULT_CONNECTIONS> {
+    hal: H,
+    node: NodeId,
+    config: Config,
+    ports: [PortSlot; PORTS_PER_NIC],
+    connections: Vec<Connection, CONNECTIONS>,
+    /// Barrier packets between two ports of this NIC never touch the wire (paper §3.4's
+    /// optimisation); their record lives here.
+    local_record: UnexpectedBarrierRecord,
+    /// Ports whose barrier engine should run again (bit per port).
+    advance_pending: u8,
+    epoch_counter: u32,
+    counters: NicCounters,
+    scratch: [u8; shared_abi::packet::MAX_PACKET_LEN],
+}
+
+impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
+    /// A NIC with node id `node`. `boot_nonce` seeds connection epochs: give a different value
+    /// at every boot (a clock reading, a random number), so a peer can tell a restarted NIC's
+    /// stream from the old one.
+    pub fn new(hal: H, node: NodeId, config: Config, boot_nonce: u32) -> Self {
+        Self {
+            hal,
+            node,
+            config,
+            ports: Default::default(),
+            connections: Vec::new(),
+            local_record: UnexpectedBarrierRecord::default(),
+            advance_pending: 0,
+            epoch_counter: boot_nonce.wrapping_mul(0x9e37_79b9),
+            counters: NicCounters::default(),
+            scratch: [0; shared_abi::packet::MAX_PACKET_LEN],
+        }
+    }
+
+    /// This NIC's node id.
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+
+    /// The tunables.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The board.
+    pub fn hal(&self) -> &H {
+        &self.hal
+    }
+
+    /// The board, mutably (to map or unmap port regions around open and close).
+    pub fn hal_mut(&mut self) -> &mut H {
+        &mut self.hal
+    }
+
+    /// NIC-wide counters.
+    pub fn counters(&self) -> NicCounters {
+        self.counters
+    }
+
+    /// Per-connection counters.
+    pub fn connection_counters(&self) -> impl Iterator<Item = (NodeId, ConnectionCounters)> + '_ {
+        self.connections.iter().map(|c| (c.peer, c.counters))
+    }
+
+    /// The status of `port`, or `None` if it is closed.
+    pub fn port_status(&self, port: PortId) -> Option<PortStatus> {
+        let open = self.ports.get(port.index()?)?.open.as_ref()?;
+        Some(PortStatus {
+            port,
+            generation: open.generation,
+            held_sends: open.held_sends(),
+            receive_buffers: open.receive_buffers.len(),
+            barrier_running: open.barrier.is_some(),
+            pending_events: open.pending_events.len(),
+            faulted: open.faulted,
+        })
+    }
+
+    /// Opens `port`: the board has mapped its region (the driver wrote the header); the NIC checks
+    /// the header, takes the next generation, writes it into the header, and starts serving the
+    /// port's rings. Whatever the unexpected-barrier records held for the port's previous
+    /// incarnation is forgotten (paper §3.2).
+    ///
+    /// # Errors
+    /// [`OpenError`] says why the port was not opened; nothing changed then.
+    pub fn open_port(&mut self, port: PortId, now: Instant) -> Result<Generation, OpenError> {
+        let index = port.index().ok_or(OpenError::NoSuchPort(port))?;
+        let _ = now;
+        if self
+            .ports
+            .get(index)
+            .is_some_and(|slot| slot.open.is_some())
+        {
+            return Err(OpenError::AlreadyOpen(port));
+        }
+        let memory = self
+            .hal
+            .port_memory(index)
+            .ok_or(OpenError::NoRegion(port))?;
+        let mut header = RegionHeader::new_zeroed();
+        memory
+            .read(0, header.as_mut_bytes())
+            .map_err(|_| OpenError::NoRegion(port))?;
+        let layout =
+            RegionLayout::from_header(&header, memory.len()).map_err(OpenError::BadRegion)?;
+        if header.node_id != self.node || header.port_id != port {
+            return Err(OpenError::WrongIdentity {
+                node: header.node_id,
+                port: header.port_id,
+            });
+        }
+        let Some(slot) = self.ports.get_mut(index) else {
+            return Err(OpenError::NoSuchPort(port));
+        };
+        slot.last_generation = slot.last_generation.wrapping_add(1).max(1);
+        let generation = Generation::new(slot.last_generation);
+        let offset = core::mem::offset_of!(RegionHeader, generation);
+        memory
+            .write(offset, generation.as_bytes())
+            .map_err(|_| OpenError::NoRegion(port))?;
+        slot.open = Some(OpenPort::new(generation, layout));
+        self.forget_records_for(index);
+        Ok(generation)
+    }
+
+    /// Closes `port` (its process closed it or died). Its held tokens are dropped with its
+    /// memory; data packets still in flight become cancelled slots; barrier packets already
+    /// queued still go (a barrier that completed needs them at its peers); and every connection
+    /// is told, after those, that this generation is dead (paper §3.2).
+    /// Returns the generation that closed, or `None` if the port was not open.
+    pub fn close_port(&mut self, port: PortId, now: Instant) -> Option<Generation> {
+        let index = port.index()?;
+        let open = self.ports.get_mut(index)?.open.take()?;
+        let generation = open.generation;
+        for connection in self.connections.iter_mut() {
+            sdma::cancel_port_data(connection, index as u8);
+            if connection
+                .closed_notices
+                .push_back((index as u8, generation))
+                .is_err()
+            {
+                // Sixteen closes queued toward one silent node: the oldest notice is the least
+                // useful (its port has reopened since); keep the newest.
+                connection.closed_notices.pop_front();
+                let _ = connection
+                    .closed_notices
+                    .push_back((index as u8, generation));
+            }
+        }
+        self.forget_records_for(index);
+        self.local_port_closed(index, generation, now);
+        Some(generation)
+    }
+
+    fn forget_records_for(&mut self, port: usize) {
+        self.local_record.clear_destination(port);
+        for connection in self.connections.iter_mut() {
+            connection.record.clear_destination(port);
+        }
+    }
+
+    /// Does all work that is due: takes tokens from the open ports' rings (SDMA, and receive
+    /// tokens for RDMA), runs barrier engines and timers, transmits (SEND), and flushes events.
+    /// Call it after [`Nic::on_packet`], when a doorbell rings, and no later than
+    /// [`Nic::poll_at`]. Returns whether it did anything.
+    pub fn poll(&mut self, now: Instant) -> bool {
+        let mut busy = false;
+        for index in 0..PORTS_PER_NIC {
+            busy |= self.poll_receive_ring(index);
+            busy |= self.poll_send_ring(index, now);
+        }
+        busy |= self.run_barrier_timers(now);
+        busy |= self.run_connection_timers(now);
+        self.advance_all_barriers(now);
+        busy |= self.transmit_all(now);
+        for index in 0..PORTS_PER_NIC {
+            self.flush_events(index);
+        }
+        busy
+    }
+
+    /// When [`Nic::poll`] must run next at the latest if nothing else happens, or `None` if the
+    /// NIC is idle until a packet or a doorbell.
+    pub fn poll_at(&self) -> Option<Instant> {
+        let mut at = None;
+        for connection in self.connections.iter() {
+            at = time::earliest(at, connection.retransmit_at);
+            for descriptor in connection.sent.iter() {
+                at = time::earliest(at, descriptor.not_before);
+            }
+        }
+        for slot in self.ports.iter() {
+            if let Some(run) = slot.open.as_ref().and_then(|open| open.barrier.as_ref()) {
+                at = time::earliest(at, run.next_deadline());
+            }
+        }
+        at
+    }
+
+    fn connection_index(&self, peer: NodeId) -> Option<usize> {
+        self.connections.iter().position(|c| c.peer == peer)
+    }
+
+    /// The connection to `peer`, created if there is none (recycling an idle one if the table is
+    /// full). `None` if every slot is busy.
+    fn connection_for(&mut self, peer: NodeId, now: Instant) -> Option<usize> {
+        if let Some(index) = self.connection_index(peer) {
+            return Some(index);
+        }
+        self.epoch_counter = self.epoch_counter.wrapping_add(1);
+        let fresh = Connection::new(peer, self.epoch_counter, now);
+        if self.connections.is_full() {
+            // Recycle only a connection silent for longer than the give-up time: by then the
+            // peer has had every ack it will get, so forgetting our receive state loses nothing.
+            let give_up = self.config.give_up_after;
+            let victim = self
+                .connections
+                .iter()
+                .position(|c| c.is_idle() && now.saturating_since(c.last_heard) > give_up)?;
+            let slot = self.connections.get_mut(victim)?;
+            *slot = fresh;
+            return Some(victim);
+        }
+        self.connections.push(fresh).ok()?;
+        Some(self.connections.len() - 1)
+    }
+
+    /// Queues `event` for `port`: straight into the event ring when it has room and nothing is
+    /// waiting, else behind the waiting ones. Room is guaranteed by the token accounting.
+    fn emit(&mut self, port: usize, event: Event) {
+        let Some(open) = self.ports.get_mut(port).and_then(|slot| slot.open.as_mut()) else {
+            return;
+        };
+        if open.pending_events.push_back(event).is_err() {
+            // Unreachable by construction (`OpenPort::can_take_token`): every event answers a
+            // held token. Count it rather than crash if the accounting is ever wrong.
+            self.counters.tokens_rejected += 1;
+        }
+        self.flush_events(port);
+    }
+
+    /// Moves waiting events into the port's event ring while it has room, then rings the doorbell
+    /// if the host sleeps.
+    fn flush_events(&mut self, port: usize) {
+        let Some(memory) = self.hal.port_memory(port) else {
+            return;
+        };
+        let Some(open) = self.ports.get_mut(port).and_then(|slot| slot.open.as_mut()) else {
+            return;
+        };
+        if open.faulted.is_some() {
+            return;
+        }
+        let mut wrote = false;
+        while let Some(event) = open.pending_events.front() {
+            match open.event_ring.push(memory, event) {
+                Ok(()) => {
+                    open.pending_events.pop_front();
+                    wrote = true;
+                }
+                Err(RingError::Full) => break,
+                Err(_) => {
+                    // The host scribbled over its own event ring's indexes: nothing more can be
+                    // reported to it. Stop serving this port (its neighbours are untouched).
+                    open.faulted = Some(Status::RING_CORRUPT);
+                    break;
+                }
+            }
+        }
+        if wrote
+            && open
+                .event_ring
+                .consumer_wants_doorbell(memory)
+                .unwrap_or(false)
+        {
+            self.hal.notify_host(port);
+        }
+    }
+
+    fn event(kind: EventKind, status: Status) -> Event {
+        Event {
+            kind,
+            status,
+            ..Event::default()
+        }
+    }
+}

@@ -38,8 +38,6 @@ impl EventKind {
     /// A token the host wrote was refused; `status` says why. The token's resources (its buffer)
     /// are the host's again.
     pub const TOKEN_REJECTED: Self = Self(5);
-    /// A peer port this port was exchanging with closed (`peer_node`/`peer_port`).
-    pub const PEER_PORT_CLOSED: Self = Self(6);
 }
 
 /// How an operation ended. The numbering is nicbar's own; the C API maps it onto GM's

@@ -306,6 +306,34 @@ impl<T: FromBytes + IntoBytes> Consumer<T> {
         Ok(filled)
     }
 
+    /// Reads the next entry, if any, without consuming it (the slot stays the producer's to
+    /// see as used until [`Consumer::pop`] or [`Consumer::skip`]).
+    ///
+    /// # Errors
+    /// [`RingError::Corrupt`] if the producer's tail is impossible.
+    pub fn peek<M: SharedMemory + ?Sized>(&self, memory: &M) -> Result<Option<T>, RingError> {
+        if self.available(memory)? == 0 {
+            return Ok(None);
+        }
+        let mut entry = T::new_zeroed();
+        // The acquire load of `tail` in `available` orders this read after the producer's write.
+        memory.read(
+            self.layout.slot_offset::<T>(self.head),
+            entry.as_mut_bytes(),
+        )?;
+        Ok(Some(entry))
+    }
+
+    /// Frees the slot of the entry last returned by [`Consumer::peek`].
+    ///
+    /// # Errors
+    /// [`OutOfBounds`] if the ring lies outside the memory.
+    pub fn skip<M: SharedMemory + ?Sized>(&mut self, memory: &M) -> Result<(), OutOfBounds> {
+        self.head = self.head.wrapping_add(1);
+        // Release: our copy of the slot (in `peek`) completes before the producer may reuse it.
+        memory.store_release(self.layout.offset + HEAD_OFFSET, self.head)
+    }
+
     /// Takes the next entry, if any, and frees its slot.
     ///
     /// # Errors

@@ -1,0 +1,461 @@
+//! The barrier engine: one interpreter for every algorithm (paper §5, seed 000).
+//!
+//! The host compiles pairwise exchange, gather-broadcast or n-way dissemination into a list of
+//! [`Step`]s and posts one barrier send token pointing at it (paper §5.2). SDMA pulls the schedule
+//! into NIC memory and points the port's running barrier at it (the paper's "send token pointer",
+//! §4.2); from then on the NIC runs the steps with no host involvement: a `SEND` step queues a
+//! barrier packet and moves on, a `RECV` step consumes a matching packet from the
+//! unexpected-barrier record or waits for one, and `EXCHANGE` does both. When the last step is
+//! done the NIC writes `BARRIER_COMPLETED` and returns the token.
+//!
+//! Barrier packets ride the connection's reliable sequence (§3.3), so their order relative to data
+//! holds, and each resends on its own from the sent list (the problem of §4.4 does not arise).
+//! A step whose peer is a port of this same NIC never touches the wire: the packet is recorded
+//! straight into the NIC's local record (the optimisation §3.4 left for later).
+//!
+//! A barrier that cannot complete ends with `BARRIER_FAILED`, naming the member it was waiting
+//! for: the member's port closed, its node became unreachable, or the caller's timeout expired.
+
+use heapless::Vec;
+use shared_abi::event::{Event, EventKind, Status};
+use shared_abi::ids::{Generation, NodeId, PORTS_PER_NIC, PortId};
+use shared_abi::packet::{PacketHeader, RejectReason};
+use shared_abi::ring::SharedMemory;
+use shared_abi::schedule::{MAX_SCHEDULE_STEPS, Step, StepOp};
+use shared_abi::token::SendToken;
+use zerocopy::FromZeros;
+
+use crate::time::{Instant, earliest};
+use crate::{Hal, Nic};
+
+/// Sends of one barrier waiting to be retried (their target port was not open yet).
+const RETRIES: usize = 16;
+
+/// A running barrier: the schedule in NIC memory and where the engine is in it.
+#[derive(Debug)]
+pub struct BarrierRun {
+    steps: Vec<Step, MAX_SCHEDULE_STEPS>,
+    /// The paper's *node index* (§4.2): the step being worked on.
+    index: usize,
+    /// The send half of the current `EXCHANGE` step went out.
+    sent_current: bool,
+    context: u64,
+    deadline: Instant,
+    /// Sends refused because the target port was closed, to queue again at the given time.
+    retries: Vec<(Step, Instant), RETRIES>,
+}
+
+impl BarrierRun {
+    /// The earliest time this barrier needs attention (a retry or its deadline).
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        let first_retry = self.retries.iter().map(|(_, at)| *at).min();
+        earliest(Some(self.deadline), first_retry)
+    }
+
+    /// Whether the steps still to do (from the current one on) wait for a packet from
+    /// `(node, port)` — any port of `node` if `port` is `None` — that has not arrived.
+    fn still_needs(&self, node: NodeId, port: Option<PortId>) -> Option<Step> {
+        self.steps.iter().skip(self.index).copied().find(|step| {
+            matches!(step.op, StepOp::RECV | StepOp::EXCHANGE)
+                && step.node == node
+                && port.is_none_or(|port| step.port == port)
+        })
+    }
+
+    fn current_peer(&self) -> (NodeId, PortId) {
+        self.steps
+            .get(self.index)
+            .map_or((NodeId::new(0), PortId(0)), |step| (step.node, step.port))
+    }
+}
+
+impl<H: Hal, const C: usize> Nic<H, C> {
+    /// SDMA took a barrier send token: pull its schedule in, check it, and start it.
+    ///
+    /// # Errors
+    /// The status to refuse the token with.
+    pub(crate) fn start_barrier(
+        &mut self,
+        port: usize,
+        token: &SendToken,
+        now: Instant,
+    ) -> Result<(), Status> {
+        let steps = token.length.get() as usize;
+        if steps == 0 || steps > MAX_SCHEDULE_STEPS {
+            return Err(Status::BAD_SCHEDULE);
+        }
+        let memory = self.hal.port_memory(port).ok_or(Status::INVALID_TOKEN)?;
+        let open = self
+            .ports
+            .get_mut(port)
+            .and_then(|slot| slot.open.as_mut())
+            .ok_or(Status::INVALID_TOKEN)?;
+        if open.barrier.is_some() || open.barrier_buffers == 0 {
+            return Err(Status::BARRIER_BUSY);
+        }
+        let offset = open
+            .layout
+            .arena_range(token.buffer.get(), steps * core::mem::size_of::<Step>())
+            .ok_or(Status::BAD_BUFFER)?;
+        let mut schedule = Vec::new();
+        for i in 0..steps {
+            let mut step = Step::new_zeroed();
+            memory
+                .read(
+                    offset + i * core::mem::size_of::<Step>(),
+                    zerocopy::IntoBytes::as_mut_bytes(&mut step),
+                )
+                .map_err(|_| Status::BAD_BUFFER)?;
+            if !step.is_valid() {
+                return Err(Status::BAD_SCHEDULE);
+            }
+            schedule.push(step).map_err(|_| Status::BAD_SCHEDULE)?;
+        }
+        let timeout = match token.timeout_us.get() {
+            0 => self.config.default_barrier_timeout,
+            us => core::time::Duration::from_micros(u64::from(us)),
+        };
+        open.barrier = Some(BarrierRun {
+            steps: schedule,
+            index: 0,
+            sent_current: false,
+            context: token.context.get(),
+            deadline: now.saturating_add(timeout),
+            retries: Vec::new(),
+        });
+        self.advance_pending |= 1 << port;
+        self.run_pending_advances(now);
+        Ok(())
+    }
+
+    /// Runs every running barrier's engine as far as it can go (after packets arrived, or to
+    /// retry a send that found no room).
+    pub(crate) fn advance_all_barriers(&mut self, now: Instant) {
+        for port in 0..PORTS_PER_NIC {
+            if self
+                .ports
+                .get(port)
+                .is_some_and(|slot| slot.open.as_ref().is_some_and(|o| o.barrier.is_some()))
+            {
+                self.advance_pending |= 1 << port;
+            }
+        }
+        self.run_pending_advances(now);
+    }
+
+    /// Runs the engines of the ports marked in `advance_pending` until none is left (a local
+    /// step can wake another port's engine; this loop, not recursion, runs it).
+    pub(crate) fn run_pending_advances(&mut self, now: Instant) {
+        // Each pass either clears a bit or makes a step of progress; schedules are finite, so
+        // this ends. The bound makes that obvious and costs nothing.
+        for _ in 0..(PORTS_PER_NIC * (MAX_SCHEDULE_STEPS + 2)) {
+            if self.advance_pending == 0 {
+                return;
+            }
+            let port = self.advance_pending.trailing_zeros() as usize;
+            self.advance_pending &= !(1 << port);
+            self.advance(port, now);
+        }
+    }
+
+    /// Runs `port`'s barrier as far as the record allows.
+    fn advance(&mut self, port: usize, now: Instant) {
+        loop {
+            let Some(run) = self
+                .ports
+                .get(port)
+                .and_then(|slot| slot.open.as_ref())
+                .and_then(|o| o.barrier.as_ref())
+            else {
+                return;
+            };
+            let Some(step) = run.steps.get(run.index).copied() else {
+                self.finish_barrier(port, Status::SUCCESS, None);
+                return;
+            };
+            let sends =
+                step.op == StepOp::SEND || (step.op == StepOp::EXCHANGE && !run.sent_current);
+            if sends {
+                if !self.send_barrier_packet(port, step, now) {
+                    return; // No room now; the next poll tries again.
+                }
+                let Some(run) = self.running_barrier(port) else {
+                    return;
+                };
+                if step.op == StepOp::SEND {
+                    run.index += 1;
+                    continue;
+                }
+                run.sent_current = true;
+            }
+            if !self.take_recorded(port, step) {
+                return; // Wait for the packet.
+            }
+            let Some(run) = self.running_barrier(port) else {
+                return;
+            };
+            run.index += 1;
+            run.sent_current = false;
+        }
+    }
+
+    fn running_barrier(&mut self, port: usize) -> Option<&mut BarrierRun> {
+        self.ports.get_mut(port)?.open.as_mut()?.barrier.as_mut()
+    }
+
+    /// Consumes the packet `step` waits for, if it is recorded.
+    fn take_recorded(&mut self, port: usize, step: Step) -> bool {
+        let source = usize::from(step.port.0);
+        if step.node == self.node {
+            return self.local_record.take(port, source, step.round);
+        }
+        self.connection_index(step.node)
+            .and_then(|index| self.connections.get_mut(index))
+            .is_some_and(|connection| connection.record.take(port, source, step.round))
+    }
+
+    /// Sends one barrier packet: over the wire, or for a port of this NIC straight into the
+    /// local record. Returns `false` if it could not go now.
+    fn send_barrier_packet(&mut self, port: usize, step: Step, now: Instant) -> bool {
+        if step.node != self.node {
+            return self.queue_barrier_packet(port, step.node, step.port, step.round, now);
+        }
+        let target = usize::from(step.port.0);
+        let generation = self
+            .ports
+            .get(port)
+            .and_then(|slot| slot.open.as_ref())
+            .map(|o| o.generation);
+        let target_open = self
+            .ports
+            .get(target)
+            .is_some_and(|slot| slot.open.is_some());
+        match generation {
+            Some(generation) if target_open => {
+                if self
+                    .local_record
+                    .record(target, port, generation, step.round)
+                    .is_err()
+                {
+                    // A third packet for one round: the target's schedule disagrees with ours.
+                    self.schedule_retry(port, step, now);
+                } else {
+                    self.advance_pending |= 1 << target;
+                }
+            }
+            // Not open yet: try again later, as the wire path does (§3.2).
+            _ => self.schedule_retry(port, step, now),
+        }
+        true
+    }
+
+    fn schedule_retry(&mut self, port: usize, step: Step, now: Instant) {
+        let at = now.saturating_add(self.config.retry_interval);
+        if let Some(run) = self.running_barrier(port)
+            && run.retries.push((step, at)).is_err()
+        {
+            // More refused sends than a schedule should ever have outstanding: end it.
+            let (node, peer_port) = (step.node, step.port);
+            self.finish_barrier(port, Status::NO_RESOURCES, Some((node, peer_port)));
+        }
+    }
+
+    /// A barrier packet of ours was refused because its target port is closed: retry it while
+    /// the barrier that sent it still runs (the target may not have opened yet, §3.2).
+    pub(crate) fn barrier_send_refused(
+        &mut self,
+        port: usize,
+        generation: Generation,
+        node: NodeId,
+        dst_port: PortId,
+        round: u8,
+        now: Instant,
+    ) {
+        let same_incarnation = self
+            .ports
+            .get(port)
+            .and_then(|slot| slot.open.as_ref())
+            .is_some_and(|o| o.generation == generation);
+        if same_incarnation && self.running_barrier(port).is_some() {
+            self.schedule_retry(port, Step::new(StepOp::SEND, node, dst_port, round), now);
+        }
+    }
+
+    /// Barrier timers: queue retries that are due, and fail barriers past their deadline.
+    pub(crate) fn run_barrier_timers(&mut self, now: Instant) -> bool {
+        let mut busy = false;
+        for port in 0..PORTS_PER_NIC {
+            let Some(run) = self.running_barrier(port) else {
+                continue;
+            };
+            if run.deadline <= now {
+                let peer = run.current_peer();
+                self.finish_barrier(port, Status::BARRIER_TIMED_OUT, Some(peer));
+                busy = true;
+                continue;
+            }
+            let mut due: Vec<Step, RETRIES> = Vec::new();
+            run.retries.retain(|(step, at)| {
+                if *at <= now {
+                    let _ = due.push(*step);
+                    false
+                } else {
+                    true
+                }
+            });
+            for step in due {
+                busy = true;
+                if !self.send_barrier_packet(port, step, now) {
+                    self.schedule_retry(port, step, now);
+                }
+            }
+        }
+        busy
+    }
+
+    /// An in-order barrier packet arrived from `peer`: record it for its port and wake that port's
+    /// engine.
+    ///
+    /// # Errors
+    /// Port closed: the sender retries until the port opens (§3.2). Busy: a third packet for one
+    /// round, which a correct peer never sends.
+    pub(crate) fn deliver_barrier_packet(
+        &mut self,
+        peer: NodeId,
+        header: &PacketHeader,
+        now: Instant,
+    ) -> Result<(), RejectReason> {
+        let _ = now;
+        let Some(port) = header.dst_port.index() else {
+            return Err(RejectReason::PORT_CLOSED);
+        };
+        if self.ports.get(port).is_none_or(|slot| slot.open.is_none()) {
+            return Err(RejectReason::PORT_CLOSED);
+        }
+        let Some(source) = header.src_port.index() else {
+            return Err(RejectReason::BUSY);
+        };
+        let index = self.connection_index(peer).ok_or(RejectReason::BUSY)?;
+        let connection = self.connections.get_mut(index).ok_or(RejectReason::BUSY)?;
+        connection
+            .record
+            .record(
+                port,
+                source,
+                crate::recv::packet_generation(header),
+                header.aux,
+            )
+            .map_err(|_| RejectReason::BUSY)?;
+        self.advance_pending |= 1 << port;
+        self.run_pending_advances(now);
+        Ok(())
+    }
+
+    /// `peer`'s port `source` (generation `generation`) closed. A running barrier that still
+    /// waits for a packet it has not received from that port can never complete: it fails,
+    /// naming the port. What a dead incarnation left for ports not in a barrier is forgotten.
+    pub(crate) fn peer_port_closed(
+        &mut self,
+        peer: NodeId,
+        source: usize,
+        generation: Generation,
+        now: Instant,
+    ) {
+        let _ = now;
+        let Some(source_id) = u8::try_from(source).ok().map(PortId) else {
+            return;
+        };
+        if source_id.index().is_none() {
+            return;
+        }
+        for port in 0..PORTS_PER_NIC {
+            let running = self
+                .ports
+                .get(port)
+                .and_then(|slot| slot.open.as_ref())
+                .is_some_and(|o| o.barrier.is_some());
+            if running {
+                self.fail_barrier_needing(port, peer, Some(source_id), Status::TARGET_PORT_CLOSED);
+            } else if peer == self.node {
+                self.local_record.clear_source(port, source, generation);
+            } else if let Some(connection) = self
+                .connection_index(peer)
+                .and_then(|i| self.connections.get_mut(i))
+            {
+                connection.record.clear_source(port, source, generation);
+            }
+        }
+    }
+
+    /// A port of this NIC closed: barriers of the other local ports that needed it fail.
+    pub(crate) fn local_port_closed(&mut self, port: usize, generation: Generation, now: Instant) {
+        self.peer_port_closed(self.node, port, generation, now);
+    }
+
+    /// Fails `port`'s running barrier if a step still to do waits for a packet from `(node,
+    /// peer_port)` (any port of `node` if `None`) that has not arrived.
+    pub(crate) fn fail_barrier_needing(
+        &mut self,
+        port: usize,
+        node: NodeId,
+        peer_port: Option<PortId>,
+        status: Status,
+    ) {
+        let Some(run) = self
+            .ports
+            .get(port)
+            .and_then(|slot| slot.open.as_ref())
+            .and_then(|o| o.barrier.as_ref())
+        else {
+            return;
+        };
+        let Some(step) = run.still_needs(node, peer_port) else {
+            return;
+        };
+        let recorded = if node == self.node {
+            self.local_record
+                .has(port, usize::from(step.port.0), step.round)
+        } else {
+            self.connection_index(node)
+                .and_then(|i| self.connections.get(i))
+                .is_some_and(|c| c.record.has(port, usize::from(step.port.0), step.round))
+        };
+        if !recorded {
+            self.finish_barrier(port, status, Some((step.node, step.port)));
+        }
+    }
+
+    /// Ends `port`'s barrier: completed (`SUCCESS`) or failed, naming the member it waited for.
+    /// The completion uses one of the port's barrier buffers (paper §5.2).
+    fn finish_barrier(
+        &mut self,
+        port: usize,
+        status: Status,
+        waiting_for: Option<(NodeId, PortId)>,
+    ) {
+        let Some(open) = self.ports.get_mut(port).and_then(|slot| slot.open.as_mut()) else {
+            return;
+        };
+        let Some(run) = open.barrier.take() else {
+            return;
+        };
+        open.barrier_buffers = open.barrier_buffers.saturating_sub(1);
+        let (kind, (peer_node, peer_port)) = if status == Status::SUCCESS {
+            self.counters.barriers_completed += 1;
+            (EventKind::BARRIER_COMPLETED, (NodeId::new(0), PortId(0)))
+        } else {
+            self.counters.barriers_failed += 1;
+            (
+                EventKind::BARRIER_FAILED,
+                waiting_for.unwrap_or((NodeId::new(0), PortId(0))),
+            )
+        };
+        let event = Event {
+            context: run.context.into(),
+            peer_node,
+            peer_port,
+            ..Self::event(kind, status)
+        };
+        self.emit(port, event);
+    }
+}

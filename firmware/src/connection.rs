@@ -1,0 +1,184 @@
+//! The NIC's state toward one remote node (paper §4.1): reliable in-order sequencing, as GM does
+//! it — sequence numbers, cumulative acks, a NACK on a gap, go-back-N from a sent list of packet
+//! descriptors, a retransmit timer and a give-up — and the unexpected-barrier record.
+//!
+//! The sent list holds descriptors, not tokens (the fix for paper §4.4): each descriptor is
+//! enough to rebuild its packet, so every barrier packet resends on its own, and a data packet is
+//! rebuilt from the host buffer its send token still owns.
+
+use heapless::Deque;
+use shared_abi::ids::{Generation, NodeId, PortId};
+use shared_abi::packet::RejectReason;
+
+use crate::record::UnexpectedBarrierRecord;
+use crate::seq::Seq;
+use crate::time::Instant;
+
+/// Packets in flight (sent, unacknowledged) per connection.
+pub const WINDOW: usize = 32;
+/// Packets waiting for a sequence number per connection.
+pub const QUEUE: usize = 64;
+/// Rejections waiting to be sent per connection.
+const REJECTS: usize = 8;
+/// Port-closed notices waiting for room in the queue.
+const CLOSED_NOTICES: usize = 16;
+
+/// What a sequenced packet carries; enough to build it again at any retransmission.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Body {
+    /// A message from the held send token in `slot` of `port`.
+    Data {
+        port: u8,
+        slot: u8,
+        generation: Generation,
+        dst_port: PortId,
+        priority: u8,
+        size: u8,
+        length: u16,
+    },
+    /// One barrier step's packet.
+    Barrier {
+        port: u8,
+        generation: Generation,
+        dst_port: PortId,
+        round: u8,
+    },
+    /// Generation `generation` of `port` closed.
+    PortClosed { port: u8, generation: Generation },
+    /// A withdrawn message: holds the sequence slot so the stream stays gap-free.
+    Cancelled,
+}
+
+/// A sequenced packet in the sent list.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Descriptor {
+    pub(crate) seq: Seq,
+    pub(crate) body: Body,
+    /// When the packet first got its sequence number (for the receiver-not-ready give-up).
+    pub(crate) first_sent: Instant,
+    /// Must be (re)transmitted at the next chance.
+    pub(crate) needs_transmit: bool,
+    /// Held back until then (the receiver asked us to wait: no buffer, busy).
+    pub(crate) not_before: Option<Instant>,
+    /// How many times it went on the wire.
+    pub(crate) transmissions: u16,
+}
+
+/// Per-connection counters, as `nicctl status` shows them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConnectionCounters {
+    /// Sequenced packets sent the first time.
+    pub sent: u64,
+    /// Sequenced packets sent again.
+    pub resent: u64,
+    /// Sequenced packets accepted in order.
+    pub received: u64,
+    /// Acknowledgements sent (standalone).
+    pub acks_sent: u64,
+    /// Acknowledgements (standalone or piggybacked) that freed descriptors.
+    pub acks_received: u64,
+    /// NACKs sent.
+    pub nacks_sent: u64,
+    /// NACKs received.
+    pub nacks_received: u64,
+    /// REJECTs sent.
+    pub rejects_sent: u64,
+    /// REJECTs received.
+    pub rejects_received: u64,
+    /// Packets dropped: duplicates, out of order, stale epoch.
+    pub drops: u64,
+    /// Times the connection gave up on the peer.
+    pub give_ups: u64,
+}
+
+/// The state toward one node.
+#[derive(Debug)]
+pub(crate) struct Connection {
+    pub(crate) peer: NodeId,
+    // Transmit side.
+    pub(crate) tx_epoch: u32,
+    pub(crate) next_seq: Seq,
+    pub(crate) sent: Deque<Descriptor, WINDOW>,
+    pub(crate) queue: Deque<Body, QUEUE>,
+    pub(crate) closed_notices: Deque<(u8, Generation), CLOSED_NOTICES>,
+    /// When the sent list last made progress (an ack freed something, or the peer spoke).
+    pub(crate) last_progress: Instant,
+    /// When to retransmit the sent list if nothing is acknowledged.
+    pub(crate) retransmit_at: Option<Instant>,
+    /// Consecutive retransmission timeouts (doubles the interval, capped).
+    pub(crate) backoff: u32,
+    /// Last go-back-N we did on a NACK, to ignore the burst of NACKs one gap causes.
+    pub(crate) last_go_back: Option<(Seq, Instant)>,
+    // Receive side.
+    pub(crate) rx_epoch: Option<u32>,
+    pub(crate) expected: Seq,
+    pub(crate) ack_pending: bool,
+    /// A NACK to send, for the given epoch of the peer.
+    pub(crate) nack_pending: Option<u32>,
+    pub(crate) last_nack: Option<Instant>,
+    pub(crate) rejects: Deque<(Seq, RejectReason, u32), REJECTS>,
+    /// Last time anything arrived from the peer (an idle connection may be recycled).
+    pub(crate) last_heard: Instant,
+    /// Barrier packets that arrived before their barrier wanted them (paper §3.1).
+    pub(crate) record: UnexpectedBarrierRecord,
+    pub(crate) counters: ConnectionCounters,
+}
+
+impl Connection {
+    pub(crate) fn new(peer: NodeId, tx_epoch: u32, now: Instant) -> Self {
+        Self {
+            peer,
+            tx_epoch,
+            next_seq: Seq(0),
+            sent: Deque::new(),
+            queue: Deque::new(),
+            closed_notices: Deque::new(),
+            last_progress: now,
+            retransmit_at: None,
+            backoff: 0,
+            last_go_back: None,
+            rx_epoch: None,
+            expected: Seq(0),
+            ack_pending: false,
+            nack_pending: None,
+            last_nack: None,
+            rejects: Deque::new(),
+            last_heard: now,
+            record: UnexpectedBarrierRecord::default(),
+            counters: ConnectionCounters::default(),
+        }
+    }
+
+    /// Whether nothing is in flight, queued or recorded, and nothing is owed to the peer.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.sent.is_empty()
+            && self.queue.is_empty()
+            && self.closed_notices.is_empty()
+            && !self.ack_pending
+            && self.nack_pending.is_none()
+            && self.rejects.is_empty()
+            && self.record.is_empty()
+    }
+
+    /// Marks every descriptor from `seq` on for retransmission (go-back-N).
+    pub(crate) fn go_back_to(&mut self, seq: Seq) {
+        for descriptor in self.sent.iter_mut() {
+            if !descriptor.seq.precedes(seq) {
+                descriptor.needs_transmit = true;
+            }
+        }
+    }
+
+    /// Starts a new transmit epoch: the peer lost our stream's state (it restarted or recycled
+    /// the connection). What is in flight is renumbered from zero and sent again.
+    pub(crate) fn restart_epoch(&mut self, epoch: u32) {
+        self.tx_epoch = epoch;
+        self.next_seq = Seq(0);
+        for descriptor in self.sent.iter_mut() {
+            descriptor.seq = self.next_seq;
+            descriptor.needs_transmit = true;
+            self.next_seq = self.next_seq.next();
+        }
+        self.last_go_back = None;
+    }
+}

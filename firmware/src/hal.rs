@@ -1,0 +1,38 @@
+//! The one narrow trait through which the NIC core sees the world.
+//!
+//! A board (the embedded target), the emulator daemon and the deterministic simulator each
+//! implement [`Hal`]; a fault injector or tracer can wrap any of them. The core never reads a
+//! clock: time is an argument of [`crate::Nic::poll`] and [`crate::Nic::on_packet`].
+
+use shared_abi::ids::NodeId;
+use shared_abi::ring::SharedMemory;
+
+/// The wire could not take a packet now.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum TransmitError {
+    /// The transmit queue is full; SEND tries again on a later poll.
+    WouldBlock,
+    /// The destination is not on this fabric (no route). The packet is dropped, and the
+    /// connection's give-up timer reports the node unreachable.
+    NoRoute,
+}
+
+/// The NIC's view of its host and its wire.
+pub trait Hal {
+    /// The memory of one open port's region, shared with the process that owns the port.
+    type Memory: SharedMemory;
+
+    /// The region of local port `port` (an index `< PORTS_PER_NIC`), or `None` while the board
+    /// has none mapped. The core calls this only for ports it has been told are open.
+    fn port_memory(&self, port: usize) -> Option<&Self::Memory>;
+
+    /// Puts one packet on the wire toward `destination`. The bytes are copied before return.
+    ///
+    /// # Errors
+    /// [`TransmitError`] when the packet was not taken.
+    fn transmit(&mut self, destination: NodeId, packet: &[u8]) -> Result<(), TransmitError>;
+
+    /// Rings the host's doorbell for `port`: its process sleeps and a new event is in its event
+    /// ring. Called only when the process asked for a doorbell.
+    fn notify_host(&mut self, port: usize);
+}

@@ -1,0 +1,95 @@
+//! The NIC's per-port state (paper §4.1: "the NIC has a data structure for each local port").
+
+use heapless::{Deque, Vec};
+use shared_abi::event::{Event, Status};
+use shared_abi::ids::Generation;
+use shared_abi::region::RegionLayout;
+use shared_abi::ring::{Consumer, Producer};
+use shared_abi::token::{ReceiveToken, SendToken};
+
+use crate::barrier::BarrierRun;
+
+/// Send tokens one port may have inside the NIC at once. Tokens beyond it stay in the send ring
+/// until one completes (back-pressure, never loss).
+pub const SEND_TOKENS: usize = 32;
+/// Receive buffers one port may have provided at once; further receive tokens wait in the ring.
+pub const RECEIVE_BUFFERS: usize = 64;
+/// Barrier completion tokens one port may have provided at once.
+pub const BARRIER_BUFFERS: u8 = 4;
+/// Events held for a port whose event ring is full. Every held token produces exactly one event,
+/// and a token is taken only while this has room for it, so no event is ever dropped.
+pub(crate) const PENDING_EVENTS: usize =
+    SEND_TOKENS + RECEIVE_BUFFERS + BARRIER_BUFFERS as usize + 4;
+
+/// A send token the NIC holds until its message is acknowledged.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct HeldSend {
+    pub(crate) token: SendToken,
+    /// Region offset of the payload, checked against the arena when the token was taken.
+    pub(crate) payload_offset: usize,
+}
+
+/// An open port.
+#[derive(Debug)]
+pub(crate) struct OpenPort {
+    pub(crate) generation: Generation,
+    pub(crate) layout: RegionLayout,
+    pub(crate) send_ring: Consumer<SendToken>,
+    pub(crate) receive_ring: Consumer<ReceiveToken>,
+    pub(crate) event_ring: Producer<Event>,
+    pub(crate) sends: [Option<HeldSend>; SEND_TOKENS],
+    pub(crate) receive_buffers: Vec<ReceiveToken, RECEIVE_BUFFERS>,
+    pub(crate) barrier_buffers: u8,
+    pub(crate) pending_events: Deque<Event, PENDING_EVENTS>,
+    /// The running barrier: the paper's "send token pointer" in the port structure (§4.2).
+    pub(crate) barrier: Option<BarrierRun>,
+    /// Set when the host broke its event ring: the port stops until it is closed.
+    pub(crate) faulted: Option<Status>,
+}
+
+impl OpenPort {
+    pub(crate) fn new(generation: Generation, layout: RegionLayout) -> Self {
+        Self {
+            generation,
+            layout,
+            send_ring: Consumer::new(layout.send_ring, 0),
+            receive_ring: Consumer::new(layout.receive_ring, 0),
+            event_ring: Producer::new(layout.event_ring, 0),
+            sends: [None; SEND_TOKENS],
+            receive_buffers: Vec::new(),
+            barrier_buffers: 0,
+            pending_events: Deque::new(),
+            barrier: None,
+            faulted: None,
+        }
+    }
+
+    pub(crate) fn held_sends(&self) -> usize {
+        self.sends.iter().filter(|slot| slot.is_some()).count()
+    }
+
+    /// Events already promised: one per held token, one per running barrier, plus those pending.
+    fn promised_events(&self) -> usize {
+        self.pending_events.len()
+            + self.held_sends()
+            + self.receive_buffers.len()
+            + usize::from(self.barrier_buffers)
+    }
+
+    /// Whether the port may take one more token (its event is guaranteed room).
+    pub(crate) fn can_take_token(&self) -> bool {
+        self.faulted.is_none() && self.promised_events() < PENDING_EVENTS
+    }
+
+    pub(crate) fn free_send_slot(&self) -> Option<usize> {
+        self.sends.iter().position(Option::is_none)
+    }
+}
+
+/// A slot of the port table.
+#[derive(Debug, Default)]
+pub(crate) struct PortSlot {
+    pub(crate) open: Option<OpenPort>,
+    /// The last generation handed out for this port; the next open takes the one after.
+    pub(crate) last_generation: u32,
+}

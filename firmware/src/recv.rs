@@ -1,0 +1,283 @@
+//! RECV: takes packets from the wire, runs the reliability protocol — acks free the sent list,
+//! NACKs trigger go-back-N, REJECTs fail or delay one packet — and hands sequenced packets that
+//! arrive in order to RDMA (data), the barrier engine (barrier packets) or the port table
+//! (port-closed notices) (paper §4.1, §3.3).
+
+use shared_abi::event::Status;
+use shared_abi::ids::Generation;
+use shared_abi::packet::{Packet, PacketFlags, PacketHeader, PacketKind, RejectReason};
+
+use crate::connection::Body;
+use crate::seq::Seq;
+use crate::time::Instant;
+use crate::{Hal, Nic};
+
+impl<H: Hal, const C: usize> Nic<H, C> {
+    /// Takes one packet from the wire. Anything that is not a well-formed packet for this node is
+    /// counted and dropped; nothing a packet says can crash the NIC or reach a port it was not
+    /// addressed to. Call [`Nic::poll`] afterwards to send the acks it caused.
+    pub fn on_packet(&mut self, bytes: &[u8], now: Instant) {
+        let Ok(packet) = Packet::new_checked(bytes) else {
+            self.counters.malformed_packets += 1;
+            return;
+        };
+        let header = *packet.header();
+        if header.dst_node != self.node {
+            self.counters.malformed_packets += 1;
+            return;
+        }
+        let index = if header.kind.is_sequenced() {
+            self.connection_for(header.src_node, now)
+        } else {
+            self.connection_index(header.src_node)
+        };
+        let Some(index) = index else {
+            self.counters.no_connection += 1;
+            return;
+        };
+        if let Some(connection) = self.connections.get_mut(index) {
+            connection.last_heard = now;
+        }
+        if header.flags.contains(PacketFlags::ACK_VALID) || header.kind == PacketKind::ACK {
+            self.handle_ack(index, Seq(header.ack.get()), header.ack_epoch.get(), now);
+        }
+        match header.kind {
+            PacketKind::ACK => {}
+            PacketKind::NACK => {
+                self.handle_nack(index, Seq(header.ack.get()), header.ack_epoch.get(), now)
+            }
+            PacketKind::REJECT => self.handle_reject(index, &header, now),
+            _ => self.handle_sequenced(index, &header, packet.payload(), now),
+        }
+    }
+
+    /// A cumulative ack: everything before `ack` arrived. Frees those descriptors and completes
+    /// their send tokens.
+    fn handle_ack(&mut self, index: usize, ack: Seq, epoch: u32, now: Instant) {
+        let mut completed: heapless::Vec<(u8, u8), { crate::connection::WINDOW }> =
+            heapless::Vec::new();
+        let Some(connection) = self.connections.get_mut(index) else {
+            return;
+        };
+        if epoch != connection.tx_epoch {
+            return;
+        }
+        // An ack beyond what we sent is forged or stale; take only what it can cover.
+        if connection.next_seq.precedes(ack) {
+            return;
+        }
+        let mut progressed = false;
+        while let Some(front) = connection.sent.front() {
+            if !front.seq.precedes(ack) {
+                break;
+            }
+            if let Body::Data { port, slot, .. } = front.body {
+                let _ = completed.push((port, slot));
+            }
+            connection.sent.pop_front();
+            progressed = true;
+        }
+        if progressed {
+            connection.counters.acks_received += 1;
+            connection.last_progress = now;
+            connection.backoff = 0;
+            connection.retransmit_at = if connection.sent.is_empty() {
+                None
+            } else {
+                Some(now.saturating_add(self.config.retransmit_timeout))
+            };
+        }
+        for (port, slot) in completed {
+            self.complete_send(usize::from(port), usize::from(slot), Status::SUCCESS);
+        }
+    }
+
+    /// The peer saw a gap and expects `expected` next: go back to it (once per gap and
+    /// retransmission interval, however many NACKs the gap causes). A NACK for sequence zero of
+    /// an epoch we no longer hold means the peer lost our stream's state: start a new epoch.
+    fn handle_nack(&mut self, index: usize, expected: Seq, epoch: u32, now: Instant) {
+        let retransmit_timeout = self.config.retransmit_timeout;
+        let Some(connection) = self.connections.get_mut(index) else {
+            return;
+        };
+        connection.counters.nacks_received += 1;
+        if epoch != connection.tx_epoch {
+            return;
+        }
+        self.handle_ack(index, expected, epoch, now);
+        self.epoch_counter = self.epoch_counter.wrapping_add(1);
+        let fresh_epoch = self.epoch_counter;
+        let Some(connection) = self.connections.get_mut(index) else {
+            return;
+        };
+        let Some(front) = connection.sent.front().map(|d| d.seq) else {
+            return;
+        };
+        if expected.precedes(front) {
+            if expected == Seq(0) {
+                connection.restart_epoch(fresh_epoch);
+            }
+            return;
+        }
+        if expected != front {
+            return;
+        }
+        let recent = connection.last_go_back.is_some_and(|(seq, at)| {
+            seq == expected && now.saturating_since(at) < retransmit_timeout / 2
+        });
+        if !recent {
+            connection.go_back_to(expected);
+            connection.last_go_back = Some((expected, now));
+        }
+    }
+
+    /// The peer did not take packet `seq`. Port closed: a data message fails with
+    /// `TARGET_PORT_CLOSED` and its slot is cancelled; a barrier packet is retried by its engine
+    /// until the port opens or the barrier times out (paper §3.2). No buffer / busy: the packet is
+    /// held and retried, and a data message gives up with `SEND_TIMED_OUT` in the end.
+    fn handle_reject(&mut self, index: usize, header: &PacketHeader, now: Instant) {
+        let reason = RejectReason(header.aux);
+        let seq = Seq(header.seq.get());
+        let config = self.config;
+        let Some(connection) = self.connections.get_mut(index) else {
+            return;
+        };
+        connection.counters.rejects_received += 1;
+        // The peer spoke, so it is alive: the give-up clock restarts.
+        connection.last_progress = now;
+        let epoch_ok = if header.flags.contains(PacketFlags::ACK_VALID) {
+            // ack_epoch was used for the piggybacked ack; the rejected packet is of our epoch
+            // if the ack was.
+            header.ack_epoch.get() == connection.tx_epoch
+        } else {
+            header.ack_epoch.get() == connection.tx_epoch
+        };
+        if !epoch_ok {
+            return;
+        }
+        let peer = connection.peer;
+        let Some(descriptor) = connection.sent.iter_mut().find(|d| d.seq == seq) else {
+            return;
+        };
+        let mut failed_send = None;
+        let mut failed_barrier = None;
+        match (reason, descriptor.body) {
+            (RejectReason::PORT_CLOSED, Body::Data { port, slot, .. }) => {
+                failed_send = Some((port, slot, Status::TARGET_PORT_CLOSED));
+                descriptor.body = Body::Cancelled;
+            }
+            (
+                RejectReason::PORT_CLOSED,
+                Body::Barrier {
+                    port,
+                    generation,
+                    dst_port,
+                    round,
+                },
+            ) => {
+                failed_barrier = Some((port, generation, dst_port, round));
+                descriptor.body = Body::Cancelled;
+            }
+            (_, Body::Data { port, slot, .. })
+                if now.saturating_since(descriptor.first_sent)
+                    >= config.receiver_not_ready_timeout =>
+            {
+                failed_send = Some((port, slot, Status::SEND_TIMED_OUT));
+                descriptor.body = Body::Cancelled;
+            }
+            (_, Body::Barrier { .. } | Body::Data { .. }) => {
+                descriptor.not_before = Some(now.saturating_add(config.retry_interval));
+            }
+            // Notices and cancelled slots are never refused by a correct peer; send them again.
+            _ => {}
+        }
+        // The peer dropped everything after the refused packet too: go back to it.
+        connection.go_back_to(seq);
+        if let Some((port, slot, status)) = failed_send {
+            self.complete_send(usize::from(port), usize::from(slot), status);
+        }
+        if let Some((port, generation, dst_port, round)) = failed_barrier {
+            self.barrier_send_refused(usize::from(port), generation, peer, dst_port, round, now);
+        }
+    }
+
+    /// A sequenced packet (data, barrier, port closed, cancelled).
+    fn handle_sequenced(
+        &mut self,
+        index: usize,
+        header: &PacketHeader,
+        payload: &[u8],
+        now: Instant,
+    ) {
+        let Some(connection) = self.connections.get_mut(index) else {
+            return;
+        };
+        let seq = Seq(header.seq.get());
+        let epoch = header.epoch.get();
+        if connection.rx_epoch != Some(epoch) {
+            if seq == Seq(0) && header.flags.contains(PacketFlags::SYN) {
+                // The first packet of a new epoch of the peer's stream.
+                connection.rx_epoch = Some(epoch);
+                connection.expected = Seq(0);
+            } else {
+                // Mid-stream packet of an epoch we do not know: ask for the start of it.
+                connection.counters.drops += 1;
+                connection.nack_pending = Some(epoch);
+                return;
+            }
+        }
+        if seq.precedes(connection.expected) {
+            // A duplicate: we have it. Ack again, in case our ack was lost.
+            connection.counters.drops += 1;
+            connection.ack_pending = true;
+            return;
+        }
+        if seq != connection.expected {
+            // A gap: something before this was lost. Go-back-N: drop this and ask for the gap,
+            // at most once per half retransmission interval.
+            connection.counters.drops += 1;
+            let recent = connection
+                .last_nack
+                .is_some_and(|at| now.saturating_since(at) < self.config.retransmit_timeout / 2);
+            if !recent {
+                connection.nack_pending = Some(epoch);
+            }
+            return;
+        }
+        let peer = connection.peer;
+        let outcome = match header.kind {
+            PacketKind::DATA => self.deliver_data(peer, header, payload),
+            PacketKind::BARRIER => self.deliver_barrier_packet(peer, header, now),
+            PacketKind::PORT_CLOSED => {
+                self.peer_port_closed(
+                    peer,
+                    usize::from(header.src_port.0),
+                    header.src_generation,
+                    now,
+                );
+                Ok(())
+            }
+            _ => Ok(()),
+        };
+        let Some(connection) = self.connections.get_mut(index) else {
+            return;
+        };
+        match outcome {
+            Ok(()) => {
+                connection.expected = connection.expected.next();
+                connection.counters.received += 1;
+                connection.ack_pending = true;
+            }
+            Err(reason) => {
+                if !connection.rejects.iter().any(|(s, _, _)| *s == seq) {
+                    let _ = connection.rejects.push_back((seq, reason, epoch));
+                }
+            }
+        }
+    }
+}
+
+/// The generation carried by a packet, for records.
+pub(crate) fn packet_generation(header: &PacketHeader) -> Generation {
+    header.src_generation
+}

@@ -1,0 +1,213 @@
+//! SDMA: takes send tokens from the ports' send rings, checks them, and queues their packets on
+//! the connection to the target node (paper §4.1). The payload itself is pulled from host memory
+//! when the packet is built for the wire (see [`crate::send`]), so a retransmission reads it again
+//! from the buffer the token still owns instead of keeping a copy in NIC memory.
+
+use shared_abi::event::{Event, EventKind, Status};
+use shared_abi::ids::{PORTS_PER_NIC, PortId};
+use shared_abi::ring::RingError;
+use shared_abi::token::{SendKind, SendToken};
+use shared_abi::{MTU_PAYLOAD, max_length_for_size};
+
+use crate::connection::{Body, Connection};
+use crate::port::HeldSend;
+use crate::time::Instant;
+use crate::{Hal, Nic};
+
+/// What to do with a token read from a send ring.
+enum Disposition {
+    /// Refuse it with this status (its event returns it to the host).
+    Reject(Status),
+    /// Not now: leave it in the ring (no room for it yet).
+    Wait,
+    /// Taken.
+    Taken,
+}
+
+impl<H: Hal, const C: usize> Nic<H, C> {
+    /// Takes the send tokens waiting in `port`'s send ring while the NIC has room for them.
+    pub(crate) fn poll_send_ring(&mut self, port: usize, now: Instant) -> bool {
+        let mut busy = false;
+        loop {
+            let Some(open) = self.ports.get(port).and_then(|slot| slot.open.as_ref()) else {
+                return busy;
+            };
+            if !open.can_take_token() {
+                return busy;
+            }
+            let Some(memory) = self.hal.port_memory(port) else {
+                return busy;
+            };
+            let token = match open.send_ring.peek(memory) {
+                Ok(Some(token)) => token,
+                Ok(None) => return busy,
+                Err(error) => {
+                    self.ring_corrupt(port, error);
+                    return true;
+                }
+            };
+            let disposition = match token.kind {
+                SendKind::DATA => self.take_data_token(port, &token, now),
+                SendKind::BARRIER => self.take_barrier_token(port, &token, now),
+                _ => Disposition::Reject(Status::INVALID_TOKEN),
+            };
+            match disposition {
+                Disposition::Wait => return busy,
+                Disposition::Taken => {}
+                Disposition::Reject(status) => {
+                    self.counters.tokens_rejected += 1;
+                    let event = Event {
+                        context: token.context,
+                        detail: u32::from(token.kind.0).into(),
+                        ..Self::event(EventKind::TOKEN_REJECTED, status)
+                    };
+                    self.emit(port, event);
+                }
+            }
+            busy = true;
+            let Some(memory) = self.hal.port_memory(port) else {
+                return busy;
+            };
+            if let Some(open) = self.ports.get_mut(port).and_then(|slot| slot.open.as_mut()) {
+                let _ = open.send_ring.skip(memory);
+            }
+        }
+    }
+
+    /// The host broke one of its rings' indexes: tell it (on the event ring, if that still works),
+    /// skip what it published, and carry on. Its neighbours are untouched.
+    pub(crate) fn ring_corrupt(&mut self, port: usize, error: RingError) {
+        let _ = error;
+        self.counters.tokens_rejected += 1;
+        self.emit(
+            port,
+            Self::event(EventKind::TOKEN_REJECTED, Status::RING_CORRUPT),
+        );
+        let Some(memory) = self.hal.port_memory(port) else {
+            return;
+        };
+        if let Some(open) = self.ports.get_mut(port).and_then(|slot| slot.open.as_mut()) {
+            let _ = open.send_ring.resynchronise(memory);
+            let _ = open.receive_ring.resynchronise(memory);
+        }
+    }
+
+    fn take_data_token(&mut self, port: usize, token: &SendToken, now: Instant) -> Disposition {
+        let length = token.length.get();
+        if !token.priority.is_valid() || max_length_for_size(token.size) == 0 {
+            return Disposition::Reject(Status::INVALID_TOKEN);
+        }
+        if length > max_length_for_size(token.size) || length as usize > MTU_PAYLOAD {
+            return Disposition::Reject(Status::TOO_LONG);
+        }
+        if token.target_port.index().is_none() {
+            return Disposition::Reject(Status::INVALID_TOKEN);
+        }
+        let Some(open) = self.ports.get(port).and_then(|slot| slot.open.as_ref()) else {
+            return Disposition::Wait;
+        };
+        let Some(payload_offset) = open.layout.arena_range(token.buffer.get(), length as usize)
+        else {
+            return Disposition::Reject(Status::BAD_BUFFER);
+        };
+        let Some(slot) = open.free_send_slot() else {
+            return Disposition::Wait;
+        };
+        let generation = open.generation;
+        let Some(connection) = self.connection_for(token.target_node, now) else {
+            return Disposition::Wait;
+        };
+        let body = Body::Data {
+            port: port as u8,
+            slot: slot as u8,
+            generation,
+            dst_port: token.target_port,
+            priority: token.priority.0,
+            size: token.size,
+            length: length as u16,
+        };
+        let Some(connection) = self.connections.get_mut(connection) else {
+            return Disposition::Wait;
+        };
+        if connection.queue.push_back(body).is_err() {
+            return Disposition::Wait;
+        }
+        if let Some(open) = self.ports.get_mut(port).and_then(|slot| slot.open.as_mut())
+            && let Some(held) = open.sends.get_mut(slot)
+        {
+            *held = Some(HeldSend {
+                token: *token,
+                payload_offset,
+            });
+        }
+        Disposition::Taken
+    }
+
+    fn take_barrier_token(&mut self, port: usize, token: &SendToken, now: Instant) -> Disposition {
+        match self.start_barrier(port, token, now) {
+            Ok(()) => Disposition::Taken,
+            Err(status) => Disposition::Reject(status),
+        }
+    }
+
+    /// Queues a barrier packet of `round` from `port` to `(node, dst_port)`. Returns `false` if
+    /// there is no room now (the engine tries again on the next poll).
+    pub(crate) fn queue_barrier_packet(
+        &mut self,
+        port: usize,
+        node: shared_abi::ids::NodeId,
+        dst_port: PortId,
+        round: u8,
+        now: Instant,
+    ) -> bool {
+        let Some(generation) = self
+            .ports
+            .get(port)
+            .and_then(|slot| slot.open.as_ref())
+            .map(|o| o.generation)
+        else {
+            return false;
+        };
+        let Some(index) = self.connection_for(node, now) else {
+            return false;
+        };
+        let Some(connection) = self.connections.get_mut(index) else {
+            return false;
+        };
+        connection
+            .queue
+            .push_back(Body::Barrier {
+                port: port as u8,
+                generation,
+                dst_port,
+                round,
+            })
+            .is_ok()
+    }
+}
+
+/// `port` closed: its data packets can no longer be built (its memory is gone). Queued ones are
+/// dropped; those already sequenced become cancelled slots so the stream stays gap-free.
+/// Barrier packets stay: they are self-contained, and peers of a completed barrier need them.
+pub(crate) fn cancel_port_data(connection: &mut Connection, port: u8) {
+    let is_ours = |body: &Body| matches!(body, Body::Data { port: p, .. } if *p == port);
+    let queued = connection.queue.len();
+    for _ in 0..queued {
+        if let Some(body) = connection.queue.pop_front()
+            && !is_ours(&body)
+        {
+            // Cannot fail: we just made room by popping.
+            let _ = connection.queue.push_back(body);
+        }
+    }
+    for descriptor in connection.sent.iter_mut() {
+        if is_ours(&descriptor.body) {
+            descriptor.body = Body::Cancelled;
+        }
+    }
+}
+
+const _: () = assert!(
+    PORTS_PER_NIC <= 8,
+    "ports are bits of a u8 in the barrier engine"
+);

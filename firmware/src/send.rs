@@ -1,0 +1,365 @@
+//! SEND: puts prepared packets on the wire — new ones as the window allows, retransmissions
+//! (go-back-N), and the pending acks, nacks and rejections (paper §4.1) — and runs the
+//! per-connection timers: retransmission with exponential backoff, and the give-up that turns an
+//! unreachable node into error events instead of a hang.
+
+use shared_abi::event::{Event, EventKind, Status};
+use shared_abi::ids::{NodeId, PORTS_PER_NIC};
+use shared_abi::packet::{PacketFlags, PacketHeader, PacketKind};
+use shared_abi::ring::SharedMemory;
+use zerocopy::little_endian::U32;
+
+use crate::connection::{Body, Descriptor};
+use crate::hal::TransmitError;
+use crate::seq::Seq;
+use crate::time::Instant;
+use crate::{Hal, Nic};
+
+/// Largest factor the retransmission interval grows to (2^5 = 32 times the first).
+const MAX_BACKOFF: u32 = 5;
+
+impl<H: Hal, const C: usize> Nic<H, C> {
+    /// Transmits what every connection has due. Returns whether anything went out.
+    pub(crate) fn transmit_all(&mut self, now: Instant) -> bool {
+        let mut busy = false;
+        for index in 0..self.connections.len() {
+            busy |= self.transmit_connection(index, now);
+        }
+        busy
+    }
+
+    fn transmit_connection(&mut self, index: usize, now: Instant) -> bool {
+        let Some(connection) = self.connections.get_mut(index) else {
+            return false;
+        };
+        // Give queued packets (and port-closed notices, after them) sequence numbers as the window
+        // allows.
+        while !connection.sent.is_full() {
+            let body = if let Some(body) = connection.queue.pop_front() {
+                body
+            } else if let Some((port, generation)) = connection.closed_notices.pop_front() {
+                Body::PortClosed { port, generation }
+            } else {
+                break;
+            };
+            let descriptor = Descriptor {
+                seq: connection.next_seq,
+                body,
+                first_sent: now,
+                needs_transmit: true,
+                not_before: None,
+                transmissions: 0,
+            };
+            connection.next_seq = connection.next_seq.next();
+            if connection.sent.is_empty() {
+                connection.last_progress = now;
+            }
+            // Cannot fail: the loop checks `is_full`.
+            let _ = connection.sent.push_back(descriptor);
+        }
+        let mut busy = false;
+        let mut position = 0;
+        loop {
+            let Some(connection) = self.connections.get(index) else {
+                return busy;
+            };
+            let Some(descriptor) = connection
+                .sent
+                .iter()
+                .skip(position)
+                .find(|d| d.needs_transmit)
+                .copied()
+            else {
+                break;
+            };
+            position = connection
+                .sent
+                .iter()
+                .position(|d| d.seq == descriptor.seq)
+                .unwrap_or(usize::MAX);
+            if descriptor.not_before.is_some_and(|at| at > now) {
+                // Go-back-N keeps order: nothing after a held packet goes before it.
+                break;
+            }
+            match self.transmit_descriptor(index, &descriptor) {
+                Ok(()) => {}
+                Err(TransmitError::WouldBlock) => return busy,
+                Err(TransmitError::NoRoute) => {}
+            }
+            busy = true;
+            let Some(connection) = self.connections.get_mut(index) else {
+                return busy;
+            };
+            if let Some(sent) = connection.sent.iter_mut().find(|d| d.seq == descriptor.seq) {
+                if sent.transmissions == 0 {
+                    connection.counters.sent += 1;
+                } else {
+                    connection.counters.resent += 1;
+                }
+                sent.transmissions = sent.transmissions.saturating_add(1);
+                sent.needs_transmit = false;
+                sent.not_before = None;
+            }
+            if connection.retransmit_at.is_none() {
+                connection.retransmit_at = Some(now.saturating_add(self.config.retransmit_timeout));
+            }
+            position += 1;
+        }
+        busy |= self.transmit_control(index, now);
+        busy
+    }
+
+    /// Builds the packet for `descriptor` into the scratch buffer and transmits it, with the
+    /// connection's acknowledgement piggybacked.
+    fn transmit_descriptor(
+        &mut self,
+        index: usize,
+        descriptor: &Descriptor,
+    ) -> Result<(), TransmitError> {
+        let Some(connection) = self.connections.get_mut(index) else {
+            return Ok(());
+        };
+        let peer = connection.peer;
+        let mut header = PacketHeader::new(PacketKind::CANCELLED, self.node, peer);
+        header.epoch = U32::new(connection.tx_epoch);
+        header.seq = U32::new(descriptor.seq.0);
+        if descriptor.seq == Seq(0) {
+            header.flags |= PacketFlags::SYN;
+        }
+        if let Some(epoch) = connection.rx_epoch {
+            header.flags |= PacketFlags::ACK_VALID;
+            header.ack = U32::new(connection.expected.0);
+            header.ack_epoch = U32::new(epoch);
+            connection.ack_pending = false;
+        }
+        let mut payload_len = 0usize;
+        let mut payload_from: Option<(usize, usize)> = None;
+        match descriptor.body {
+            Body::Data {
+                port,
+                slot,
+                generation,
+                dst_port,
+                priority,
+                size,
+                length,
+            } => {
+                let held = self
+                    .ports
+                    .get(usize::from(port))
+                    .and_then(|p| p.open.as_ref())
+                    .filter(|open| open.generation == generation)
+                    .and_then(|open| open.sends.get(usize::from(slot)).copied().flatten());
+                if let Some(held) = held {
+                    header.kind = PacketKind::DATA;
+                    header.src_port = shared_abi::ids::PortId(port);
+                    header.dst_port = dst_port;
+                    header.src_generation = generation;
+                    header.priority = priority;
+                    header.size = size;
+                    payload_len = usize::from(length);
+                    payload_from = Some((usize::from(port), held.payload_offset));
+                }
+            }
+            Body::Barrier {
+                port,
+                generation,
+                dst_port,
+                round,
+            } => {
+                header.kind = PacketKind::BARRIER;
+                header.src_port = shared_abi::ids::PortId(port);
+                header.dst_port = dst_port;
+                header.src_generation = generation;
+                header.aux = round;
+            }
+            Body::PortClosed { port, generation } => {
+                header.kind = PacketKind::PORT_CLOSED;
+                header.src_port = shared_abi::ids::PortId(port);
+                header.src_generation = generation;
+            }
+            Body::Cancelled => {}
+        }
+        let header_len = shared_abi::packet::HEADER_LEN;
+        let total = header_len + payload_len;
+        if let Some((port, offset)) = payload_from {
+            let read = self.hal.port_memory(port).map(|memory| {
+                self.scratch
+                    .get_mut(header_len..total)
+                    .map(|out| memory.read(offset, out))
+            });
+            if !matches!(read, Some(Some(Ok(())))) {
+                // The buffer was checked when the token was taken; if the memory is gone now the
+                // port is closing. Send the slot as cancelled rather than stall the stream.
+                header.kind = PacketKind::CANCELLED;
+                payload_len = 0;
+            }
+        }
+        let mut out_header = header;
+        out_header.length = (payload_len as u16).into();
+        if let Some(bytes) = self.scratch.get_mut(..header_len) {
+            bytes.copy_from_slice(zerocopy::IntoBytes::as_bytes(&out_header));
+        }
+        let packet = self.scratch.get(..header_len + payload_len).unwrap_or(&[]);
+        self.hal.transmit(peer, packet)
+    }
+
+    /// Sends the connection's pending NACK, REJECTs and standalone ACK.
+    fn transmit_control(&mut self, index: usize, now: Instant) -> bool {
+        let node = self.node;
+        let Some(connection) = self.connections.get_mut(index) else {
+            return false;
+        };
+        let peer = connection.peer;
+        let mut packets: heapless::Vec<PacketHeader, 10> = heapless::Vec::new();
+        if let Some(epoch) = connection.nack_pending.take() {
+            let mut header = PacketHeader::new(PacketKind::NACK, node, peer);
+            header.ack = U32::new(if connection.rx_epoch == Some(epoch) {
+                connection.expected.0
+            } else {
+                0
+            });
+            header.ack_epoch = U32::new(epoch);
+            let _ = packets.push(header);
+            connection.counters.nacks_sent += 1;
+            connection.last_nack = Some(now);
+            connection.ack_pending = false;
+        }
+        while let Some((seq, reason, epoch)) = connection.rejects.pop_front() {
+            let mut header = PacketHeader::new(PacketKind::REJECT, node, peer);
+            header.seq = U32::new(seq.0);
+            header.aux = reason.0;
+            header.ack_epoch = U32::new(epoch);
+            if let Some(rx_epoch) = connection.rx_epoch {
+                header.flags |= PacketFlags::ACK_VALID;
+                header.ack = U32::new(connection.expected.0);
+                header.ack_epoch = U32::new(rx_epoch);
+            }
+            let _ = packets.push(header);
+            connection.counters.rejects_sent += 1;
+        }
+        if connection.ack_pending
+            && let Some(epoch) = connection.rx_epoch
+        {
+            let mut header = PacketHeader::new(PacketKind::ACK, node, peer);
+            header.flags |= PacketFlags::ACK_VALID;
+            header.ack = U32::new(connection.expected.0);
+            header.ack_epoch = U32::new(epoch);
+            let _ = packets.push(header);
+            connection.counters.acks_sent += 1;
+            connection.ack_pending = false;
+        }
+        let busy = !packets.is_empty();
+        for header in packets.iter() {
+            if let Some(len) = header.emit(&[], &mut self.scratch) {
+                let packet = self.scratch.get(..len).unwrap_or(&[]);
+                // Control packets are unreliable by design: a lost one is sent again when the
+                // condition recurs (the next packet, the next gap, the sender's retransmission).
+                let _ = self.hal.transmit(peer, packet);
+            }
+        }
+        busy
+    }
+
+    /// Retransmission timeouts and give-ups of every connection.
+    pub(crate) fn run_connection_timers(&mut self, now: Instant) -> bool {
+        let mut busy = false;
+        let mut failed: heapless::Vec<NodeId, 8> = heapless::Vec::new();
+        for connection in self.connections.iter_mut() {
+            let Some(at) = connection.retransmit_at else {
+                continue;
+            };
+            if at > now {
+                continue;
+            }
+            busy = true;
+            if connection.sent.is_empty() {
+                connection.retransmit_at = None;
+                connection.backoff = 0;
+                continue;
+            }
+            if now.saturating_since(connection.last_progress) >= self.config.give_up_after {
+                if failed.push(connection.peer).is_err() {
+                    break;
+                }
+                continue;
+            }
+            if let Some(front) = connection.sent.front().map(|d| d.seq) {
+                connection.go_back_to(front);
+            }
+            connection.backoff = (connection.backoff + 1).min(MAX_BACKOFF);
+            let interval = self
+                .config
+                .retransmit_timeout
+                .saturating_mul(1 << connection.backoff);
+            connection.retransmit_at = Some(now.saturating_add(interval));
+        }
+        for peer in failed {
+            self.give_up_on(peer, now);
+        }
+        busy
+    }
+
+    /// `peer` acknowledged nothing for the give-up time: every message in flight or queued to it
+    /// fails with `TARGET_NODE_UNREACHABLE`, barriers that need it fail, and the connection starts
+    /// a fresh epoch (so a peer that comes back gets a clean stream).
+    fn give_up_on(&mut self, peer: NodeId, now: Instant) {
+        let Some(index) = self.connection_index(peer) else {
+            return;
+        };
+        self.epoch_counter = self.epoch_counter.wrapping_add(1);
+        let epoch = self.epoch_counter;
+        let mut lost: heapless::Vec<
+            (u8, u8),
+            { crate::connection::WINDOW + crate::connection::QUEUE },
+        > = heapless::Vec::new();
+        if let Some(connection) = self.connections.get_mut(index) {
+            connection.counters.give_ups += 1;
+            for body in connection
+                .sent
+                .iter()
+                .map(|d| d.body)
+                .chain(connection.queue.iter().copied())
+            {
+                if let Body::Data { port, slot, .. } = body {
+                    let _ = lost.push((port, slot));
+                }
+            }
+            connection.sent.clear();
+            connection.queue.clear();
+            connection.retransmit_at = None;
+            connection.backoff = 0;
+            connection.next_seq = Seq(0);
+            connection.tx_epoch = epoch;
+            connection.last_progress = now;
+        }
+        for (port, slot) in lost {
+            self.complete_send(
+                usize::from(port),
+                usize::from(slot),
+                Status::TARGET_NODE_UNREACHABLE,
+            );
+        }
+        for port in 0..PORTS_PER_NIC {
+            self.fail_barrier_needing(port, peer, None, Status::TARGET_NODE_UNREACHABLE);
+        }
+    }
+
+    /// Returns the held send token in `slot` of `port` to the host with `status`.
+    pub(crate) fn complete_send(&mut self, port: usize, slot: usize, status: Status) {
+        let Some(open) = self.ports.get_mut(port).and_then(|p| p.open.as_mut()) else {
+            return;
+        };
+        let Some(held) = open.sends.get_mut(slot).and_then(Option::take) else {
+            return;
+        };
+        let event = Event {
+            context: held.token.context,
+            peer_node: held.token.target_node,
+            peer_port: held.token.target_port,
+            length: held.token.length,
+            ..Self::event(EventKind::SENT, status)
+        };
+        self.emit(port, event);
+    }
+}
