@@ -94,3 +94,5 @@ impl Step {
         matches!(self.op.0, 1..=3) && self.round < MAX_ROUNDS && self.port.index().is_some()
     }
 }
+
+pub mod compile;
