@@ -1,0 +1,24 @@
+//! The subcommands of `nicctl`, one module each: clap arguments and a `run` function.
+//!
+//! `src/bin/nicctl.rs` only parses the command line and dispatches here, so a new subcommand is
+//! one module in this directory plus one variant and one match arm there.
+
+use shared_abi::image::ImageTarget;
+
+pub mod flash;
+pub mod image;
+
+/// What a subcommand returns. `nicctl` prints an error as `nicctl: error: <message>` and exits
+/// with status 1.
+pub type CliResult = Result<(), Box<dyn std::error::Error>>;
+
+/// Parses a Rust target triple for a `--target` argument.
+///
+/// # Errors
+/// A message listing the known triples, if `triple` is none of them.
+pub fn parse_target(triple: &str) -> Result<ImageTarget, String> {
+    ImageTarget::from_triple(triple).ok_or_else(|| {
+        let known: Vec<&str> = ImageTarget::KNOWN.iter().map(|(_, name)| *name).collect();
+        format!("no NIC target {triple:?}; known: {}", known.join(", "))
+    })
+}
