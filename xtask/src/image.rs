@@ -9,7 +9,7 @@ use object::read::elf::{ElfFile32, FileHeader, ProgramHeader};
 use object::{Endianness, Object, ObjectSection};
 use shared_abi::image::{self, HEADER_LEN, ImageHeader, ImageTarget};
 
-use crate::{Result, command, target_dir};
+use crate::{Result, command, target_dir, workspace_root};
 
 /// The largest span of memory an image may cover. A linker script mistake (a section left at
 /// address 0 beside RAM at 0x8000_0000) would otherwise make a 2 GiB file of zeros.
@@ -72,7 +72,9 @@ fn build(target: ImageTarget, out: Option<PathBuf>) -> Result<()> {
         .into());
     }
     command::ensure_rust_target(triple)?;
-    command::run(command::cargo().args([
+    // From the workspace root, so that a relative CARGO_TARGET_DIR means what `target_dir`
+    // takes it to mean.
+    command::run(command::cargo().current_dir(workspace_root()).args([
         "build",
         "--package",
         "board",
