@@ -168,17 +168,4 @@ impl Connection {
             }
         }
     }
-
-    /// Starts a new transmit epoch: the peer lost our stream's state (it restarted or recycled
-    /// the connection). What is in flight is renumbered from zero and sent again.
-    pub(crate) fn restart_epoch(&mut self, epoch: u32) {
-        self.tx_epoch = epoch;
-        self.next_seq = Seq(0);
-        for descriptor in self.sent.iter_mut() {
-            descriptor.seq = self.next_seq;
-            descriptor.needs_transmit = true;
-            self.next_seq = self.next_seq.next();
-        }
-        self.last_go_back = None;
-    }
 }

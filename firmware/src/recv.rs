@@ -35,7 +35,9 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             self.counters.no_connection += 1;
             return;
         };
+        let mut silent_for = core::time::Duration::ZERO;
         if let Some(connection) = self.connections.get_mut(index) {
+            silent_for = now.saturating_since(connection.last_heard);
             connection.last_heard = now;
         }
         if header.flags.contains(PacketFlags::ACK_VALID) || header.kind == PacketKind::ACK {
@@ -47,7 +49,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 self.handle_nack(index, Seq(header.ack.get()), header.ack_epoch.get(), now)
             }
             PacketKind::REJECT => self.handle_reject(index, &header, now),
-            _ => self.handle_sequenced(index, &header, packet.payload(), now),
+            _ => self.handle_sequenced(index, &header, packet.payload(), silent_for, now),
         }
     }
 
@@ -92,9 +94,9 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         }
     }
 
-    /// The peer saw a gap and expects `expected` next: go back to it (once per gap and
-    /// retransmission interval, however many NACKs the gap causes). A NACK for sequence zero of
-    /// an epoch we no longer hold means the peer lost our stream's state: start a new epoch.
+    /// The peer saw a gap and expects `expected` next: go back to it (once per gap and half a
+    /// retransmission interval, however many NACKs the gap causes). A NACK for something before
+    /// our oldest unacknowledged packet is stale (the ack that followed it already arrived).
     fn handle_nack(&mut self, index: usize, expected: Seq, epoch: u32, now: Instant) {
         let retransmit_timeout = self.config.retransmit_timeout;
         let Some(connection) = self.connections.get_mut(index) else {
@@ -105,21 +107,10 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             return;
         }
         self.handle_ack(index, expected, epoch, now);
-        self.epoch_counter = self.epoch_counter.wrapping_add(1);
-        let fresh_epoch = self.epoch_counter;
         let Some(connection) = self.connections.get_mut(index) else {
             return;
         };
-        let Some(front) = connection.sent.front().map(|d| d.seq) else {
-            return;
-        };
-        if expected.precedes(front) {
-            if expected == Seq(0) {
-                connection.restart_epoch(fresh_epoch);
-            }
-            return;
-        }
-        if expected != front {
+        if connection.sent.front().map(|d| d.seq) != Some(expected) {
             return;
         }
         let recent = connection.last_go_back.is_some_and(|(seq, at)| {
@@ -202,27 +193,40 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     }
 
     /// A sequenced packet (data, barrier, port closed, cancelled).
+    ///
+    /// Epochs: the peer starts a stream at sequence zero with SYN, in an epoch it never used
+    /// before (a new connection, or after giving up on us). We adopt a SYN's epoch only if it is
+    /// newer than the one we follow — so a delayed duplicate of an old epoch's first packet can
+    /// never rewind the stream and deliver twice — or if the peer was silent for longer than the
+    /// give-up time (it may have restarted with an unrelated epoch). A mid-stream packet of an
+    /// epoch we do not follow is dropped without a word: the sender's retransmission timer brings
+    /// the stream's start again, and a NACK here could be delayed into a later epoch and mislead.
     fn handle_sequenced(
         &mut self,
         index: usize,
         header: &PacketHeader,
         payload: &[u8],
+        silent_for: core::time::Duration,
         now: Instant,
     ) {
+        let give_up = self.config.give_up_after;
         let Some(connection) = self.connections.get_mut(index) else {
             return;
         };
         let seq = Seq(header.seq.get());
         let epoch = header.epoch.get();
         if connection.rx_epoch != Some(epoch) {
-            if seq == Seq(0) && header.flags.contains(PacketFlags::SYN) {
-                // The first packet of a new epoch of the peer's stream.
+            let newer = connection
+                .rx_epoch
+                .is_none_or(|current| Seq(current).precedes(Seq(epoch)));
+            if seq == Seq(0)
+                && header.flags.contains(PacketFlags::SYN)
+                && (newer || silent_for > give_up)
+            {
                 connection.rx_epoch = Some(epoch);
                 connection.expected = Seq(0);
             } else {
-                // Mid-stream packet of an epoch we do not know: ask for the start of it.
                 connection.counters.drops += 1;
-                connection.nack_pending = Some(epoch);
                 return;
             }
         }

@@ -5,7 +5,6 @@
 
 extern crate std;
 
-use std::boxed::Box;
 use std::collections::VecDeque;
 use std::vec::Vec;
 
@@ -17,13 +16,13 @@ use crate::token::SendToken;
 
 /// Heap memory for tests, 8-aligned, wrapped as the real code wraps a mapping.
 pub(crate) struct TestRegion {
-    _storage: Box<[u64]>,
+    _storage: Vec<u64>,
     pub(crate) memory: RawMemory,
 }
 
 impl TestRegion {
     pub(crate) fn new(len: usize) -> Self {
-        let mut storage = std::vec![0u64; len.div_ceil(8)].into_boxed_slice();
+        let mut storage = std::vec![0u64; len.div_ceil(8)];
         let base = core::ptr::NonNull::new(storage.as_mut_ptr().cast::<u8>()).unwrap();
         // SAFETY: `storage` is 8-aligned, `len` bytes long at least, and lives as long as
         // `memory` because both are fields of `Self` and the box's heap block never moves.
