@@ -441,3 +441,6 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
