@@ -138,6 +138,31 @@ fn a_gap_is_nacked_with_the_missing_sequence_number_and_the_sender_goes_back_at_
 }
 
 #[test]
+fn two_packets_swapped_on_the_wire_are_delivered_in_the_order_they_were_sent() {
+    let mut net = Net::new(2);
+    net.open(0, 1);
+    net.open(1, 2);
+    provide_buffers(&mut net, (1, 2), 3);
+    for n in 0..3 {
+        send_message(&mut net, (0, 1), (1, 2), n, 30);
+    }
+    let sent = net.poll(0);
+
+    net.deliver(&sent[0]);
+    net.deliver(&sent[2]);
+    assert_eq!(net[1].events(2).len(), 1, "2 is not delivered before 1");
+    net.deliver(&sent[1]);
+    net.run_for(Duration::from_millis(10));
+
+    let received = net[1].events(2);
+    assert_eq!(received.len(), 2, "each once: {received:?}");
+    for (event, n) in received.iter().zip([1u8, 2]) {
+        assert_eq!(net[1].read_arena(2, event.buffer.get(), 30), payload(n, 30));
+    }
+    assert_eq!(of_kind(&net[0].events(1), EventKind::SENT).len(), 3);
+}
+
+#[test]
 fn malformed_packets_are_counted_and_ignored() {
     let mut net = Net::new(2);
     net.open(1, 2);
