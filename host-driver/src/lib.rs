@@ -13,6 +13,7 @@
 #![deny(unsafe_code)]
 
 pub mod cli;
+pub mod emulator;
 pub mod flash;
 pub mod image;
 pub mod sim;

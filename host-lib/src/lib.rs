@@ -1,4 +1,32 @@
 //! host-lib: the nicbar user library.
 //!
-//! A process opens a port, allocates DMA buffers from the port's arena, posts send and receive
-//! tokens into the port's memory-mapped rings, and polls events — no system call per message.
+//! A process opens a port ([`Port::open`]), allocates DMA buffers from the port's arena
+//! ([`Port::dma_alloc`]), posts send and receive tokens into the port's memory-mapped rings
+//! ([`Port::send`], [`Port::provide_receive_buffer`]) and takes events from its event ring
+//! ([`Port::receive`], [`Port::blocking_receive`]) — no system call per message: the NIC's
+//! doorbell is rung only when the NIC sleeps and asked for it, and a waiting process sleeps on its
+//! own doorbell only when its event ring is empty (or spins, by [`WaitMode`]).
+//!
+//! As in GM, the process holds send tokens (one per send ring slot; a SENT event returns one) and
+//! receive tokens, and a buffer belongs to the NIC from the send or provide until the event that
+//! ends its use: [`DmaBuffer`] is moved in and handed back in the [`Event`].
+//!
+//! The only NIC backend so far is the emulated one (`nicctl emulate`, or
+//! [`host_driver::emulator::Emulator::spawn`] in-process); the port region, the rings and the
+//! tokens are the same for every backend. `unsafe` code lives in one module, [`dma`]'s views of
+//! buffer bytes; the mapping itself is `host_driver::emulator::sys`.
+#![deny(unsafe_code)]
+
+pub mod dma;
+mod error;
+mod event;
+mod port;
+
+pub use dma::DmaBuffer;
+pub use error::{BufferError, Error};
+pub use event::Event;
+pub use port::{Port, PortCounters, WaitMode};
+pub use shared_abi::event::Status;
+pub use shared_abi::ids::{NodeId, PortId};
+pub use shared_abi::token::Priority;
+pub use shared_abi::{max_length_for_size, min_size_for_length};

@@ -36,6 +36,14 @@ enum Command {
     /// the image, or nothing is written. After writing, the device is fsynced and the image is
     /// read back and compared.
     Flash(cli::flash::Args),
+
+    /// Run emulated NICs as a daemon: real firmware, ports over shared memory, UDP between
+    /// daemons. Serves until SIGINT or SIGTERM.
+    Emulate(host_driver::emulator::cli::EmulateArgs),
+
+    /// Show a running emulator's units, open ports (with owner pids) and per-connection
+    /// counters.
+    Status(host_driver::emulator::cli::StatusArgs),
 }
 
 fn main() -> ExitCode {
@@ -43,6 +51,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Image(command) => cli::image::run(command),
         Command::Flash(args) => cli::flash::run(args),
+        Command::Emulate(args) => host_driver::emulator::cli::run_emulate(args),
+        Command::Status(args) => host_driver::emulator::cli::run_status(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

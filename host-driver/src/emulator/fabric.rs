@@ -1,0 +1,227 @@
+//! The fabric map: which UDP address each node id of the fabric listens on (GM's mapper output,
+//! written by hand or by a script).
+//!
+//! A text file, one node per line:
+//!
+//! ```text
+//! # nicbar fabric map
+//! node 0 127.0.0.1:7400
+//! node 1 127.0.0.2:7400   # a comment may follow an entry
+//! ```
+//!
+//! `node <id> <ip>:<port>`: the id is a decimal `u16`, the address an IPv4 or IPv6 socket address
+//! (`[::1]:7400`). `#` starts a comment; blank lines are ignored. Node ids and addresses are unique.
+//! Every daemon of a fabric reads the same map; each binds the addresses of the nodes it runs.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+
+use shared_abi::ids::NodeId;
+
+/// Node ids and their UDP addresses.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FabricMap {
+    nodes: BTreeMap<u16, SocketAddr>,
+}
+
+/// Why a fabric map was refused.
+#[derive(Debug)]
+pub enum FabricError {
+    /// The file could not be read.
+    Read {
+        /// The file.
+        path: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// A line is not `node <id> <address>`.
+    Syntax {
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A node id appears twice.
+    DuplicateNode {
+        /// 1-based line number of the second entry.
+        line: usize,
+        /// The node id.
+        node: u16,
+    },
+    /// An address appears twice.
+    DuplicateAddress {
+        /// 1-based line number of the second entry.
+        line: usize,
+        /// The address.
+        address: SocketAddr,
+    },
+}
+
+impl std::fmt::Display for FabricError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Read { path, source } => write!(f, "cannot read fabric map {path}: {source}"),
+            Self::Syntax { line, reason } => write!(f, "fabric map line {line}: {reason}"),
+            Self::DuplicateNode { line, node } => {
+                write!(f, "fabric map line {line}: node {node} is listed twice")
+            }
+            Self::DuplicateAddress { line, address } => {
+                write!(
+                    f,
+                    "fabric map line {line}: address {address} is listed twice"
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for FabricError {}
+
+impl FabricMap {
+    /// An empty map (every node is in-process).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Reads and parses the map in `path`.
+    ///
+    /// # Errors
+    /// [`FabricError`] with the line at fault.
+    pub fn read(path: &Path) -> Result<Self, FabricError> {
+        let text = std::fs::read_to_string(path).map_err(|source| FabricError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::parse(&text)
+    }
+
+    /// Parses a map.
+    ///
+    /// # Errors
+    /// [`FabricError`] with the line at fault.
+    pub fn parse(text: &str) -> Result<Self, FabricError> {
+        let mut map = Self::new();
+        for (index, raw) in text.lines().enumerate() {
+            let line = index + 1;
+            let content = raw.split('#').next().unwrap_or("").trim();
+            if content.is_empty() {
+                continue;
+            }
+            let syntax = |reason: String| FabricError::Syntax { line, reason };
+            let mut words = content.split_whitespace();
+            match words.next() {
+                Some("node") => {}
+                Some(other) => return Err(syntax(format!("expected `node`, found `{other}`"))),
+                None => continue,
+            }
+            let (Some(id), Some(address), None) = (words.next(), words.next(), words.next()) else {
+                return Err(syntax("expected `node <id> <ip>:<port>`".to_owned()));
+            };
+            let node: u16 = id
+                .parse()
+                .map_err(|_| syntax(format!("`{id}` is not a node id (0..=65535)")))?;
+            let address: SocketAddr = address
+                .parse()
+                .map_err(|_| syntax(format!("`{address}` is not an <ip>:<port> address")))?;
+            if map.nodes.contains_key(&node) {
+                return Err(FabricError::DuplicateNode { line, node });
+            }
+            if map.nodes.values().any(|known| *known == address) {
+                return Err(FabricError::DuplicateAddress { line, address });
+            }
+            map.nodes.insert(node, address);
+        }
+        Ok(map)
+    }
+
+    /// Adds or replaces `node`'s address.
+    pub fn insert(&mut self, node: NodeId, address: SocketAddr) {
+        self.nodes.insert(node.get(), address);
+    }
+
+    /// The address of `node`, if the map names it.
+    pub fn address(&self, node: NodeId) -> Option<SocketAddr> {
+        self.nodes.get(&node.get()).copied()
+    }
+
+    /// The node listening on `address`, if any.
+    pub fn node_at(&self, address: SocketAddr) -> Option<NodeId> {
+        self.nodes
+            .iter()
+            .find(|(_, known)| **known == address)
+            .map(|(node, _)| NodeId::new(*node))
+    }
+
+    /// Every entry, by node id.
+    pub fn iter(&self) -> impl Iterator<Item = (NodeId, SocketAddr)> + '_ {
+        self.nodes
+            .iter()
+            .map(|(node, address)| (NodeId::new(*node), *address))
+    }
+
+    /// The map as text in the format [`FabricMap::parse`] reads.
+    pub fn to_text(&self) -> String {
+        let mut text = String::from("# nicbar fabric map: node <id> <ip>:<port>\n");
+        for (node, address) in self.iter() {
+            text.push_str(&format!("node {} {address}\n", node.get()));
+        }
+        text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_entries_comments_and_blank_lines() {
+        let map = FabricMap::parse(
+            "# two nodes\n\nnode 0 127.0.0.1:7400\n  node 7 [::1]:9 # trailing comment\n",
+        )
+        .unwrap();
+        assert_eq!(
+            map.address(NodeId::new(0)),
+            Some("127.0.0.1:7400".parse().unwrap())
+        );
+        assert_eq!(
+            map.address(NodeId::new(7)),
+            Some("[::1]:9".parse().unwrap())
+        );
+        assert_eq!(map.address(NodeId::new(1)), None);
+        assert_eq!(
+            map.node_at("127.0.0.1:7400".parse().unwrap()),
+            Some(NodeId::new(0))
+        );
+        assert_eq!(FabricMap::parse(&map.to_text()).unwrap(), map);
+    }
+
+    #[test]
+    fn refuses_bad_lines_with_their_number() {
+        let error = FabricMap::parse("node 0 127.0.0.1:1\nhost 1 127.0.0.1:2\n").unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "fabric map line 2: expected `node`, found `host`"
+        );
+        assert!(matches!(
+            FabricMap::parse("node 70000 127.0.0.1:1"),
+            Err(FabricError::Syntax { line: 1, .. })
+        ));
+        assert!(matches!(
+            FabricMap::parse("node 1 localhost:1"),
+            Err(FabricError::Syntax { line: 1, .. })
+        ));
+        assert!(matches!(
+            FabricMap::parse("node 1 127.0.0.1:1 extra"),
+            Err(FabricError::Syntax { line: 1, .. })
+        ));
+        assert!(matches!(
+            FabricMap::parse("node 1 127.0.0.1:1\nnode 1 127.0.0.1:2"),
+            Err(FabricError::DuplicateNode { line: 2, node: 1 })
+        ));
+        assert!(matches!(
+            FabricMap::parse("node 1 127.0.0.1:1\n\nnode 2 127.0.0.1:1"),
+            Err(FabricError::DuplicateAddress { line: 3, .. })
+        ));
+    }
+}

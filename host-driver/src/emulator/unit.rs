@@ -1,0 +1,411 @@
+//! One emulated NIC ("unit", as GM's boards): a thread that runs the real firmware core over an
+//! epoll loop.
+//!
+//! The loop drains its wake-up eventfd (rung for commands from the control thread, for packets
+//! from the daemon's other NICs, and by processes as the NIC doorbell), serves commands, takes
+//! packets from its inbox and its UDP socket, and polls the [`Nic`] until it has nothing left to
+//! do. Then it raises the sleeping flag of every open port's send and receive ring, polls once
+//! more (a token published before the process saw the flag would otherwise wait), and sleeps in
+//! `epoll_wait` until a descriptor is ready or the firmware's next deadline
+//! ([`Nic::poll_at`]) or the fault injector's next held-back packet is due.
+
+use std::collections::VecDeque;
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use firmware::{Instant, Nic, OpenError};
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
+use shared_abi::ids::{Generation, NodeId, PORTS_PER_NIC, PortId};
+use shared_abi::ring::Consumer;
+use shared_abi::token::{ReceiveToken, SendToken};
+
+use super::doorbell;
+use super::fabric::FabricMap;
+use super::fault::{FaultConfig, FaultInjector};
+use super::hal::{AttachedPort, UnitHal};
+use super::protocol::{ConnectionReport, PortReport, UnitStatus};
+use super::wire::{self, Inbox, LocalFabric, Wire};
+
+/// Rounds of (packets in, poll, loopback) a unit runs before it looks at its commands again.
+const MAX_ROUNDS: usize = 256;
+/// Longest sleep while a port has events waiting for room in its event ring. The process rings
+/// the NIC doorbell when it frees room in a ring it saw full; this bounds the wait if it could not
+/// see that (the ring ABI has no "producer waiting" flag).
+const PENDING_EVENTS_RECHECK: Duration = Duration::from_millis(5);
+/// Rounds in a row the firmware may ask to be polled at once while having nothing to do before
+/// the loop takes the deadline as stale and sleeps a millisecond instead of spinning.
+const STALE_DEADLINE_ROUNDS: u32 = 8;
+
+/// Stack of a unit thread: the firmware's tables live on it.
+const UNIT_STACK: usize = 8 << 20;
+
+const WAKE: u64 = 0;
+const UDP: u64 = 1;
+
+/// A request from the control thread.
+#[derive(Debug)]
+pub(crate) enum Command {
+    /// Map `attached` as `port`'s region and open the port.
+    Open {
+        port: PortId,
+        attached: AttachedPort,
+        reply: Sender<Result<Generation, OpenError>>,
+    },
+    /// Close `port` (its owner closed it or died) and unmap its region.
+    Close {
+        port: PortId,
+        reply: Option<Sender<()>>,
+    },
+    /// Report.
+    Status { reply: Sender<UnitStatus> },
+    /// End the thread.
+    Stop,
+}
+
+/// Everything a unit thread starts from.
+pub(crate) struct UnitSetup {
+    pub(crate) unit: u8,
+    pub(crate) node: NodeId,
+    pub(crate) address: Option<SocketAddr>,
+    pub(crate) udp: Option<UdpSocket>,
+    pub(crate) wake: Arc<OwnedFd>,
+    pub(crate) inbox: Arc<Inbox>,
+    pub(crate) local: Arc<LocalFabric>,
+    pub(crate) fabric: Arc<FabricMap>,
+    pub(crate) faults: Option<FaultConfig>,
+    pub(crate) nic: firmware::Config,
+    pub(crate) origin: std::time::Instant,
+    pub(crate) boot_nonce: u32,
+}
+
+/// The control thread's handle on a unit thread.
+#[derive(Debug)]
+pub(crate) struct UnitHandle {
+    pub(crate) unit: u8,
+    pub(crate) node: NodeId,
+    /// The unit's wake-up eventfd, which processes get as their NIC doorbell.
+    pub(crate) wake: Arc<OwnedFd>,
+    commands: Sender<Command>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl UnitHandle {
+    /// Queues `command` and wakes the unit. `false` if the unit thread is gone.
+    pub(crate) fn send(&self, command: Command) -> bool {
+        let sent = self.commands.send(command).is_ok();
+        doorbell::ring(&*self.wake);
+        sent
+    }
+
+    /// Stops the thread and waits for it.
+    pub(crate) fn stop(&mut self) {
+        self.send(Command::Stop);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for UnitHandle {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Starts the unit's thread.
+///
+/// # Errors
+/// Creating the epoll instance or the thread failed.
+pub(crate) fn spawn(setup: UnitSetup) -> io::Result<UnitHandle> {
+    let UnitSetup {
+        unit,
+        node,
+        address,
+        udp,
+        wake,
+        inbox,
+        local,
+        fabric,
+        faults,
+        nic,
+        origin,
+        boot_nonce,
+    } = setup;
+    let (commands, receiver) = mpsc::channel();
+    let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
+    epoll.add(&*wake, EpollEvent::new(EpollFlags::EPOLLIN, WAKE))?;
+    if let Some(udp) = udp.as_ref() {
+        epoll.add(udp, EpollEvent::new(EpollFlags::EPOLLIN, UDP))?;
+    }
+    let faults = faults
+        .filter(FaultConfig::is_active)
+        .map(|config| FaultInjector::new(config, u64::from(unit)));
+    let wire = Wire::new(node, local, udp, fabric, faults);
+    let unit_wake = wake.clone();
+    let thread = std::thread::Builder::new()
+        .name(format!("nic-unit-{unit}"))
+        .stack_size(UNIT_STACK)
+        .spawn(move || {
+            // The NIC is a few hundred kilobytes of fixed tables: it is built on this thread's
+            // own (large) stack rather than moved through the spawning thread's.
+            UnitLoop {
+                unit,
+                address,
+                nic: Nic::new(UnitHal::new(wire), node, nic, boot_nonce),
+                commands: receiver,
+                wake: unit_wake,
+                inbox,
+                epoll,
+                origin,
+                arrivals: VecDeque::new(),
+                stale_rounds: 0,
+                stale_reported: false,
+            }
+            .run();
+        })?;
+    Ok(UnitHandle {
+        unit,
+        node,
+        wake,
+        commands,
+        thread: Some(thread),
+    })
+}
+
+struct UnitLoop {
+    unit: u8,
+    address: Option<SocketAddr>,
+    nic: Nic<UnitHal>,
+    commands: Receiver<Command>,
+    wake: Arc<OwnedFd>,
+    inbox: Arc<Inbox>,
+    epoll: Epoll,
+    origin: std::time::Instant,
+    arrivals: VecDeque<Vec<u8>>,
+    stale_rounds: u32,
+    stale_reported: bool,
+}
+
+impl UnitLoop {
+    fn now(&self) -> Instant {
+        Instant::from_nanos(u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    fn run(mut self) {
+        let mut events = [EpollEvent::empty(); 4];
+        loop {
+            doorbell::drain(&*self.wake);
+            if !self.serve_commands() {
+                return;
+            }
+            self.work();
+            let timeout = self.sleep_timeout();
+            if timeout == Some(Duration::ZERO) {
+                continue;
+            }
+            self.set_sleeping(true);
+            let now = self.now();
+            let late_work = self.nic.poll(now) || !self.nic.hal().wire.loopback.is_empty();
+            if !late_work {
+                let _ = self.epoll.wait(&mut events, epoll_timeout(timeout));
+            }
+            self.set_sleeping(false);
+        }
+    }
+
+    /// Serves every queued command. `false` when told to stop (or the control thread is gone).
+    fn serve_commands(&mut self) -> bool {
+        loop {
+            match self.commands.try_recv() {
+                Ok(Command::Stop) | Err(TryRecvError::Disconnected) => return false,
+                Ok(command) => self.serve(command),
+                Err(TryRecvError::Empty) => return true,
+            }
+        }
+    }
+
+    fn serve(&mut self, command: Command) {
+        let now = self.now();
+        self.nic.hal_mut().wire.set_now(now);
+        match command {
+            Command::Open {
+                port,
+                attached,
+                reply,
+            } => {
+                let _ = reply.send(self.open(port, attached, now));
+            }
+            Command::Close { port, reply } => {
+                self.nic.close_port(port, now);
+                if let Some(slot) = port
+                    .index()
+                    .and_then(|index| self.nic.hal_mut().ports.get_mut(index))
+                {
+                    // The NIC has let go of the region; unmapping it is safe now.
+                    *slot = None;
+                }
+                if let Some(reply) = reply {
+                    let _ = reply.send(());
+                }
+            }
+            Command::Status { reply } => {
+                let _ = reply.send(self.status());
+            }
+            Command::Stop => {}
+        }
+    }
+
+    fn open(
+        &mut self,
+        port: PortId,
+        attached: AttachedPort,
+        now: Instant,
+    ) -> Result<Generation, OpenError> {
+        let index = port.index().ok_or(OpenError::NoSuchPort(port))?;
+        let slot = self
+            .nic
+            .hal_mut()
+            .ports
+            .get_mut(index)
+            .ok_or(OpenError::NoSuchPort(port))?;
+        if slot.is_some() {
+            return Err(OpenError::AlreadyOpen(port));
+        }
+        *slot = Some(attached);
+        let opened = self.nic.open_port(port, now);
+        if opened.is_err()
+            && let Some(slot) = self.nic.hal_mut().ports.get_mut(index)
+        {
+            *slot = None;
+        }
+        opened
+    }
+
+    /// Runs the NIC until it has nothing to do (or [`MAX_ROUNDS`] rounds, to serve commands).
+    fn work(&mut self) {
+        for _ in 0..MAX_ROUNDS {
+            let now = self.now();
+            let wire = &mut self.nic.hal_mut().wire;
+            wire.set_now(now);
+            wire.blocked = false;
+            wire.release_due();
+            wire.receive_udp(&mut self.arrivals);
+            self.inbox.take_all(&mut self.arrivals);
+            let mut busy = !self.arrivals.is_empty();
+            self.nic.hal_mut().wire.counters.received += self.arrivals.len() as u64;
+            while let Some(packet) = self.arrivals.pop_front() {
+                self.nic.on_packet(&packet, now);
+            }
+            busy |= self.nic.poll(now);
+            while let Some(packet) = self.nic.hal_mut().wire.loopback.pop_front() {
+                self.nic.hal_mut().wire.counters.received += 1;
+                self.nic.on_packet(&packet, now);
+                busy = true;
+            }
+            if !busy {
+                return;
+            }
+        }
+    }
+
+    /// How long the unit may sleep: until the firmware's or the wire's next deadline, `None` for
+    /// as long as nothing arrives.
+    fn sleep_timeout(&mut self) -> Option<Duration> {
+        let now = self.now();
+        let wire = &self.nic.hal().wire;
+        let deadline = firmware::time::earliest(self.nic.poll_at(), wire.next_release());
+        let mut timeout =
+            deadline.map(|at| Duration::from_nanos(at.as_nanos().saturating_sub(now.as_nanos())));
+        let mut recheck = None;
+        if wire.blocked {
+            recheck = Some(wire::BLOCKED_RETRY);
+        }
+        let events_waiting = (0..PORTS_PER_NIC as u8)
+            .filter_map(|port| self.nic.port_status(PortId(port)))
+            .any(|status| status.pending_events > 0);
+        if events_waiting {
+            recheck = Some(recheck.map_or(PENDING_EVENTS_RECHECK, |r: Duration| {
+                r.min(PENDING_EVENTS_RECHECK)
+            }));
+        }
+        if timeout == Some(Duration::ZERO) {
+            // `work` just found nothing to do; a deadline that is still due at once after that,
+            // round after round, is one the firmware will not clear. Sleep briefly rather than spin.
+            self.stale_rounds += 1;
+            if self.stale_rounds >= STALE_DEADLINE_ROUNDS {
+                if !self.stale_reported {
+                    self.stale_reported = true;
+                    eprintln!(
+                        "nicctl emulate: unit {}: the firmware keeps asking to be polled at {:?} \
+                         (now {:?}) with nothing to do; sleeping 1 ms per round instead",
+                        self.unit, deadline, now
+                    );
+                }
+                timeout = Some(Duration::from_millis(1));
+            }
+        } else {
+            self.stale_rounds = 0;
+        }
+        match (timeout, recheck) {
+            (Some(t), Some(r)) => Some(t.min(r)),
+            (t, None) => t,
+            (None, r) => r,
+        }
+    }
+
+    /// Raises or lowers the sleeping flag of every open port's send and receive ring (the NIC is
+    /// their consumer), so processes ring the doorbell only while the NIC sleeps.
+    fn set_sleeping(&self, sleeping: bool) {
+        for attached in self.nic.hal().ports.iter().flatten() {
+            let memory = attached.mapping.memory();
+            let send = Consumer::<SendToken>::new(attached.layout.send_ring, 0);
+            let receive = Consumer::<ReceiveToken>::new(attached.layout.receive_ring, 0);
+            let _ = send.set_sleeping(memory, sleeping);
+            let _ = receive.set_sleeping(memory, sleeping);
+        }
+    }
+
+    fn status(&self) -> UnitStatus {
+        let ports = (0..PORTS_PER_NIC as u8)
+            .filter_map(|port| self.nic.port_status(PortId(port)))
+            .map(|status| PortReport {
+                port: status.port.0,
+                generation: status.generation.get(),
+                owner_pid: None,
+                held_sends: status.held_sends,
+                receive_buffers: status.receive_buffers,
+                barrier_running: status.barrier_running,
+                pending_events: status.pending_events,
+                faulted: status.faulted.map(|s| s.0),
+            })
+            .collect();
+        let connections = self
+            .nic
+            .connection_counters()
+            .map(|(peer, counters)| ConnectionReport::new(peer.get(), &counters))
+            .collect();
+        UnitStatus {
+            unit: self.unit,
+            node: self.nic.node().get(),
+            address: self.address.map(|a| a.to_string()),
+            ports,
+            connections,
+            counters: self.nic.counters().into(),
+            wire: self.nic.hal().wire.counters,
+        }
+    }
+}
+
+/// An epoll timeout of at least `timeout`, rounded up to whole milliseconds.
+fn epoll_timeout(timeout: Option<Duration>) -> EpollTimeout {
+    let Some(timeout) = timeout else {
+        return EpollTimeout::NONE;
+    };
+    let millis = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+    EpollTimeout::try_from(millis).unwrap_or(EpollTimeout::MAX)
+}

@@ -1,0 +1,74 @@
+//! Events as the process sees them: the NIC's reports, with the buffers they give back.
+
+use shared_abi::event::Status;
+use shared_abi::ids::{NodeId, PortId};
+use shared_abi::token::Priority;
+
+use crate::dma::DmaBuffer;
+
+/// What [`crate::Port::receive`] returns.
+#[derive(Debug)]
+pub enum Event {
+    /// A message arrived (GM's `GM_RECV_EVENT`, or `GM_HIGH_RECV_EVENT` by `priority`). Its bytes
+    /// are `buffer[..length]`; the buffer is the process's again (provide it anew to receive
+    /// into it again).
+    Received {
+        /// The buffer that holds the message.
+        buffer: DmaBuffer,
+        /// The message length.
+        length: usize,
+        /// The buffer's tag, as provided.
+        tag: u32,
+        /// The size class.
+        size: u8,
+        /// The priority.
+        priority: Priority,
+        /// The sending node.
+        sender_node: NodeId,
+        /// The sending port.
+        sender_port: PortId,
+        /// `SUCCESS`, or `BAD_BUFFER` if the NIC could not write the buffer.
+        status: Status,
+    },
+    /// A send finished (GM's send callback): `status` says how. The send token and the buffer
+    /// are the process's again.
+    Sent {
+        /// The buffer sent from.
+        buffer: DmaBuffer,
+        /// The context given to [`crate::Port::send`].
+        context: u64,
+        /// `SUCCESS`, `TARGET_PORT_CLOSED`, `TARGET_NODE_UNREACHABLE`, `SEND_TIMED_OUT`.
+        status: Status,
+        /// The destination node.
+        target_node: NodeId,
+        /// The destination port.
+        target_port: PortId,
+    },
+    /// The NIC refused a send token; the token (and its buffer, if it was one of this library's
+    /// sends) is the process's again.
+    SendRejected {
+        /// The buffer, for a send made through this library.
+        buffer: Option<DmaBuffer>,
+        /// The send's context (the raw token's context for a raw token).
+        context: u64,
+        /// Why (`INVALID_TOKEN`, `BAD_BUFFER`, `TOO_LONG`, ...).
+        status: Status,
+        /// The refused token's kind byte.
+        kind: u8,
+    },
+    /// The NIC refused a receive token; the token (and its buffer) is the process's again.
+    ReceiveRejected {
+        /// The buffer, for a buffer provided through this library.
+        buffer: Option<DmaBuffer>,
+        /// The buffer's tag.
+        tag: u32,
+        /// Why.
+        status: Status,
+    },
+    /// The process broke its own rings' indexes; the NIC skipped what was published. Tokens in
+    /// the skipped range produce no events: their tokens and buffers are lost to the process.
+    RingCorrupt,
+    /// An event this library does not interpret (barrier events for now), or one that names no
+    /// send or buffer of this port.
+    Other(shared_abi::event::Event),
+}
