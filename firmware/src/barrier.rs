@@ -25,11 +25,31 @@ use shared_abi::schedule::{MAX_SCHEDULE_STEPS, Step, StepOp};
 use shared_abi::token::SendToken;
 use zerocopy::FromZeros;
 
+use crate::connection::Body;
 use crate::time::{Instant, earliest};
 use crate::{Hal, Nic};
 
-/// Sends of one barrier waiting to be retried (their target port was not open yet).
-const RETRIES: usize = 16;
+/// Barrier packets of one port waiting to be sent again (their target port was not open yet).
+pub(crate) const RETRIES: usize = 64;
+
+/// A barrier packet refused because its target port was not open yet, to send again at `at`.
+/// It outlives the barrier
+/// that sent it: the sender may complete (it only needs its peers to have entered) while its own
+/// packet still has to reach a port that opened late. It is dropped when it gets through, at
+/// `until` (the sending barrier's deadline), or when the port closes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Retry {
+    step: Step,
+    at: Instant,
+    until: Instant,
+}
+
+impl Retry {
+    /// When the packet is due to be sent again.
+    pub(crate) fn next_attempt(&self) -> Instant {
+        self.at
+    }
+}
 
 /// A running barrier: the schedule in NIC memory and where the engine is in it.
 #[derive(Debug)]
@@ -41,15 +61,14 @@ pub struct BarrierRun {
     sent_current: bool,
     context: u64,
     deadline: Instant,
-    /// Sends refused because the target port was closed, to queue again at the given time.
-    retries: Vec<(Step, Instant), RETRIES>,
+    /// The current step's send found no room (queue or connection table full): try again then.
+    stalled_until: Option<Instant>,
 }
 
 impl BarrierRun {
     /// The earliest time this barrier needs attention (a retry or its deadline).
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
-        let first_retry = self.retries.iter().map(|(_, at)| *at).min();
-        earliest(Some(self.deadline), first_retry)
+        earliest(Some(self.deadline), self.stalled_until)
     }
 
     /// Whether the steps still to do (from the current one on) wait for a packet from
@@ -121,7 +140,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             sent_current: false,
             context: token.context.get(),
             deadline: now.saturating_add(timeout),
-            retries: Vec::new(),
+            stalled_until: None,
         });
         self.advance_pending |= 1 << port;
         self.run_pending_advances(now);
@@ -177,11 +196,17 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 step.op == StepOp::SEND || (step.op == StepOp::EXCHANGE && !run.sent_current);
             if sends {
                 if !self.send_barrier_packet(port, step, now) {
-                    return; // No room now; the next poll tries again.
+                    // No room now: wake up a little later to try again.
+                    let retry = now.saturating_add(self.config.retry_interval);
+                    if let Some(run) = self.running_barrier(port) {
+                        run.stalled_until = Some(retry);
+                    }
+                    return;
                 }
                 let Some(run) = self.running_barrier(port) else {
                     return;
                 };
+                run.stalled_until = None;
                 if step.op == StepOp::SEND {
                     run.index += 1;
                     continue;
@@ -217,6 +242,28 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     /// Sends one barrier packet: over the wire, or for a port of this NIC straight into the
     /// local record. Returns `false` if it could not go now.
     fn send_barrier_packet(&mut self, port: usize, step: Step, now: Instant) -> bool {
+        // Barrier packets from one port to one destination port stay in order: while an earlier
+        // one waits to be sent again, later ones wait behind it (or the receiver would match a
+        // next-barrier packet to the current barrier).
+        let waiting = self
+            .ports
+            .get(port)
+            .and_then(|slot| slot.open.as_ref())
+            .is_some_and(|open| {
+                open.barrier_retries
+                    .iter()
+                    .any(|r| r.step.node == step.node && r.step.port == step.port)
+            });
+        if waiting {
+            self.schedule_retry(port, step, now);
+            return true;
+        }
+        self.put_barrier_packet(port, step, now)
+    }
+
+    /// Sends one barrier packet now: over the wire, or for a port of this NIC straight into the
+    /// local record. Returns `false` if it could not go now (no room).
+    fn put_barrier_packet(&mut self, port: usize, step: Step, now: Instant) -> bool {
         if step.node != self.node {
             return self.queue_barrier_packet(port, step.node, step.port, step.round, now);
         }
@@ -251,24 +298,35 @@ impl<H: Hal, const C: usize> Nic<H, C> {
 
     fn schedule_retry(&mut self, port: usize, step: Step, now: Instant) {
         let at = now.saturating_add(self.config.retry_interval);
-        if let Some(run) = self.running_barrier(port)
-            && run.retries.push((step, at)).is_err()
+        let default_until = now.saturating_add(self.config.default_barrier_timeout);
+        let Some(open) = self.ports.get_mut(port).and_then(|slot| slot.open.as_mut()) else {
+            return;
+        };
+        let until = open
+            .barrier
+            .as_ref()
+            .map_or(default_until, |run| run.deadline);
+        if open
+            .barrier_retries
+            .push(Retry { step, at, until })
+            .is_err()
+            && open.barrier.is_some()
         {
-            // More refused sends than a schedule should ever have outstanding: end it.
-            let (node, peer_port) = (step.node, step.port);
-            self.finish_barrier(port, Status::NO_RESOURCES, Some((node, peer_port)));
+            // More refused sends than a schedule should ever have outstanding: end the barrier.
+            self.finish_barrier(port, Status::NO_RESOURCES, Some((step.node, step.port)));
         }
     }
 
-    /// A barrier packet of ours was refused because its target port is closed: retry it while
-    /// the barrier that sent it still runs (the target may not have opened yet, §3.2).
-    pub(crate) fn barrier_send_refused(
+    /// Barrier packets of ours to `(node, dst_port)` were refused or withdrawn because that port
+    /// is closed (`rounds`, in the order they were sent): send them again, in that order, until the
+    /// port opens or the deadline passes (§3.2). This outlives the barrier that sent them.
+    pub(crate) fn barrier_sends_refused(
         &mut self,
         port: usize,
         generation: Generation,
         node: NodeId,
         dst_port: PortId,
-        round: u8,
+        rounds: &[u8],
         now: Instant,
     ) {
         let same_incarnation = self
@@ -276,37 +334,53 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             .get(port)
             .and_then(|slot| slot.open.as_ref())
             .is_some_and(|o| o.generation == generation);
-        if same_incarnation && self.running_barrier(port).is_some() {
-            self.schedule_retry(port, Step::new(StepOp::SEND, node, dst_port, round), now);
+        if same_incarnation {
+            for round in rounds {
+                self.schedule_retry(port, Step::new(StepOp::SEND, node, dst_port, *round), now);
+            }
         }
     }
 
-    /// Barrier timers: queue retries that are due, and fail barriers past their deadline.
+    /// Barrier timers: send again the refused packets that are due, and fail barriers past their
+    /// deadline.
     pub(crate) fn run_barrier_timers(&mut self, now: Instant) -> bool {
         let mut busy = false;
         for port in 0..PORTS_PER_NIC {
-            let Some(run) = self.running_barrier(port) else {
-                continue;
-            };
-            if run.deadline <= now {
+            if let Some(run) = self.running_barrier(port)
+                && run.deadline <= now
+            {
                 let peer = run.current_peer();
                 self.finish_barrier(port, Status::BARRIER_TIMED_OUT, Some(peer));
                 busy = true;
-                continue;
             }
-            let mut due: Vec<Step, RETRIES> = Vec::new();
-            run.retries.retain(|(step, at)| {
-                if *at <= now {
-                    let _ = due.push(*step);
-                    false
+            let Some(open) = self.ports.get_mut(port).and_then(|slot| slot.open.as_mut()) else {
+                continue;
+            };
+            open.barrier_retries.retain(|retry| retry.until > now);
+            // A destination's retries go out together, in order, once its first one is due.
+            let mut due: Vec<Retry, RETRIES> = Vec::new();
+            let mut kept: Vec<Retry, RETRIES> = Vec::new();
+            for retry in open.barrier_retries.iter() {
+                let first = open
+                    .barrier_retries
+                    .iter()
+                    .find(|r| r.step.node == retry.step.node && r.step.port == retry.step.port);
+                let target = if first.is_some_and(|first| first.at <= now) {
+                    &mut due
                 } else {
-                    true
-                }
-            });
-            for step in due {
+                    &mut kept
+                };
+                let _ = target.push(*retry);
+            }
+            open.barrier_retries = kept;
+            let mut blocked: Vec<(NodeId, PortId), RETRIES> = Vec::new();
+            for retry in due {
                 busy = true;
-                if !self.send_barrier_packet(port, step, now) {
-                    self.schedule_retry(port, step, now);
+                let destination = (retry.step.node, retry.step.port);
+                if blocked.contains(&destination) || !self.put_barrier_packet(port, retry.step, now)
+                {
+                    let _ = blocked.push(destination);
+                    self.schedule_retry(port, retry.step, now);
                 }
             }
         }
@@ -367,6 +441,31 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         };
         if source_id.index().is_none() {
             return;
+        }
+        // Barrier packets we hold or queue for that port were waiting for it to open; it died
+        // instead. Cancel them, so they stop holding up the connection (a port that has not opened
+        // yet sends no notice, and is still waited for).
+        if peer != self.node
+            && let Some(connection) = self
+                .connection_index(peer)
+                .and_then(|i| self.connections.get_mut(i))
+        {
+            let for_dead_port = |body: &Body| matches!(body, Body::Barrier { dst_port, .. } if *dst_port == source_id);
+            for descriptor in connection.sent.iter_mut() {
+                if for_dead_port(&descriptor.body) {
+                    descriptor.body = Body::Cancelled;
+                    descriptor.not_before = None;
+                    descriptor.needs_transmit = true;
+                }
+            }
+            let queued = connection.queue.len();
+            for _ in 0..queued {
+                if let Some(body) = connection.queue.pop_front()
+                    && !for_dead_port(&body)
+                {
+                    let _ = connection.queue.push_back(body);
+                }
+            }
         }
         for port in 0..PORTS_PER_NIC {
             let running = self

@@ -7,7 +7,7 @@
 //! rebuilt from the host buffer its send token still owns.
 
 use heapless::Deque;
-use shared_abi::ids::{Generation, NodeId, PortId};
+use shared_abi::ids::{Generation, NodeId, PORTS_PER_NIC, PortId};
 use shared_abi::packet::RejectReason;
 
 use crate::record::UnexpectedBarrierRecord;
@@ -15,9 +15,9 @@ use crate::seq::Seq;
 use crate::time::Instant;
 
 /// Packets in flight (sent, unacknowledged) per connection.
-pub const WINDOW: usize = 32;
+pub const WINDOW: usize = 16;
 /// Packets waiting for a sequence number per connection.
-pub const QUEUE: usize = 64;
+pub const QUEUE: usize = 32;
 /// Rejections waiting to be sent per connection.
 const REJECTS: usize = 8;
 /// Port-closed notices waiting for room in the queue.
@@ -42,6 +42,7 @@ pub(crate) enum Body {
         generation: Generation,
         dst_port: PortId,
         round: u8,
+        attempt: u8,
     },
     /// Generation `generation` of `port` closed.
     PortClosed { port: u8, generation: Generation },
@@ -116,7 +117,18 @@ pub(crate) struct Connection {
     /// A NACK to send, for the given epoch of the peer.
     pub(crate) nack_pending: Option<u32>,
     pub(crate) last_nack: Option<Instant>,
-    pub(crate) rejects: Deque<(Seq, RejectReason, u32), REJECTS>,
+    pub(crate) rejects: Deque<(Seq, RejectReason, u32, u8), REJECTS>,
+    /// The sequence number of a data message we refused because its port was closed. The sender
+    /// fails such a message (`TARGET_PORT_CLOSED`) and fills its slot with a cancelled packet, so
+    /// until that arrives we keep refusing the number — even once the port opens — or a delayed
+    /// duplicate of the refused message would be delivered after its sender was told it failed.
+    pub(crate) refused_closed: Option<Seq>,
+    /// Sender side: the current attempt number of barrier packets per `[source port][destination
+    /// port]` (see [`shared_abi::packet::PacketHeader::attempt`]).
+    pub(crate) barrier_attempts: [[u8; PORTS_PER_NIC]; PORTS_PER_NIC],
+    /// Receiver side: per `[source port][destination port]`, the attempt at which we refused a
+    /// barrier packet because the port was closed; packets of that attempt or older are refused.
+    pub(crate) barrier_refused: [[Option<u8>; PORTS_PER_NIC]; PORTS_PER_NIC],
     /// Last time anything arrived from the peer (an idle connection may be recycled).
     pub(crate) last_heard: Instant,
     /// Barrier packets that arrived before their barrier wanted them (paper §3.1).
@@ -143,6 +155,9 @@ impl Connection {
             nack_pending: None,
             last_nack: None,
             rejects: Deque::new(),
+            refused_closed: None,
+            barrier_attempts: [[0; PORTS_PER_NIC]; PORTS_PER_NIC],
+            barrier_refused: [[None; PORTS_PER_NIC]; PORTS_PER_NIC],
             last_heard: now,
             record: UnexpectedBarrierRecord::default(),
             counters: ConnectionCounters::default(),
@@ -167,5 +182,20 @@ impl Connection {
                 descriptor.needs_transmit = true;
             }
         }
+    }
+
+    /// Starts a new transmit epoch: the peer holds no state for ours (it recycled the connection
+    /// after a silence longer than the give-up time, so nothing in flight now was ever delivered).
+    /// What is in flight is renumbered from zero and sent again.
+    pub(crate) fn restart_epoch(&mut self, epoch: u32) {
+        self.tx_epoch = epoch;
+        self.next_seq = Seq(0);
+        for descriptor in self.sent.iter_mut() {
+            descriptor.seq = self.next_seq;
+            descriptor.needs_transmit = true;
+            descriptor.not_before = None;
+            self.next_seq = self.next_seq.next();
+        }
+        self.last_go_back = None;
     }
 }

@@ -345,9 +345,12 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
                 at = time::earliest(at, descriptor.not_before);
             }
         }
-        for slot in self.ports.iter() {
-            if let Some(run) = slot.open.as_ref().and_then(|open| open.barrier.as_ref()) {
+        for open in self.ports.iter().filter_map(|slot| slot.open.as_ref()) {
+            if let Some(run) = open.barrier.as_ref() {
                 at = time::earliest(at, run.next_deadline());
+            }
+            for retry in open.barrier_retries.iter() {
+                at = time::earliest(at, Some(retry.next_attempt()));
             }
         }
         at

@@ -7,7 +7,7 @@ use shared_abi::region::RegionLayout;
 use shared_abi::ring::{Consumer, Producer};
 use shared_abi::token::{ReceiveToken, SendToken};
 
-use crate::barrier::BarrierRun;
+use crate::barrier::{BarrierRun, RETRIES, Retry};
 
 /// Send tokens one port may have inside the NIC at once. Tokens beyond it stay in the send ring
 /// until one completes (back-pressure, never loss).
@@ -43,6 +43,9 @@ pub(crate) struct OpenPort {
     pub(crate) pending_events: Deque<Event, PENDING_EVENTS>,
     /// The running barrier: the paper's "send token pointer" in the port structure (§4.2).
     pub(crate) barrier: Option<BarrierRun>,
+    /// Barrier packets refused by a closed target port, to send again (they outlive the barrier
+    /// that sent them).
+    pub(crate) barrier_retries: heapless::Vec<Retry, RETRIES>,
     /// Set when the host broke its event ring: the port stops until it is closed.
     pub(crate) faulted: Option<Status>,
 }
@@ -60,6 +63,7 @@ impl OpenPort {
             barrier_buffers: 0,
             pending_events: Deque::new(),
             barrier: None,
+            barrier_retries: heapless::Vec::new(),
             faulted: None,
         }
     }

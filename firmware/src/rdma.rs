@@ -128,7 +128,8 @@ fn check_receive_token(
     match token.kind {
         ReceiveKind::BUFFER => {
             let length = max_length_for_size(token.size);
-            if length == 0 || !token.priority.is_valid() {
+            if !(3..=shared_abi::MAX_SIZE_CLASS).contains(&token.size) || !token.priority.is_valid()
+            {
                 return Err(Status::INVALID_TOKEN);
             }
             layout

@@ -33,6 +33,11 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         };
         let Some(index) = index else {
             self.counters.no_connection += 1;
+            if header.kind.is_sequenced() {
+                // No room for the peer now: tell it we are alive but busy, so it holds the packet
+                // and retries instead of taking our silence for death.
+                self.send_stateless_reject(&header, RejectReason::BUSY);
+            }
             return;
         };
         let mut silent_for = core::time::Duration::ZERO;
@@ -136,22 +141,36 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         connection.counters.rejects_received += 1;
         // The peer spoke, so it is alive: the give-up clock restarts.
         connection.last_progress = now;
-        let epoch_ok = if header.flags.contains(PacketFlags::ACK_VALID) {
-            // ack_epoch was used for the piggybacked ack; the rejected packet is of our epoch
-            // if the ack was.
-            header.ack_epoch.get() == connection.tx_epoch
-        } else {
-            header.ack_epoch.get() == connection.tx_epoch
-        };
-        if !epoch_ok {
+        if header.ack_epoch.get() != connection.tx_epoch {
             return;
         }
-        let peer = connection.peer;
+        if reason == RejectReason::UNKNOWN_EPOCH {
+            // The peer has no state for our epoch. If it never acknowledged anything of it, it has
+            // just not seen our SYN yet: send the stream's start again. If it acknowledged part of
+            // it before, it recycled the connection after a silence longer than the give-up time —
+            // so everything in flight now was sent after that silence and never delivered — and a
+            // new epoch renumbers it safely.
+            if connection.sent.front().is_some_and(|d| d.seq == Seq(0)) {
+                connection.go_back_to(Seq(0));
+            } else if !connection.sent.is_empty() {
+                self.epoch_counter = self.epoch_counter.wrapping_add(1);
+                let epoch = self.epoch_counter;
+                if let Some(connection) = self.connections.get_mut(index) {
+                    connection.restart_epoch(epoch);
+                }
+            }
+            return;
+        }
         let Some(descriptor) = connection.sent.iter_mut().find(|d| d.seq == seq) else {
             return;
         };
+        if descriptor.transmissions.wrapping_sub(1) as u8 != header.transmission {
+            // A refusal of an earlier transmission (a duplicate, or overtaken by a later
+            // transmission the receiver may have accepted): acting on it could send twice.
+            return;
+        }
         let mut failed_send = None;
-        let mut failed_barrier = None;
+        let mut withdrawn = None;
         match (reason, descriptor.body) {
             (RejectReason::PORT_CLOSED, Body::Data { port, slot, .. }) => {
                 failed_send = Some((port, slot, Status::TARGET_PORT_CLOSED));
@@ -163,11 +182,12 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                     port,
                     generation,
                     dst_port,
-                    round,
+                    attempt,
+                    ..
                 },
             ) => {
-                failed_barrier = Some((port, generation, dst_port, round));
-                descriptor.body = Body::Cancelled;
+                // Withdrawn below, with every later packet of the same pair (paper §3.2).
+                withdrawn = Some((port, generation, dst_port, attempt));
             }
             (_, Body::Data { port, slot, .. })
                 if now.saturating_since(descriptor.first_sent)
@@ -182,13 +202,55 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             // Notices and cancelled slots are never refused by a correct peer; send them again.
             _ => {}
         }
+        if let Some((port, generation, dst_port, attempt)) = withdrawn {
+            // The target port is not open (yet). The receiver now refuses every barrier packet of
+            // this attempt from our port to it, so take back this one and every later one of the
+            // pair — sent or queued — and send them again, in order, under the next attempt when
+            // the port may have opened. Nothing holds up the connection meanwhile.
+            let pair = (usize::from(port), usize::from(dst_port.0));
+            if let Some(current) = connection
+                .barrier_attempts
+                .get_mut(pair.0)
+                .and_then(|row| row.get_mut(pair.1))
+                && *current == attempt
+            {
+                *current = current.wrapping_add(1);
+            }
+            let same = |body: &Body| matches!(body, Body::Barrier { port: p, dst_port: d, .. } if *p == port && *d == dst_port);
+            let mut rounds: heapless::Vec<
+                u8,
+                { crate::connection::WINDOW + crate::connection::QUEUE },
+            > = heapless::Vec::new();
+            for descriptor in connection.sent.iter_mut() {
+                if !descriptor.seq.precedes(seq)
+                    && same(&descriptor.body)
+                    && let Body::Barrier { round, .. } = descriptor.body
+                {
+                    let _ = rounds.push(round);
+                    descriptor.body = Body::Cancelled;
+                }
+            }
+            for _ in 0..connection.queue.len() {
+                if let Some(body) = connection.queue.pop_front() {
+                    match body {
+                        Body::Barrier { round, .. } if same(&body) => {
+                            let _ = rounds.push(round);
+                        }
+                        other => {
+                            let _ = connection.queue.push_back(other);
+                        }
+                    }
+                }
+            }
+            connection.go_back_to(seq);
+            let peer = connection.peer;
+            self.barrier_sends_refused(usize::from(port), generation, peer, dst_port, &rounds, now);
+            return;
+        }
         // The peer dropped everything after the refused packet too: go back to it.
         connection.go_back_to(seq);
         if let Some((port, slot, status)) = failed_send {
             self.complete_send(usize::from(port), usize::from(slot), status);
-        }
-        if let Some((port, generation, dst_port, round)) = failed_barrier {
-            self.barrier_send_refused(usize::from(port), generation, peer, dst_port, round, now);
         }
     }
 
@@ -225,6 +287,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             {
                 connection.rx_epoch = Some(epoch);
                 connection.expected = Seq(0);
+                connection.refused_closed = None;
             } else {
                 connection.counters.drops += 1;
                 return;
@@ -249,32 +312,44 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             return;
         }
         let peer = connection.peer;
-        let outcome = match header.kind {
-            PacketKind::DATA => self.deliver_data(peer, header, payload),
-            PacketKind::BARRIER => self.deliver_barrier_packet(peer, header, now),
-            PacketKind::PORT_CLOSED => {
-                self.peer_port_closed(
-                    peer,
-                    usize::from(header.src_port.0),
-                    header.src_generation,
-                    now,
-                );
-                Ok(())
+        let refused_before =
+            connection.refused_closed == Some(seq) && header.kind == PacketKind::DATA;
+        let outcome = if refused_before {
+            Err(RejectReason::PORT_CLOSED)
+        } else {
+            match header.kind {
+                PacketKind::DATA => self.deliver_data(peer, header, payload),
+                PacketKind::BARRIER => self.receive_barrier_packet(index, peer, header, now),
+                PacketKind::PORT_CLOSED => {
+                    self.peer_port_closed(
+                        peer,
+                        usize::from(header.src_port.0),
+                        header.src_generation,
+                        now,
+                    );
+                    Ok(())
+                }
+                _ => Ok(()),
             }
-            _ => Ok(()),
         };
         let Some(connection) = self.connections.get_mut(index) else {
             return;
         };
         match outcome {
             Ok(()) => {
+                connection.refused_closed = None;
                 connection.expected = connection.expected.next();
                 connection.counters.received += 1;
                 connection.ack_pending = true;
             }
             Err(reason) => {
-                if !connection.rejects.iter().any(|(s, _, _)| *s == seq) {
-                    let _ = connection.rejects.push_back((seq, reason, epoch));
+                if reason == RejectReason::PORT_CLOSED && header.kind == PacketKind::DATA {
+                    connection.refused_closed = Some(seq);
+                }
+                if !connection.rejects.iter().any(|(s, _, _, _)| *s == seq) {
+                    let _ = connection
+                        .rejects
+                        .push_back((seq, reason, epoch, header.transmission));
                 }
             }
         }
@@ -284,4 +359,66 @@ impl<H: Hal, const C: usize> Nic<H, C> {
 /// The generation carried by a packet, for records.
 pub(crate) fn packet_generation(header: &PacketHeader) -> Generation {
     header.src_generation
+}
+
+impl<H: Hal, const C: usize> Nic<H, C> {
+    /// Answers a sequenced packet we hold no connection for with a REJECT that needs no state.
+    fn send_stateless_reject(&mut self, header: &PacketHeader, reason: RejectReason) {
+        let mut reject = PacketHeader::new(
+            shared_abi::packet::PacketKind::REJECT,
+            self.node,
+            header.src_node,
+        );
+        reject.seq = header.seq;
+        reject.aux = reason.0;
+        reject.transmission = header.transmission;
+        reject.ack_epoch = header.epoch;
+        if let Some(len) = reject.emit(&[], &mut self.scratch) {
+            let packet = self.scratch.get(..len).unwrap_or(&[]);
+            let _ = self.hal.transmit(header.src_node, packet);
+        }
+    }
+}
+
+impl<H: Hal, const C: usize> Nic<H, C> {
+    /// An in-order barrier packet: refused if an earlier attempt of its (source port, destination
+    /// port) pair was refused and this one is not newer; else recorded for its port.
+    fn receive_barrier_packet(
+        &mut self,
+        index: usize,
+        peer: shared_abi::ids::NodeId,
+        header: &PacketHeader,
+        now: Instant,
+    ) -> Result<(), RejectReason> {
+        let pair = (
+            usize::from(header.src_port.0),
+            usize::from(header.dst_port.0),
+        );
+        let refused = self
+            .connections
+            .get(index)
+            .and_then(|c| c.barrier_refused.get(pair.0))
+            .and_then(|row| row.get(pair.1))
+            .copied()
+            .flatten();
+        if let Some(refused) = refused
+            && (header.attempt.wrapping_sub(refused) as i8) <= 0
+        {
+            return Err(RejectReason::PORT_CLOSED);
+        }
+        let outcome = self.deliver_barrier_packet(peer, header, now);
+        if let Some(slot) = self
+            .connections
+            .get_mut(index)
+            .and_then(|c| c.barrier_refused.get_mut(pair.0))
+            .and_then(|row| row.get_mut(pair.1))
+        {
+            match outcome {
+                Ok(()) => *slot = None,
+                Err(RejectReason::PORT_CLOSED) => *slot = Some(header.attempt),
+                Err(_) => {}
+            }
+        }
+        outcome
+    }
 }

@@ -7,7 +7,7 @@ use shared_abi::event::{Event, EventKind, Status};
 use shared_abi::ids::{PORTS_PER_NIC, PortId};
 use shared_abi::ring::RingError;
 use shared_abi::token::{SendKind, SendToken};
-use shared_abi::{MTU_PAYLOAD, max_length_for_size};
+use shared_abi::{MAX_SIZE_CLASS, MTU_PAYLOAD, max_length_for_size};
 
 use crate::connection::{Body, Connection};
 use crate::port::HeldSend;
@@ -94,7 +94,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
 
     fn take_data_token(&mut self, port: usize, token: &SendToken, now: Instant) -> Disposition {
         let length = token.length.get();
-        if !token.priority.is_valid() || max_length_for_size(token.size) == 0 {
+        if !token.priority.is_valid() || !(3..=MAX_SIZE_CLASS).contains(&token.size) {
             return Disposition::Reject(Status::INVALID_TOKEN);
         }
         if length > max_length_for_size(token.size) || length as usize > MTU_PAYLOAD {
@@ -174,6 +174,12 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         let Some(connection) = self.connections.get_mut(index) else {
             return false;
         };
+        let attempt = connection
+            .barrier_attempts
+            .get(port)
+            .and_then(|row| row.get(usize::from(dst_port.0)))
+            .copied()
+            .unwrap_or(0);
         connection
             .queue
             .push_back(Body::Barrier {
@@ -181,6 +187,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 generation,
                 dst_port,
                 round,
+                attempt,
             })
             .is_ok()
     }

@@ -83,7 +83,18 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             }
             match self.transmit_descriptor(index, &descriptor) {
                 Ok(()) => {}
-                Err(TransmitError::WouldBlock) => return busy,
+                Err(TransmitError::WouldBlock) => {
+                    // The wire is full: try this packet again shortly (`poll_at` reports it).
+                    let retry = now.saturating_add(self.config.retry_interval);
+                    if let Some(blocked) = self
+                        .connections
+                        .get_mut(index)
+                        .and_then(|c| c.sent.iter_mut().find(|d| d.seq == descriptor.seq))
+                    {
+                        blocked.not_before = Some(retry);
+                    }
+                    return busy;
+                }
                 Err(TransmitError::NoRoute) => {}
             }
             busy = true;
@@ -96,7 +107,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 } else {
                     connection.counters.resent += 1;
                 }
-                sent.transmissions = sent.transmissions.saturating_add(1);
+                sent.transmissions = sent.transmissions.wrapping_add(1);
                 sent.needs_transmit = false;
                 sent.not_before = None;
             }
@@ -123,6 +134,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         let mut header = PacketHeader::new(PacketKind::CANCELLED, self.node, peer);
         header.epoch = U32::new(connection.tx_epoch);
         header.seq = U32::new(descriptor.seq.0);
+        header.transmission = descriptor.transmissions as u8;
         if descriptor.seq == Seq(0) {
             header.flags |= PacketFlags::SYN;
         }
@@ -166,8 +178,10 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 generation,
                 dst_port,
                 round,
+                attempt,
             } => {
                 header.kind = PacketKind::BARRIER;
+                header.attempt = attempt;
                 header.src_port = shared_abi::ids::PortId(port);
                 header.dst_port = dst_port;
                 header.src_generation = generation;
@@ -225,10 +239,11 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             connection.last_nack = Some(now);
             connection.ack_pending = false;
         }
-        while let Some((seq, reason, epoch)) = connection.rejects.pop_front() {
+        while let Some((seq, reason, epoch, transmission)) = connection.rejects.pop_front() {
             let mut header = PacketHeader::new(PacketKind::REJECT, node, peer);
             header.seq = U32::new(seq.0);
             header.aux = reason.0;
+            header.transmission = transmission;
             header.ack_epoch = U32::new(epoch);
             if let Some(rx_epoch) = connection.rx_epoch {
                 header.flags |= PacketFlags::ACK_VALID;

@@ -72,6 +72,9 @@ impl RejectReason {
     /// The receiving NIC has no room to record the packet now (a barrier record or connection
     /// table is full).
     pub const BUSY: Self = Self(3);
+    /// The receiving NIC holds no state for the packet's epoch (it recycled the connection after
+    /// a long silence, or restarted): the sender resends its stream's start, or begins a new epoch.
+    pub const UNKNOWN_EPOCH: Self = Self(4);
 }
 
 /// Packet flags.
@@ -139,8 +142,11 @@ pub struct PacketHeader {
     pub size: u8,
     /// Barrier: the step's round. Reject: the [`RejectReason`].
     pub aux: u8,
-    /// Reserved, zero.
-    pub reserved0: u8,
+    /// Sequenced packets: which transmission of this sequence number this is (wrapping). A REJECT
+    /// echoes the number of the transmission it refuses, so the sender can tell a stale refusal —
+    /// a duplicate, or one overtaken by a later transmission the receiver accepted — from a
+    /// current one.
+    pub transmission: u8,
     /// Payload length in bytes.
     pub length: U16,
     /// Generation of the sending port (data, barrier, port closed).
@@ -154,8 +160,14 @@ pub struct PacketHeader {
     pub ack: U32,
     /// The receiver's epoch that `ack` refers to.
     pub ack_epoch: U32,
+    /// Barrier packets: the sender's attempt number for this (source port, destination port)
+    /// pair (wrapping). A receiver that refused a barrier packet because its port was closed
+    /// refuses every packet of that attempt or older from the pair; the sender withdraws them and
+    /// sends them again under a newer attempt, in order — so a copy still in flight is never taken
+    /// as well as its resent twin.
+    pub attempt: u8,
     /// Reserved, zero.
-    pub reserved1: U32,
+    pub reserved1: [u8; 3],
 }
 const _: () = assert!(core::mem::size_of::<PacketHeader>() == 40);
 
@@ -270,14 +282,15 @@ static EMPTY_HEADER: PacketHeader = PacketHeader {
     priority: 0,
     size: 0,
     aux: 0,
-    reserved0: 0,
+    transmission: 0,
     length: U16::new(0),
     src_generation: Generation::new(0),
     epoch: U32::new(0),
     seq: U32::new(0),
     ack: U32::new(0),
     ack_epoch: U32::new(0),
-    reserved1: U32::new(0),
+    attempt: 0,
+    reserved1: [0; 3],
 };
 
 impl PacketHeader {

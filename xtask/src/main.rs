@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 
 mod command;
 mod image;
+mod test;
 
 /// What every task returns: an error is printed and the task exits non-zero.
 type Result<T, E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
@@ -28,12 +29,16 @@ enum Task {
     /// Build the NIC firmware for a target and wrap it into a flashable image, or check an
     /// existing image.
     Image(image::Args),
+    /// Run every check CI runs: formatting, lints, the firmware's embedded build, and all tests.
+    /// Installs what it needs (the embedded Rust target) first.
+    Test(test::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.task {
         Task::Image(args) => image::run(args),
+        Task::Test(args) => test::run_tests(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -142,7 +142,6 @@ fn a_barrier_packet_from_a_dead_process_does_not_complete_its_successor_s_peer()
 }
 
 #[test]
-#[ignore = "firmware bug: a refused barrier packet's retry is dropped when its barrier completes"]
 fn a_barrier_packet_to_a_port_not_yet_open_is_retried_until_the_port_opens() {
     // Paper §3.2: a program's first act may be a barrier, before its peers have opened.
     let mut net = Net::new(2);

@@ -253,7 +253,6 @@ fn a_forged_event_ring_head_faults_only_that_port() {
 }
 
 #[test]
-#[ignore = "firmware bug: size class 3 (the class of empty messages) is refused as INVALID_TOKEN"]
 fn an_empty_message_of_size_class_3_is_sent_and_received() {
     // `min_size_for_length(0)` is 3, whose buffers hold `max_length_for_size(3) == 0` bytes.
     assert_eq!(shared_abi::min_size_for_length(0), Some(3));

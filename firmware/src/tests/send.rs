@@ -219,7 +219,6 @@ fn a_silent_node_fails_every_held_send_with_target_node_unreachable_and_the_nic_
 }
 
 #[test]
-#[ignore = "firmware bug: after TransmitError::WouldBlock, poll_at() is None while the packet waits"]
 fn a_packet_the_wire_would_not_take_goes_on_a_later_poll_that_poll_at_asks_for() {
     let mut net = Net::new(2);
     net.open(0, 1);

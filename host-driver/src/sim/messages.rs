@@ -80,7 +80,7 @@ impl MessageCampaign {
 #[derive(Debug)]
 pub struct CampaignFailure {
     /// The campaign.
-    pub campaign: MessageCampaign,
+    pub campaign: Box<MessageCampaign>,
     /// What was violated.
     pub violation: String,
 }
@@ -193,7 +193,7 @@ fn action(kind: u64, node: usize, port: usize) -> Happening {
 /// [`CampaignFailure`] names the seed and the first violation seen.
 pub fn run(campaign: &MessageCampaign) -> Result<CampaignReport, CampaignFailure> {
     let fail = |violation: String| CampaignFailure {
-        campaign: campaign.clone(),
+        campaign: Box::new(campaign.clone()),
         violation,
     };
     let config = Config {

@@ -7,6 +7,7 @@
 //! random choice — the fabric's size, the faults, the hosts' timing — comes from one seed, which
 //! every failure prints, so any failure replays exactly.
 
+pub mod barriers;
 pub mod hal;
 pub mod host;
 pub mod memory;

@@ -15,8 +15,8 @@ use super::memory::HeapRegion;
 use super::rng::Rng;
 
 /// Connections per simulated NIC: enough for every peer of a 64-node all-to-all, and for the
-/// 2·log2(N) peers of a barrier schedule at any simulated size.
-pub const SIM_CONNECTIONS: usize = 80;
+/// peers of a few consecutive barriers of different algorithms at 1024 nodes.
+pub const SIM_CONNECTIONS: usize = 160;
 
 /// The NIC type the simulator runs.
 pub type SimNic = Nic<SimHal, SIM_CONNECTIONS>;
