@@ -769,21 +769,18 @@ fn env_of(socket: &Path, unit: u8, port: u8) -> Vec<(&'static str, String)> {
     ]
 }
 
-#[test]
-fn four_processes_on_four_units_get_every_message_once_in_order_through_faults() {
-    let seed = seed();
+/// Starts one process per unit (process `i` owns port `i % 7 + 1` of unit `i`), each sending
+/// `count` messages to every other and checking what it receives; returns the daemon's report.
+fn all_to_all(
+    units: u8,
+    count: u32,
+    faults: FaultConfig,
+) -> host_driver::emulator::protocol::StatusReport {
     let dir = temp_dir();
-    let faults = FaultConfig {
-        loss: 0.15,
-        duplicate: 0.1,
-        reorder: 0.1,
-        ..FaultConfig::none(seed)
-    };
-    let emulator = emulator(dir.path(), 4, Some(faults));
+    let emulator = emulator(dir.path(), u16::from(units), Some(faults));
     let socket = emulator.socket().to_owned();
-    // Process i owns port i + 1 of unit i (node i).
-    let endpoints: Vec<(u8, u8)> = (0..4).map(|i| (i, i + 1)).collect();
-    let count = 150;
+    let endpoints: Vec<(u8, u8)> = (0..units).map(|i| (i, i % 7 + 1)).collect();
+    let peers = u32::from(units) - 1;
     let mut children: Vec<ChildProcess> = endpoints
         .iter()
         .map(|&(unit, port)| {
@@ -795,7 +792,7 @@ fn four_processes_on_four_units_get_every_message_once_in_order_through_faults()
             let mut env = env_of(&socket, unit, port);
             env.push(("PEERS", peers.join(",")));
             env.push(("COUNT", count.to_string()));
-            env.push(("SEED", seed.to_string()));
+            env.push(("SEED", faults.seed.to_string()));
             ChildProcess::spawn(&format!("process on unit {unit}"), "stream", &env)
         })
         .collect();
@@ -810,13 +807,17 @@ fn four_processes_on_four_units_get_every_message_once_in_order_through_faults()
         let done = child.expect("done", STAGE);
         eprintln!("{}: {done}", child.name);
         assert!(
-            done.starts_with(&format!("sent={} received={}", 3 * count, 3 * count)),
+            done.starts_with(&format!(
+                "sent={} received={}",
+                peers * count,
+                peers * count
+            )),
             "{done}"
         );
     }
     eprintln!(
-        "{} messages among 4 processes in {:?}",
-        4 * 3 * count,
+        "{} messages among {units} processes in {:?}",
+        u32::from(units) * peers * count,
         started.elapsed()
     );
     for child in children.iter_mut() {
@@ -846,7 +847,31 @@ fn four_processes_on_four_units_get_every_message_once_in_order_through_faults()
         "the faults did not happen: {wire:?}"
     );
     assert!(resent > 0, "nothing was retransmitted");
-    assert_eq!(report.fault_seed, Some(seed));
+    assert_eq!(report.fault_seed, Some(faults.seed));
+    report
+}
+
+#[test]
+fn four_processes_on_four_units_get_every_message_once_in_order_through_faults() {
+    let faults = FaultConfig {
+        loss: 0.15,
+        duplicate: 0.1,
+        reorder: 0.1,
+        ..FaultConfig::none(seed())
+    };
+    all_to_all(4, 150, faults);
+}
+
+#[test]
+fn sixteen_processes_on_sixteen_units_fit_two_cores() {
+    let faults = FaultConfig {
+        loss: 0.1,
+        duplicate: 0.05,
+        reorder: 0.05,
+        ..FaultConfig::none(seed())
+    };
+    let report = all_to_all(16, 20, faults);
+    assert_eq!(report.units.len(), 16);
 }
 
 #[test]

@@ -57,6 +57,10 @@ pub struct EmulateArgs {
     /// Firmware: first retransmission timeout, in microseconds.
     #[arg(long)]
     pub retransmit_us: Option<u64>,
+    /// How long a NIC stays awake after its last work before it sleeps, in microseconds
+    /// (processes posting within it ring no doorbell; 0 sleeps at once).
+    #[arg(long, default_value_t = super::DEFAULT_IDLE_LINGER.as_micros() as u64)]
+    pub linger_us: u64,
     /// Firmware: give up on a silent node after this many milliseconds.
     #[arg(long)]
     pub give_up_ms: Option<u64>,
@@ -122,6 +126,7 @@ impl EmulateArgs {
         if let Some(us) = self.retransmit_us {
             config.nic.retransmit_timeout = Duration::from_micros(us);
         }
+        config.idle_linger = Duration::from_micros(self.linger_us);
         if let Some(ms) = self.give_up_ms {
             config.nic.give_up_after = Duration::from_millis(ms);
         }

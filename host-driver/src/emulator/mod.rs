@@ -46,6 +46,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use shared_abi::ids::NodeId;
 
@@ -89,6 +90,9 @@ fn resolve_socket_path(
         _ => PathBuf::from(format!("/tmp/nicbar-{uid}")).join("control.sock"),
     }
 }
+
+/// How long a unit stays awake after its last work, by default.
+pub const DEFAULT_IDLE_LINGER: Duration = Duration::from_micros(50);
 
 /// The shape of every port region the daemon creates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -140,6 +144,9 @@ pub struct EmulatorConfig {
     pub nic: firmware::Config,
     /// The shape of port regions.
     pub region: RegionShape,
+    /// How long a unit stays awake after its last work before it sleeps. Within it, processes
+    /// post tokens without ringing the doorbell; it costs a core's time while it lasts.
+    pub idle_linger: Duration,
 }
 
 impl EmulatorConfig {
@@ -157,6 +164,7 @@ impl EmulatorConfig {
             faults: None,
             nic: firmware::Config::default(),
             region: RegionShape::default(),
+            idle_linger: DEFAULT_IDLE_LINGER,
         }
     }
 
@@ -370,6 +378,7 @@ impl Emulator {
                 nic: config.nic,
                 origin,
                 boot_nonce: boot_nonce.wrapping_add(index as u32),
+                linger: config.idle_linger,
             })
             .map_err(EmulatorError::Resources)?;
             units.push(handle);

@@ -81,6 +81,7 @@ pub(crate) struct UnitSetup {
     pub(crate) nic: firmware::Config,
     pub(crate) origin: std::time::Instant,
     pub(crate) boot_nonce: u32,
+    pub(crate) linger: Duration,
 }
 
 /// The control thread's handle on a unit thread.
@@ -135,6 +136,7 @@ pub(crate) fn spawn(setup: UnitSetup) -> io::Result<UnitHandle> {
         nic,
         origin,
         boot_nonce,
+        linger,
     } = setup;
     let (commands, receiver) = mpsc::channel();
     let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
@@ -165,6 +167,7 @@ pub(crate) fn spawn(setup: UnitSetup) -> io::Result<UnitHandle> {
                 arrivals: VecDeque::new(),
                 stale_rounds: 0,
                 stale_reported: false,
+                linger,
             }
             .run();
         })?;
@@ -189,6 +192,8 @@ struct UnitLoop {
     arrivals: VecDeque<Vec<u8>>,
     stale_rounds: u32,
     stale_reported: bool,
+    /// How long to stay awake after the last work before sleeping.
+    linger: Duration,
 }
 
 impl UnitLoop {
@@ -198,14 +203,24 @@ impl UnitLoop {
 
     fn run(mut self) {
         let mut events = [EpollEvent::empty(); 4];
+        let mut last_busy = std::time::Instant::now();
         loop {
             doorbell::drain(&*self.wake);
             if !self.serve_commands() {
                 return;
             }
-            self.work();
+            if self.work() {
+                last_busy = std::time::Instant::now();
+            }
             let timeout = self.sleep_timeout();
             if timeout == Some(Duration::ZERO) {
+                continue;
+            }
+            if last_busy.elapsed() < self.linger {
+                // Recently busy: stay awake a little without the sleeping flags, so a process
+                // that posts again soon needs no doorbell (io_uring's SQPOLL idle time).
+                let _ = self.epoll.wait(&mut events, EpollTimeout::ZERO);
+                std::thread::yield_now();
                 continue;
             }
             self.set_sleeping(true);
@@ -287,8 +302,9 @@ impl UnitLoop {
     }
 
     /// Runs the NIC until it has nothing to do (or [`MAX_ROUNDS`] rounds, to serve commands).
-    fn work(&mut self) {
-        for _ in 0..MAX_ROUNDS {
+    /// Returns whether there was anything to do.
+    fn work(&mut self) -> bool {
+        for round in 0..MAX_ROUNDS {
             let now = self.now();
             let wire = &mut self.nic.hal_mut().wire;
             wire.set_now(now);
@@ -308,9 +324,10 @@ impl UnitLoop {
                 busy = true;
             }
             if !busy {
-                return;
+                return round > 0;
             }
         }
+        true
     }
 
     /// How long the unit may sleep: until the firmware's or the wire's next deadline, `None` for
