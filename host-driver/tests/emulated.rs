@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use host_driver::emulator::cli::query_status;
 use host_driver::emulator::fault::Rng;
 use host_driver::emulator::{Emulator, EmulatorConfig, EmulatorHandle, FaultConfig};
-use host_lib::{DmaBuffer, Error, Event, NodeId, Port, PortId, Priority, Status};
+use host_lib::{DmaBuffer, Error, Event, NodeId, Port, PortId, Priority, Status, WaitMode};
 
 /// The environment variable naming a child process's role.
 const ROLE: &str = "NICBAR_TEST_ROLE";
@@ -58,6 +58,11 @@ struct ChildProcess {
 
 impl ChildProcess {
     fn spawn(name: &str, role: &str, env: &[(&str, String)]) -> Self {
+        Self::start(name, Self::command(role, env))
+    }
+
+    /// The command that runs this test binary as a child in `role`.
+    fn command(role: &str, env: &[(&str, String)]) -> Command {
         let mut command = Command::new(std::env::current_exe().unwrap());
         command
             .args([
@@ -73,7 +78,7 @@ impl ChildProcess {
         for (key, value) in env {
             command.env(format!("NICBAR_TEST_{key}"), value);
         }
-        Self::start(name, command)
+        command
     }
 
     fn start(name: &str, mut command: Command) -> Self {
@@ -213,13 +218,14 @@ fn endpoint(text: &str) -> (NodeId, PortId) {
     )
 }
 
+/// Opens `UNIT`/`PORT` through `SOCKET`, or, without it, through the library's default path
+/// rule (which honours `NICBAR_SOCKET`).
 fn open_from_env() -> Port {
-    let socket = PathBuf::from(var("SOCKET"));
-    let port = Port::open_at(
-        &socket,
-        var("UNIT").parse().unwrap(),
-        var("PORT").parse().unwrap(),
-    )
+    let (unit, port) = (var("UNIT").parse().unwrap(), var("PORT").parse().unwrap());
+    let port = match std::env::var("NICBAR_TEST_SOCKET") {
+        Ok(socket) => Port::open_at(&PathBuf::from(socket), unit, port),
+        Err(_) => Port::open(unit, port),
+    }
     .unwrap_or_else(|e| panic!("open: {e}"));
     say(&format!(
         "open node={} port={} pid={}",
@@ -937,7 +943,11 @@ fn an_owned_port_cannot_be_taken_and_errors_say_which() {
     let dir = temp_dir();
     let emulator = emulator(dir.path(), 1, None);
     let socket = emulator.socket().to_owned();
-    let mut holder = ChildProcess::spawn("holder", "holder", &env_of(&socket, 0, 5));
+    // The holder finds the daemon through NICBAR_SOCKET, as any program would.
+    let mut command =
+        ChildProcess::command("holder", &[("UNIT", "0".into()), ("PORT", "5".into())]);
+    command.env("NICBAR_SOCKET", &socket);
+    let mut holder = ChildProcess::start("holder", command);
     let opened = holder.expect("open", STAGE);
     assert!(
         opened.ends_with(&format!("pid={}", holder.pid())),
@@ -1196,4 +1206,53 @@ fn sixteen_idle_nics_with_open_ports_sleep() {
     )
     .unwrap();
     daemon.wait_success(STAGE);
+}
+
+#[test]
+fn a_waiting_process_learns_that_the_daemon_is_gone() {
+    let dir = temp_dir();
+    let emulator = emulator(dir.path(), 1, None);
+    let mut port = Port::open_at(emulator.socket(), 0, 0).unwrap();
+    // Spinning, a message to itself comes back without a sleep.
+    port.set_wait_mode(WaitMode::Spin);
+    let buffer = port.dma_alloc(1024).unwrap();
+    port.provide_receive_buffer(buffer, SIZE, Priority::HIGH, 3)
+        .unwrap();
+    let mut message = port.dma_alloc(16).unwrap();
+    message.copy_from_slice(b"sixteen bytes!!!");
+    let (node, id) = (port.node_id(), port.port_id());
+    port.send(message, 16, SIZE, Priority::HIGH, node, id, 42)
+        .unwrap();
+    let mut seen = (false, false);
+    while seen != (true, true) {
+        match port.receive_timeout(STAGE).unwrap() {
+            Some(Event::Received {
+                buffer,
+                length,
+                priority,
+                tag,
+                ..
+            }) => {
+                assert_eq!(
+                    (&buffer[..length], priority, tag),
+                    (&b"sixteen bytes!!!"[..], Priority::HIGH, 3)
+                );
+                seen.0 = true;
+            }
+            Some(Event::Sent {
+                context, status, ..
+            }) => {
+                assert_eq!((context, status), (42, Status::SUCCESS));
+                seen.1 = true;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(port.counters().sleeps, 0, "a spinning port slept");
+    port.set_wait_mode(WaitMode::Sleep);
+    emulator.stop();
+    match port.receive_timeout(STAGE) {
+        Err(Error::DaemonGone) => {}
+        other => panic!("a wait on a port whose daemon stopped: {other:?}"),
+    }
 }
