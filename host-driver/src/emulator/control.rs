@@ -53,11 +53,6 @@ struct Client {
     port: Option<(u8, u8)>,
 }
 
-#[derive(Clone, Copy)]
-struct Owner {
-    pid: u32,
-}
-
 pub(crate) struct Control {
     listener: UnixListener,
     stop: Arc<OwnedFd>,
@@ -66,7 +61,8 @@ pub(crate) struct Control {
     fault_seed: Option<u64>,
     epoll: Epoll,
     clients: HashMap<u64, Client>,
-    owners: Vec<[Option<Owner>; PORTS_PER_NIC]>,
+    /// The process id owning each (unit, port).
+    owners: Vec<[Option<u32>; PORTS_PER_NIC]>,
     next_client: u64,
 }
 
@@ -270,11 +266,11 @@ impl Control {
             port,
             ports: PORTS_PER_NIC as u8,
         })?;
-        if let Some(owner) = self.owners[usize::from(unit)][index] {
+        if let Some(owner_pid) = self.owners[usize::from(unit)][index] {
             return Err(ControlError::PortBusy {
                 unit,
                 port,
-                owner_pid: owner.pid,
+                owner_pid,
             });
         }
         let failed = |reason: String| ControlError::OpenFailed { unit, port, reason };
@@ -320,7 +316,7 @@ impl Control {
             .recv_timeout(UNIT_REPLY_TIMEOUT)
             .map_err(|_| ControlError::Internal(format!("NIC unit {unit} did not answer")))?
             .map_err(|error| failed(error.to_string()))?;
-        self.owners[usize::from(unit)][index] = Some(Owner { pid });
+        self.owners[usize::from(unit)][index] = Some(pid);
         if let Some(client) = self.clients.get_mut(&token) {
             client.port = Some((unit, port));
         }
@@ -390,8 +386,7 @@ impl Control {
                     .get(usize::from(handle.unit))
                     .and_then(|ports| ports.get(usize::from(port.port)))
                     .copied()
-                    .flatten()
-                    .map(|owner| owner.pid);
+                    .flatten();
             }
             units.push(status);
         }

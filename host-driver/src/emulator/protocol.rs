@@ -27,6 +27,9 @@ use super::sys;
 /// Largest frame, in bytes (a status report of a large emulator fits many times over).
 pub const MAX_FRAME: usize = 1 << 20;
 
+/// Bytes read from the socket at a time.
+const RECEIVE_CHUNK: usize = 16 * 1024;
+
 /// What a process asks the daemon.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request {
@@ -429,22 +432,25 @@ impl FrameReader {
     /// # Errors
     /// The socket's error (other than `WouldBlock` and `Interrupted`).
     pub fn fill(&mut self, stream: &UnixStream) -> io::Result<Fill> {
-        let mut chunk = [0u8; 16 * 1024];
         loop {
-            match sys::receive_with_fds(stream.as_raw_fd(), &mut chunk) {
-                Ok((0, _)) => return Ok(Fill::Closed),
-                Ok((n, fds)) => {
-                    self.buffer.extend_from_slice(&chunk[..n]);
-                    self.fds.extend(fds);
-                    if n < chunk.len() {
-                        return Ok(Fill::Data);
-                    }
-                }
+            match self.receive_once(stream) {
+                Ok(0) => return Ok(Fill::Closed),
+                Ok(n) if n < RECEIVE_CHUNK => return Ok(Fill::Data),
+                Ok(_) => {}
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => return Ok(Fill::Data),
                 Err(error) => return Err(error),
             }
         }
+    }
+
+    /// One `recvmsg` into the buffer; returns the byte count, 0 at end of stream.
+    fn receive_once(&mut self, stream: &UnixStream) -> io::Result<usize> {
+        let mut chunk = [0u8; RECEIVE_CHUNK];
+        let (n, fds) = sys::receive_with_fds(stream.as_raw_fd(), &mut chunk)?;
+        self.buffer.extend_from_slice(&chunk[..n]);
+        self.fds.extend(fds);
+        Ok(n)
     }
 
     /// The next complete frame's body and the descriptors received so far, if a whole frame has
@@ -482,18 +488,14 @@ impl FrameReader {
             if let Some(frame) = self.next_frame()? {
                 return Ok(frame);
             }
-            let mut chunk = [0u8; 16 * 1024];
-            match sys::receive_with_fds(stream.as_raw_fd(), &mut chunk) {
-                Ok((0, _)) => {
+            match self.receive_once(stream) {
+                Ok(0) => {
                     return Err(io::Error::new(
                         io::ErrorKind::UnexpectedEof,
                         "the daemon closed the control connection",
                     ));
                 }
-                Ok((n, fds)) => {
-                    self.buffer.extend_from_slice(&chunk[..n]);
-                    self.fds.extend(fds);
-                }
+                Ok(_) => {}
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
                 Err(error) => return Err(error),
             }
