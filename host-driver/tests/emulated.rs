@@ -1048,11 +1048,9 @@ fn nicctl() -> Command {
     Command::new(env!("CARGO_BIN_EXE_nicctl"))
 }
 
-#[test]
-fn two_daemons_talk_over_udp_through_faults() {
-    let seed = seed();
-    let dir = temp_dir();
-    let map = dir.path().join("fabric.map");
+/// Writes a fabric map of nodes 10 (127.0.0.1) and 11 (127.0.0.2) on free UDP ports.
+fn two_node_map(dir: &Path) -> PathBuf {
+    let map = dir.join("fabric.map");
     std::fs::write(
         &map,
         format!(
@@ -1062,25 +1060,36 @@ fn two_daemons_talk_over_udp_through_faults() {
         ),
     )
     .unwrap();
-    let daemon = |node: u16, seed: u64| {
-        let socket = dir.path().join(format!("node{node}.sock"));
-        let mut command = nicctl();
-        command
-            .arg("emulate")
-            .arg("--socket")
-            .arg(&socket)
-            .arg("--fabric")
-            .arg(&map)
-            .args(["--node", &node.to_string()])
-            .args(["--loss", "0.1", "--duplicate", "0.05", "--reorder", "0.1"])
-            .args(["--seed", &seed.to_string()])
-            .stdout(Stdio::piped());
-        let mut child = ChildProcess::start(&format!("daemon of node {node}"), command);
-        child.expect("nicctl emulate: listening on", STAGE);
-        (child, socket)
-    };
-    let (mut one, one_socket) = daemon(10, seed);
-    let (mut two, two_socket) = daemon(11, seed + 1);
+    map
+}
+
+/// Starts `nicctl emulate` for `node` of `map`, with faults from `seed`, and waits until it
+/// listens; returns it and its socket.
+fn start_daemon(dir: &Path, map: &Path, node: u16, seed: u64) -> (ChildProcess, PathBuf) {
+    let socket = dir.join(format!("node{node}.sock"));
+    let mut command = nicctl();
+    command
+        .arg("emulate")
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--fabric")
+        .arg(map)
+        .args(["--node", &node.to_string()])
+        .args(["--loss", "0.1", "--duplicate", "0.05", "--reorder", "0.1"])
+        .args(["--seed", &seed.to_string()])
+        .stdout(Stdio::piped());
+    let mut child = ChildProcess::start(&format!("daemon of node {node}"), command);
+    child.expect("nicctl emulate: listening on", STAGE);
+    (child, socket)
+}
+
+#[test]
+fn two_daemons_talk_over_udp_through_faults() {
+    let seed = seed();
+    let dir = temp_dir();
+    let map = two_node_map(dir.path());
+    let (mut one, one_socket) = start_daemon(dir.path(), &map, 10, seed);
+    let (mut two, two_socket) = start_daemon(dir.path(), &map, 11, seed + 1);
     let a = Port::open_at(&one_socket, 0, 1).unwrap();
     let b = Port::open_at(&two_socket, 0, 2).unwrap();
     assert_eq!(
@@ -1128,14 +1137,51 @@ fn two_daemons_talk_over_udp_through_faults() {
     );
 
     drop((a, b));
-    for daemon in [&mut one, &mut two] {
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(daemon.pid() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        )
-        .unwrap();
-        daemon.wait_success(STAGE);
-    }
+    terminate(&mut one);
+    terminate(&mut two);
+}
+
+#[test]
+#[ignore = "firmware: a receiver without state for the sender's epoch drops its packets and \
+            never sends REJECT(UNKNOWN_EPOCH), so the sender retransmits until it gives up"]
+fn a_restarted_daemon_is_reachable_again() {
+    let seed = seed();
+    let dir = temp_dir();
+    let map = two_node_map(dir.path());
+    let (mut one, one_socket) = start_daemon(dir.path(), &map, 10, seed);
+    let (mut two, two_socket) = start_daemon(dir.path(), &map, 11, seed + 1);
+    let a = Port::open_at(&one_socket, 0, 1).unwrap();
+    let b = Port::open_at(&two_socket, 0, 2).unwrap();
+    let a_id = (a.node_id(), a.port_id());
+    let b_id = (b.node_id(), b.port_id());
+    let mut a = Traffic::new(a, vec![b_id], &[b_id], 50, seed);
+    let mut b = Traffic::new(b, vec![a_id], &[a_id], 50, seed);
+    run_together(&mut [&mut a, &mut b], Instant::now() + STAGE);
+
+    // Node 11's daemon restarts: node 10 keeps its connection state toward it, the new NIC has
+    // none (and another boot nonce). Both directions must resynchronise, well before the
+    // firmware's give-up time (whose failure, TARGET_NODE_UNREACHABLE, fails the exchange).
+    drop(b);
+    terminate(&mut two);
+    let (mut two, two_socket) = start_daemon(dir.path(), &map, 11, seed + 2);
+    let b = Port::open_at(&two_socket, 0, 2).unwrap();
+    let mut a = Traffic::new(a.port, vec![b_id], &[b_id], 50, seed + 1);
+    let mut b = Traffic::new(b, vec![a_id], &[a_id], 50, seed + 1);
+    run_together(&mut [&mut a, &mut b], Instant::now() + STAGE);
+
+    drop((a, b));
+    terminate(&mut one);
+    terminate(&mut two);
+}
+
+/// Stops a daemon with SIGTERM and expects it to exit cleanly.
+fn terminate(daemon: &mut ChildProcess) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.pid() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    daemon.wait_success(STAGE);
 }
 
 /// Reads a process's user + system CPU time in clock ticks from `/proc/<pid>/stat`.
@@ -1200,12 +1246,7 @@ fn sixteen_idle_nics_with_open_ports_sleep() {
         "the idle daemon used {daemon_ticks} ticks in {elapsed:?}"
     );
     drop(ports);
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(daemon.pid() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    daemon.wait_success(STAGE);
+    terminate(&mut daemon);
 }
 
 #[test]
