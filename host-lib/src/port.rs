@@ -528,8 +528,10 @@ impl Port {
                 self.receive_tokens += 1;
                 match self.provided.remove(&raw.buffer.get()) {
                     Some(buffer) => Event::Received {
+                        // The NIC writes at most the size class's length, which the buffer
+                        // holds; a longer claim would only make `buffer[..length]` panic.
+                        length: (raw.length.get() as usize).min(buffer.len()),
                         buffer,
-                        length: raw.length.get() as usize,
                         tag: raw.tag.get(),
                         size: raw.size,
                         priority: raw.priority,
