@@ -102,6 +102,10 @@ pub(crate) struct Connection {
     pub(crate) sent: Deque<Descriptor, WINDOW>,
     pub(crate) queue: Deque<Body, QUEUE>,
     pub(crate) closed_notices: Deque<(u8, Generation), CLOSED_NOTICES>,
+    /// Whether the peer acknowledged anything of the current transmit epoch. Until it has, every
+    /// packet carries SYN, so a receiver without state can start the epoch from whichever packet
+    /// of it arrives first.
+    pub(crate) tx_acked_in_epoch: bool,
     /// When the sent list last made progress (an ack freed something, or the peer spoke).
     pub(crate) last_progress: Instant,
     /// When to retransmit the sent list if nothing is acknowledged.
@@ -142,6 +146,7 @@ impl Connection {
             peer,
             tx_epoch,
             next_seq: Seq(0),
+            tx_acked_in_epoch: false,
             sent: Deque::new(),
             queue: Deque::new(),
             closed_notices: Deque::new(),
@@ -184,12 +189,14 @@ impl Connection {
         }
     }
 
-    /// Starts a new transmit epoch: the peer holds no state for ours (it recycled the connection
-    /// after a silence longer than the give-up time, so nothing in flight now was ever delivered).
+    /// Starts a new transmit epoch: the peer holds no state for ours although it acknowledged part
+    /// of it — it recycled the connection after a silence longer than the give-up time, or
+    /// restarted — so nothing in flight now was delivered to the state it has now.
     /// What is in flight is renumbered from zero and sent again.
     pub(crate) fn restart_epoch(&mut self, epoch: u32) {
         self.tx_epoch = epoch;
         self.next_seq = Seq(0);
+        self.tx_acked_in_epoch = false;
         for descriptor in self.sent.iter_mut() {
             descriptor.seq = self.next_seq;
             descriptor.needs_transmit = true;

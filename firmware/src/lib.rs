@@ -170,10 +170,12 @@ pub struct Nic<H: Hal, const CONNECTIONS: usize = DEFAULT_CONNECTIONS> {
 }
 
 impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
-    /// A NIC with node id `node`. `boot_nonce` seeds connection epochs: give a different value
-    /// at every boot (a clock reading, a random number), so a peer can tell a restarted NIC's
-    /// stream from the old one.
-    pub fn new(hal: H, node: NodeId, config: Config, boot_nonce: u32) -> Self {
+    /// A NIC with node id `node`. `boot_stamp` is when this boot happened, in milliseconds on any
+    /// clock that keeps counting across restarts (wall-clock time is fine; it may wrap): connection
+    /// epochs start from it, so a peer sees a restarted NIC's epochs as newer than the old ones and
+    /// follows them at once (epochs of boots more than about half an hour apart compare at random,
+    /// and are then told apart by the silence of the restart, after the give-up time).
+    pub fn new(hal: H, node: NodeId, config: Config, boot_stamp: u32) -> Self {
         Self {
             hal,
             node,
@@ -182,7 +184,9 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
             connections: Vec::new(),
             local_record: UnexpectedBarrierRecord::default(),
             advance_pending: 0,
-            epoch_counter: boot_nonce.wrapping_mul(0x9e37_79b9),
+            // 4 ms of boot time per 4096 epochs: a boot started 4 ms or more after another begins
+            // past every epoch the other used, unless it made over 4096 connections per 4 ms.
+            epoch_counter: (boot_stamp >> 2) << 12,
             counters: NicCounters::default(),
             scratch: [0; shared_abi::packet::MAX_PACKET_LEN],
         }

@@ -85,6 +85,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             progressed = true;
         }
         if progressed {
+            connection.tx_acked_in_epoch = true;
             connection.counters.acks_received += 1;
             connection.last_progress = now;
             connection.backoff = 0;
@@ -145,13 +146,16 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             return;
         }
         if reason == RejectReason::UNKNOWN_EPOCH {
-            // The peer has no state for our epoch. If it never acknowledged anything of it, it has
-            // just not seen our SYN yet: send the stream's start again. If it acknowledged part of
-            // it before, it recycled the connection after a silence longer than the give-up time —
-            // so everything in flight now was sent after that silence and never delivered — and a
-            // new epoch renumbers it safely.
-            if connection.sent.front().is_some_and(|d| d.seq == Seq(0)) {
-                connection.go_back_to(Seq(0));
+            // The peer has no state for our epoch. If it never acknowledged anything of it, our
+            // packets still carry SYN and it will start the epoch from one: just send again. If
+            // it did acknowledge, it has since lost that state (it recycled the connection after a
+            // silence longer than the give-up time, or restarted): it can never take a packet of
+            // this epoch again, so a new epoch renumbers what is in flight without sending
+            // anything twice to the state it has now.
+            if !connection.tx_acked_in_epoch {
+                if let Some(front) = connection.sent.front().map(|d| d.seq) {
+                    connection.go_back_to(front);
+                }
             } else if !connection.sent.is_empty() {
                 self.epoch_counter = self.epoch_counter.wrapping_add(1);
                 let epoch = self.epoch_counter;
@@ -281,15 +285,27 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             let newer = connection
                 .rx_epoch
                 .is_none_or(|current| Seq(current).precedes(Seq(epoch)));
-            if seq == Seq(0)
-                && header.flags.contains(PacketFlags::SYN)
-                && (newer || silent_for > give_up)
-            {
+            if header.flags.contains(PacketFlags::SYN) && (newer || silent_for > give_up) {
                 connection.rx_epoch = Some(epoch);
                 connection.expected = Seq(0);
                 connection.refused_closed = None;
             } else {
                 connection.counters.drops += 1;
+                let queued = connection
+                    .rejects
+                    .iter()
+                    .any(|(s, _, e, _)| *s == seq && *e == epoch);
+                if connection.rx_epoch.is_none() && !queued {
+                    // We hold no receive state at all (we restarted, or recycled the connection
+                    // after a long silence): say so, and the sender resends its SYN or starts a
+                    // new epoch (see `handle_reject`).
+                    let _ = connection.rejects.push_back((
+                        seq,
+                        RejectReason::UNKNOWN_EPOCH,
+                        epoch,
+                        header.transmission,
+                    ));
+                }
                 return;
             }
         }

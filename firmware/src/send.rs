@@ -135,7 +135,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         header.epoch = U32::new(connection.tx_epoch);
         header.seq = U32::new(descriptor.seq.0);
         header.transmission = descriptor.transmissions as u8;
-        if descriptor.seq == Seq(0) {
+        if !connection.tx_acked_in_epoch {
             header.flags |= PacketFlags::SYN;
         }
         if let Some(epoch) = connection.rx_epoch {
@@ -346,6 +346,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             connection.backoff = 0;
             connection.next_seq = Seq(0);
             connection.tx_epoch = epoch;
+            connection.tx_acked_in_epoch = false;
             connection.last_progress = now;
         }
         for (port, slot) in lost {

@@ -1142,8 +1142,6 @@ fn two_daemons_talk_over_udp_through_faults() {
 }
 
 #[test]
-#[ignore = "firmware: a receiver without state for the sender's epoch drops its packets and \
-            never sends REJECT(UNKNOWN_EPOCH), so the sender retransmits until it gives up"]
 fn a_restarted_daemon_is_reachable_again() {
     let seed = seed();
     let dir = temp_dir();

@@ -377,7 +377,7 @@ impl Emulator {
                 faults: config.faults,
                 nic: config.nic,
                 origin,
-                boot_nonce: boot_nonce.wrapping_add(index as u32),
+                boot_nonce,
                 linger: config.idle_linger,
             })
             .map_err(EmulatorError::Resources)?;
@@ -475,13 +475,14 @@ fn listen(path: &Path) -> Result<UnixListener, EmulatorError> {
     Ok(listener)
 }
 
-/// A different value at every start, so peers tell a restarted NIC's streams from the old ones.
+/// The boot stamp of this start (wall-clock milliseconds, wrapping): it grows from one start to
+/// the next, so peers see a restarted NIC's connection epochs as newer than the old ones.
 fn boot_nonce() -> u32 {
-    let nanos = std::time::SystemTime::now()
+    let millis = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
+        .map(|d| d.as_millis())
         .unwrap_or(0);
-    (nanos as u32) ^ std::process::id().rotate_left(16)
+    millis as u32
 }
 
 #[cfg(test)]
