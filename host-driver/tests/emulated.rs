@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use host_driver::emulator::cli::query_status;
 use host_driver::emulator::fault::Rng;
 use host_driver::emulator::{Emulator, EmulatorConfig, EmulatorHandle, FaultConfig};
-use host_lib::{DmaBuffer, Error, Event, NodeId, Port, PortId, Priority, Status, WaitMode};
+use nicbar::{DmaBuffer, Error, Event, NodeId, Port, PortId, Priority, Status, WaitMode};
 
 /// The environment variable naming a child process's role.
 const ROLE: &str = "NICBAR_TEST_ROLE";

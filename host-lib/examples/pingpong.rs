@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use host_driver::emulator::{Emulator, EmulatorConfig};
-use host_lib::{DmaBuffer, Event, NodeId, Port, PortId, Priority, Status, WaitMode};
+use nicbar::{DmaBuffer, Event, NodeId, Port, PortId, Priority, Status, WaitMode};
 
 const SIZE: u8 = 7; // 120-byte messages at most
 const LENGTH: usize = 64;
@@ -44,7 +44,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-fn ports(socket: &std::path::Path) -> Result<(Port, Port), host_lib::Error> {
+fn ports(socket: &std::path::Path) -> Result<(Port, Port), nicbar::Error> {
     Ok((Port::open_at(socket, 0, 1)?, Port::open_at(socket, 1, 1)?))
 }
 
