@@ -30,6 +30,8 @@ const CONTROL_TIMEOUT: Duration = Duration::from_secs(10);
 const RECEIVE_TOKEN_DETAIL: u32 = 0x100;
 /// Spins between checks that the daemon is still there, while spinning on the event ring.
 const SPINS_PER_LIVENESS_CHECK: u32 = 1 << 16;
+/// Spins between yields of the core, while spinning on the event ring.
+const SPINS_PER_YIELD: u32 = 16;
 
 /// How [`Port::blocking_receive`] waits for an event.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -435,7 +437,13 @@ impl Port {
                 if spins % SPINS_PER_LIVENESS_CHECK == 0 {
                     self.check_daemon(PollTimeout::ZERO)?;
                 }
-                std::hint::spin_loop();
+                if spins % SPINS_PER_YIELD == 0 {
+                    // Let a runnable NIC thread (or the peer) have this core: with more spinners
+                    // than cores, a spin that never yields only delays the event it waits for.
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
                 continue;
             }
             self.sleep(deadline)?;
