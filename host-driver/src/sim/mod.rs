@@ -8,6 +8,7 @@
 //! every failure prints, so any failure replays exactly.
 
 pub mod barriers;
+pub mod cost;
 pub mod hal;
 pub mod host;
 pub mod memory;
