@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 
 mod command;
 mod image;
+mod sim;
 mod test;
 
 /// What every task returns: an error is printed and the task exits non-zero.
@@ -32,6 +33,8 @@ enum Task {
     /// Run every check CI runs: formatting, lints, the firmware's embedded build, and all tests.
     /// Installs what it needs (the embedded Rust target) first.
     Test(test::Args),
+    /// Models: `sim barrier` predicts barrier latency from the paper's costs, to 65,536 nodes.
+    Sim(sim::Args),
 }
 
 fn main() -> ExitCode {
@@ -39,6 +42,7 @@ fn main() -> ExitCode {
     let result = match cli.task {
         Task::Image(args) => image::run(args),
         Task::Test(args) => test::run_tests(args),
+        Task::Sim(args) => sim::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
