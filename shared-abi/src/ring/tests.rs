@@ -234,6 +234,13 @@ enum Op {
 }
 
 proptest! {
+    // Under Miri every case is slow and files are out of reach: a few cases, no persistence.
+    #![proptest_config(ProptestConfig {
+        cases: if cfg!(miri) { 4 } else { 256 },
+        failure_persistence: if cfg!(miri) { None } else { ProptestConfig::default().failure_persistence },
+        ..ProptestConfig::default()
+    })]
+
     /// Any sequence of pushes and pops behaves as a bounded FIFO queue.
     #[test]
     fn ring_is_a_bounded_fifo(ops in proptest::collection::vec(
