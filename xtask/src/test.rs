@@ -61,7 +61,38 @@ pub(crate) fn run_tests(args: Args) -> Result<()> {
     run(cargo()
         .current_dir(&root)
         .args(["test", "--workspace", "--doc"]))?;
+    miri(&root)?;
     Ok(())
+}
+
+/// Runs the ring code's tests under Miri (which checks the raw-memory module for undefined
+/// behaviour and the acquire/release pairing of the two-thread test for data races). Miri needs a
+/// nightly toolchain; where the machine has none (it cannot be fetched here), says so and skips.
+fn miri(root: &std::path::Path) -> Result<()> {
+    section("miri: the ring over raw memory");
+    let toolchains = std::process::Command::new("rustup")
+        .args(["toolchain", "list"])
+        .output();
+    let has_nightly = toolchains.as_ref().is_ok_and(|out| {
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .any(|l| l.starts_with("nightly"))
+    });
+    if !has_nightly {
+        println!("miri skipped: this machine has no nightly toolchain, which Miri needs");
+        return Ok(());
+    }
+    let added = std::process::Command::new("rustup")
+        .args(["component", "add", "miri", "rust-src", "--toolchain", "nightly"])
+        .status();
+    if !added.is_ok_and(|status| status.success()) {
+        println!("miri skipped: the miri component could not be added to the nightly toolchain");
+        return Ok(());
+    }
+    run(std::process::Command::new("cargo")
+        .current_dir(root)
+        .env("MIRIFLAGS", "-Zmiri-strict-provenance")
+        .args(["+nightly", "miri", "test", "-p", "shared-abi", "--lib", "ring::"]))
 }
 
 fn section(name: &str) {
