@@ -38,9 +38,10 @@ enum What {
     /// SDMA (NIC pulls a message), Network (transmit start to receive start), Recv (NIC takes a
     /// packet), RDMA (NIC pushes to the host), HRecv (host takes a message or notice), plus Step
     /// (the NIC's work per sending step of a schedule) and Xmit (a packet on the transmit
-    /// channel). `--params` picks the fitted LANai 4.3 or 7.2 costs for the extension; any
-    /// `--<cost>-us` flag overrides one of them; `--params custom` starts from none and needs all
-    /// eight. The comparison with the paper always uses the fitted costs.
+    /// channel), and the busy share (the part of Recv, SDMA and RDMA that holds the NIC
+    /// processor). `--params` picks the fitted LANai 4.3 or 7.2 costs for the extension; any
+    /// `--<cost>-us` or `--busy-share` flag overrides one of them; `--params custom` starts from
+    /// none and needs all eight costs. The comparison with the paper always uses the fitted costs.
     Barrier(BarrierArgs),
 }
 
@@ -381,6 +382,25 @@ fn print_comparison(fit: &Fit, policy: SchedulePolicy) -> Result<()> {
     for row in &rows {
         print_comparison_row(row);
     }
+    let mut scored = Vec::new();
+    for row in &rows {
+        for (what, model, paper) in ["NIC", "host", "factor"]
+            .into_iter()
+            .zip(row.model())
+            .zip(row.paper)
+            .map(|((what, model), paper)| (what, model, paper))
+        {
+            if let Some(paper) = paper.filter(|paper| paper.role == Role::Predicted) {
+                scored.push(format!(
+                    "{} {} {what} {:+.1}%",
+                    row.nodes,
+                    row.family,
+                    paper::relative_error(model, paper.value) * 100.0
+                ));
+            }
+        }
+    }
+    println!("Predicted, never fitted: {}.", scored.join(", "));
     println!("\nThe paper's statements about its measurements, checked on the model:");
     for check in paper::checks(&rows) {
         println!(

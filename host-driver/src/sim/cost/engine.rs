@@ -148,12 +148,22 @@ enum EventKind {
 
 #[derive(Clone, Copy, Debug)]
 struct Event {
-    at: f64,
-    order: u64,
+    /// The event's time as `f64` bits: times are finite and `>= 0` (costs are checked and only
+    /// ever added), and for those the bits order as the values do, so the heap compares integers.
+    at_bits: u64,
+    /// Which event was scheduled first, for ties. One run schedules fewer than
+    /// `MAX_NODES · MAX_SCHEDULE_STEPS · 3` (about 25 million) events, well within `u32`.
+    order: u32,
     rank: u32,
     peer: u32,
     round: u8,
     kind: EventKind,
+}
+
+impl Event {
+    fn at(&self) -> f64 {
+        f64::from_bits(self.at_bits)
+    }
 }
 
 impl PartialEq for Event {
@@ -171,8 +181,8 @@ impl Ord for Event {
     /// Reversed, so that the max-heap pops the earliest event; ties go first-scheduled first.
     fn cmp(&self, other: &Self) -> Ordering {
         other
-            .at
-            .total_cmp(&self.at)
+            .at_bits
+            .cmp(&self.at_bits)
             .then(other.order.cmp(&self.order))
     }
 }
@@ -237,7 +247,7 @@ struct Engine<'a, S: ?Sized> {
     mode: Mode,
     ranks: Vec<RankState>,
     heap: BinaryHeap<Event>,
-    order: u64,
+    order: u32,
     arrived: HashSet<u64, BuildHasherDefault<KeyHasher>>,
     packets: u64,
     events: u64,
@@ -275,9 +285,9 @@ impl<'a, S: ScheduleSource + ?Sized> Engine<'a, S> {
     }
 
     fn schedule(&mut self, at: f64, kind: EventKind, rank: u32, peer: u32, round: u8) {
-        self.order += 1;
+        self.order = self.order.wrapping_add(1);
         self.heap.push(Event {
-            at,
+            at_bits: at.to_bits(),
             order: self.order,
             rank,
             peer,
@@ -306,13 +316,13 @@ impl<'a, S: ScheduleSource + ?Sized> Engine<'a, S> {
                 EventKind::TokenAtNic => {
                     let state = &mut self.ranks[rank];
                     state.flags |= STARTED;
-                    let start = event.at.max(state.nic_free);
+                    let start = event.at().max(state.nic_free);
                     self.run_nic(rank, start);
                 }
                 EventKind::PacketAtNic => self.packet_at_nic(event),
                 EventKind::SendAtNic => {
                     // The processor takes the token and starts the DMA; the DMA finishes after.
-                    let start = event.at.max(self.ranks[rank].nic_free);
+                    let start = event.at().max(self.ranks[rank].nic_free);
                     self.ranks[rank].nic_free = start + self.busy.sdma;
                     self.transmit(rank, event.peer, event.round, start + self.params.sdma);
                 }
@@ -320,7 +330,7 @@ impl<'a, S: ScheduleSource + ?Sized> Engine<'a, S> {
                     // The host takes messages as they come (it polls its receive queue, as a GM
                     // program polls `gm_receive`), not in the order its schedule names them.
                     let state = &mut self.ranks[rank];
-                    let handled = event.at.max(state.host_free) + self.params.hrecv;
+                    let handled = event.at().max(state.host_free) + self.params.hrecv;
                     state.host_free = handled;
                     self.arrived
                         .insert(arrival_key(event.rank, event.peer, event.round));
@@ -351,7 +361,7 @@ impl<'a, S: ScheduleSource + ?Sized> Engine<'a, S> {
             Mode::Nic => {
                 // Taken off the wire and recorded (or matched) whether or not the barrier
                 // started: the unexpected-barrier record of paper §3.1.
-                let received = event.at.max(state.nic_free) + self.busy.recv;
+                let received = event.at().max(state.nic_free) + self.busy.recv;
                 state.nic_free = received;
                 self.arrived
                     .insert(arrival_key(event.rank, event.peer, event.round));
@@ -363,7 +373,7 @@ impl<'a, S: ScheduleSource + ?Sized> Engine<'a, S> {
             Mode::Host => {
                 // RECV, then RDMA into a host buffer the host provided in advance; the DMA's own
                 // share runs after the processor's.
-                let start = event.at.max(state.nic_free);
+                let start = event.at().max(state.nic_free);
                 let recv_busy = self.busy.recv;
                 state.nic_free = start + recv_busy + self.busy.rdma;
                 let delivered = start + recv_busy + self.params.rdma;
