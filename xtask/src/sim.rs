@@ -148,12 +148,13 @@ fn barrier(args: BarrierArgs) -> Result<()> {
     println!("{}", describe_params(&params));
     let mut reports = Vec::new();
     let mut largest_run = None;
+    let mut peak_reset = false;
     for &nodes in &sizes {
         let is_largest = nodes == largest;
         if is_largest {
             // Start the peak-memory count afresh so that it is this size's (Linux: writing 5 to
             // clear_refs resets VmHWM to the current resident set).
-            let _ = std::fs::write("/proc/self/clear_refs", "5");
+            peak_reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
         }
         if nodes >= 4096 {
             eprintln!("  {nodes} nodes: running ...");
@@ -176,7 +177,7 @@ fn barrier(args: BarrierArgs) -> Result<()> {
             }
         );
         if is_largest {
-            largest_run = Some((wall, report.events, memory_status()));
+            largest_run = Some((wall, report.events, memory_status(peak_reset)));
         }
         reports.push(report);
     }
@@ -608,8 +609,9 @@ fn csv_rows(reports: &[SizeReport]) -> usize {
         .sum()
 }
 
-/// `VmHWM` (peak resident set) and `VmRSS` from `/proc/self/status`.
-fn memory_status() -> String {
+/// `VmHWM` (peak resident set) and `VmRSS` from `/proc/self/status`; `reset` says whether the
+/// peak was reset when the largest size began.
+fn memory_status(reset: bool) -> String {
     let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
         return "unknown (no /proc/self/status)".into();
     };
@@ -621,8 +623,13 @@ fn memory_status() -> String {
             .unwrap_or_else(|| "?".into())
     };
     format!(
-        "VmHWM {} (peak resident set since the largest size began), VmRSS {} now",
+        "VmHWM {} (peak resident set {}), VmRSS {} now",
         field("VmHWM:"),
+        if reset {
+            "since the largest size began"
+        } else {
+            "of the whole process: the kernel refused to reset it"
+        },
         field("VmRSS:")
     )
 }
