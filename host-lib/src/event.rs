@@ -45,9 +45,11 @@ pub enum Event {
         target_port: PortId,
     },
     /// The NIC refused a send token; the token (and its buffer, if it was one of this library's
-    /// sends) is the process's again.
+    /// sends) is the process's again. A refused barrier ([`crate::Port::barrier_send`]; `kind`
+    /// 2) keeps its barrier buffer provided; `BARRIER_BUSY` says a barrier was running or none
+    /// was provided.
     SendRejected {
-        /// The buffer, for a send made through this library.
+        /// The buffer, for a data send made through this library (never a barrier's schedule).
         buffer: Option<DmaBuffer>,
         /// The send's context (the raw token's context for a raw token).
         context: u64,
@@ -65,10 +67,27 @@ pub enum Event {
         /// Why.
         status: Status,
     },
+    /// A barrier completed (GM's `GM_BARRIER_COMPLETED_EVENT`): every member of the group
+    /// entered it. The barrier's send token and the barrier buffer it used are spent.
+    BarrierCompleted {
+        /// The context given to [`crate::Port::barrier_send`].
+        context: u64,
+    },
+    /// A barrier ended without completing. The barrier's send token and the barrier buffer it
+    /// used are spent.
+    BarrierFailed {
+        /// The context given to [`crate::Port::barrier_send`].
+        context: u64,
+        /// Why: `TARGET_PORT_CLOSED` (the member's port closed), `TARGET_NODE_UNREACHABLE` (its
+        /// NIC stopped answering), `BARRIER_TIMED_OUT`, or `NO_RESOURCES`.
+        status: Status,
+        /// The member the NIC was waiting for.
+        waiting_for: (NodeId, PortId),
+    },
     /// The process broke its own rings' indexes; the NIC skipped what was published. Tokens in
     /// the skipped range produce no events: their tokens and buffers are lost to the process.
     RingCorrupt,
-    /// An event this library does not interpret (barrier events for now), or one that names no
-    /// send or buffer of this port.
+    /// An event this library does not interpret, or one that names no send or buffer of this
+    /// port.
     Other(shared_abi::event::Event),
 }

@@ -17,16 +17,23 @@
 //! buffer bytes; the mapping itself is `host_driver::emulator::sys`.
 #![deny(unsafe_code)]
 
+mod barrier;
 pub mod dma;
 mod error;
 mod event;
 mod port;
 
+pub use barrier::{
+    BarrierError, BarrierOptions, DEFAULT_HOST_TIMEOUT, FailureReason, Group, GroupError,
+    HOST_BARRIER_PRIORITY, HOST_BARRIER_SIZE, HOST_RETRY_INTERVAL, PendingBarrier,
+};
 pub use dma::DmaBuffer;
 pub use error::{BufferError, Error};
 pub use event::Event;
 pub use port::{Port, PortCounters, WaitMode};
 pub use shared_abi::event::Status;
 pub use shared_abi::ids::{NodeId, PortId};
+pub use shared_abi::schedule::compile::{Algorithm, Member, ScheduleError};
+pub use shared_abi::schedule::{Step, StepOp};
 pub use shared_abi::token::Priority;
 pub use shared_abi::{max_length_for_size, min_size_for_length};

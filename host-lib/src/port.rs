@@ -1,6 +1,6 @@
 //! A port: one endpoint on a NIC, owned by this process, reached through its mapped region.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -20,6 +20,7 @@ use shared_abi::token::{Priority, ReceiveKind, ReceiveToken, SendKind, SendToken
 use shared_abi::{MAX_SIZE_CLASS, max_length_for_size};
 use zerocopy::{FromZeros, IntoBytes};
 
+use crate::barrier::{self, BarrierState};
 use crate::dma::{self, DmaBuffer, Region};
 use crate::error::{BufferError, Error};
 use crate::event::Event;
@@ -89,6 +90,12 @@ pub struct Port {
     generation: Generation,
     wait_mode: WaitMode,
     counters: PortCounters,
+    /// Events taken from the ring while a barrier waited, for [`Port::receive`] to return first,
+    /// in the order they came.
+    pub(crate) deferred: VecDeque<Event>,
+    /// The barrier code's state: barrier tokens held by the NIC, the running barrier, and the
+    /// host-based barrier's record and buffers ([`crate::barrier`]).
+    pub(crate) barrier: BarrierState,
 }
 
 impl Port {
@@ -176,6 +183,8 @@ impl Port {
             nic_doorbell,
             wait_mode: WaitMode::default(),
             counters: PortCounters::default(),
+            deferred: VecDeque::new(),
+            barrier: BarrierState::default(),
         })
     }
 
@@ -335,6 +344,78 @@ impl Port {
         if port.index().is_none() {
             return refused(Error::NoSuchPort { port: port.0 }, buffer);
         }
+        let token = SendToken {
+            kind: SendKind::DATA,
+            priority,
+            size,
+            target_node: node,
+            target_port: port,
+            length: (len as u32).into(),
+            buffer: buffer.arena_offset().into(),
+            ..SendToken::default()
+        };
+        self.push_send_token(token, buffer, context)
+    }
+
+    /// Posts a barrier send token for the schedule of `steps` steps in `schedule` (paper §5.2,
+    /// `gm_barrier_send_with_callback`). The buffer is held like a send's until the barrier's
+    /// end (or refusal) event.
+    pub(crate) fn post_barrier_token(
+        &mut self,
+        schedule: DmaBuffer,
+        steps: u32,
+        context: u64,
+        timeout_us: u32,
+    ) -> Result<(), BufferError> {
+        if !schedule.belongs_to(&self.region) {
+            return Err(BufferError {
+                error: Error::ForeignBuffer,
+                buffer: schedule,
+            });
+        }
+        let token = SendToken {
+            kind: SendKind::BARRIER,
+            length: steps.into(),
+            buffer: schedule.arena_offset().into(),
+            timeout_us: timeout_us.into(),
+            ..SendToken::default()
+        };
+        self.push_send_token(token, schedule, context)?;
+        self.barrier.token_posted();
+        Ok(())
+    }
+
+    /// Posts a barrier receive token (paper §5.2, `gm_provide_barrier_buffer`): one barrier's
+    /// end event needs one.
+    pub(crate) fn post_barrier_buffer_token(&mut self) -> Result<(), Error> {
+        if self.receive_tokens == 0 {
+            return Err(Error::NoReceiveTokens);
+        }
+        let token = ReceiveToken {
+            kind: ReceiveKind::BARRIER,
+            ..ReceiveToken::default()
+        };
+        self.receive_ring
+            .push(self.region.memory(), &token)
+            .map_err(|error| ring_error(error, Error::NoReceiveTokens))?;
+        self.receive_tokens -= 1;
+        self.barrier.buffer_provided();
+        self.ring_nic_if_asked(
+            self.receive_ring
+                .consumer_wants_doorbell(self.region.memory()),
+        );
+        Ok(())
+    }
+
+    /// Writes `token` into the send ring, holding `buffer` and `context` until its event; the
+    /// token's context becomes the slot that names them.
+    fn push_send_token(
+        &mut self,
+        mut token: SendToken,
+        buffer: DmaBuffer,
+        context: u64,
+    ) -> Result<(), BufferError> {
+        let refused = |error, buffer| Err(BufferError { error, buffer });
         if self.send_tokens == 0 {
             return refused(Error::NoSendTokens, buffer);
         }
@@ -347,17 +428,7 @@ impl Port {
         };
         self.next_serial = self.next_serial.wrapping_add(1);
         let serial = self.next_serial;
-        let token = SendToken {
-            kind: SendKind::DATA,
-            priority,
-            size,
-            target_node: node,
-            target_port: port,
-            length: (len as u32).into(),
-            buffer: buffer.arena_offset().into(),
-            context: (u64::from(serial) << 32 | u64::from(slot)).into(),
-            ..SendToken::default()
-        };
+        token.context = (u64::from(serial) << 32 | u64::from(slot)).into();
         if let Err(error) = self.send_ring.push(self.region.memory(), &token) {
             self.free_send_slots.push(slot);
             return refused(ring_error(error, Error::NoSendTokens), buffer);
@@ -374,9 +445,30 @@ impl Port {
 
     /// The next event, if one is waiting (GM's `gm_receive`). Never blocks.
     ///
+    /// Events that arrived while a barrier waited come first, in order. The host-based barrier's
+    /// own messages, and the end of a barrier started with [`Port::barrier_start`], are kept for
+    /// the barrier calls and not returned here.
+    ///
     /// # Errors
     /// [`Error::EventRing`] if the NIC broke the event ring.
     pub fn receive(&mut self) -> Result<Option<Event>, Error> {
+        if let Some(event) = self.deferred.pop_front() {
+            return Ok(Some(event));
+        }
+        while let Some(event) = self.next_from_ring()? {
+            if let Some(event) = barrier::absorb(self, event) {
+                return Ok(Some(event));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The next event in the event ring, interpreted, if one is waiting: neither the events kept
+    /// for later nor the barrier code's filter.
+    ///
+    /// # Errors
+    /// As [`Port::receive`].
+    pub(crate) fn next_from_ring(&mut self) -> Result<Option<Event>, Error> {
         let memory = self.region.memory();
         let available = self
             .event_ring
@@ -402,7 +494,7 @@ impl Port {
     /// [`Error::DaemonGone`] if the daemon exits while the process waits; as [`Port::receive`].
     pub fn blocking_receive(&mut self) -> Result<Event, Error> {
         loop {
-            if let Some(event) = self.wait(None)? {
+            if let Some(event) = self.wait(None, false)? {
                 return Ok(event);
             }
         }
@@ -413,10 +505,24 @@ impl Port {
     /// # Errors
     /// As [`Port::blocking_receive`].
     pub fn receive_timeout(&mut self, timeout: Duration) -> Result<Option<Event>, Error> {
-        self.wait(Some(Instant::now() + timeout))
+        self.wait(Some(Instant::now() + timeout), false)
     }
 
-    fn wait(&mut self, deadline: Option<Instant>) -> Result<Option<Event>, Error> {
+    /// Waits until `deadline` for the next event of the event ring, as
+    /// [`Port::next_from_ring`] takes it (for the barrier code's own waits).
+    ///
+    /// # Errors
+    /// As [`Port::blocking_receive`].
+    pub(crate) fn wait_from_ring(
+        &mut self,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Event>, Error> {
+        self.wait(deadline, true)
+    }
+
+    /// Waits for an event: from [`Port::receive`], or with `from_ring` straight from
+    /// [`Port::next_from_ring`].
+    fn wait(&mut self, deadline: Option<Instant>, from_ring: bool) -> Result<Option<Event>, Error> {
         let started = Instant::now();
         let spin_until = match self.wait_mode {
             WaitMode::Sleep => None,
@@ -425,7 +531,12 @@ impl Port {
         };
         let mut spins = 0u32;
         loop {
-            if let Some(event) = self.receive()? {
+            let event = if from_ring {
+                self.next_from_ring()?
+            } else {
+                self.receive()?
+            };
+            if let Some(event) = event {
                 return Ok(Some(event));
             }
             let now = Instant::now();
@@ -563,6 +674,27 @@ impl Port {
                     None => Event::Other(raw),
                 }
             }
+            EventKind::BARRIER_COMPLETED | EventKind::BARRIER_FAILED => {
+                // The barrier's send token and the barrier buffer its end used (paper §5.2).
+                self.send_tokens += 1;
+                self.receive_tokens += 1;
+                let Some(send) = self.take_send(raw.context.get()) else {
+                    self.barrier.ended(None);
+                    return Event::Other(raw);
+                };
+                self.barrier.ended(Some(send.buffer));
+                if raw.kind == EventKind::BARRIER_COMPLETED {
+                    Event::BarrierCompleted {
+                        context: send.context,
+                    }
+                } else {
+                    Event::BarrierFailed {
+                        context: send.context,
+                        status: raw.status,
+                        waiting_for: (raw.peer_node, raw.peer_port),
+                    }
+                }
+            }
             EventKind::TOKEN_REJECTED
                 if raw.status == Status::RING_CORRUPT && raw.detail.get() == 0 =>
             {
@@ -579,9 +711,15 @@ impl Port {
             EventKind::TOKEN_REJECTED => {
                 self.send_tokens += 1;
                 let send = self.take_send(raw.context.get());
+                let context = send.as_ref().map_or(raw.context.get(), |s| s.context);
+                let mut buffer = send.map(|s| s.buffer);
+                if raw.detail.get() == u32::from(SendKind::BARRIER.0) {
+                    // A barrier's schedule buffer is the port's, not the caller's.
+                    self.barrier.refused(buffer.take());
+                }
                 Event::SendRejected {
-                    context: send.as_ref().map_or(raw.context.get(), |s| s.context),
-                    buffer: send.map(|s| s.buffer),
+                    context,
+                    buffer,
                     status: raw.status,
                     kind: raw.detail.get() as u8,
                 }
