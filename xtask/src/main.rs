@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod command;
 mod image;
 mod sim;
@@ -33,6 +34,8 @@ enum Task {
     /// Run every check CI runs: formatting, lints, the firmware's embedded build, and all tests.
     /// Installs what it needs (the embedded Rust target) first.
     Test(test::Args),
+    /// Run a benchmark: measured side by side with its references in one run, on this machine.
+    Bench(bench::Args),
     /// Models: `sim barrier` predicts barrier latency from the paper's costs, to 65,536 nodes.
     Sim(sim::Args),
 }
@@ -42,6 +45,7 @@ fn main() -> ExitCode {
     let result = match cli.task {
         Task::Image(args) => image::run(args),
         Task::Test(args) => test::run_tests(args),
+        Task::Bench(args) => bench::run_bench(args),
         Task::Sim(args) => sim::run(args),
     };
     match result {

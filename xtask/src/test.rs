@@ -83,7 +83,14 @@ fn miri(root: &std::path::Path) -> Result<()> {
         return Ok(());
     }
     let added = std::process::Command::new("rustup")
-        .args(["component", "add", "miri", "rust-src", "--toolchain", "nightly"])
+        .args([
+            "component",
+            "add",
+            "miri",
+            "rust-src",
+            "--toolchain",
+            "nightly",
+        ])
         .status();
     if !added.is_ok_and(|status| status.success()) {
         println!("miri skipped: the miri component could not be added to the nightly toolchain");
@@ -92,7 +99,15 @@ fn miri(root: &std::path::Path) -> Result<()> {
     run(std::process::Command::new("cargo")
         .current_dir(root)
         .env("MIRIFLAGS", "-Zmiri-strict-provenance")
-        .args(["+nightly", "miri", "test", "-p", "shared-abi", "--lib", "ring::"]))
+        .args([
+            "+nightly",
+            "miri",
+            "test",
+            "-p",
+            "shared-abi",
+            "--lib",
+            "ring::",
+        ]))
 }
 
 fn section(name: &str) {
