@@ -144,6 +144,18 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     }
 
     fn take_barrier_token(&mut self, port: usize, token: &SendToken, now: Instant) -> Disposition {
+        let no_buffer = self
+            .ports
+            .get(port)
+            .and_then(|slot| slot.open.as_ref())
+            .is_some_and(|open| open.barrier_buffers == 0);
+        if no_buffer {
+            // The host provides the barrier buffer before it posts the token, so a buffer
+            // published before the token is visible now (the acquire that showed us the token
+            // orders it) even if it was not when we read the receive ring this poll: read it again
+            // rather than refuse the barrier for a race.
+            self.poll_receive_ring(port);
+        }
         match self.start_barrier(port, token, now) {
             Ok(()) => Disposition::Taken,
             Err(status) => Disposition::Reject(status),

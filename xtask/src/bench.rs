@@ -26,33 +26,72 @@ enum Bench {
         #[arg(long)]
         csv: Option<std::path::PathBuf>,
     },
+    /// NIC-based against host-based barrier latency for pairwise exchange, gather-broadcast (best
+    /// dimension) and dissemination (n = 1..4) at 2, 4, 8, 16 processes on the emulated NIC, in the
+    /// shape of the paper's Figure 5 (table, CSV, SVG); with Open MPI's MPI_Barrier (shared memory,
+    /// and TCP on loopback) as a reference row where mpirun is installed.
+    Barrier {
+        /// Process counts.
+        #[arg(long, value_delimiter = ',', default_values_t = [2, 4, 8, 16])]
+        sizes: Vec<usize>,
+        /// Timed barriers per measurement.
+        #[arg(long, default_value_t = 1000)]
+        barriers: usize,
+        /// Where to write bench-barrier.csv and bench-barrier.svg.
+        #[arg(long, default_value = "target")]
+        out: std::path::PathBuf,
+        /// Skip the Open MPI reference even if it is installed.
+        #[arg(long)]
+        no_mpi: bool,
+    },
 }
 
 /// Builds the benchmark program with the fast release profile and runs it.
 pub(crate) fn run_bench(args: Args) -> Result<()> {
-    let root = crate::workspace_root();
     match args.bench {
         Bench::Pingpong { round_trips, csv } => {
-            run(cargo().current_dir(&root).args([
-                "build",
-                "--quiet",
-                "--profile",
-                "bench-fast",
-                "-p",
-                "host-lib",
-                "--example",
-                "bench_pingpong",
-            ]))?;
-            let program = crate::target_dir()
-                .join("bench-fast")
-                .join("examples")
-                .join("bench_pingpong");
-            let mut command = std::process::Command::new(program);
+            let mut command = example("bench_pingpong")?;
             command.arg("--round-trips").arg(round_trips.to_string());
             if let Some(csv) = csv {
                 command.arg("--csv").arg(csv);
             }
             run(&mut command)
         }
+        Bench::Barrier {
+            sizes,
+            barriers,
+            out,
+            no_mpi,
+        } => {
+            let mut command = example("bench_barrier")?;
+            let sizes: Vec<String> = sizes.iter().map(usize::to_string).collect();
+            command.arg("--sizes").arg(sizes.join(","));
+            command.arg("--barriers").arg(barriers.to_string());
+            command.arg("--out").arg(crate::workspace_root().join(out));
+            if no_mpi {
+                command.arg("--no-mpi");
+            }
+            run(&mut command)
+        }
     }
+}
+
+/// Builds host-lib's example `name` with the `bench-fast` profile; returns a command running it.
+fn example(name: &str) -> Result<std::process::Command> {
+    let root = crate::workspace_root();
+    run(cargo().current_dir(&root).args([
+        "build",
+        "--quiet",
+        "--profile",
+        "bench-fast",
+        "-p",
+        "host-lib",
+        "--example",
+        name,
+    ]))?;
+    let program = crate::target_dir()
+        .join("bench-fast")
+        .join("examples")
+        .join(name);
+    Ok(std::process::Command::new(program))
 }
