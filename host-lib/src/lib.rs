@@ -18,6 +18,7 @@
 #![deny(unsafe_code)]
 
 mod barrier;
+pub mod capi;
 pub mod dma;
 mod error;
 mod event;

@@ -751,6 +751,57 @@ fn ring_error(error: RingError, full: Error) -> Error {
     }
 }
 
+/// Tokens that name arena offsets the caller tracks itself: the C API's sends and receive
+/// buffers, which C programs hold as pointers into DMA memory rather than as [`DmaBuffer`]s. The
+/// caller picks contexts and tags that name no send or buffer of this port (their events then
+/// come back as [`Event::Other`], or a refusal with no buffer) and keeps its memory alive until
+/// they do.
+impl Port {
+    /// Writes `token` into the send ring, spending a send token.
+    ///
+    /// # Errors
+    /// [`Error::NoSendTokens`].
+    pub(crate) fn post_send_token(&mut self, token: &SendToken) -> Result<(), Error> {
+        if self.send_tokens == 0 {
+            return Err(Error::NoSendTokens);
+        }
+        self.send_ring
+            .push(self.region.memory(), token)
+            .map_err(|error| ring_error(error, Error::NoSendTokens))?;
+        self.send_tokens -= 1;
+        self.ring_nic_if_asked(self.send_ring.consumer_wants_doorbell(self.region.memory()));
+        Ok(())
+    }
+
+    /// Writes `token` into the receive ring, spending a receive token.
+    ///
+    /// # Errors
+    /// [`Error::NoReceiveTokens`].
+    pub(crate) fn post_receive_token(&mut self, token: &ReceiveToken) -> Result<(), Error> {
+        if self.receive_tokens == 0 {
+            return Err(Error::NoReceiveTokens);
+        }
+        self.receive_ring
+            .push(self.region.memory(), token)
+            .map_err(|error| ring_error(error, Error::NoReceiveTokens))?;
+        self.receive_tokens -= 1;
+        self.ring_nic_if_asked(
+            self.receive_ring
+                .consumer_wants_doorbell(self.region.memory()),
+        );
+        Ok(())
+    }
+
+    /// Checks, without waiting, that the daemon is still there (for callers that poll
+    /// [`Port::receive`] and never sleep).
+    ///
+    /// # Errors
+    /// [`Error::DaemonGone`].
+    pub(crate) fn check_daemon_alive(&self) -> Result<(), Error> {
+        self.check_daemon(PollTimeout::ZERO)
+    }
+}
+
 /// Raw access to the port's rings, for tests of the NIC's defences: tokens written as given, and
 /// ring indexes overwritten. Only with the `raw-access` feature.
 #[cfg(feature = "raw-access")]

@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod capi;
 mod command;
 mod image;
 mod sim;
@@ -38,6 +39,9 @@ enum Task {
     Bench(bench::Args),
     /// Models: `sim barrier` predicts barrier latency from the paper's costs, to 65,536 nodes.
     Sim(sim::Args),
+    /// The C API: regenerate or check its header (`header [--check]`), or install the library,
+    /// header, nicbar.pc and nicctl under a prefix (`install --prefix DIR`).
+    Capi(capi::Args),
 }
 
 fn main() -> ExitCode {
@@ -47,6 +51,7 @@ fn main() -> ExitCode {
         Task::Test(args) => test::run_tests(args),
         Task::Bench(args) => bench::run_bench(args),
         Task::Sim(args) => sim::run(args),
+        Task::Capi(args) => capi::run_capi(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

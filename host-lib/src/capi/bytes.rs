@@ -1,0 +1,184 @@
+//! Byte order: GM's `gm_ntoh_*` and `gm_hton_*` accessors for the network-order fields of events.
+//!
+//! Written out one by one rather than by a macro so that the header generator sees each of them.
+
+use core::ffi::c_void;
+
+use super::types::*;
+
+/// Reads a unsigned 8-bit field in network byte order.
+#[unsafe(no_mangle)]
+pub extern "C" fn gm_ntoh_u8(value: gm_u8_n_t) -> gm_u8_t {
+    u8::from_be(value.n)
+}
+
+/// Makes a unsigned 8-bit value in network byte order.
+#[unsafe(no_mangle)]
+pub extern "C" fn gm_hton_u8(value: gm_u8_t) -> gm_u8_n_t {
+    gm_u8_n_t { n: value.to_be() }
+}
+
+/// Reads a unsigned 16-bit field in network byte order.
+#[unsafe(no_mangle)]
+pub extern "C" fn gm_ntoh_u16(value: gm_u16_n_t) -> gm_u16_t {
+    u16::from_be(value.n)
+}
+
+/// Makes a unsigned 16-bit value in network byte order.
+#[unsafe(no_mangle)]
+pub extern "C" fn gm_hton_u16(value: gm_u16_t) -> gm_u16_n_t {
+    gm_u16_n_t { n: value.to_be() }
+}
+
+/// Reads a unsigned 32-bit field in network byte order.
+#[unsafe(no_mangle)]
+pub extern "C" fn gm_ntoh_u32(value: gm_u32_n_t) -> gm_u32_t {
+    u32::from_be(value.n)
+}
+
+/// Makes a unsigned 32-bit value in network byte order.
+#[unsafe(no_mangle)]
+pub extern "C" fn gm_hton_u32(value: gm_u32_t) -> gm_u32_n_t {
+    gm_u32_n_t { n: value.to_be() }
+}
+
+/// Reads a unsigned 64-bit field in network byte order.
+#[unsafe(no_mangle)]
+pub extern "C" fn gm_ntoh_u64(value: gm_u64_n_t) -> gm_u64_t {
+    u64::from_be(value.n)
+}
+
+/// Makes a unsigned 64-bit value in network byte order.
+#[unsafe(no_mangle)]
+pub extern "C" fn gm_hton_u64(value: gm_u64_t) -> gm_u64_n_t {
+    gm_u64_n_t { n: value.to_be() }
+}
+
+/// Reads a signed 8-bit field in network byte order.
+#[unsafe(no_mangle)]
+pub extern "C" fn gm_ntoh_s8(value: gm_s8_n_t) -> gm_s8_t {
+    i8::from_be(value.n)
+}
+
+/// Makes a signed 8-bit value in network byte order.
+#[unsafe(no_mangle)]
+pub extern "C" fn gm_hton_s8(value: gm_s8_t) -> gm_s8_n_t {
+    gm_s8_n_t { n: value.to_be() }
+}
+
+/// Reads a signed 16-bit field in network byte order.
+#[unsafe(no_mangle)]
+pub extern "C" fn gm_ntoh_s16(value: gm_s16_n_t) -> gm_s16_t {
+    i16::from_be(value.n)
+}
+
+/// Makes a signed 16-bit value in network byte order.
+#[unsafe(no_mangle)]
+pub extern "C" fn gm_hton_s16(value: gm_s16_t) -> gm_s16_n_t {
+    gm_s16_n_t { n: value.to_be() }
+}
+
+/// Reads a signed 32-bit field in network byte order.
+#[unsafe(no_mangle)]
+pub extern "C" fn gm_ntoh_s32(value: gm_s32_n_t) -> gm_s32_t {
+    i32::from_be(value.n)
+}
+
+/// Makes a signed 32-bit value in network byte order.
+#[unsafe(no_mangle)]
+pub extern "C" fn gm_hton_s32(value: gm_s32_t) -> gm_s32_n_t {
+    gm_s32_n_t { n: value.to_be() }
+}
+
+/// Reads a signed 64-bit field in network byte order.
+#[unsafe(no_mangle)]
+pub extern "C" fn gm_ntoh_s64(value: gm_s64_n_t) -> gm_s64_t {
+    i64::from_be(value.n)
+}
+
+/// Makes a signed 64-bit value in network byte order.
+#[unsafe(no_mangle)]
+pub extern "C" fn gm_hton_s64(value: gm_s64_t) -> gm_s64_n_t {
+    gm_s64_n_t { n: value.to_be() }
+}
+
+/// GM 1's name for gm_ntoh_u8.
+#[unsafe(no_mangle)]
+pub extern "C" fn gm_ntohc(value: gm_u8_n_t) -> gm_u8_t {
+    gm_ntoh_u8(value)
+}
+
+/// GM 1's name for gm_hton_u8.
+#[unsafe(no_mangle)]
+pub extern "C" fn gm_htonc(value: gm_u8_t) -> gm_u8_n_t {
+    gm_hton_u8(value)
+}
+
+/// GM 1's name for gm_ntoh_u16.
+#[unsafe(no_mangle)]
+pub extern "C" fn gm_ntohs(value: gm_u16_n_t) -> gm_u16_t {
+    gm_ntoh_u16(value)
+}
+
+/// GM 1's name for gm_hton_u16.
+#[unsafe(no_mangle)]
+pub extern "C" fn gm_htons(value: gm_u16_t) -> gm_u16_n_t {
+    gm_hton_u16(value)
+}
+
+/// GM 1's name for gm_ntoh_u32.
+#[unsafe(no_mangle)]
+pub extern "C" fn gm_ntohl(value: gm_u32_n_t) -> gm_u32_t {
+    gm_ntoh_u32(value)
+}
+
+/// GM 1's name for gm_hton_u32.
+#[unsafe(no_mangle)]
+pub extern "C" fn gm_htonl(value: gm_u32_t) -> gm_u32_n_t {
+    gm_hton_u32(value)
+}
+
+/// GM 1's name for gm_ntoh_u64.
+#[unsafe(no_mangle)]
+pub extern "C" fn gm_ntohll(value: gm_u64_n_t) -> gm_u64_t {
+    gm_ntoh_u64(value)
+}
+
+/// GM 1's name for gm_hton_u64.
+#[unsafe(no_mangle)]
+pub extern "C" fn gm_htonll(value: gm_u64_t) -> gm_u64_n_t {
+    gm_hton_u64(value)
+}
+
+/// Reads a user virtual address field (`recv.buffer`, `recv.message`, `barrier.context`) as a
+/// pointer.
+#[unsafe(no_mangle)]
+pub extern "C" fn gm_ntohp(value: gm_up_n_t) -> *mut c_void {
+    // An address this process gave the library, handed back: only its integer value travels.
+    u64::from_be(value.n) as usize as *mut c_void
+}
+
+/// Makes the network-order form of a pointer, as events carry it.
+pub(crate) fn hton_pointer(pointer: usize) -> gm_up_n_t {
+    gm_up_n_t {
+        n: (pointer as u64).to_be(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn network_order_is_big_endian_and_round_trips() {
+        assert_eq!(gm_hton_u32(0x0102_0304).n.to_ne_bytes(), [1, 2, 3, 4]);
+        assert_eq!(gm_hton_u16(0x0102).n.to_ne_bytes(), [1, 2]);
+        assert_eq!(gm_ntoh_u32(gm_hton_u32(0xdead_beef)), 0xdead_beef);
+        assert_eq!(gm_ntoh_s16(gm_hton_s16(-2)), -2);
+        assert_eq!(gm_ntoh_u64(gm_hton_u64(u64::MAX - 5)), u64::MAX - 5);
+        assert_eq!(gm_ntohl(gm_htonl(7)), 7);
+        let x = 5u8;
+        let pointer = core::ptr::addr_of!(x) as usize;
+        assert_eq!(gm_ntohp(hton_pointer(pointer)) as usize, pointer);
+    }
+}
