@@ -78,11 +78,12 @@ const MAX_HOST_BUFFERS: usize = 32;
 const REPORT_GRACE: Duration = Duration::from_secs(2);
 /// High bits of the contexts of barriers started by [`Port::barrier_start`].
 const GROUP_CONTEXT: u64 = 0x4e42_6261_0000_0000;
-/// How many times a barrier refused as busy (its barrier buffer not yet taken by the NIC) is
-/// posted again before the refusal is reported.
+/// How many times a barrier refused as busy (its barrier buffer not yet taken by the NIC: it
+/// waits in the receive ring behind buffers the NIC has no room for) is posted again before the
+/// refusal is reported.
 const MAX_REPOSTS: u32 = 200;
 /// The first wait before a barrier refused as busy is posted again; it doubles with each refusal
-/// up to 64 times this. Posting again at once can meet the NIC still reading the send ring.
+/// up to 64 times this.
 const REPOST_BACKOFF: Duration = Duration::from_micros(20);
 
 // ---------------------------------------------------------------------------------------------
@@ -858,8 +859,9 @@ pub(crate) fn absorb(port: &mut Port, event: Event) -> Option<Event> {
         } if kind == SendKind::BARRIER.0 && port.barrier.is_running(context) => {
             let in_flight = port.barrier.in_flight;
             match port.barrier.running.as_mut() {
-                // Busy with no barrier of ours in the NIC: the barrier buffer was still in the
-                // receive ring when the NIC read the barrier token. Post it again a little later.
+                // Busy with no barrier of ours in the NIC: the barrier buffer has not reached the
+                // NIC (it waits in the receive ring behind buffers the NIC has no room for yet).
+                // Post it again a little later.
                 Some(running)
                     if status == Status::BARRIER_BUSY
                         && in_flight == 0
