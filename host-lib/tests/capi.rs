@@ -1,0 +1,719 @@
+//! The C API as C programs see it: the examples in `examples/c/` are compiled with `cc` against
+//! the checked-in header and `libnicbar` (the cdylib, and once the staticlib) from this build,
+//! and run as separate processes against an emulated NIC daemon ([`Emulator::spawn`] in this
+//! process, or `nicctl emulate` from an installed prefix). Each program checks its own data and
+//! exits non-zero on the first thing wrong; the tests check exit codes and output.
+//!
+//! Every wait is bounded: a program that does not finish in time is killed and the test fails
+//! with what it printed.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use host_driver::emulator::cli::query_status;
+use host_driver::emulator::{Emulator, EmulatorConfig, EmulatorHandle};
+
+/// How long one program may run.
+const RUN_LIMIT: Duration = Duration::from_secs(90);
+/// The port every example opens.
+const EXAMPLE_PORT: u8 = 2;
+/// What a static link of libnicbar.a needs besides it (rustc's native-static-libs on Linux).
+const STATIC_LIBS: [&str; 7] = [
+    "-lgcc_s",
+    "-lutil",
+    "-lrt",
+    "-lpthread",
+    "-lm",
+    "-ldl",
+    "-lc",
+];
+
+fn crate_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The directory cargo built this test and `libnicbar` into (`target/<profile>`).
+fn build_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's own path");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("the test runs from target/<profile>/deps")
+        .to_owned();
+    for library in ["libnicbar.so", "libnicbar.a"] {
+        assert!(
+            dir.join(library).exists(),
+            "{library} is missing from {}: host-lib's crate-type must include cdylib and staticlib",
+            dir.display()
+        );
+    }
+    dir
+}
+
+/// A directory removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Self {
+        static COUNT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // Under the system's temporary directory: socket paths must stay short.
+        let dir =
+            std::env::temp_dir().join(format!("nicbar-capi-{name}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// How a program links `libnicbar`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+enum Link {
+    Dynamic,
+    Static,
+}
+
+/// Runs `command`, failing with its output unless it succeeds.
+fn run_to_success(command: &mut Command, what: &str) -> String {
+    let output = command
+        .output()
+        .unwrap_or_else(|error| panic!("{what}: could not run {command:?}: {error}"));
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{what} failed ({}):\n{stdout}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+/// The C compiler: `CC`, else `cc`.
+fn cc() -> Command {
+    Command::new(std::env::var_os("CC").unwrap_or_else(|| "cc".into()))
+}
+
+/// `examples/c/<name>.c`, compiled once per test process and link mode, against the checked-in
+/// header.
+fn example(name: &str, link: Link) -> PathBuf {
+    static BUILT: OnceLock<Mutex<HashMap<(String, Link), PathBuf>>> = OnceLock::new();
+    let mut built = BUILT.get_or_init(Default::default).lock().unwrap();
+    if let Some(path) = built.get(&(name.to_owned(), link)) {
+        return path.clone();
+    }
+    let libraries = build_dir();
+    let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("capi-examples");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let binary = out_dir.join(format!("{name}-{link:?}-{}", std::process::id()));
+    let mut command = cc();
+    command
+        .args([
+            "-std=c11",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-pedantic",
+            "-O1",
+            "-I",
+        ])
+        .arg(crate_dir().join("include"))
+        .arg(crate_dir().join("examples/c").join(format!("{name}.c")))
+        .arg("-o")
+        .arg(&binary);
+    match link {
+        Link::Dynamic => {
+            command
+                .arg("-L")
+                .arg(&libraries)
+                .arg("-lnicbar")
+                .arg(format!("-Wl,-rpath,{}", libraries.display()));
+        }
+        Link::Static => {
+            command.arg(libraries.join("libnicbar.a")).args(STATIC_LIBS);
+        }
+    }
+    run_to_success(&mut command, &format!("compiling {name}.c ({link:?})"));
+    built.insert((name.to_owned(), link), binary.clone());
+    binary
+}
+
+/// A daemon in this process running `units` NICs (nodes 0..units) on a socket of its own.
+fn daemon(scratch: &Scratch, units: u16) -> EmulatorHandle {
+    Emulator::spawn(EmulatorConfig::in_process(
+        scratch.path().join("control.sock"),
+        units,
+    ))
+    .expect("the emulator starts")
+}
+
+/// A C program running, its output collected as it comes.
+struct Running {
+    name: String,
+    child: Child,
+    stdout: Option<JoinHandle<String>>,
+    stderr: Option<JoinHandle<String>>,
+}
+
+/// What a program did.
+#[derive(Debug)]
+struct Finished {
+    name: String,
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+impl Finished {
+    fn assert_success(&self) {
+        assert!(
+            self.status.success(),
+            "{} failed ({}):\n--- stdout\n{}\n--- stderr\n{}",
+            self.name,
+            self.status,
+            self.stdout,
+            self.stderr
+        );
+    }
+}
+
+fn collect(mut pipe: impl Read + Send + 'static) -> JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = pipe.read_to_string(&mut text);
+        text
+    })
+}
+
+fn start(name: &str, binary: &Path, args: &[String], socket: &Path) -> Running {
+    let mut child = Command::new(binary)
+        .args(args)
+        .env("NICBAR_SOCKET", socket)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|error| panic!("starting {name}: {error}"));
+    let stdout = child.stdout.take().map(collect);
+    let stderr = child.stderr.take().map(collect);
+    Running {
+        name: name.to_owned(),
+        child,
+        stdout,
+        stderr,
+    }
+}
+
+/// Waits for every program, at most `limit` in all; kills them all and fails, showing what
+/// each printed, if one is still running then.
+fn finish(mut running: Vec<Running>, limit: Duration) -> Vec<Finished> {
+    let deadline = Instant::now() + limit;
+    let mut statuses: Vec<Option<ExitStatus>> = running.iter().map(|_| None).collect();
+    while statuses.iter().any(Option::is_none) && Instant::now() < deadline {
+        for (program, status) in running.iter_mut().zip(&mut statuses) {
+            if status.is_none() {
+                *status = program.child.try_wait().expect("waiting for a program");
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let timed_out = statuses.iter().any(Option::is_none);
+    for program in &mut running {
+        let _ = program.child.kill();
+    }
+    let finished: Vec<Finished> = running
+        .into_iter()
+        .zip(statuses)
+        .map(|(mut program, status)| {
+            let status = match status {
+                Some(status) => status,
+                None => program.child.wait().expect("reaping a killed program"),
+            };
+            Finished {
+                name: program.name,
+                status,
+                stdout: program
+                    .stdout
+                    .take()
+                    .map(|h| h.join().unwrap())
+                    .unwrap_or_default(),
+                stderr: program
+                    .stderr
+                    .take()
+                    .map(|h| h.join().unwrap())
+                    .unwrap_or_default(),
+            }
+        })
+        .collect();
+    assert!(
+        !timed_out,
+        "programs still running after {limit:?} were killed:\n{finished:#?}"
+    );
+    finished
+}
+
+fn args(values: &[&dyn ToString]) -> Vec<String> {
+    values.iter().map(|v| v.to_string()).collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn the_header_compiles_as_c_and_cxx_with_gms_event_layout() {
+    let scratch = Scratch::new("header");
+    let source = scratch.path().join("layout.c");
+    std::fs::write(
+        &source,
+        r#"#include <nicbar/gm.h>
+#include <stddef.h>
+#define CHECK(name, condition) typedef char name[(condition) ? 1 : -1]
+CHECK(event_is_64_bytes, sizeof(gm_recv_event_t) == 64);
+CHECK(type_is_last, offsetof(gm_recv_t, type) == 63);
+CHECK(sent_type_is_last, offsetof(gm_sent_t, type) == 63);
+CHECK(barrier_type_is_last, offsetof(gm_barrier_event_t, type) == 63);
+CHECK(buffer_at_40, offsetof(gm_recv_t, buffer) == 40);
+CHECK(length_at_52, offsetof(gm_recv_t, length) == 52);
+CHECK(sender_node_at_56, offsetof(gm_recv_t, sender_node_id) == 56);
+CHECK(tag_at_60, offsetof(gm_recv_t, tag) == 60);
+CHECK(status_codes_are_gms, GM_SEND_TIMED_OUT == 15 && GM_SEND_TARGET_PORT_CLOSED == 17
+      && GM_SEND_TARGET_NODE_UNREACHABLE == 18 && GM_SUCCESS == 0);
+CHECK(event_types_are_gms, GM_NO_RECV_EVENT == 0 && GM_RECV_EVENT == 11
+      && GM_HIGH_RECV_EVENT == 12);
+/* GM's strong types: a field is read through its accessor. */
+unsigned int length_of(gm_recv_event_t *e) { return gm_ntoh_u32(e->recv.length); }
+int main(void) { return 0; }
+"#,
+    )
+    .unwrap();
+    let include = crate_dir().join("include");
+    run_to_success(
+        cc().args([
+            "-std=c99",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-pedantic",
+            "-fsyntax-only",
+            "-I",
+        ])
+        .arg(&include)
+        .arg(&source),
+        "compiling the header as C99",
+    );
+    // A field used without its accessor must not compile.
+    let misuse = scratch.path().join("misuse.c");
+    std::fs::write(
+        &misuse,
+        "#include <nicbar/gm.h>\nunsigned int f(gm_recv_event_t *e) { return e->recv.length; }\n",
+    )
+    .unwrap();
+    let status = cc()
+        .args(["-std=c99", "-fsyntax-only", "-I"])
+        .arg(&include)
+        .arg(&misuse)
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(
+        !status.success(),
+        "reading a network-order field without gm_ntoh_* compiled"
+    );
+    // C++ programs include it too (extern "C").
+    let cxx = std::env::var_os("CXX").unwrap_or_else(|| "c++".into());
+    match Command::new(&cxx).arg("--version").output() {
+        Ok(output) if output.status.success() => {
+            run_to_success(
+                Command::new(&cxx)
+                    .args([
+                        "-std=c++11",
+                        "-Wall",
+                        "-Wextra",
+                        "-Werror",
+                        "-fsyntax-only",
+                        "-x",
+                        "c++",
+                        "-I",
+                    ])
+                    .arg(&include)
+                    .arg(&source),
+                "compiling the header as C++11",
+            );
+        }
+        _ => eprintln!(
+            "no C++ compiler ({}): the header's C++ guard is not compiled",
+            cxx.to_string_lossy()
+        ),
+    }
+}
+
+#[test]
+fn ping_pong_between_two_processes_one_linked_statically() {
+    let scratch = Scratch::new("pingpong");
+    let emulator = daemon(&scratch, 2);
+    let round_trips = 300;
+    let finished = finish(
+        vec![
+            start(
+                "pingpong (unit 1, static)",
+                &example("pingpong", Link::Static),
+                &args(&[&1, &0, &round_trips]),
+                emulator.socket(),
+            ),
+            start(
+                "pingpong (unit 0)",
+                &example("pingpong", Link::Dynamic),
+                &args(&[&0, &1, &round_trips]),
+                emulator.socket(),
+            ),
+        ],
+        RUN_LIMIT,
+    );
+    for program in &finished {
+        program.assert_success();
+    }
+    assert!(
+        finished[0].stdout.contains(&format!(
+            "node 1 answered {round_trips} messages from node 0"
+        )),
+        "{finished:#?}"
+    );
+    assert!(
+        finished[1]
+            .stdout
+            .contains(&format!("node 0 <-> node 1: {round_trips} round trips")),
+        "{finished:#?}"
+    );
+}
+
+#[test]
+fn all_to_all_among_four_processes() {
+    let scratch = Scratch::new("alltoall");
+    let emulator = daemon(&scratch, 4);
+    let rounds = 25;
+    let binary = example("alltoall", Link::Dynamic);
+    let running = (0..4)
+        .map(|unit| {
+            start(
+                &format!("alltoall (unit {unit})"),
+                &binary,
+                &args(&[&unit, &4, &rounds]),
+                emulator.socket(),
+            )
+        })
+        .collect();
+    let finished = finish(running, RUN_LIMIT);
+    for (unit, program) in finished.iter().enumerate() {
+        program.assert_success();
+        let expected = format!(
+            "node {unit} of 4: {rounds} rounds, {0} messages in and {0} out, all intact",
+            3 * rounds
+        );
+        assert!(program.stdout.contains(&expected), "{program:#?}");
+    }
+}
+
+#[test]
+fn mistakes_come_back_as_statuses_events_and_callbacks() {
+    let scratch = Scratch::new("errors");
+    let emulator = daemon(&scratch, 1);
+    let finished = finish(
+        vec![start(
+            "errors",
+            &example("errors", Link::Dynamic),
+            &args(&[&0]),
+            emulator.socket(),
+        )],
+        RUN_LIMIT,
+    );
+    finished[0].assert_success();
+    let checks = finished[0]
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("ok: "))
+        .count();
+    assert!(
+        checks >= 50,
+        "only {checks} checks ran:\n{}",
+        finished[0].stdout
+    );
+    assert!(finished[0].stdout.contains("errors: 0 check(s) failed"));
+}
+
+#[test]
+fn opening_without_a_daemon_says_how_to_start_one() {
+    let scratch = Scratch::new("nodaemon");
+    let finished = finish(
+        vec![start(
+            "errors --no-daemon",
+            &example("errors", Link::Dynamic),
+            &args(&[&"--no-daemon"]),
+            &scratch.path().join("nobody-listens.sock"),
+        )],
+        RUN_LIMIT,
+    );
+    finished[0].assert_success();
+    assert!(
+        finished[0].stdout.contains("nobody-listens.sock"),
+        "{finished:#?}"
+    );
+}
+
+#[test]
+fn a_waiting_program_learns_that_the_daemon_is_gone() {
+    let scratch = Scratch::new("gone");
+    let emulator = daemon(&scratch, 2);
+    let socket = emulator.socket().to_owned();
+    // The answering side of a ping-pong whose peer never comes: it waits in gm_blocking_receive.
+    let waiting = start(
+        "pingpong (unit 1, alone)",
+        &example("pingpong", Link::Dynamic),
+        &args(&[&1, &0, &1]),
+        &socket,
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let ready = query_status(&socket).ok().is_some_and(|report| {
+            report.units.iter().any(|unit| {
+                unit.unit == 1
+                    && unit
+                        .ports
+                        .iter()
+                        .any(|port| port.port == EXAMPLE_PORT && port.receive_buffers >= 4)
+            })
+        });
+        if ready {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the program never opened its port and provided its buffers"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    emulator.stop();
+    let finished = finish(vec![waiting], Duration::from_secs(20));
+    let program = &finished[0];
+    assert_eq!(program.status.code(), Some(1), "{program:#?}");
+    assert!(
+        program
+            .stderr
+            .contains("nicbar: the nicbar daemon has exited"),
+        "{program:#?}"
+    );
+}
+
+/// Runs `barrier UNIT NODES FORM ITERATIONS` on units `0..nodes` and checks that no process
+/// left barrier k before every process had entered it.
+fn run_barriers(form: &str, nodes: u16, iterations: u32) {
+    let scratch = Scratch::new(&format!("barrier-{form}-{nodes}"));
+    let emulator = daemon(&scratch, nodes);
+    let binary = example("barrier", Link::Dynamic);
+    let running = (0..nodes)
+        .map(|unit| {
+            start(
+                &format!("barrier {form} (unit {unit})"),
+                &binary,
+                &args(&[&unit, &nodes, &form, &iterations]),
+                emulator.socket(),
+            )
+        })
+        .collect();
+    let finished = finish(running, RUN_LIMIT);
+    let mut entered = vec![Vec::new(); iterations as usize];
+    let mut left = vec![Vec::new(); iterations as usize];
+    for (unit, program) in finished.iter().enumerate() {
+        program.assert_success();
+        assert!(
+            program.stdout.contains(&format!(
+                "barrier: node {unit} of {nodes}: {iterations} {form} barriers"
+            )),
+            "{program:#?}"
+        );
+        for line in program.stdout.lines() {
+            let fields: Vec<&str> = line.split(' ').collect();
+            if let [what @ ("enter" | "leave"), k, t] = fields[..] {
+                let k: usize = k.parse().unwrap();
+                let t: i64 = t.parse().unwrap();
+                if what == "enter" {
+                    entered[k].push((t, unit));
+                } else {
+                    left[k].push((t, unit));
+                }
+            }
+        }
+    }
+    for k in 0..iterations as usize {
+        assert_eq!(entered[k].len(), nodes as usize, "barrier {k}: who entered");
+        assert_eq!(left[k].len(), nodes as usize, "barrier {k}: who left");
+        let last_in = entered[k].iter().max().unwrap();
+        let first_out = left[k].iter().min().unwrap();
+        assert!(
+            first_out.0 >= last_in.0,
+            "{form} barrier {k}: node {} left at {} before node {} entered at {}",
+            first_out.1,
+            first_out.0,
+            last_in.1,
+            last_in.0
+        );
+    }
+}
+
+#[test]
+fn pairwise_exchange_barriers_hold_every_process_until_all_entered() {
+    run_barriers("pe", 4, 15);
+}
+
+#[test]
+fn gather_broadcast_barriers_hold_every_process_until_all_entered() {
+    run_barriers("gb", 4, 15);
+    run_barriers("gb", 3, 10);
+}
+
+#[test]
+fn dissemination_barriers_hold_every_process_until_all_entered() {
+    run_barriers("dissemination", 3, 15);
+}
+
+#[test]
+fn group_barriers_hold_every_process_until_all_entered() {
+    run_barriers("group", 4, 15);
+    run_barriers("group", 3, 10);
+}
+
+#[test]
+fn a_barrier_missing_a_member_fails_naming_it() {
+    // Three members, two processes: node 2 never comes, and the NIC gives up after 300 ms. The
+    // member each process names is the one it was waiting for: in the tree of gather-broadcast
+    // (root 0, children 1 and 2) node 1 waits for its parent's broadcast, and fails when the
+    // parent's barrier times out and its process exits (port closed), or times out itself.
+    for (form, waited_for) in [("gb", [2, 0]), ("dissemination", [2, 2]), ("group", [2, 2])] {
+        let scratch = Scratch::new(&format!("barrier-missing-{form}"));
+        let emulator = daemon(&scratch, 3);
+        let binary = example("barrier", Link::Dynamic);
+        let running = (0..2)
+            .map(|unit| {
+                start(
+                    &format!("barrier {form} (unit {unit})"),
+                    &binary,
+                    &args(&[&unit, &3, &form, &1, &300_000]),
+                    emulator.socket(),
+                )
+            })
+            .collect();
+        for (program, node) in finish(running, RUN_LIMIT).iter().zip(waited_for) {
+            assert_eq!(program.status.code(), Some(3), "{program:#?}");
+            assert!(
+                program.stdout.contains("barrier 0 failed")
+                    && program.stdout.contains(&format!("node {node} port 2"))
+                    && (program.stdout.contains("timed out")
+                        || program.stdout.contains("send target port closed")),
+                "{form}: expected a failure naming node {node}: {program:#?}"
+            );
+        }
+    }
+}
+
+/// The steps of `examples/c/README.md`: install into a prefix, build with pkg-config, start
+/// `nicctl emulate` from the prefix, run. The install reuses this build (`--profile dev`).
+#[test]
+fn installed_with_pkg_config_a_program_builds_and_runs() {
+    let scratch = Scratch::new("install");
+    let prefix = scratch.path().join("prefix");
+    let workspace = crate_dir().parent().unwrap().to_owned();
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    run_to_success(
+        Command::new(cargo)
+            .current_dir(&workspace)
+            .args(["xtask", "capi", "install", "--profile", "dev", "--prefix"])
+            .arg(&prefix),
+        "cargo xtask capi install",
+    );
+    for installed in [
+        "lib/libnicbar.so",
+        "lib/libnicbar.a",
+        "lib/pkgconfig/nicbar.pc",
+        "include/nicbar/gm.h",
+        "bin/nicctl",
+    ] {
+        assert!(
+            prefix.join(installed).exists(),
+            "{installed} was not installed"
+        );
+    }
+    let pkg_config = |flag: &str| {
+        run_to_success(
+            Command::new("pkg-config")
+                .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig"))
+                .args([flag, "nicbar"]),
+            "pkg-config",
+        )
+    };
+    let cflags = pkg_config("--cflags");
+    let libs = pkg_config("--libs");
+    assert!(libs.contains("-lnicbar"), "{libs}");
+    let binary = scratch.path().join("pingpong");
+    let mut compile = cc();
+    compile
+        .arg(crate_dir().join("examples/c/pingpong.c"))
+        .arg("-o")
+        .arg(&binary)
+        .args(cflags.split_whitespace())
+        .args(libs.split_whitespace());
+    run_to_success(
+        &mut compile,
+        "cc pingpong.c $(pkg-config --cflags --libs nicbar)",
+    );
+
+    let socket = scratch.path().join("control.sock");
+    let mut nicctl = Command::new(prefix.join("bin/nicctl"))
+        .args(["emulate", "--units", "2", "--socket"])
+        .arg(&socket)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("nicctl emulate starts");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while query_status(&socket).is_err() {
+        if Instant::now() > deadline {
+            let _ = nicctl.kill();
+            panic!("nicctl emulate did not listen on {}", socket.display());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let finished = finish(
+        vec![
+            start(
+                "installed pingpong (unit 1)",
+                &binary,
+                &args(&[&1, &0, &50]),
+                &socket,
+            ),
+            start(
+                "installed pingpong (unit 0)",
+                &binary,
+                &args(&[&0, &1, &50]),
+                &socket,
+            ),
+        ],
+        RUN_LIMIT,
+    );
+    let _ = nicctl.kill();
+    let _ = nicctl.wait();
+    for program in &finished {
+        program.assert_success();
+    }
+}
