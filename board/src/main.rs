@@ -1,11 +1,15 @@
 //! board: the nicbar NIC firmware as a bootable program for `riscv32imac-unknown-none-elf` on
 //! QEMU's `virt` machine.
 //!
-//! This crate is the thin target-specific layer under the portable firmware core: the entry code
-//! that sets up the stack and memory before any Rust runs ([`entry`]), the linker script that places
-//! the image at the RAM base 0x8000_0000 (`link-riscv-virt.x`, passed by `build.rs`), the UART for a
-//! boot banner ([`uart`]), and a panic handler that halts. `cargo xtask image` builds it in release
-//! and wraps the ELF's loadable segments into a flashable image.
+//! This is the thin target-specific layer under the portable firmware core ([`firmware::Nic`]):
+//! the entry code that sets up the stack and memory before any Rust runs ([`entry`]), the linker
+//! script that places the image at the RAM base 0x8000_0000 (`link-riscv-virt.x`, passed by
+//! `build.rs`), the machine's devices through `volatile` pointers ([`uart`], [`clint`], [`plic`],
+//! [`pci`], [`finisher`]), the core's [`firmware::Hal`] over them ([`hal`]), the mailbox through
+//! which the host opens and closes ports ([`mailbox`]), and the main loop below. The memory map
+//! and the wire's packet rings, which the host reads too, are this package's library
+//! (`board::layout`, `board::wire`). `cargo xtask image` builds it in release and wraps the ELF's
+//! loadable segments into a flashable image; `nicctl qemu` boots that image as NICs.
 //!
 //! Built for the host, it is an ordinary program that says what it is for, so that workspace-wide
 //! host builds and lints pass.
@@ -19,7 +23,25 @@ compile_error!(
 );
 
 #[cfg(target_os = "none")]
+mod clint;
+#[cfg(target_os = "none")]
 mod entry;
+#[cfg(target_os = "none")]
+mod finisher;
+#[cfg(target_os = "none")]
+mod hal;
+#[cfg(target_os = "none")]
+mod mailbox;
+#[cfg(target_os = "none")]
+mod mmio;
+#[cfg(target_os = "none")]
+mod pci;
+#[cfg(target_os = "none")]
+mod plic;
+#[cfg(target_os = "none")]
+mod stack;
+#[cfg(target_os = "none")]
+mod static_cell;
 mod uart;
 
 /// The line the firmware prints when it comes up.
@@ -29,36 +51,331 @@ mod uart;
 )]
 const BANNER: &str = "nicbar NIC firmware, riscv32imac on QEMU virt, ABI version ";
 
-/// The firmware's main program, entered from [`entry`] with a stack, zeroed `.bss` and
-/// initialised `.data`. Never returns.
 #[cfg(target_os = "none")]
-fn run() -> ! {
-    let mut console = uart::Ns16550::virt_uart0();
-    console.init();
-    console.write_str(BANNER);
-    console.write_decimal(shared_abi::ABI_VERSION);
-    console.write_str("\r\n");
+use nic_loop::run;
 
-    // The portable firmware core plugs in here: build this board's `firmware::Hal` (host memory
-    // and DMA, packet transmit and receive, the timer), construct `firmware::Nic` over it, and
-    // drive it from this loop — poll it, and wait for an interrupt when it has nothing to do.
-    loop {
-        entry::wait_for_interrupt();
+#[cfg(target_os = "none")]
+mod nic_loop {
+    use core::time::Duration;
+
+    use board::layout::{
+        DOORBELL_MAILBOX, GuestCounters, GuestFailure, GuestState, PortError, PortOperation,
+        WIRE_RING_ENTRIES,
+    };
+    use board::wire::WireError;
+    use firmware::{Instant, Nic, OpenError};
+    use shared_abi::ids::{PORTS_PER_NIC, PortId};
+    use shared_abi::packet::MAX_PACKET_LEN;
+    use shared_abi::ring::raw::RawMemory;
+    use zerocopy::little_endian::U32;
+
+    use crate::clint::MachineTimer;
+    use crate::hal::{self, BoardHal};
+    use crate::mailbox::{self, CommandSlots};
+    use crate::stack::StackGauge;
+    use crate::static_cell::StaticCell;
+    use crate::uart::Ns16550;
+    use crate::{entry, finisher, pci, plic};
+
+    /// Remote nodes the NIC keeps connections to at once: a QEMU fabric is a handful of nodes,
+    /// and each connection costs about 2.5 KiB of `.bss`.
+    const CONNECTIONS: usize = 16;
+    /// How long the core keeps polling after its last work before it sleeps: a process that
+    /// posts again within it needs no doorbell.
+    const LINGER: Duration = Duration::from_micros(200);
+    /// Longest sleep: the core looks at its rings at least this often even if every doorbell
+    /// were lost.
+    const MAX_SLEEP: Duration = Duration::from_secs(1);
+
+    type BoardNic = Nic<BoardHal, CONNECTIONS>;
+
+    static NIC: StaticCell<BoardNic> = StaticCell::new();
+    static PACKET: StaticCell<[u8; MAX_PACKET_LEN]> = StaticCell::new();
+
+    /// The firmware's main program, entered from [`entry`] with a stack, zeroed `.bss` and
+    /// initialised `.data`. Never returns.
+    pub(crate) fn run() -> ! {
+        boot().run()
+    }
+
+    /// Brings the board up and builds the NIC. Not inlined: building the NIC takes about 40 KiB
+    /// of stack for a moment (`firmware::Nic::new` assembles part of its tables there before
+    /// they are moved into `.bss`), and that frame must be gone before the main loop's frames
+    /// stack up.
+    #[inline(never)]
+    fn boot() -> Loop {
+        let timer = MachineTimer::virt();
+        let mut uart = Ns16550::virt_uart0(timer);
+        uart.init();
+        uart.write_str(crate::BANNER);
+        uart.write_decimal(shared_abi::ABI_VERSION);
+        uart.write_str("\r\n");
+
+        let shared = hal::shared_area();
+        let configuration = match mailbox::read_configuration(&shared) {
+            Ok(configuration) => configuration,
+            Err(failure) => {
+                mailbox::set_state(&shared, GuestState::FAILED, failure);
+                uart.write_str("refusing to run: ");
+                uart.write_str(failure.describe());
+                uart.write_str("\r\n");
+                finisher::fail(finisher::EXIT_BAD_CONFIGURATION)
+            }
+        };
+        let windows = pci::place_port_windows();
+        mailbox::publish_windows(&shared, &windows);
+        let mut gauge = StackGauge::new();
+        mailbox::publish_stack(&shared, gauge.size(), gauge.high_water());
+
+        plic::enable(plic::UART0_SOURCE);
+        entry::enable_wakeups();
+
+        uart.write_str("node ");
+        uart.write_decimal(u32::from(configuration.node.get()));
+        uart.write_str(" of ");
+        uart.write_decimal(u32::from(configuration.node_count));
+        uart.write_str(", port windows");
+        for window in windows.iter() {
+            uart.write_str(" ");
+            match window {
+                Some(window) => uart.write_hex(window.address),
+                None => uart.write_str("-"),
+            }
+        }
+        uart.write_str("\r\n");
+
+        let hal = BoardHal::new(configuration.node_count, windows, uart);
+        let Some(nic) = NIC.init_with(|| {
+            Nic::new(
+                hal,
+                configuration.node,
+                firmware::Config::default(),
+                configuration.boot_stamp_ms,
+            )
+        }) else {
+            finisher::fail(finisher::EXIT_PANIC)
+        };
+        let Some(packet) = PACKET.init_with(|| [0; MAX_PACKET_LEN]) else {
+            finisher::fail(finisher::EXIT_PANIC)
+        };
+        mailbox::set_state(&shared, GuestState::RUNNING, GuestFailure::NONE);
+        Loop {
+            nic,
+            packet,
+            timer,
+            gauge,
+            commands: CommandSlots::new(&shared),
+            counters: GuestCounters::default(),
+        }
+    }
+
+    struct Loop {
+        nic: &'static mut BoardNic,
+        packet: &'static mut [u8; MAX_PACKET_LEN],
+        timer: MachineTimer,
+        gauge: StackGauge,
+        commands: CommandSlots,
+        counters: GuestCounters,
+    }
+
+    impl Loop {
+        fn shared(&self) -> &RawMemory {
+            self.nic.hal().shared()
+        }
+
+        fn run(mut self) -> ! {
+            let boot = self.gauge.restart();
+            mailbox::publish_boot_stack(self.shared(), boot);
+            let linger = MachineTimer::ticks_in(LINGER);
+            let mut last_work = self.timer.ticks();
+            loop {
+                let now = self.timer.now();
+                let mut busy = self.serve_commands(now);
+                busy |= self.take_packets(now);
+                busy |= self.nic.poll(now);
+                self.nic.hal_mut().doorbell_switch_if_asked();
+                if busy {
+                    last_work = self.timer.ticks();
+                    continue;
+                }
+                if self.timer.ticks().wrapping_sub(last_work) < linger {
+                    continue;
+                }
+                self.sleep();
+            }
+        }
+
+        /// Publishes the counters and the stack mark, raises every sleeping flag, looks once
+        /// more, and waits for a byte on the UART or the next deadline.
+        fn sleep(&mut self) {
+            if mailbox::power_off_requested(self.shared()) {
+                finisher::power_off();
+            }
+            self.publish();
+            mailbox::set_sleeping(self.shared(), true);
+            self.nic.hal().set_sleeping(true);
+            // Everything published before the flags went up is seen here; everything after rings
+            // the UART.
+            let now = self.timer.now();
+            let (ring, memory) = self.nic.hal_mut().receive_ring();
+            let mut late = ring.available(memory).map_or(true, |count| count > 0);
+            late |= self.commands.any_pending(self.shared());
+            late |= mailbox::power_off_requested(self.shared());
+            late |= self.nic.poll(now);
+            self.nic.hal_mut().doorbell_switch_if_asked();
+            if !late {
+                let deadline = firmware::time::earliest(
+                    self.nic.poll_at(),
+                    Some(now.saturating_add(MAX_SLEEP)),
+                )
+                .unwrap_or(Instant::ZERO);
+                self.timer.wake_at(MachineTimer::ticks_at(deadline));
+                entry::wait_for_interrupt();
+                self.counters.wakeups = U32::new(self.counters.wakeups.get().wrapping_add(1));
+                let uart = self.nic.hal_mut().uart();
+                // Any byte is a doorbell; they say nothing more. Bounded: the FIFO is 16 bytes
+                // and the host writes a byte per doorbell.
+                for _ in 0..64 {
+                    if uart.read_byte().is_none() {
+                        break;
+                    }
+                }
+                plic::acknowledge_all();
+            }
+            self.nic.hal().set_sleeping(false);
+            mailbox::set_sleeping(self.shared(), false);
+        }
+
+        fn publish(&mut self) {
+            let hal_dropped = self.nic.hal_mut().uart().dropped();
+            let nic_counters = self.nic.counters();
+            let hal = self.nic.hal();
+            let counters = &mut self.counters;
+            counters.packets_transmitted = U32::new(hal.packets_transmitted);
+            counters.transmit_full = U32::new(hal.transmit_full);
+            counters.barriers_completed = U32::new(nic_counters.barriers_completed as u32);
+            counters.barriers_failed = U32::new(nic_counters.barriers_failed as u32);
+            counters.messages_delivered = U32::new(nic_counters.messages_delivered as u32);
+            counters.malformed_packets = U32::new(nic_counters.malformed_packets as u32);
+            counters.tokens_rejected = U32::new(nic_counters.tokens_rejected as u32);
+            let uart_dropped = hal_dropped;
+            counters.uart_dropped = U32::new(uart_dropped);
+            let high_water = self.gauge.high_water();
+            let shared = self.nic.hal().shared();
+            mailbox::publish_counters(shared, &self.counters);
+            mailbox::publish_stack(shared, self.gauge.size(), high_water);
+        }
+
+        /// Takes every packet in the receive ring (at most a ring's worth, so commands and
+        /// transmission get their turn). Returns whether there was any.
+        fn take_packets(&mut self, now: Instant) -> bool {
+            let mut busy = false;
+            for _ in 0..WIRE_RING_ENTRIES {
+                let (ring, memory) = self.nic.hal_mut().receive_ring();
+                match ring.pop(memory, self.packet) {
+                    Ok(Some(taken)) => {
+                        busy = true;
+                        self.counters.packets_received =
+                            U32::new(self.counters.packets_received.get().wrapping_add(1));
+                        if let Some(bytes) = self.packet.get(..taken.length) {
+                            self.nic.on_packet(bytes, now);
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(WireError::BadLength { .. }) => {
+                        busy = true;
+                        self.count_receive_error();
+                    }
+                    Err(WireError::Ring(_)) => {
+                        // The switch broke the ring's indexes: drop what it claims to have
+                        // published and go on (the reliability protocol resends what mattered).
+                        let _ = ring.resynchronise(memory);
+                        self.count_receive_error();
+                        break;
+                    }
+                }
+            }
+            busy
+        }
+
+        fn count_receive_error(&mut self) {
+            self.counters.receive_errors =
+                U32::new(self.counters.receive_errors.get().wrapping_add(1));
+        }
+
+        /// Serves the port commands the host posted. Returns whether there were any.
+        fn serve_commands(&mut self, now: Instant) -> bool {
+            let mut served = false;
+            for port in 0..PORTS_PER_NIC {
+                let Some((request, operation)) = self.commands.pending(self.shared(), port) else {
+                    continue;
+                };
+                let (result, error) = match operation {
+                    PortOperation::OPEN => self.open(port, now),
+                    PortOperation::CLOSE => self.close(port, now),
+                    _ => (0, PortError::BAD_OPERATION),
+                };
+                let shared = self.nic.hal().shared();
+                self.commands.answer(shared, port, request, result, error);
+                served = true;
+            }
+            if served {
+                self.nic.hal_mut().uart().write_byte(DOORBELL_MAILBOX);
+            }
+            served
+        }
+
+        fn open(&mut self, port: usize, now: Instant) -> (u32, PortError) {
+            let port_id = PortId(port as u8);
+            if self.nic.port_status(port_id).is_some() {
+                return (0, PortError::ALREADY_OPEN);
+            }
+            if let Err(error) = self.nic.hal_mut().attach(port) {
+                return (0, error);
+            }
+            match self.nic.open_port(port_id, now) {
+                Ok(generation) => (generation.get(), PortError::NONE),
+                Err(error) => {
+                    self.nic.hal_mut().detach(port);
+                    let code = match error {
+                        OpenError::NoSuchPort(_) => PortError::NO_SUCH_PORT,
+                        OpenError::AlreadyOpen(_) => PortError::ALREADY_OPEN,
+                        OpenError::NoRegion(_) => PortError::NO_REGION,
+                        OpenError::BadRegion(_) => PortError::BAD_REGION,
+                        OpenError::WrongIdentity { .. } => PortError::WRONG_IDENTITY,
+                    };
+                    (0, code)
+                }
+            }
+        }
+
+        fn close(&mut self, port: usize, now: Instant) -> (u32, PortError) {
+            match self.nic.close_port(PortId(port as u8), now) {
+                Some(generation) => {
+                    // The core has let go of the window.
+                    self.nic.hal_mut().detach(port);
+                    (generation.get(), PortError::NONE)
+                }
+                None => (0, PortError::NOT_OPEN),
+            }
+        }
     }
 }
 
-/// Halts: the firmware aims to have no reachable panic, and a NIC that panicked has nothing safe
-/// to do but stop. The panic's message is not read, so no formatting code is linked in.
+/// Stops the machine with exit status 99: the firmware aims to have no reachable panic, and a
+/// NIC that panicked has nothing safe to do but stop. The panic's message is not read, so no
+/// formatting code is linked in.
 #[cfg(target_os = "none")]
 #[panic_handler]
 fn panic(_info: &core::panic::PanicInfo<'_>) -> ! {
-    entry::halt()
+    finisher::fail(finisher::EXIT_PANIC)
 }
 
 #[cfg(not(target_os = "none"))]
 fn main() {
     println!(
         "board: this is the nicbar NIC firmware; it runs on riscv32imac-unknown-none-elf (QEMU \
-         virt), not on this host. Build a flashable image with `cargo xtask image`."
+         virt), not on this host. Build a flashable image with `cargo xtask image`, and boot it as \
+         NICs with `nicctl qemu`."
     );
 }

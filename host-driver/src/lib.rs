@@ -8,7 +8,8 @@
 //!
 //! The backends that stand in for NIC hardware live here too: the deterministic simulator
 //! ([`sim`]), which runs many copies of the real firmware core in one process over a simulated
-//! wire in virtual time, and the emulated NIC (a daemon serving real processes over a real wire).
+//! wire in virtual time, the emulated NIC (a daemon serving real processes over a real wire), and
+//! QEMU NICs ([`qemu`]: the flashed firmware image running as the NIC core under QEMU).
 //! Each module owns one backend or one tool; they share only the firmware core and the ABI.
 #![deny(unsafe_code)]
 
@@ -16,4 +17,5 @@ pub mod cli;
 pub mod emulator;
 pub mod flash;
 pub mod image;
+pub mod qemu;
 pub mod sim;

@@ -44,6 +44,10 @@ enum Command {
     /// Show a running emulator's units, open ports (with owner pids) and per-connection
     /// counters.
     Status(host_driver::emulator::cli::StatusArgs),
+
+    /// Boot the firmware image as NICs under QEMU (riscv32 virt), one QEMU per NIC, and serve
+    /// their ports on a control socket as `nicctl emulate` does. Serves until SIGINT or SIGTERM.
+    Qemu(host_driver::qemu::cli::QemuArgs),
 }
 
 fn main() -> ExitCode {
@@ -53,6 +57,7 @@ fn main() -> ExitCode {
         Command::Flash(args) => cli::flash::run(args),
         Command::Emulate(args) => host_driver::emulator::cli::run_emulate(args),
         Command::Status(args) => host_driver::emulator::cli::run_status(args),
+        Command::Qemu(args) => host_driver::qemu::cli::run_qemu(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

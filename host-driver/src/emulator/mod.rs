@@ -440,7 +440,7 @@ impl Drop for EmulatorHandle {
 
 /// Binds the control socket at `path`: creates its directory (mode 0700) if missing, and replaces
 /// a stale socket file no daemon answers on.
-fn listen(path: &Path) -> Result<UnixListener, EmulatorError> {
+pub(crate) fn listen(path: &Path) -> Result<UnixListener, EmulatorError> {
     let socket_error = |source| EmulatorError::Socket {
         socket: path.to_owned(),
         source,
@@ -477,7 +477,7 @@ fn listen(path: &Path) -> Result<UnixListener, EmulatorError> {
 
 /// The boot stamp of this start (wall-clock milliseconds, wrapping): it grows from one start to
 /// the next, so peers see a restarted NIC's connection epochs as newer than the old ones.
-fn boot_nonce() -> u32 {
+pub(crate) fn boot_nonce() -> u32 {
     let millis = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis())

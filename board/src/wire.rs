@@ -1,0 +1,436 @@
+//! The wire between QEMU NICs: single-producer/single-consumer packet rings in shared memory.
+//!
+//! Each NIC has a transmit ring (the firmware produces, the host's switch consumes) and a receive
+//! ring (the switch produces, the firmware consumes), both in the NIC's shared area
+//! ([`crate::layout`]). The switch moves a packet from one NIC's transmit ring into the receive
+//! ring of the NIC its slot names.
+//!
+//! A ring is the port rings' [`RingIndexes`] block (same words, same publication rules: the
+//! producer writes the slot, then stores `tail` with release ordering; the consumer loads `tail`
+//! with acquire ordering, copies the slot out, then stores `head` with release ordering) followed
+//! by `entries` slots of [`SLOT_STRIDE`] bytes: a [`SlotHeader`] and up to
+//! [`MAX_PACKET_LEN`] packet bytes. Unlike a port ring's fixed-size entries, only the header and
+//! the packet's own bytes are copied. Each side keeps its own index and checks the other's: a
+//! tail more than a ring ahead is [`RingError::Corrupt`], a slot claiming more than
+//! [`MAX_PACKET_LEN`] bytes is [`WireError::BadLength`] (and is skipped), never an out-of-bounds
+//! copy.
+
+use core::mem::{offset_of, size_of};
+
+use shared_abi::ids::NodeId;
+use shared_abi::packet::MAX_PACKET_LEN;
+use shared_abi::ring::{OutOfBounds, RingError, RingIndexes, SharedMemory};
+use zerocopy::little_endian::{U16, U32};
+use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout, Unaligned};
+
+/// The header of one slot. 16 bytes.
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout, Unaligned)]
+#[repr(C)]
+pub struct SlotHeader {
+    /// Packet bytes that follow.
+    pub length: U32,
+    /// In a transmit ring the destination node, in a receive ring the source node.
+    pub node: NodeId,
+    /// Reserved, zero.
+    pub reserved0: U16,
+    /// Reserved, zero.
+    pub reserved1: [u8; 8],
+}
+const _: () = assert!(size_of::<SlotHeader>() == 16);
+
+/// Bytes between the starts of two slots: a header and the largest packet, rounded up to a cache
+/// line.
+pub const SLOT_STRIDE: usize = (size_of::<SlotHeader>() + MAX_PACKET_LEN + 63) & !63;
+
+const TAIL: usize = offset_of!(RingIndexes, tail);
+const HEAD: usize = offset_of!(RingIndexes, head);
+const SLEEPING: usize = offset_of!(RingIndexes, consumer_sleeping);
+
+/// Where a packet ring lives in its memory.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct PacketRingLayout {
+    /// Offset of the ring's [`RingIndexes`] (64-aligned).
+    pub offset: usize,
+    /// Number of slots, a power of two.
+    pub entries: u32,
+}
+
+impl PacketRingLayout {
+    /// Bytes a ring of `entries` slots occupies.
+    pub const fn bytes(entries: u32) -> usize {
+        size_of::<RingIndexes>() + entries as usize * SLOT_STRIDE
+    }
+
+    fn slot(&self, index: u32) -> usize {
+        let slot = (index & (self.entries - 1)) as usize;
+        self.offset + size_of::<RingIndexes>() + slot * SLOT_STRIDE
+    }
+
+    /// Checks the layout against memory of `len` bytes.
+    ///
+    /// # Errors
+    /// [`RingError::BadLayout`] if `entries` is not a power of two, the offset is not 64-aligned,
+    /// or the ring does not fit.
+    pub fn validate(&self, len: usize) -> Result<(), RingError> {
+        let fits = self
+            .offset
+            .checked_add(Self::bytes(self.entries))
+            .is_some_and(|end| end <= len);
+        if !self.entries.is_power_of_two() || self.offset % 64 != 0 || !fits {
+            return Err(RingError::BadLayout);
+        }
+        Ok(())
+    }
+}
+
+/// A packet could not be taken from a ring.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum WireError {
+    /// The ring's indexes or memory are broken.
+    Ring(RingError),
+    /// The slot claimed more bytes than a packet has; it was skipped.
+    BadLength {
+        /// The claimed length.
+        length: u32,
+    },
+}
+
+impl From<RingError> for WireError {
+    fn from(error: RingError) -> Self {
+        Self::Ring(error)
+    }
+}
+
+impl From<OutOfBounds> for WireError {
+    fn from(error: OutOfBounds) -> Self {
+        Self::Ring(RingError::OutOfBounds(error))
+    }
+}
+
+/// The producer side of a packet ring. Holds its own `tail`; never reads it back.
+#[derive(Debug)]
+pub struct PacketProducer {
+    layout: PacketRingLayout,
+    tail: u32,
+}
+
+impl PacketProducer {
+    /// A producer for a fresh ring (both indexes zero) at `layout`.
+    pub const fn new(layout: PacketRingLayout) -> Self {
+        Self { layout, tail: 0 }
+    }
+
+    /// Copies `packet` into the next slot, marked with `node`, and publishes it.
+    ///
+    /// # Errors
+    /// [`RingError::Full`] if there is no free slot; [`RingError::Corrupt`] if the consumer's
+    /// head is impossible; [`RingError::OutOfBounds`] for a packet longer than
+    /// [`MAX_PACKET_LEN`] or a ring outside the memory. Nothing is published on error.
+    pub fn push<M: SharedMemory + ?Sized>(
+        &mut self,
+        memory: &M,
+        node: NodeId,
+        packet: &[u8],
+    ) -> Result<(), RingError> {
+        if packet.len() > MAX_PACKET_LEN {
+            return Err(RingError::OutOfBounds(OutOfBounds {
+                offset: 0,
+                len: packet.len(),
+            }));
+        }
+        let head = memory.load_acquire(self.layout.offset + HEAD)?;
+        let used = self.tail.wrapping_sub(head);
+        if used > self.layout.entries {
+            return Err(RingError::Corrupt {
+                head,
+                tail: self.tail,
+            });
+        }
+        if used == self.layout.entries {
+            return Err(RingError::Full);
+        }
+        let slot = self.layout.slot(self.tail);
+        let header = SlotHeader {
+            length: U32::new(packet.len() as u32),
+            node,
+            ..SlotHeader::default()
+        };
+        memory.write(slot, header.as_bytes())?;
+        memory.write(slot + size_of::<SlotHeader>(), packet)?;
+        self.tail = self.tail.wrapping_add(1);
+        // Release: the slot's bytes above must be visible before the consumer can observe the new
+        // tail, or it would copy a half-written packet.
+        memory.store_release(self.layout.offset + TAIL, self.tail)?;
+        Ok(())
+    }
+
+    /// Whether the consumer asked for a doorbell. Call after [`PacketProducer::push`]: the full
+    /// fence orders our tail store before this load, so either the consumer sees the packet
+    /// before it sleeps or we see its flag.
+    ///
+    /// # Errors
+    /// [`OutOfBounds`] if the ring lies outside the memory.
+    pub fn consumer_wants_doorbell<M: SharedMemory + ?Sized>(
+        &self,
+        memory: &M,
+    ) -> Result<bool, OutOfBounds> {
+        memory.fence();
+        Ok(memory.load_acquire(self.layout.offset + SLEEPING)? != 0)
+    }
+}
+
+/// A packet taken from a ring.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Taken {
+    /// The slot's node (the destination in a transmit ring, the source in a receive ring).
+    pub node: NodeId,
+    /// Packet bytes copied into the caller's buffer.
+    pub length: usize,
+}
+
+/// The consumer side of a packet ring. Holds its own `head`; never reads it back.
+#[derive(Debug)]
+pub struct PacketConsumer {
+    layout: PacketRingLayout,
+    head: u32,
+}
+
+impl PacketConsumer {
+    /// A consumer for a fresh ring (both indexes zero) at `layout`.
+    pub const fn new(layout: PacketRingLayout) -> Self {
+        Self { layout, head: 0 }
+    }
+
+    /// Packets published and not yet taken.
+    ///
+    /// # Errors
+    /// [`RingError::Corrupt`] if the producer's tail is more than a ring ahead of our head.
+    pub fn available<M: SharedMemory + ?Sized>(&self, memory: &M) -> Result<u32, RingError> {
+        let tail = memory.load_acquire(self.layout.offset + TAIL)?;
+        let filled = tail.wrapping_sub(self.head);
+        if filled > self.layout.entries {
+            return Err(RingError::Corrupt {
+                head: self.head,
+                tail,
+            });
+        }
+        Ok(filled)
+    }
+
+    /// Copies the next packet into `out` and frees its slot.
+    ///
+    /// # Errors
+    /// [`WireError::Ring`] if the producer's tail is impossible (nothing is taken; see
+    /// [`PacketConsumer::resynchronise`]); [`WireError::BadLength`] if the slot claims more than
+    /// [`MAX_PACKET_LEN`] bytes (the slot is freed unread).
+    pub fn pop<M: SharedMemory + ?Sized>(
+        &mut self,
+        memory: &M,
+        out: &mut [u8; MAX_PACKET_LEN],
+    ) -> Result<Option<Taken>, WireError> {
+        if self.available(memory)? == 0 {
+            return Ok(None);
+        }
+        let slot = self.layout.slot(self.head);
+        let mut header = SlotHeader::new_zeroed();
+        // The acquire load of `tail` in `available` orders these reads after the producer's
+        // writes.
+        memory.read(slot, header.as_mut_bytes())?;
+        let length = header.length.get();
+        let taken = match out.get_mut(..length as usize) {
+            Some(bytes) => {
+                memory.read(slot + size_of::<SlotHeader>(), bytes)?;
+                Ok(Some(Taken {
+                    node: header.node,
+                    length: bytes.len(),
+                }))
+            }
+            None => Err(WireError::BadLength { length }),
+        };
+        self.head = self.head.wrapping_add(1);
+        // Release: our copy of the slot completes before the producer may reuse it.
+        memory.store_release(self.layout.offset + HEAD, self.head)?;
+        taken
+    }
+
+    /// Skips everything published so far (after [`RingError::Corrupt`]). Returns the new head.
+    ///
+    /// # Errors
+    /// [`OutOfBounds`] if the ring lies outside the memory.
+    pub fn resynchronise<M: SharedMemory + ?Sized>(
+        &mut self,
+        memory: &M,
+    ) -> Result<u32, OutOfBounds> {
+        self.head = memory.load_acquire(self.layout.offset + TAIL)?;
+        memory.store_release(self.layout.offset + HEAD, self.head)?;
+        Ok(self.head)
+    }
+
+    /// Says whether this consumer is about to sleep and wants a doorbell on the next push. After
+    /// raising it, check [`PacketConsumer::available`] once more before sleeping.
+    ///
+    /// # Errors
+    /// [`OutOfBounds`] if the ring lies outside the memory.
+    pub fn set_sleeping<M: SharedMemory + ?Sized>(
+        &self,
+        memory: &M,
+        sleeping: bool,
+    ) -> Result<(), OutOfBounds> {
+        memory.store_release(self.layout.offset + SLEEPING, u32::from(sleeping))?;
+        memory.fence();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::cell::RefCell;
+
+    /// Plain memory standing in for the shared area.
+    struct FakeMemory(RefCell<std::vec::Vec<u8>>);
+
+    impl FakeMemory {
+        fn new(len: usize) -> Self {
+            Self(RefCell::new(std::vec![0; len]))
+        }
+    }
+
+    impl SharedMemory for FakeMemory {
+        fn len(&self) -> usize {
+            self.0.borrow().len()
+        }
+        fn load_acquire(&self, offset: usize) -> Result<u32, OutOfBounds> {
+            let mut word = [0; 4];
+            self.read(offset, &mut word)?;
+            Ok(u32::from_le_bytes(word))
+        }
+        fn store_release(&self, offset: usize, value: u32) -> Result<(), OutOfBounds> {
+            self.write(offset, &value.to_le_bytes())
+        }
+        fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), OutOfBounds> {
+            shared_abi::ring::check_range(self.len(), offset, out.len())?;
+            out.copy_from_slice(&self.0.borrow()[offset..offset + out.len()]);
+            Ok(())
+        }
+        fn write(&self, offset: usize, data: &[u8]) -> Result<(), OutOfBounds> {
+            shared_abi::ring::check_range(self.len(), offset, data.len())?;
+            self.0.borrow_mut()[offset..offset + data.len()].copy_from_slice(data);
+            Ok(())
+        }
+    }
+
+    const LAYOUT: PacketRingLayout = PacketRingLayout {
+        offset: 64,
+        entries: 4,
+    };
+
+    fn memory() -> FakeMemory {
+        FakeMemory::new(64 + PacketRingLayout::bytes(LAYOUT.entries))
+    }
+
+    #[test]
+    fn packets_round_trip_in_order_and_the_ring_fills() {
+        let memory = memory();
+        LAYOUT.validate(memory.len()).unwrap();
+        let mut producer = PacketProducer::new(LAYOUT);
+        let mut consumer = PacketConsumer::new(LAYOUT);
+        let mut out = [0u8; MAX_PACKET_LEN];
+        for round in 0..3u8 {
+            for i in 0..4u8 {
+                let packet = std::vec![round ^ i; usize::from(i) * 1000 + 1];
+                producer
+                    .push(&memory, NodeId::new(u16::from(i)), &packet)
+                    .unwrap();
+            }
+            assert_eq!(
+                producer.push(&memory, NodeId::new(9), &[1]),
+                Err(RingError::Full)
+            );
+            assert_eq!(consumer.available(&memory), Ok(4));
+            for i in 0..4u8 {
+                let taken = consumer.pop(&memory, &mut out).unwrap().unwrap();
+                assert_eq!(taken.node, NodeId::new(u16::from(i)));
+                assert_eq!(taken.length, usize::from(i) * 1000 + 1);
+                assert!(out[..taken.length].iter().all(|&b| b == round ^ i));
+            }
+            assert_eq!(consumer.pop(&memory, &mut out), Ok(None));
+        }
+        let largest = [7u8; MAX_PACKET_LEN];
+        producer.push(&memory, NodeId::new(1), &largest).unwrap();
+        assert_eq!(
+            consumer.pop(&memory, &mut out).unwrap().unwrap().length,
+            MAX_PACKET_LEN
+        );
+        assert!(
+            producer
+                .push(&memory, NodeId::new(1), &[0; MAX_PACKET_LEN + 1])
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn a_lying_producer_is_caught_not_followed() {
+        let memory = memory();
+        let mut consumer = PacketConsumer::new(LAYOUT);
+        let mut out = [0u8; MAX_PACKET_LEN];
+        // A tail five ahead of a four-slot ring.
+        memory.store_release(LAYOUT.offset + TAIL, 5).unwrap();
+        assert!(matches!(
+            consumer.pop(&memory, &mut out),
+            Err(WireError::Ring(RingError::Corrupt { head: 0, tail: 5 }))
+        ));
+        assert_eq!(consumer.resynchronise(&memory), Ok(5));
+        assert_eq!(consumer.pop(&memory, &mut out), Ok(None));
+        // A slot claiming more than a packet: skipped, and the next one is still read.
+        let slot = LAYOUT.slot(5);
+        memory.write(slot, &u32::MAX.to_le_bytes()).unwrap();
+        let next = LAYOUT.slot(6);
+        memory.write(next, &3u32.to_le_bytes()).unwrap();
+        memory.store_release(LAYOUT.offset + TAIL, 7).unwrap();
+        assert_eq!(
+            consumer.pop(&memory, &mut out),
+            Err(WireError::BadLength { length: u32::MAX })
+        );
+        assert_eq!(consumer.pop(&memory, &mut out).unwrap().unwrap().length, 3);
+    }
+
+    #[test]
+    fn a_lying_consumer_is_caught_not_followed() {
+        let memory = memory();
+        let mut producer = PacketProducer::new(LAYOUT);
+        memory.store_release(LAYOUT.offset + HEAD, 3).unwrap();
+        assert_eq!(
+            producer.push(&memory, NodeId::new(0), &[1]),
+            Err(RingError::Corrupt { head: 3, tail: 0 })
+        );
+    }
+
+    #[test]
+    fn the_sleeping_flag_reaches_the_producer() {
+        let memory = memory();
+        let mut producer = PacketProducer::new(LAYOUT);
+        let consumer = PacketConsumer::new(LAYOUT);
+        producer.push(&memory, NodeId::new(0), &[1]).unwrap();
+        assert_eq!(producer.consumer_wants_doorbell(&memory), Ok(false));
+        consumer.set_sleeping(&memory, true).unwrap();
+        assert_eq!(producer.consumer_wants_doorbell(&memory), Ok(true));
+        consumer.set_sleeping(&memory, false).unwrap();
+        assert_eq!(producer.consumer_wants_doorbell(&memory), Ok(false));
+    }
+
+    #[test]
+    fn layouts_are_validated() {
+        assert_eq!(LAYOUT.validate(64), Err(RingError::BadLayout));
+        let odd = PacketRingLayout {
+            offset: 64,
+            entries: 3,
+        };
+        assert_eq!(odd.validate(1 << 20), Err(RingError::BadLayout));
+        let misaligned = PacketRingLayout {
+            offset: 65,
+            entries: 4,
+        };
+        assert_eq!(misaligned.validate(1 << 20), Err(RingError::BadLayout));
+    }
+}
