@@ -142,7 +142,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         connection.counters.rejects_received += 1;
         // The peer spoke, so it is alive: the give-up clock restarts.
         connection.last_progress = now;
-        if header.ack_epoch.get() != connection.tx_epoch {
+        if header.epoch.get() != connection.tx_epoch {
             return;
         }
         if reason == RejectReason::UNKNOWN_EPOCH {
@@ -388,7 +388,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         reject.seq = header.seq;
         reject.aux = reason.0;
         reject.transmission = header.transmission;
-        reject.ack_epoch = header.epoch;
+        reject.epoch = header.epoch;
         if let Some(len) = reject.emit(&[], &mut self.scratch) {
             let packet = self.scratch.get(..len).unwrap_or(&[]);
             let _ = self.hal.transmit(header.src_node, packet);

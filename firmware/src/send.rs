@@ -244,7 +244,10 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             header.seq = U32::new(seq.0);
             header.aux = reason.0;
             header.transmission = transmission;
-            header.ack_epoch = U32::new(epoch);
+            // The refused packet's epoch has a field of its own: the piggybacked ack below may be
+            // of a newer epoch (we may have started following one since we queued this refusal),
+            // and a sender that read the refusal as of that epoch would act on a stale one.
+            header.epoch = U32::new(epoch);
             if let Some(rx_epoch) = connection.rx_epoch {
                 header.flags |= PacketFlags::ACK_VALID;
                 header.ack = U32::new(connection.expected.0);

@@ -151,7 +151,8 @@ pub struct PacketHeader {
     pub length: U16,
     /// Generation of the sending port (data, barrier, port closed).
     pub src_generation: Generation,
-    /// Sender's epoch for this connection (sequenced packets); the epoch a NACK/REJECT refers to.
+    /// Sender's epoch for this connection (sequenced packets); for a REJECT, the epoch of the
+    /// refused packet (a NACK's epoch is `ack_epoch`, with `ack`).
     pub epoch: U32,
     /// Sequence number (sequenced packets), or the rejected packet's (reject).
     pub seq: U32,
