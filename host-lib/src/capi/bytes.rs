@@ -4,150 +4,167 @@
 
 use core::ffi::c_void;
 
+use super::status::guard;
 use super::types::*;
 
 /// Reads a unsigned 8-bit field in network byte order.
 #[unsafe(no_mangle)]
 pub extern "C" fn gm_ntoh_u8(value: gm_u8_n_t) -> gm_u8_t {
-    u8::from_be(value.n)
+    guard("gm_ntoh_u8", 0, || u8::from_be(value.n))
 }
 
 /// Makes a unsigned 8-bit value in network byte order.
 #[unsafe(no_mangle)]
 pub extern "C" fn gm_hton_u8(value: gm_u8_t) -> gm_u8_n_t {
-    gm_u8_n_t { n: value.to_be() }
+    guard("gm_hton_u8", gm_u8_n_t::default(), || gm_u8_n_t {
+        n: value.to_be(),
+    })
 }
 
 /// Reads a unsigned 16-bit field in network byte order.
 #[unsafe(no_mangle)]
 pub extern "C" fn gm_ntoh_u16(value: gm_u16_n_t) -> gm_u16_t {
-    u16::from_be(value.n)
+    guard("gm_ntoh_u16", 0, || u16::from_be(value.n))
 }
 
 /// Makes a unsigned 16-bit value in network byte order.
 #[unsafe(no_mangle)]
 pub extern "C" fn gm_hton_u16(value: gm_u16_t) -> gm_u16_n_t {
-    gm_u16_n_t { n: value.to_be() }
+    guard("gm_hton_u16", gm_u16_n_t::default(), || gm_u16_n_t {
+        n: value.to_be(),
+    })
 }
 
 /// Reads a unsigned 32-bit field in network byte order.
 #[unsafe(no_mangle)]
 pub extern "C" fn gm_ntoh_u32(value: gm_u32_n_t) -> gm_u32_t {
-    u32::from_be(value.n)
+    guard("gm_ntoh_u32", 0, || u32::from_be(value.n))
 }
 
 /// Makes a unsigned 32-bit value in network byte order.
 #[unsafe(no_mangle)]
 pub extern "C" fn gm_hton_u32(value: gm_u32_t) -> gm_u32_n_t {
-    gm_u32_n_t { n: value.to_be() }
+    guard("gm_hton_u32", gm_u32_n_t::default(), || gm_u32_n_t {
+        n: value.to_be(),
+    })
 }
 
 /// Reads a unsigned 64-bit field in network byte order.
 #[unsafe(no_mangle)]
 pub extern "C" fn gm_ntoh_u64(value: gm_u64_n_t) -> gm_u64_t {
-    u64::from_be(value.n)
+    guard("gm_ntoh_u64", 0, || u64::from_be(value.n))
 }
 
 /// Makes a unsigned 64-bit value in network byte order.
 #[unsafe(no_mangle)]
 pub extern "C" fn gm_hton_u64(value: gm_u64_t) -> gm_u64_n_t {
-    gm_u64_n_t { n: value.to_be() }
+    guard("gm_hton_u64", gm_u64_n_t::default(), || gm_u64_n_t {
+        n: value.to_be(),
+    })
 }
 
 /// Reads a signed 8-bit field in network byte order.
 #[unsafe(no_mangle)]
 pub extern "C" fn gm_ntoh_s8(value: gm_s8_n_t) -> gm_s8_t {
-    i8::from_be(value.n)
+    guard("gm_ntoh_s8", 0, || i8::from_be(value.n))
 }
 
 /// Makes a signed 8-bit value in network byte order.
 #[unsafe(no_mangle)]
 pub extern "C" fn gm_hton_s8(value: gm_s8_t) -> gm_s8_n_t {
-    gm_s8_n_t { n: value.to_be() }
+    guard("gm_hton_s8", gm_s8_n_t::default(), || gm_s8_n_t {
+        n: value.to_be(),
+    })
 }
 
 /// Reads a signed 16-bit field in network byte order.
 #[unsafe(no_mangle)]
 pub extern "C" fn gm_ntoh_s16(value: gm_s16_n_t) -> gm_s16_t {
-    i16::from_be(value.n)
+    guard("gm_ntoh_s16", 0, || i16::from_be(value.n))
 }
 
 /// Makes a signed 16-bit value in network byte order.
 #[unsafe(no_mangle)]
 pub extern "C" fn gm_hton_s16(value: gm_s16_t) -> gm_s16_n_t {
-    gm_s16_n_t { n: value.to_be() }
+    guard("gm_hton_s16", gm_s16_n_t::default(), || gm_s16_n_t {
+        n: value.to_be(),
+    })
 }
 
 /// Reads a signed 32-bit field in network byte order.
 #[unsafe(no_mangle)]
 pub extern "C" fn gm_ntoh_s32(value: gm_s32_n_t) -> gm_s32_t {
-    i32::from_be(value.n)
+    guard("gm_ntoh_s32", 0, || i32::from_be(value.n))
 }
 
 /// Makes a signed 32-bit value in network byte order.
 #[unsafe(no_mangle)]
 pub extern "C" fn gm_hton_s32(value: gm_s32_t) -> gm_s32_n_t {
-    gm_s32_n_t { n: value.to_be() }
+    guard("gm_hton_s32", gm_s32_n_t::default(), || gm_s32_n_t {
+        n: value.to_be(),
+    })
 }
 
 /// Reads a signed 64-bit field in network byte order.
 #[unsafe(no_mangle)]
 pub extern "C" fn gm_ntoh_s64(value: gm_s64_n_t) -> gm_s64_t {
-    i64::from_be(value.n)
+    guard("gm_ntoh_s64", 0, || i64::from_be(value.n))
 }
 
 /// Makes a signed 64-bit value in network byte order.
 #[unsafe(no_mangle)]
 pub extern "C" fn gm_hton_s64(value: gm_s64_t) -> gm_s64_n_t {
-    gm_s64_n_t { n: value.to_be() }
+    guard("gm_hton_s64", gm_s64_n_t::default(), || gm_s64_n_t {
+        n: value.to_be(),
+    })
 }
 
 /// GM 1's name for gm_ntoh_u8.
 #[unsafe(no_mangle)]
 pub extern "C" fn gm_ntohc(value: gm_u8_n_t) -> gm_u8_t {
-    gm_ntoh_u8(value)
+    guard("gm_ntohc", 0, || gm_ntoh_u8(value))
 }
 
 /// GM 1's name for gm_hton_u8.
 #[unsafe(no_mangle)]
 pub extern "C" fn gm_htonc(value: gm_u8_t) -> gm_u8_n_t {
-    gm_hton_u8(value)
+    guard("gm_htonc", gm_u8_n_t::default(), || gm_hton_u8(value))
 }
 
 /// GM 1's name for gm_ntoh_u16.
 #[unsafe(no_mangle)]
 pub extern "C" fn gm_ntohs(value: gm_u16_n_t) -> gm_u16_t {
-    gm_ntoh_u16(value)
+    guard("gm_ntohs", 0, || gm_ntoh_u16(value))
 }
 
 /// GM 1's name for gm_hton_u16.
 #[unsafe(no_mangle)]
 pub extern "C" fn gm_htons(value: gm_u16_t) -> gm_u16_n_t {
-    gm_hton_u16(value)
+    guard("gm_htons", gm_u16_n_t::default(), || gm_hton_u16(value))
 }
 
 /// GM 1's name for gm_ntoh_u32.
 #[unsafe(no_mangle)]
 pub extern "C" fn gm_ntohl(value: gm_u32_n_t) -> gm_u32_t {
-    gm_ntoh_u32(value)
+    guard("gm_ntohl", 0, || gm_ntoh_u32(value))
 }
 
 /// GM 1's name for gm_hton_u32.
 #[unsafe(no_mangle)]
 pub extern "C" fn gm_htonl(value: gm_u32_t) -> gm_u32_n_t {
-    gm_hton_u32(value)
+    guard("gm_htonl", gm_u32_n_t::default(), || gm_hton_u32(value))
 }
 
 /// GM 1's name for gm_ntoh_u64.
 #[unsafe(no_mangle)]
 pub extern "C" fn gm_ntohll(value: gm_u64_n_t) -> gm_u64_t {
-    gm_ntoh_u64(value)
+    guard("gm_ntohll", 0, || gm_ntoh_u64(value))
 }
 
 /// GM 1's name for gm_hton_u64.
 #[unsafe(no_mangle)]
 pub extern "C" fn gm_htonll(value: gm_u64_t) -> gm_u64_n_t {
-    gm_hton_u64(value)
+    guard("gm_htonll", gm_u64_n_t::default(), || gm_hton_u64(value))
 }
 
 /// Reads a user virtual address field (`recv.buffer`, `recv.message`, `barrier.context`) as a
@@ -155,7 +172,9 @@ pub extern "C" fn gm_htonll(value: gm_u64_t) -> gm_u64_n_t {
 #[unsafe(no_mangle)]
 pub extern "C" fn gm_ntohp(value: gm_up_n_t) -> *mut c_void {
     // An address this process gave the library, handed back: only its integer value travels.
-    u64::from_be(value.n) as usize as *mut c_void
+    guard("gm_ntohp", core::ptr::null_mut(), || {
+        u64::from_be(value.n) as usize as *mut c_void
+    })
 }
 
 /// Makes the network-order form of a pointer, as events carry it.

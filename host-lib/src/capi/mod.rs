@@ -47,3 +47,52 @@ pub mod barrier;
 pub mod bytes;
 
 pub mod status;
+
+#[cfg(test)]
+mod tests {
+    /// The module's sources, by file name.
+    const SOURCES: [(&str, &str); 5] = [
+        ("types.rs", include_str!("types.rs")),
+        ("port.rs", include_str!("port.rs")),
+        ("barrier.rs", include_str!("barrier.rs")),
+        ("bytes.rs", include_str!("bytes.rs")),
+        ("status.rs", include_str!("status.rs")),
+    ];
+
+    /// Every exported function's body is the panic boundary: after any `const` items and
+    /// comments, its first statement is a call of `guard`.
+    #[test]
+    fn every_export_runs_under_the_panic_boundary() {
+        let mut exports = 0;
+        for (file, source) in SOURCES {
+            for (index, _) in source.match_indices("#[unsafe(no_mangle)]") {
+                let item = &source[index..];
+                let name = item
+                    .split("fn ")
+                    .nth(1)
+                    .and_then(|rest| rest.split('(').next())
+                    .unwrap_or("?");
+                let body = item
+                    .find("{\n")
+                    .map(|open| &item[open + 2..])
+                    .unwrap_or_default();
+                let first = body
+                    .lines()
+                    .map(str::trim)
+                    .find(|line| {
+                        !line.is_empty() && !line.starts_with("const ") && !line.starts_with("//")
+                    })
+                    .unwrap_or_default();
+                assert!(
+                    first.starts_with("guard("),
+                    "{file}: {name} does not start with guard(...): `{first}`"
+                );
+                exports += 1;
+            }
+        }
+        assert!(
+            exports >= 55,
+            "found only {exports} exports: the scan is broken"
+        );
+    }
+}

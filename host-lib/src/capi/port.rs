@@ -949,8 +949,10 @@ pub unsafe extern "C" fn gm_get_port_id(port: *mut gm_port) -> c_uint {
 /// `port` is ignored and may be anything, NULL included.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn gm_num_ports(port: *mut gm_port) -> c_uint {
-    let _ = port;
-    PORTS_PER_NIC as c_uint
+    guard("gm_num_ports", 0, || {
+        let _ = port;
+        PORTS_PER_NIC as c_uint
+    })
 }
 
 /// The largest message length in bytes.
@@ -959,8 +961,10 @@ pub unsafe extern "C" fn gm_num_ports(port: *mut gm_port) -> c_uint {
 /// `port` is ignored and may be anything, NULL included.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn gm_mtu(port: *mut gm_port) -> c_uint {
-    let _ = port;
-    MTU_PAYLOAD as c_uint
+    guard("gm_mtu", 0, || {
+        let _ = port;
+        MTU_PAYLOAD as c_uint
+    })
 }
 
 /// Send tokens free: sends the port can start now. Each send takes one; its callback's
@@ -1144,8 +1148,10 @@ pub unsafe extern "C" fn gm_provide_receive_buffer(
     size: c_uint,
     priority: c_uint,
 ) {
-    // SAFETY: the same promise, passed on.
-    unsafe { gm_provide_receive_buffer_with_tag(port, buffer, size, priority, 0) }
+    guard("gm_provide_receive_buffer", (), || {
+        // SAFETY: the same promise, passed on.
+        unsafe { gm_provide_receive_buffer_with_tag(port, buffer, size, priority, 0) }
+    })
 }
 
 /// Sends `length` bytes at `message` as a message of size class `size` and `priority` to port
