@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock, PoisonError, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -37,22 +37,39 @@ fn crate_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The directory cargo built this test and `libnicbar` into (`target/<profile>`).
-fn build_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test's own path");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("the test runs from target/<profile>/deps")
-        .to_owned();
-    for library in ["libnicbar.so", "libnicbar.a"] {
-        assert!(
-            dir.join(library).exists(),
-            "{library} is missing from {}: host-lib's crate-type must include cdylib and staticlib",
-            dir.display()
-        );
-    }
-    dir
+/// Held shared while this build's `libnicbar` is copied, exclusively while the install test runs
+/// cargo (which may build host-lib again with other features and replace the files).
+static LIBRARY_FILES: RwLock<()> = RwLock::new(());
+
+/// A copy of this build's `libnicbar.so` and `libnicbar.a`, private to this test process: the
+/// programs link and load it, so a cargo run by the install test cannot swap the library under
+/// them.
+fn libraries() -> &'static Path {
+    static COPY: OnceLock<PathBuf> = OnceLock::new();
+    COPY.get_or_init(|| {
+        let _shared = LIBRARY_FILES.read().unwrap_or_else(PoisonError::into_inner);
+        // The directory cargo built this test and the library into: target/<profile>.
+        let exe = std::env::current_exe().expect("the test's own path");
+        let built = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("the test runs from target/<profile>/deps");
+        let copy = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join("capi-examples")
+            .join(format!("lib-{}", std::process::id()));
+        std::fs::create_dir_all(&copy).unwrap();
+        for library in ["libnicbar.so", "libnicbar.a"] {
+            let from = built.join(library);
+            assert!(
+                from.exists(),
+                "{library} is missing from {}: host-lib's crate-type must include cdylib and \
+                 staticlib",
+                built.display()
+            );
+            std::fs::copy(&from, copy.join(library)).unwrap();
+        }
+        copy
+    })
 }
 
 /// A directory removed when dropped.
@@ -116,7 +133,7 @@ fn example(name: &str, link: Link) -> PathBuf {
     if let Some(path) = built.get(&(name.to_owned(), link)) {
         return path.clone();
     }
-    let libraries = build_dir();
+    let libraries = libraries();
     let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("capi-examples");
     std::fs::create_dir_all(&out_dir).unwrap();
     let binary = out_dir.join(format!("{name}-{link:?}-{}", std::process::id()));
@@ -139,7 +156,7 @@ fn example(name: &str, link: Link) -> PathBuf {
         Link::Dynamic => {
             command
                 .arg("-L")
-                .arg(&libraries)
+                .arg(libraries)
                 .arg("-lnicbar")
                 .arg(format!("-Wl,-rpath,{}", libraries.display()));
         }
@@ -635,13 +652,20 @@ fn installed_with_pkg_config_a_program_builds_and_runs() {
     let prefix = scratch.path().join("prefix");
     let workspace = crate_dir().parent().unwrap().to_owned();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    run_to_success(
-        Command::new(cargo)
-            .current_dir(&workspace)
-            .args(["xtask", "capi", "install", "--profile", "dev", "--prefix"])
-            .arg(&prefix),
-        "cargo xtask capi install",
-    );
+    {
+        // Other tests' programs use their own copy of the library; take it before cargo runs.
+        libraries();
+        let _exclusive = LIBRARY_FILES
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        run_to_success(
+            Command::new(cargo)
+                .current_dir(&workspace)
+                .args(["xtask", "capi", "install", "--profile", "dev", "--prefix"])
+                .arg(&prefix),
+            "cargo xtask capi install",
+        );
+    }
     for installed in [
         "lib/libnicbar.so",
         "lib/libnicbar.a",
