@@ -490,26 +490,38 @@ fn opening_without_a_daemon_says_how_to_start_one() {
 }
 
 #[test]
-fn a_waiting_program_learns_that_the_daemon_is_gone() {
+fn waiting_programs_learn_that_the_daemon_is_gone() {
     let scratch = Scratch::new("gone");
-    let emulator = daemon(&scratch, 2);
+    let emulator = daemon(&scratch, 3);
     let socket = emulator.socket().to_owned();
-    // The answering side of a ping-pong whose peer never comes: it waits in gm_blocking_receive.
-    let waiting = start(
-        "pingpong (unit 1, alone)",
-        &example("pingpong", Link::Dynamic),
-        &args(&[&1, &0, &1]),
-        &socket,
-    );
+    // Two answering sides of ping-pongs whose peer (node 0) never comes: one waits in
+    // gm_blocking_receive, the other spins on gm_receive.
+    let binary = example("pingpong", Link::Dynamic);
+    let waiting = vec![
+        start(
+            "pingpong (unit 1, blocking)",
+            &binary,
+            &args(&[&1, &0, &1]),
+            &socket,
+        ),
+        start(
+            "pingpong (unit 2, polling)",
+            &binary,
+            &args(&[&2, &0, &1, &"poll"]),
+            &socket,
+        ),
+    ];
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let ready = query_status(&socket).ok().is_some_and(|report| {
-            report.units.iter().any(|unit| {
-                unit.unit == 1
-                    && unit
-                        .ports
-                        .iter()
-                        .any(|port| port.port == EXAMPLE_PORT && port.receive_buffers >= 4)
+            [1, 2].iter().all(|waiting_unit| {
+                report.units.iter().any(|unit| {
+                    unit.unit == *waiting_unit
+                        && unit
+                            .ports
+                            .iter()
+                            .any(|port| port.port == EXAMPLE_PORT && port.receive_buffers >= 4)
+                })
             })
         });
         if ready {
@@ -517,20 +529,20 @@ fn a_waiting_program_learns_that_the_daemon_is_gone() {
         }
         assert!(
             Instant::now() < deadline,
-            "the program never opened its port and provided its buffers"
+            "the programs never opened their ports and provided their buffers"
         );
         std::thread::sleep(Duration::from_millis(20));
     }
     emulator.stop();
-    let finished = finish(vec![waiting], Duration::from_secs(20));
-    let program = &finished[0];
-    assert_eq!(program.status.code(), Some(1), "{program:#?}");
-    assert!(
-        program
-            .stderr
-            .contains("nicbar: the nicbar daemon has exited"),
-        "{program:#?}"
-    );
+    for program in finish(waiting, Duration::from_secs(20)) {
+        assert_eq!(program.status.code(), Some(1), "{program:#?}");
+        assert!(
+            program
+                .stderr
+                .contains("nicbar: the nicbar daemon has exited"),
+            "{program:#?}"
+        );
+    }
 }
 
 /// Runs `barrier UNIT NODES FORM ITERATIONS` on units `0..nodes` and checks that no process

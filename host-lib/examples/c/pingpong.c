@@ -2,12 +2,13 @@
  * pingpong.c: two processes bounce a message back and forth through the nicbar NIC, as a GM
  * program would.
  *
- *     pingpong UNIT PEER_NODE [ROUND_TRIPS]
+ *     pingpong UNIT PEER_NODE [ROUND_TRIPS [poll]]
  *
  * Opens port 2 of NIC UNIT and exchanges ROUND_TRIPS (default 1000) 64-byte messages with port 2
  * of node PEER_NODE: the process on the lower node id sends first and measures, the other
  * answers. Each message carries its round number and a pattern; the answer carries the pattern
  * inverted, and both sides check every byte. Exits 0 when every round trip came back intact.
+ * Events are waited for with gm_blocking_receive, or with "poll" by spinning on gm_receive.
  *
  * Build: cc -o pingpong pingpong.c $(pkg-config --cflags --libs nicbar)
  * Run:   nicctl emulate --units 2 &   then   ./pingpong 0 1 & ./pingpong 1 0
@@ -29,6 +30,7 @@
 
 static struct gm_port *port;
 static unsigned int size_class;
+static int polling;
 
 /* What the send callback reports back to the main loop. */
 static int sends_in_flight;
@@ -87,7 +89,13 @@ static struct {
  * runs the send callbacks). */
 static void handle_next_event(void)
 {
-    gm_recv_event_t *event = gm_blocking_receive(port);
+    gm_recv_event_t *event;
+    if (polling) {
+        while (GM_RECV_EVENT_TYPE(event = gm_receive(port)) == GM_NO_RECV_EVENT)
+            ;
+    } else {
+        event = gm_blocking_receive(port);
+    }
     switch (GM_RECV_EVENT_TYPE(event)) {
     case GM_RECV_EVENT:
     case GM_HIGH_RECV_EVENT:
@@ -157,13 +165,14 @@ int main(int argc, char **argv)
     unsigned char *send_buffer;
 
     if (argc < 3) {
-        fprintf(stderr, "usage: pingpong UNIT PEER_NODE [ROUND_TRIPS]\n");
+        fprintf(stderr, "usage: pingpong UNIT PEER_NODE [ROUND_TRIPS [poll]]\n");
         return 2;
     }
     unit = (unsigned int)strtoul(argv[1], NULL, 0);
     peer = (unsigned int)strtoul(argv[2], NULL, 0);
     if (argc > 3)
         round_trips = (unsigned int)strtoul(argv[3], NULL, 0);
+    polling = argc > 4 && strcmp(argv[4], "poll") == 0;
 
     if ((status = gm_init()) != GM_SUCCESS)
         fail("gm_init", status);

@@ -1319,9 +1319,9 @@ pub unsafe extern "C" fn gm_unknown(port: *mut gm_port, event: *mut gm_recv_even
         let kind = if event.is_null() {
             GM_NO_RECV_EVENT
         } else {
-            // SAFETY: a non-NULL event points to an event (the caller's promise); it is copied
-            // out before anything else happens.
-            unsafe { event.read() }.event_type()
+            // SAFETY: a non-NULL event points to an event (the caller's promise, possibly a copy
+            // at any alignment); it is copied out before anything else happens.
+            unsafe { event.read_unaligned() }.event_type()
         };
         let close = {
             // SAFETY: the reference ends with this block; a gm_close from a callback is
