@@ -357,7 +357,7 @@ impl Emulator {
         ));
         let origin = std::time::Instant::now();
         let boot_nonce = boot_nonce();
-        let mut units = Vec::new();
+        let mut setups = Vec::new();
         for (index, ((unit, udp), (wake, inbox))) in config
             .units
             .iter()
@@ -365,7 +365,7 @@ impl Emulator {
             .zip(wakes.into_iter().zip(inboxes))
             .enumerate()
         {
-            let handle = unit::spawn(unit::UnitSetup {
+            setups.push(unit::UnitSetup {
                 unit: index as u8,
                 node: unit.node,
                 address: unit.address,
@@ -379,10 +379,9 @@ impl Emulator {
                 origin,
                 boot_nonce,
                 linger: config.idle_linger,
-            })
-            .map_err(EmulatorError::Resources)?;
-            units.push(handle);
+            });
         }
+        let units = unit::spawn_all(setups).map_err(EmulatorError::Resources)?;
         let stop = Arc::new(doorbell::new().map_err(EmulatorError::Resources)?);
         let control = control::Control::new(control::ControlSetup {
             listener,

@@ -1,13 +1,16 @@
-//! One emulated NIC ("unit", as GM's boards): a thread that runs the real firmware core over an
-//! epoll loop.
+//! The emulated NICs ("units", as GM's boards) of one daemon: one thread that runs every unit's
+//! copy of the real firmware core over one epoll loop.
 //!
-//! The loop drains its wake-up eventfd (rung for commands from the control thread, for packets
-//! from the daemon's other NICs, and by processes as the NIC doorbell), serves commands, takes
-//! packets from its inbox and its UDP socket, and polls the [`Nic`] until it has nothing left to
-//! do. Then it raises the sleeping flag of every open port's send and receive ring, polls once
-//! more (a token published before the process saw the flag would otherwise wait), and sleeps in
-//! `epoll_wait` until a descriptor is ready or the firmware's next deadline
-//! ([`Nic::poll_at`]) or the fault injector's next held-back packet is due.
+//! One thread for all units, as one NIC processor runs all of a card's ports: a packet between two
+//! units of the daemon (the in-process path) is taken in the same pass of the loop that sent it,
+//! with no thread to wake, and a barrier among the daemon's units runs on the NIC side without a
+//! context switch. The loop drains each unit's wake-up eventfd (rung for commands from the
+//! control thread, for packets from other units, and by processes as that unit's NIC doorbell),
+//! serves commands, and runs every unit — packets from its inbox and UDP socket, then a poll of its
+//! [`Nic`] — until none has anything left to do. Then it raises the sleeping flag of every open
+//! port's send and receive ring, polls once more (a token published before the process saw the
+//! flag would otherwise wait), and sleeps in `epoll_wait` until a descriptor is ready or the
+//! earliest firmware deadline ([`Nic::poll_at`]) or held-back packet of any unit is due.
 
 use std::collections::VecDeque;
 use std::io;
@@ -41,9 +44,10 @@ const PENDING_EVENTS_RECHECK: Duration = Duration::from_millis(5);
 /// the loop takes the deadline as stale and sleeps a millisecond instead of spinning.
 const STALE_DEADLINE_ROUNDS: u32 = 8;
 
-/// Stack of a unit thread: the firmware's tables live on it.
+/// Stack of the units' thread: each firmware core is built on it before it moves to the heap.
 const UNIT_STACK: usize = 8 << 20;
 
+/// Epoll data of a unit's descriptors: `unit << 1 | WAKE` and `unit << 1 | UDP`.
 const WAKE: u64 = 0;
 const UDP: u64 = 1;
 
@@ -84,7 +88,15 @@ pub(crate) struct UnitSetup {
     pub(crate) linger: Duration,
 }
 
-/// The control thread's handle on a unit thread.
+/// The units' thread, shared by their handles: joined once every unit has been told to stop.
+#[derive(Debug)]
+struct SharedThread {
+    thread: std::sync::Mutex<Option<JoinHandle<()>>>,
+    units: usize,
+    stopped: std::sync::atomic::AtomicUsize,
+}
+
+/// The control thread's handle on a unit.
 #[derive(Debug)]
 pub(crate) struct UnitHandle {
     pub(crate) unit: u8,
@@ -92,22 +104,39 @@ pub(crate) struct UnitHandle {
     /// The unit's wake-up eventfd, which processes get as their NIC doorbell.
     pub(crate) wake: Arc<OwnedFd>,
     commands: Sender<Command>,
-    thread: Option<JoinHandle<()>>,
+    thread: Arc<SharedThread>,
+    stopped: bool,
 }
 
 impl UnitHandle {
-    /// Queues `command` and wakes the unit. `false` if the unit thread is gone.
+    /// Queues `command` and wakes the unit. `false` if the unit is gone.
     pub(crate) fn send(&self, command: Command) -> bool {
         let sent = self.commands.send(command).is_ok();
         doorbell::ring(&*self.wake);
         sent
     }
 
-    /// Stops the thread and waits for it.
+    /// Stops the unit; the last unit to stop also waits for the thread.
     pub(crate) fn stop(&mut self) {
+        if std::mem::replace(&mut self.stopped, true) {
+            return;
+        }
         self.send(Command::Stop);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+        let stopped = self
+            .thread
+            .stopped
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel)
+            + 1;
+        if stopped == self.thread.units {
+            let thread = self
+                .thread
+                .thread
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take();
+            if let Some(thread) = thread {
+                let _ = thread.join();
+            }
         }
     }
 }
@@ -118,101 +147,142 @@ impl Drop for UnitHandle {
     }
 }
 
-/// Starts the unit's thread.
+/// Starts the thread that runs all `setups`' units.
 ///
 /// # Errors
 /// Creating the epoll instance or the thread failed.
-pub(crate) fn spawn(setup: UnitSetup) -> io::Result<UnitHandle> {
-    let UnitSetup {
-        unit,
-        node,
-        address,
-        udp,
-        wake,
-        inbox,
-        local,
-        fabric,
-        faults,
-        nic,
-        origin,
-        boot_nonce,
-        linger,
-    } = setup;
-    let (commands, receiver) = mpsc::channel();
+pub(crate) fn spawn_all(setups: Vec<UnitSetup>) -> io::Result<Vec<UnitHandle>> {
     let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
-    epoll.add(&*wake, EpollEvent::new(EpollFlags::EPOLLIN, WAKE))?;
-    if let Some(udp) = udp.as_ref() {
-        epoll.add(udp, EpollEvent::new(EpollFlags::EPOLLIN, UDP))?;
+    let mut handles = Vec::new();
+    let mut parts = Vec::new();
+    for (index, setup) in setups.into_iter().enumerate() {
+        let UnitSetup {
+            unit,
+            node,
+            address,
+            udp,
+            wake,
+            inbox,
+            local,
+            fabric,
+            faults,
+            nic,
+            origin,
+            boot_nonce,
+            linger,
+        } = setup;
+        let key = (index as u64) << 1;
+        epoll.add(&*wake, EpollEvent::new(EpollFlags::EPOLLIN, key | WAKE))?;
+        if let Some(udp) = udp.as_ref() {
+            epoll.add(udp, EpollEvent::new(EpollFlags::EPOLLIN, key | UDP))?;
+        }
+        let faults = faults
+            .filter(FaultConfig::is_active)
+            .map(|config| FaultInjector::new(config, u64::from(unit)));
+        let wire = Wire::new(node, local, udp, fabric, faults);
+        let (commands, receiver) = mpsc::channel();
+        handles.push((unit, node, wake.clone(), commands));
+        parts.push((
+            unit, address, node, wire, nic, boot_nonce, receiver, wake, inbox, origin, linger,
+        ));
     }
-    let faults = faults
-        .filter(FaultConfig::is_active)
-        .map(|config| FaultInjector::new(config, u64::from(unit)));
-    let wire = Wire::new(node, local, udp, fabric, faults);
-    let unit_wake = wake.clone();
+    let linger = parts.first().map_or(Duration::ZERO, |part| part.10);
     let thread = std::thread::Builder::new()
-        .name(format!("nic-unit-{unit}"))
+        .name("nic-units".to_owned())
         .stack_size(UNIT_STACK)
         .spawn(move || {
-            // The NIC is a few hundred kilobytes of fixed tables: it is built on this thread's
-            // own (large) stack rather than moved through the spawning thread's.
-            UnitLoop {
-                unit,
-                address,
-                nic: Nic::new(UnitHal::new(wire), node, nic, boot_nonce),
-                commands: receiver,
-                wake: unit_wake,
-                inbox,
+            let units = parts
+                .into_iter()
+                .map(
+                    |(
+                        unit,
+                        address,
+                        node,
+                        wire,
+                        nic,
+                        boot_nonce,
+                        commands,
+                        wake,
+                        inbox,
+                        origin,
+                        _,
+                    )| UnitLoop {
+                        unit,
+                        address,
+                        // A few hundred kilobytes of fixed tables: built on this thread's large stack,
+                        // then kept on the heap.
+                        nic: Box::new(Nic::new(UnitHal::new(wire), node, nic, boot_nonce)),
+                        commands,
+                        wake,
+                        inbox,
+                        origin,
+                        arrivals: VecDeque::new(),
+                        stale_rounds: 0,
+                        stale_reported: false,
+                        stopped: false,
+                    },
+                )
+                .collect();
+            Units {
+                units,
                 epoll,
-                origin,
-                arrivals: VecDeque::new(),
-                stale_rounds: 0,
-                stale_reported: false,
                 linger,
             }
             .run();
         })?;
-    Ok(UnitHandle {
-        unit,
-        node,
-        wake,
-        commands,
-        thread: Some(thread),
-    })
+    let shared = Arc::new(SharedThread {
+        thread: std::sync::Mutex::new(Some(thread)),
+        units: handles.len(),
+        stopped: std::sync::atomic::AtomicUsize::new(0),
+    });
+    Ok(handles
+        .into_iter()
+        .map(|(unit, node, wake, commands)| UnitHandle {
+            unit,
+            node,
+            wake,
+            commands,
+            thread: shared.clone(),
+            stopped: false,
+        })
+        .collect())
 }
 
-struct UnitLoop {
-    unit: u8,
-    address: Option<SocketAddr>,
-    nic: Nic<UnitHal>,
-    commands: Receiver<Command>,
-    wake: Arc<OwnedFd>,
-    inbox: Arc<Inbox>,
+/// All units of the daemon, and the loop that runs them.
+struct Units {
+    units: Vec<UnitLoop>,
     epoll: Epoll,
-    origin: std::time::Instant,
-    arrivals: VecDeque<Vec<u8>>,
-    stale_rounds: u32,
-    stale_reported: bool,
     /// How long to stay awake after the last work before sleeping.
     linger: Duration,
 }
 
-impl UnitLoop {
-    fn now(&self) -> Instant {
-        Instant::from_nanos(u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX))
-    }
-
+impl Units {
     fn run(mut self) {
-        let mut events = [EpollEvent::empty(); 4];
+        let mut events = vec![EpollEvent::empty(); 2 * self.units.len().max(1)];
         let mut last_busy = std::time::Instant::now();
         loop {
-            doorbell::drain(&*self.wake);
-            if !self.serve_commands() {
+            for unit in self.units.iter_mut() {
+                doorbell::drain(&*unit.wake);
+                if !unit.stopped && !unit.serve_commands() {
+                    unit.stop();
+                }
+            }
+            if self.units.iter().all(|unit| unit.stopped) {
                 return;
             }
             if self.work() {
                 last_busy = std::time::Instant::now();
             }
-            let timeout = self.sleep_timeout();
+            let timeout = self
+                .units
+                .iter_mut()
+                .filter(|unit| !unit.stopped)
+                .map(UnitLoop::sleep_timeout)
+                .fold(None, |a: Option<Duration>, b| match (a, b) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, None) => a,
+                    (None, b) => b,
+                });
             if timeout == Some(Duration::ZERO) {
                 continue;
             }
@@ -223,14 +293,72 @@ impl UnitLoop {
                 std::thread::yield_now();
                 continue;
             }
-            self.set_sleeping(true);
-            let now = self.now();
-            let late_work = self.nic.poll(now) || !self.nic.hal().wire.loopback.is_empty();
+            for unit in &self.units {
+                unit.set_sleeping(true);
+            }
+            let late_work = self
+                .units
+                .iter_mut()
+                .filter(|unit| !unit.stopped)
+                .any(|unit| {
+                    let now = unit.now();
+                    unit.nic.poll(now) || !unit.nic.hal().wire.loopback.is_empty()
+                });
             if !late_work {
                 let _ = self.epoll.wait(&mut events, epoll_timeout(timeout));
             }
-            self.set_sleeping(false);
+            for unit in &self.units {
+                unit.set_sleeping(false);
+            }
         }
+    }
+
+    /// Runs every unit until none has anything to do (bounded, to serve commands): a packet one
+    /// unit sends another is taken in the next pass. Returns whether there was anything to do.
+    fn work(&mut self) -> bool {
+        let mut any = false;
+        for _ in 0..MAX_ROUNDS {
+            let mut busy = false;
+            for unit in self.units.iter_mut().filter(|unit| !unit.stopped) {
+                busy |= unit.work();
+            }
+            if !busy {
+                return any;
+            }
+            any = true;
+        }
+        any
+    }
+}
+
+/// One unit: its firmware core and what feeds it.
+struct UnitLoop {
+    unit: u8,
+    address: Option<SocketAddr>,
+    nic: Box<Nic<UnitHal>>,
+    commands: Receiver<Command>,
+    wake: Arc<OwnedFd>,
+    inbox: Arc<Inbox>,
+    origin: std::time::Instant,
+    arrivals: VecDeque<Vec<u8>>,
+    stale_rounds: u32,
+    stale_reported: bool,
+    /// Told to stop: its ports are closed and it runs no more.
+    stopped: bool,
+}
+
+impl UnitLoop {
+    fn now(&self) -> Instant {
+        Instant::from_nanos(u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// Closes every open port (the daemon stops) and runs no more.
+    fn stop(&mut self) {
+        let now = self.now();
+        for port in 0..PORTS_PER_NIC as u8 {
+            self.nic.close_port(PortId(port), now);
+        }
+        self.stopped = true;
     }
 
     /// Serves every queued command. `false` when told to stop (or the control thread is gone).
@@ -301,10 +429,10 @@ impl UnitLoop {
         opened
     }
 
-    /// Runs the NIC until it has nothing to do (or [`MAX_ROUNDS`] rounds, to serve commands).
-    /// Returns whether there was anything to do.
+    /// One round: packets from the wire, a poll, packets to itself. Returns whether there was
+    /// anything to do.
     fn work(&mut self) -> bool {
-        for round in 0..MAX_ROUNDS {
+        {
             let now = self.now();
             let wire = &mut self.nic.hal_mut().wire;
             wire.set_now(now);
@@ -323,11 +451,8 @@ impl UnitLoop {
                 self.nic.on_packet(&packet, now);
                 busy = true;
             }
-            if !busy {
-                return round > 0;
-            }
+            busy
         }
-        true
     }
 
     /// How long the unit may sleep: until the firmware's or the wire's next deadline, `None` for
