@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod capi;
 mod command;
+mod demo;
 mod image;
 mod sim;
 mod test;
@@ -29,6 +30,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Task {
+    /// The quick start: a 4-node emulated cluster on this host, a ping-pong, and NIC-based
+    /// against host-based barriers of three algorithms, with a table of their latencies.
+    Demo(demo::Args),
     /// Build the NIC firmware for a target and wrap it into a flashable image, or check an
     /// existing image.
     Image(image::Args),
@@ -47,6 +51,7 @@ enum Task {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.task {
+        Task::Demo(args) => demo::run_demo(args),
         Task::Image(args) => image::run(args),
         Task::Test(args) => test::run_tests(args),
         Task::Bench(args) => bench::run_bench(args),
