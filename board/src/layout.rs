@@ -128,6 +128,8 @@ impl GuestState {
     pub const RUNNING: Self = Self(1);
     /// Refused to run; [`Mailbox::guest_failure`] says why.
     pub const FAILED: Self = Self(2);
+    /// Powered off at the host's request.
+    pub const STOPPED: Self = Self(3);
 }
 
 /// Why the firmware refused to run ([`Mailbox::guest_failure`]).

@@ -209,6 +209,8 @@ mod nic_loop {
         /// more, and waits for a byte on the UART or the next deadline.
         fn sleep(&mut self) {
             if mailbox::power_off_requested(self.shared()) {
+                self.publish();
+                mailbox::set_state(self.shared(), GuestState::STOPPED, GuestFailure::NONE);
                 finisher::power_off();
             }
             self.publish();

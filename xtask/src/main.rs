@@ -14,6 +14,7 @@ mod capi;
 mod command;
 mod demo;
 mod image;
+mod qemu;
 mod sim;
 mod test;
 
@@ -36,6 +37,9 @@ enum Task {
     /// Build the NIC firmware for a target and wrap it into a flashable image, or check an
     /// existing image.
     Image(image::Args),
+    /// The end-to-end check of the firmware image as NICs under QEMU: install QEMU if missing,
+    /// build and flash the image, boot NICs from it, and run messages and barriers across them.
+    Qemu(qemu::Args),
     /// Run every check CI runs: formatting, lints, the firmware's embedded build, and all tests.
     /// Installs what it needs (the embedded Rust target) first.
     Test(test::Args),
@@ -53,6 +57,7 @@ fn main() -> ExitCode {
     let result = match cli.task {
         Task::Demo(args) => demo::run_demo(args),
         Task::Image(args) => image::run(args),
+        Task::Qemu(args) => qemu::run_check(args),
         Task::Test(args) => test::run_tests(args),
         Task::Bench(args) => bench::run_bench(args),
         Task::Sim(args) => sim::run(args),

@@ -230,6 +230,7 @@ fn state_name(state: GuestState) -> &'static str {
         GuestState::BOOTING => "booting",
         GuestState::RUNNING => "running",
         GuestState::FAILED => "failed",
+        GuestState::STOPPED => "stopped",
         _ => "unknown",
     }
 }

@@ -1,0 +1,751 @@
+//! `cargo xtask qemu`: the end-to-end check of the firmware image running as NICs under QEMU.
+//!
+//! 1. Makes sure `qemu-system-riscv32` is installed: on Debian 12 it installs QEMU 10 from
+//!    bookworm-backports (adding that source if it is missing), saying what it runs.
+//! 2. Builds the image (`cargo xtask image`), scans the linked firmware for panic machinery (a
+//!    panic path that survives linking fails the check, naming the symbols), checks the image
+//!    with `nicctl image info`, and flashes it onto an emulated flash device with `nicctl flash`.
+//! 3. Boots `--nodes` NICs from that flash with `nicctl qemu`, runs one `qemu_peer` process per
+//!    NIC (messages around a ring; barriers of every algorithm through `nicbar::Port`), and checks
+//!    their output: every message arrived intact, every barrier completed everywhere, and no peer
+//!    left a barrier before every peer had entered it.
+//! 4. Closes `nicctl qemu`'s standard input, which powers the NICs off, and checks each NIC's
+//!    report (clean power-off, no failed barrier, the counts the peers saw) and prints the stack
+//!    high-water marks the firmware measured.
+//!
+//! Every wait is bounded; on any failure the processes started here are killed (QEMU dies with
+//! `nicctl qemu`, by its parent-death signal) and the error says what was waited for.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::command::{cargo, run};
+use crate::test::FIRMWARE_TARGET;
+use crate::{Result, target_dir, workspace_root};
+
+/// The QEMU binary the NICs run on.
+const QEMU: &str = "qemu-system-riscv32";
+/// The backports source added when none is configured (deb822 format).
+const BACKPORTS_SOURCE: &str = "/etc/apt/sources.list.d/bookworm-backports.sources";
+const BACKPORTS_ENTRY: &str = "Types: deb
+URIs: http://deb.debian.org/debian
+Suites: bookworm-backports
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+";
+/// How long the NICs may take to boot and start serving.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long the peers may take, all together.
+const PEERS_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long the NICs may take to power off and report.
+const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+/// The stage's budget in CI; exceeding it is reported, not failed.
+const BUDGET: Duration = Duration::from_secs(180);
+
+/// Options of `cargo xtask qemu`.
+#[derive(clap::Args)]
+pub(crate) struct Args {
+    /// NICs to boot (each its own QEMU) and peers to run (one per NIC).
+    #[arg(long, default_value_t = 3)]
+    nodes: u16,
+    /// Messages each peer sends around the ring.
+    #[arg(long, default_value_t = 50)]
+    messages: u32,
+    /// Barriers per algorithm.
+    #[arg(long, default_value_t = 40)]
+    barriers: u32,
+    /// Fail instead of installing QEMU when it is missing.
+    #[arg(long)]
+    no_install: bool,
+}
+
+/// Runs `cargo xtask qemu`.
+pub(crate) fn run_check(args: Args) -> Result<()> {
+    if args.nodes < 2 {
+        return Err(format!("--nodes {}: the check needs two NICs at least", args.nodes).into());
+    }
+    let started = Instant::now();
+    let root = workspace_root();
+
+    section("QEMU");
+    let version = ensure_qemu(!args.no_install)?;
+
+    section("firmware image");
+    run(cargo()
+        .current_dir(&root)
+        .args(["run", "--quiet", "--package", "xtask", "--", "image"]))?;
+    let image = target_dir().join(format!("nicbar-{FIRMWARE_TARGET}.img"));
+    let elf = target_dir()
+        .join(FIRMWARE_TARGET)
+        .join("release")
+        .join("board");
+    let sizes = scan_firmware(&elf)?;
+
+    section("host tools");
+    run(cargo().current_dir(&root).args([
+        "build",
+        "--package",
+        "host-driver",
+        "--bin",
+        "nicctl",
+        "--example",
+        "qemu_peer",
+    ]))?;
+    let nicctl = target_dir().join("debug").join("nicctl");
+    let peer = target_dir()
+        .join("debug")
+        .join("examples")
+        .join("qemu_peer");
+    run(Command::new(&nicctl).arg("image").arg("info").arg(&image))?;
+    let work = WorkDir::create()?;
+    let flash = work.path.join("nic.flash");
+    run(Command::new(&nicctl)
+        .args(["flash", "--image"])
+        .arg(&image)
+        .arg("--device")
+        .arg(&flash)
+        .args(["--create", "--size", "1M"]))?;
+
+    section("NICs under QEMU");
+    let mut children = Children::default();
+    let socket = work.path.join("control.sock");
+    let mut daemon_command = Command::new(&nicctl);
+    daemon_command
+        .args(["qemu", "--flash"])
+        .arg(&flash)
+        .args(["--nodes", &args.nodes.to_string(), "--socket"])
+        .arg(&socket)
+        .arg("--run-dir")
+        .arg(work.path.join("run"))
+        .arg("--stop-on-stdin-eof");
+    println!("running: {}", show(&daemon_command));
+    let daemon = children.spawn("nicctl", &mut daemon_command, true)?;
+    children.await_line(daemon, "nicctl qemu: listening on", START_TIMEOUT)?;
+    let booted = started.elapsed();
+
+    let mut peers = Vec::new();
+    for unit in 0..args.nodes {
+        let mut command = Command::new(&peer);
+        command
+            .arg("--socket")
+            .arg(&socket)
+            .args(["--unit", &unit.to_string()])
+            .args(["--nodes", &args.nodes.to_string()])
+            .args(["--messages", &args.messages.to_string()])
+            .args(["--barriers", &args.barriers.to_string()]);
+        if unit == 0 {
+            println!("running: {} (and units 1..{})", show(&command), args.nodes);
+        }
+        peers.push(children.spawn(&format!("peer {unit}"), &mut command, false)?);
+    }
+    let peers_started = Instant::now();
+    for &index in &peers {
+        let status = children.wait(index, PEERS_TIMEOUT.saturating_sub(peers_started.elapsed()))?;
+        if !status.success() {
+            return Err(format!(
+                "{} failed ({status}); its output:\n{}",
+                children.name(index),
+                children.lines(index).join("\n")
+            )
+            .into());
+        }
+    }
+    let peers_took = peers_started.elapsed();
+    let outcome = check_peers(&children, &peers, &args)?;
+
+    children.close_stdin(daemon);
+    let status = children.wait(daemon, STOP_TIMEOUT)?;
+    if !status.success() {
+        return Err(format!("nicctl qemu failed ({status})").into());
+    }
+    let stacks = check_reports(&children.lines(daemon), &args, &outcome)?;
+
+    section("result");
+    println!("qemu      {version}");
+    println!(
+        "firmware  .text {} B, .rodata {} B, .data {} B, .bss {} B, stack {} B; no panic \
+         machinery linked",
+        sizes.text, sizes.rodata, sizes.data, sizes.bss, sizes.stack
+    );
+    println!(
+        "stack     high-water {} B in the main loop, {} B while booting (of {} B)",
+        stacks.main, stacks.boot, stacks.size
+    );
+    println!(
+        "traffic   {} nodes: {} messages each way checked byte for byte, {} barriers of {} \
+         algorithms on every node, none left early (tightest margin {} us)",
+        args.nodes,
+        args.messages,
+        outcome.barriers,
+        outcome.algorithms,
+        outcome.tightest_margin_ns / 1000
+    );
+    let total = started.elapsed();
+    println!(
+        "time      {:.1} s in all: {:.1} s to a serving fabric, {:.1} s of peers",
+        total.as_secs_f64(),
+        booted.as_secs_f64(),
+        peers_took.as_secs_f64()
+    );
+    if total > BUDGET {
+        println!(
+            "note: this took longer than the {} s budget of the CI stage",
+            BUDGET.as_secs()
+        );
+    }
+    Ok(())
+}
+
+fn section(name: &str) {
+    println!("\n== {name} ==");
+}
+
+fn show(command: &Command) -> String {
+    let mut shown = command.get_program().to_string_lossy().into_owned();
+    for argument in command.get_args() {
+        shown.push(' ');
+        shown.push_str(&argument.to_string_lossy());
+    }
+    shown
+}
+
+// ---------------------------------------------------------------------------------------------
+// Installing QEMU.
+
+/// The first line of `qemu-system-riscv32 --version`, if it runs.
+fn qemu_version() -> Option<String> {
+    let output = Command::new(QEMU).arg("--version").output().ok()?;
+    if !output.status.success() {
+        return None;
+    }
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .next()
+        .map(str::to_owned)
+}
+
+/// Makes sure QEMU runs; installs it from bookworm-backports if allowed. Returns its version.
+fn ensure_qemu(install: bool) -> Result<String> {
+    if let Some(version) = qemu_version() {
+        println!("{QEMU}: {version}");
+        return Ok(version);
+    }
+    if !install {
+        return Err(format!("{QEMU} is not installed (and --no-install was given)").into());
+    }
+    let os_release = std::fs::read_to_string("/etc/os-release").unwrap_or_default();
+    let codename = os_release
+        .lines()
+        .find_map(|line| line.strip_prefix("VERSION_CODENAME="))
+        .map(|value| value.trim_matches('"').to_owned())
+        .unwrap_or_default();
+    if codename != "bookworm" {
+        return Err(format!(
+            "{QEMU} is not installed, and this machine is not Debian 12 (VERSION_CODENAME={codename:?}), \
+             the only system this task installs it on: install QEMU 10 for riscv32 (Debian: \
+             qemu-system-misc) and run it again"
+        )
+        .into());
+    }
+    println!("{QEMU}: not installed; installing QEMU 10 from bookworm-backports");
+    let privileged = privilege_prefix()?;
+    if backports_configured() {
+        println!("apt source: bookworm-backports is configured");
+    } else {
+        println!("apt source: adding {BACKPORTS_SOURCE}:\n{BACKPORTS_ENTRY}");
+        write_as_root(&privileged, Path::new(BACKPORTS_SOURCE), BACKPORTS_ENTRY)?;
+    }
+    run(&mut as_root(&privileged, "apt-get", &["update"]))?;
+    run(as_root(
+        &privileged,
+        "apt-get",
+        &[
+            "install",
+            "-y",
+            "--no-install-recommends",
+            "-t",
+            "bookworm-backports",
+            "qemu-system-misc",
+        ],
+    )
+    .env("DEBIAN_FRONTEND", "noninteractive"))?;
+    let version = qemu_version()
+        .ok_or_else(|| format!("{QEMU} still does not run after installing qemu-system-misc"))?;
+    println!("{QEMU}: {version}");
+    Ok(version)
+}
+
+/// Empty when this process is root, `["sudo", "-n"]` when sudo can be used without a password.
+fn privilege_prefix() -> Result<Vec<&'static str>> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let uid = status
+        .lines()
+        .find_map(|line| line.strip_prefix("Uid:"))
+        .and_then(|ids| ids.split_whitespace().nth(1))
+        .unwrap_or("");
+    if uid == "0" {
+        return Ok(Vec::new());
+    }
+    let sudo = Command::new("sudo").args(["-n", "true"]).output();
+    if sudo.is_ok_and(|output| output.status.success()) {
+        return Ok(vec!["sudo", "-n"]);
+    }
+    Err(format!(
+        "installing {QEMU} needs root (this is uid {uid}, and sudo -n does not work): run as root, \
+         or install QEMU 10 from bookworm-backports yourself (apt-get install -t \
+         bookworm-backports qemu-system-misc)"
+    )
+    .into())
+}
+
+fn as_root(prefix: &[&str], program: &str, args: &[&str]) -> Command {
+    let mut command = match prefix.split_first() {
+        Some((first, rest)) => {
+            let mut command = Command::new(first);
+            command.args(rest).arg(program);
+            command
+        }
+        None => Command::new(program),
+    };
+    command.args(args);
+    command
+}
+
+fn write_as_root(prefix: &[&str], path: &Path, contents: &str) -> Result<()> {
+    if prefix.is_empty() {
+        return std::fs::write(path, contents)
+            .map_err(|error| format!("writing {}: {error}", path.display()).into());
+    }
+    let mut command = as_root(prefix, "tee", &[&path.to_string_lossy()]);
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .map_err(|error| format!("running {}: {error}", show(&command)))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin.write_all(contents.as_bytes())?;
+    }
+    let status = child.wait()?;
+    if !status.success() {
+        return Err(format!("writing {} failed: {status}", path.display()).into());
+    }
+    Ok(())
+}
+
+/// Whether an apt source line or entry names bookworm-backports.
+fn backports_configured() -> bool {
+    let mut files = vec![PathBuf::from("/etc/apt/sources.list")];
+    if let Ok(entries) = std::fs::read_dir("/etc/apt/sources.list.d") {
+        files.extend(entries.flatten().map(|entry| entry.path()).filter(|path| {
+            path.extension()
+                .is_some_and(|ext| ext == "list" || ext == "sources")
+        }));
+    }
+    files.iter().any(|file| {
+        std::fs::read_to_string(file).is_ok_and(|text| {
+            text.lines()
+                .filter(|line| !line.trim_start().starts_with('#'))
+                .any(|line| line.contains("bookworm-backports"))
+        })
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// The linked firmware.
+
+#[derive(Debug, Default)]
+struct Sizes {
+    text: u64,
+    rodata: u64,
+    data: u64,
+    bss: u64,
+    stack: u64,
+}
+
+/// Reads the section sizes of the linked firmware and fails if any symbol of the panic or
+/// formatting machinery survived linking.
+fn scan_firmware(elf: &Path) -> Result<Sizes> {
+    use object::{Object, ObjectSection, ObjectSymbol};
+    let bytes = std::fs::read(elf).map_err(|error| format!("{}: {error}", elf.display()))?;
+    let file =
+        object::File::parse(&*bytes).map_err(|error| format!("{}: {error}", elf.display()))?;
+    let size = |name: &str| file.section_by_name(name).map_or(0, |s| s.size());
+    let sizes = Sizes {
+        text: size(".text"),
+        rodata: size(".rodata"),
+        data: size(".data"),
+        bss: size(".bss"),
+        stack: size(".stack"),
+    };
+    let suspicious: Vec<String> = file
+        .symbols()
+        .filter_map(|symbol| symbol.name().ok())
+        .filter(|name| is_panic_machinery(name))
+        .map(str::to_owned)
+        .collect();
+    println!(
+        "{}: .text {} B, .rodata {} B, .data {} B, .bss {} B, .stack {} B",
+        elf.display(),
+        sizes.text,
+        sizes.rodata,
+        sizes.data,
+        sizes.bss,
+        sizes.stack
+    );
+    if !suspicious.is_empty() {
+        return Err(format!(
+            "the linked firmware contains panic or formatting machinery, so some panic is \
+             reachable (find its callers with `llvm-objdump -d {}`):\n  {}",
+            elf.display(),
+            suspicious.join("\n  ")
+        )
+        .into());
+    }
+    println!("panic scan: no panic handler, panicking or core::fmt symbol in the linked firmware");
+    Ok(sizes)
+}
+
+/// Whether a (mangled) symbol name belongs to the panic path or to `core::fmt`.
+fn is_panic_machinery(name: &str) -> bool {
+    [
+        "panic",
+        "rust_begin_unwind",
+        "4core3fmt",
+        "unwrap_failed",
+        "expect_failed",
+    ]
+    .iter()
+    .any(|needle| name.contains(needle))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Child processes.
+
+/// A scratch directory for the flash device, the socket and the run directory, removed on drop.
+struct WorkDir {
+    path: PathBuf,
+}
+
+impl WorkDir {
+    fn create() -> Result<Self> {
+        let path = std::env::temp_dir().join(format!("nicbar-qemu-check-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).map_err(|error| format!("{}: {error}", path.display()))?;
+        Ok(Self { path })
+    }
+}
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+struct Running {
+    name: String,
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Arc<Mutex<Vec<String>>>,
+    status: Option<ExitStatus>,
+}
+
+/// The processes this check started; whatever still runs when it is dropped is killed.
+#[derive(Default)]
+struct Children {
+    running: Vec<Running>,
+}
+
+impl Children {
+    /// Starts `command` with its output collected line by line (and echoed with the name in
+    /// front if `echo`; stderr always is). With `stdin`, keeps a pipe to its standard input.
+    fn spawn(&mut self, name: &str, command: &mut Command, keep_stdin: bool) -> Result<usize> {
+        command
+            .stdin(if keep_stdin {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = command
+            .spawn()
+            .map_err(|error| format!("cannot run {}: {error}", show(command)))?;
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        if let Some(stdout) = child.stdout.take() {
+            let (lines, name) = (lines.clone(), name.to_owned());
+            std::thread::spawn(move || {
+                for line in BufReader::new(stdout)
+                    .lines()
+                    .map_while(std::io::Result::ok)
+                {
+                    // Barrier lines are many; they are checked, not shown.
+                    if !line.starts_with("barrier ") {
+                        println!("  {name} | {line}");
+                    }
+                    lock(&lines).push(line);
+                }
+            });
+        }
+        if let Some(stderr) = child.stderr.take() {
+            let (lines, name) = (lines.clone(), name.to_owned());
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr)
+                    .lines()
+                    .map_while(std::io::Result::ok)
+                {
+                    println!("  {name} ! {line}");
+                    lock(&lines).push(line);
+                }
+            });
+        }
+        let stdin = child.stdin.take();
+        self.running.push(Running {
+            name: name.to_owned(),
+            child,
+            stdin,
+            lines,
+            status: None,
+        });
+        Ok(self.running.len() - 1)
+    }
+
+    fn name(&self, index: usize) -> &str {
+        &self.running[index].name
+    }
+
+    /// The lines the process printed so far.
+    fn lines(&self, index: usize) -> Vec<String> {
+        lock(&self.running[index].lines).clone()
+    }
+
+    /// Waits until the process prints a line starting with `prefix`.
+    fn await_line(&mut self, index: usize, prefix: &str, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self
+                .lines(index)
+                .iter()
+                .any(|line| line.starts_with(prefix))
+            {
+                return Ok(());
+            }
+            let running = &mut self.running[index];
+            if let Some(status) = running.child.try_wait()? {
+                running.status = Some(status);
+                return Err(format!(
+                    "{} exited ({status}) before printing {prefix:?}",
+                    running.name
+                )
+                .into());
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "{} did not print {prefix:?} within {timeout:?}",
+                    running.name
+                )
+                .into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits for the process to exit; kills it (and fails) after `timeout`.
+    fn wait(&mut self, index: usize, timeout: Duration) -> Result<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        let running = &mut self.running[index];
+        loop {
+            if let Some(status) = running.child.try_wait()? {
+                running.status = Some(status);
+                // Let the output threads take the last lines.
+                std::thread::sleep(Duration::from_millis(50));
+                return Ok(status);
+            }
+            if Instant::now() >= deadline {
+                let _ = running.child.kill();
+                let _ = running.child.wait();
+                return Err(format!(
+                    "{} did not finish within {timeout:?}; killed it",
+                    running.name
+                )
+                .into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn close_stdin(&mut self, index: usize) {
+        self.running[index].stdin = None;
+    }
+}
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for running in self.running.iter_mut().filter(|r| r.status.is_none()) {
+            if matches!(running.child.try_wait(), Ok(None)) {
+                let _ = running.child.kill();
+            }
+            let _ = running.child.wait();
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Checking what the peers and the NICs said.
+
+/// What the peers showed.
+struct PeerOutcome {
+    /// Barriers each peer completed (all algorithms).
+    barriers: usize,
+    /// Algorithms run.
+    algorithms: usize,
+    /// The smallest gap, over all barriers, between the last entry and the first exit.
+    tightest_margin_ns: i128,
+}
+
+/// The value of `key=` in a line of `key=value` words.
+fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    line.split_whitespace()
+        .find_map(|word| word.strip_prefix(key)?.strip_prefix('='))
+}
+
+fn check_peers(children: &Children, peers: &[usize], args: &Args) -> Result<PeerOutcome> {
+    // (algorithm, index) -> (latest entry, earliest exit, peers that reported it)
+    let mut barriers: BTreeMap<(String, u32), (i128, i128, usize)> = BTreeMap::new();
+    for &peer in peers {
+        let lines = children.lines(peer);
+        let name = children.name(peer);
+        if !lines.iter().any(|line| line == "done") {
+            return Err(format!("{name} did not finish: no \"done\" line").into());
+        }
+        let expected = format!("messages sent={0} received={0}", args.messages);
+        if !lines.iter().any(|line| line.starts_with(&expected)) {
+            return Err(format!("{name} did not report {expected:?}").into());
+        }
+        for line in lines.iter().filter(|line| line.starts_with("barrier ")) {
+            let parsed = (|| {
+                Some((
+                    field(line, "algorithm")?.to_owned(),
+                    field(line, "index")?.parse::<u32>().ok()?,
+                    field(line, "enter_ns")?.parse::<i128>().ok()?,
+                    field(line, "exit_ns")?.parse::<i128>().ok()?,
+                ))
+            })();
+            let Some((algorithm, index, enter, exit)) = parsed else {
+                return Err(format!("{name} printed a malformed line: {line}").into());
+            };
+            let entry = barriers
+                .entry((algorithm, index))
+                .or_insert((i128::MIN, i128::MAX, 0));
+            entry.0 = entry.0.max(enter);
+            entry.1 = entry.1.min(exit);
+            entry.2 += 1;
+        }
+    }
+    let mut tightest = i128::MAX;
+    for ((algorithm, index), (last_entry, first_exit, reported)) in &barriers {
+        if *reported != peers.len() {
+            return Err(format!(
+                "{algorithm} barrier {index}: {reported} of {} peers reported it",
+                peers.len()
+            )
+            .into());
+        }
+        if first_exit < last_entry {
+            return Err(format!(
+                "{algorithm} barrier {index}: a peer left at {first_exit} ns, before the last \
+                 peer entered at {last_entry} ns: the barrier did not hold"
+            )
+            .into());
+        }
+        tightest = tightest.min(first_exit - last_entry);
+    }
+    let algorithms = barriers
+        .keys()
+        .map(|(algorithm, _)| algorithm.as_str())
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    let expected = 3 + usize::from(args.nodes > 2);
+    if algorithms != expected || barriers.len() != expected * args.barriers as usize {
+        return Err(format!(
+            "the peers ran {} barriers of {algorithms} algorithms; expected {} of {expected}",
+            barriers.len(),
+            expected * args.barriers as usize
+        )
+        .into());
+    }
+    Ok(PeerOutcome {
+        barriers: barriers.len(),
+        algorithms,
+        tightest_margin_ns: tightest,
+    })
+}
+
+/// The stack figures the NICs reported.
+struct Stacks {
+    size: u64,
+    main: u64,
+    boot: u64,
+}
+
+/// Checks each NIC's final report line and returns the largest stack figures.
+fn check_reports(lines: &[String], args: &Args, outcome: &PeerOutcome) -> Result<Stacks> {
+    let reports: Vec<&String> = lines
+        .iter()
+        .filter(|line| line.starts_with("nicctl qemu: report "))
+        .collect();
+    if reports.len() != usize::from(args.nodes) {
+        return Err(format!(
+            "nicctl qemu printed {} reports for {} NICs",
+            reports.len(),
+            args.nodes
+        )
+        .into());
+    }
+    let number = |line: &str, key: &str| -> Result<u64> {
+        field(line, key)
+            .and_then(|value| value.parse().ok())
+            .ok_or_else(|| format!("no number {key}= in: {line}").into())
+    };
+    let mut stacks = Stacks {
+        size: 0,
+        main: 0,
+        boot: 0,
+    };
+    // The opening and closing barriers come on top of the checked ones.
+    let barriers = outcome.barriers as u64 + 2;
+    for line in reports {
+        if field(line, "exit") != Some("0") || field(line, "state") != Some("stopped") {
+            return Err(format!("a NIC did not power off cleanly: {line}").into());
+        }
+        if number(line, "barriers_failed")? != 0 {
+            return Err(format!("a NIC failed barriers: {line}").into());
+        }
+        if number(line, "barriers_completed")? != barriers {
+            return Err(format!("a NIC did not complete {barriers} barriers: {line}").into());
+        }
+        if number(line, "messages_delivered")? != u64::from(args.messages) {
+            return Err(format!("a NIC did not deliver {} messages: {line}", args.messages).into());
+        }
+        stacks.size = number(line, "stack_size")?;
+        stacks.main = stacks.main.max(number(line, "stack_main")?);
+        stacks.boot = stacks.boot.max(number(line, "stack_boot")?);
+    }
+    if stacks.main == 0 || stacks.main > stacks.size {
+        return Err(format!(
+            "the main loop's stack mark {} B is not a measurement within the {} B stack",
+            stacks.main, stacks.size
+        )
+        .into());
+    }
+    Ok(stacks)
+}
