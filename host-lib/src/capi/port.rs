@@ -736,10 +736,16 @@ impl gm_port {
     }
 
     /// Stores `event` as the port's current event; returns the pointer C reads it through.
-    pub(super) fn publish(&self, event: gm_recv_event) -> *mut gm_recv_event {
+    /// `_held` is the port's lock, held.
+    pub(super) fn publish(
+        &self,
+        _held: &MutexGuard<'_, PortState>,
+        event: gm_recv_event,
+    ) -> *mut gm_recv_event {
         let slot = self.event.get();
-        // SAFETY: the slot lives as long as the port; C reads it only between receive calls on
-        // this port (the API's rule), and Rust never holds a reference into it.
+        // SAFETY: the slot lives as long as the port; only lock holders write it, one at a time;
+        // C reads it only between receive calls on this port (the API's rule), and Rust never
+        // holds a reference into it.
         unsafe { slot.write(event) };
         slot
     }
@@ -1243,8 +1249,10 @@ pub unsafe extern "C" fn gm_receive(port: *mut gm_port) -> *mut gm_recv_event_t 
             return no_event();
         };
         let event = state.poll();
+        // Written under the lock: two threads receiving on one port do not write it at once.
+        let published = open.publish(&state, event);
         drop(state);
-        open.publish(event)
+        published
     })
 }
 
@@ -1297,8 +1305,9 @@ unsafe fn blocking_receive(
         };
         state.port.set_wait_mode(mode);
         if let Some(event) = state.wait(BLOCKING_SLICE) {
+            let published = open.publish(&state, event);
             drop(state);
-            return open.publish(event);
+            return published;
         }
     }
 }
