@@ -161,8 +161,14 @@ pub fn run_qemu(args: QemuArgs) -> CliResult {
     }
     let switch = report.switch;
     println!(
-        "nicctl qemu: switch moved={} held={} dropped_full={} no_route={} bad_slots={}",
-        switch.moved, switch.held, switch.dropped_full, switch.no_route, switch.bad_slots
+        "nicctl qemu: switch moved={} held={} dropped_full={} dropped_down={} no_route={} \
+         bad_slots={}",
+        switch.moved,
+        switch.held,
+        switch.dropped_full,
+        switch.dropped_down,
+        switch.no_route,
+        switch.bad_slots
     );
     outcome.map_err(Into::into)
 }

@@ -49,6 +49,8 @@ pub struct SwitchCounters {
     pub dropped_full: u64,
     /// Packets for a node that is not on the fabric.
     pub no_route: u64,
+    /// Packets held for a NIC whose QEMU exited, dropped.
+    pub dropped_down: u64,
     /// Transmit-ring slots with an impossible length, or broken ring indexes.
     pub bad_slots: u64,
 }
@@ -370,11 +372,17 @@ impl Switch {
         }
     }
 
-    /// Moves held packets into `destination`'s receive ring while it has room.
+    /// Moves held packets into `destination`'s receive ring while it has room; drops them if
+    /// its QEMU exited (nothing will make room).
     fn release_held(&mut self, machines: &[Arc<Machine>], destination: usize) -> bool {
         let Some(machine) = machines.get(destination) else {
             return false;
         };
+        if !self.held[destination].is_empty() && machine.exited().is_some() {
+            self.counters.dropped_down += self.held[destination].len() as u64;
+            self.held[destination].clear();
+            return false;
+        }
         let shared = machine.shared();
         let mut moved = false;
         while let Some((source, packet)) = self.held[destination].front() {
