@@ -11,13 +11,18 @@
 //! receive tokens, and a buffer belongs to the NIC from the send or provide until the event that
 //! ends its use: [`DmaBuffer`] is moved in and handed back in the [`Event`].
 //!
+//! Barriers run inside the NIC ([`barrier`], paper §5.2): GM's two calls
+//! ([`Port::provide_barrier_buffer`], [`Port::barrier_send`]), a whole barrier over a [`Group`]
+//! ([`Port::barrier`], or start/test/wait for a fuzzy barrier), and the host-based baseline that
+//! runs the same schedule over messages ([`Port::host_barrier`]).
+//!
 //! The only NIC backend so far is the emulated one (`nicctl emulate`, or
 //! [`host_driver::emulator::Emulator::spawn`] in-process); the port region, the rings and the
 //! tokens are the same for every backend. `unsafe` code lives in one module, [`dma`]'s views of
 //! buffer bytes; the mapping itself is `host_driver::emulator::sys`.
 #![deny(unsafe_code)]
 
-mod barrier;
+pub mod barrier;
 pub mod capi;
 pub mod dma;
 mod error;
