@@ -252,7 +252,10 @@ pub struct QemuFabric {
     run_dir: PathBuf,
     remove_run_dir: bool,
     machines: Vec<Arc<Machine>>,
+    /// Stops the control thread.
     stop: Arc<OwnedFd>,
+    /// Stops the hub, after the NICs powered off.
+    hub_stop: Arc<OwnedFd>,
     hub: Option<JoinHandle<SwitchCounters>>,
     control: Option<JoinHandle<()>>,
     report: Option<FabricReport>,
@@ -290,12 +293,14 @@ impl QemuFabric {
             .create(&run_dir)
             .map_err(QemuError::Resources)?;
         let stop = Arc::new(doorbell::new().map_err(QemuError::Resources)?);
+        let hub_stop = Arc::new(doorbell::new().map_err(QemuError::Resources)?);
         let mut fabric = Self {
             socket: config.socket.clone(),
             run_dir,
             remove_run_dir,
             machines: Vec::new(),
             stop,
+            hub_stop,
             hub: None,
             control: None,
             report: None,
@@ -330,7 +335,7 @@ impl QemuFabric {
             hub::spawn(hub::HubSetup {
                 machines: self.machines.clone(),
                 uarts,
-                stop: self.stop.clone(),
+                stop: self.hub_stop.clone(),
                 console,
             })
             .map_err(QemuError::Resources)?,
@@ -410,6 +415,7 @@ impl QemuFabric {
         for machine in &self.machines {
             machine.await_exit(POWER_OFF_TIMEOUT);
         }
+        doorbell::ring(&*self.hub_stop);
         let switch = self
             .hub
             .take()
