@@ -34,15 +34,15 @@ pub struct QemuArgs {
     /// How many NICs to boot; they get node ids and unit numbers 0..N.
     #[arg(long, default_value_t = 2)]
     pub nodes: u16,
-    /// The control socket [default: $NICBAR_SOCKET, else $XDG_RUNTIME_DIR/nicbar/control.sock,
-    /// else /tmp/nicbar-<uid>/control.sock].
+    /// The control socket (default: $NICBAR_SOCKET, else $XDG_RUNTIME_DIR/nicbar/control.sock,
+    /// else /tmp/nicbar-UID/control.sock).
     #[arg(long)]
     pub socket: Option<PathBuf>,
     /// The QEMU binary.
     #[arg(long, default_value = super::DEFAULT_QEMU)]
     pub qemu: PathBuf,
-    /// Keep the UART sockets, the flat firmware and the QEMU logs here (kept after stop)
-    /// [default: a temporary directory beside the socket, removed on stop].
+    /// Keep the UART sockets, the flat firmware and the QEMU logs here, kept after stop
+    /// (default: a temporary directory beside the socket, removed on stop).
     #[arg(long, value_name = "DIR")]
     pub run_dir: Option<PathBuf>,
     /// How long each NIC may take to boot, in milliseconds.

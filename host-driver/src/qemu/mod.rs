@@ -10,13 +10,13 @@
 //! `ivshmem-plain` PCI device. The guest-physical memory map, the mailbox and the doorbell bytes
 //! are `board::layout`; the wire's packet rings are `board::wire`. Then three kinds of thread run:
 //!
-//! - The hub ([`hub`]): reads every NIC's UART (console text, and doorbell bytes: an event for a
+//! - The hub (`hub`): reads every NIC's UART (console text, and doorbell bytes: an event for a
 //!   sleeping process rings that process's eventfd), watches every NIC's doorbell eventfd
 //!   (processes ring it when the NIC sleeps and they posted a token; the hub writes a byte to the
 //!   NIC's UART, which wakes it), and is the switch: it moves packets from each NIC's transmit
 //!   ring into the receive ring of the NIC they are for, and wakes a sleeping receiver. It sleeps
 //!   in `epoll_wait` when there is nothing to move.
-//! - The control thread ([`control`]): the control socket, speaking the emulator's protocol
+//! - The control thread (`control`): the control socket, speaking the emulator's protocol
 //!   ([`crate::emulator::protocol`]). Opening port `p` of unit `u` clears and re-heads port `p`'s
 //!   memory, asks the firmware through the mailbox to open the port, and passes the port memory,
 //!   a fresh host doorbell and the NIC's doorbell back with `SCM_RIGHTS`.
