@@ -63,6 +63,18 @@ pub(crate) struct Args {
     no_install: bool,
 }
 
+impl Args {
+    /// The stage `cargo xtask test` runs: the defaults, installing QEMU if it is missing.
+    pub(crate) fn for_ci() -> Self {
+        Self {
+            nodes: 3,
+            messages: 50,
+            barriers: 40,
+            no_install: false,
+        }
+    }
+}
+
 /// Runs `cargo xtask qemu`.
 pub(crate) fn run_check(args: Args) -> Result<()> {
     if args.nodes < 2 {

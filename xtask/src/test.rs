@@ -2,7 +2,8 @@
 //!
 //! It installs what it needs first (the firmware's embedded target through rustup, since these
 //! machines do not install targets on their own), then checks formatting and lints, builds the
-//! firmware for the embedded target and reports its size, and runs every test of the workspace.
+//! firmware for the embedded target, runs every test of the workspace and the ring under Miri,
+//! then builds the flashable image and runs it as NICs under QEMU (which prints its section sizes).
 
 use clap::Args as ClapArgs;
 
@@ -18,6 +19,9 @@ pub(crate) struct Args {
     /// Skip `cargo fmt --check` and clippy (for a quick local run).
     #[arg(long)]
     no_lint: bool,
+    /// Skip the QEMU stage (building the image, booting it as NICs, messages and barriers).
+    #[arg(long)]
+    no_qemu: bool,
     /// Seeds per simulation campaign (CI runs the default; thousands are a flag away).
     #[arg(long, default_value_t = 200)]
     sim_seeds: u64,
@@ -51,7 +55,6 @@ pub(crate) fn run_tests(args: Args) -> Result<()> {
         "--target",
         FIRMWARE_TARGET,
     ]))?;
-    report_firmware_size(&root)?;
     section("tests");
     run(cargo()
         .current_dir(&root)
@@ -62,6 +65,12 @@ pub(crate) fn run_tests(args: Args) -> Result<()> {
         .current_dir(&root)
         .args(["test", "--workspace", "--doc"]))?;
     miri(&root)?;
+    if args.no_qemu {
+        println!("\n(the QEMU stage was skipped: --no-qemu)");
+    } else {
+        section("the flashable image under QEMU");
+        crate::qemu::run_check(crate::qemu::Args::for_ci())?;
+    }
     Ok(())
 }
 
@@ -112,41 +121,4 @@ fn miri(root: &std::path::Path) -> Result<()> {
 
 fn section(name: &str) {
     println!("\n== {name} ==");
-}
-
-/// Prints the `.text` size of the firmware library as linked into the release build for the
-/// embedded target (its object code; the bootable image's size is `cargo xtask image`'s).
-fn report_firmware_size(root: &std::path::Path) -> Result<()> {
-    let rlib = crate::target_dir()
-        .join(FIRMWARE_TARGET)
-        .join("release")
-        .join("libfirmware.rlib");
-    let bytes =
-        std::fs::read(&rlib).map_err(|error| format!("reading {}: {error}", rlib.display()))?;
-    let _ = root;
-    let text = rlib_text_size(&bytes)?;
-    println!("firmware ({FIRMWARE_TARGET}, release): .text {text} bytes in libfirmware.rlib");
-    Ok(())
-}
-
-/// Sums the `.text*` sections of every object in an rlib (an `ar` archive).
-fn rlib_text_size(bytes: &[u8]) -> Result<u64> {
-    use object::{Object, ObjectSection};
-    let archive = object::read::archive::ArchiveFile::parse(bytes)?;
-    let mut text = 0;
-    for member in archive.members() {
-        let member = member?;
-        let Ok(data) = member.data(bytes) else {
-            continue;
-        };
-        let Ok(file) = object::File::parse(data) else {
-            continue;
-        };
-        text += file
-            .sections()
-            .filter(|section| section.name().is_ok_and(|name| name.starts_with(".text")))
-            .map(|section| section.size())
-            .sum::<u64>();
-    }
-    Ok(text)
 }
