@@ -12,7 +12,6 @@
 //!   that barrier died or itself failed. A bounded drive loop fails loudly with the seed.
 
 use std::collections::BTreeSet;
-use std::fmt;
 use std::time::Duration;
 
 use firmware::{Config, Hal, Instant};
@@ -25,6 +24,7 @@ use shared_abi::token::{ReceiveKind, ReceiveToken, SendKind, SendToken};
 use super::host::HostRings;
 use super::rng::Rng;
 use super::world::{Happening, WireFaults, World};
+use super::{Campaign, CampaignFailure};
 
 /// Which algorithms a campaign draws its barriers from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -118,22 +118,9 @@ impl BarrierCampaign {
     }
 }
 
-/// What went wrong, with everything needed to reproduce it.
-#[derive(Debug)]
-pub struct BarrierFailure {
-    /// The campaign.
-    pub campaign: Box<BarrierCampaign>,
-    /// What was violated.
-    pub violation: String,
-}
-
-impl fmt::Display for BarrierFailure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "seed {} failed: {}\n  campaign: {:?}",
-            self.campaign.seed, self.violation, self.campaign
-        )
+impl Campaign for BarrierCampaign {
+    fn seed(&self) -> u64 {
+        self.seed
     }
 }
 
@@ -193,12 +180,9 @@ const ACTION_OPEN: u64 = 3;
 /// Runs one barrier campaign to the end, checking as it goes.
 ///
 /// # Errors
-/// [`BarrierFailure`] names the seed and the first violation seen.
-pub fn run(campaign: &BarrierCampaign) -> Result<BarrierReport, BarrierFailure> {
-    let fail = |violation: String| BarrierFailure {
-        campaign: Box::new(campaign.clone()),
-        violation,
-    };
+/// [`CampaignFailure`] names the seed and the first violation seen.
+pub fn run(campaign: &BarrierCampaign) -> Result<BarrierReport, CampaignFailure<BarrierCampaign>> {
+    let fail = |violation: String| CampaignFailure::new(campaign, violation);
     let config = Config {
         retransmit_timeout: Duration::from_micros(300),
         give_up_after: Duration::from_millis(300),

@@ -4,7 +4,6 @@
 //! or that its sender got an error event naming the reason — and that nothing hangs.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 use std::time::Duration;
 
 use firmware::Config;
@@ -17,6 +16,7 @@ use firmware::Hal;
 
 use super::host::{HostRings, SIZE_CLASS};
 use super::world::{Happening, WireFaults, World};
+use super::{Campaign, CampaignFailure};
 
 /// A messaging campaign's shape.
 #[derive(Clone, Debug)]
@@ -76,22 +76,9 @@ impl MessageCampaign {
     }
 }
 
-/// What went wrong, with everything needed to reproduce it.
-#[derive(Debug)]
-pub struct CampaignFailure {
-    /// The campaign.
-    pub campaign: Box<MessageCampaign>,
-    /// What was violated.
-    pub violation: String,
-}
-
-impl fmt::Display for CampaignFailure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "seed {} failed: {}\n  campaign: {:?}",
-            self.campaign.seed, self.violation, self.campaign
-        )
+impl Campaign for MessageCampaign {
+    fn seed(&self) -> u64 {
+        self.seed
     }
 }
 
@@ -191,11 +178,8 @@ fn action(kind: u64, node: usize, port: usize) -> Happening {
 ///
 /// # Errors
 /// [`CampaignFailure`] names the seed and the first violation seen.
-pub fn run(campaign: &MessageCampaign) -> Result<CampaignReport, CampaignFailure> {
-    let fail = |violation: String| CampaignFailure {
-        campaign: Box::new(campaign.clone()),
-        violation,
-    };
+pub fn run(campaign: &MessageCampaign) -> Result<CampaignReport, CampaignFailure<MessageCampaign>> {
+    let fail = |violation: String| CampaignFailure::new(campaign, violation);
     let config = Config {
         retransmit_timeout: Duration::from_micros(400),
         give_up_after: Duration::from_millis(400),

@@ -16,6 +16,45 @@ pub mod messages;
 pub mod rng;
 pub mod world;
 
+use std::fmt;
+
+/// A seeded campaign: its seed alone replays it.
+pub trait Campaign: fmt::Debug {
+    /// The seed every choice of the campaign is drawn from.
+    fn seed(&self) -> u64;
+}
+
+/// What went wrong in a campaign, with everything needed to reproduce it.
+#[derive(Debug)]
+pub struct CampaignFailure<C> {
+    /// The campaign.
+    pub campaign: Box<C>,
+    /// What was violated.
+    pub violation: String,
+}
+
+impl<C: Campaign + Clone> CampaignFailure<C> {
+    /// `violation`, seen while running `campaign`.
+    pub fn new(campaign: &C, violation: String) -> Self {
+        Self {
+            campaign: Box::new(campaign.clone()),
+            violation,
+        }
+    }
+}
+
+impl<C: Campaign> fmt::Display for CampaignFailure<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "seed {} failed: {}\n  campaign: {:?}",
+            self.campaign.seed(),
+            self.violation,
+            self.campaign
+        )
+    }
+}
+
 /// Seeds a campaign runs: `NICBAR_SIM_SEED=S` runs exactly seed `S`; otherwise
 /// `NICBAR_SIM_SEEDS=N` (default `default_count`) seeds starting at `NICBAR_SIM_FIRST_SEED`
 /// (default 1).
