@@ -97,6 +97,31 @@ impl ImageFile {
     }
 }
 
+/// `header` as aligned `field value` lines, the first naming the image file at `path`: what
+/// `nicctl image info` and `cargo xtask image` print. No newline after the last line.
+pub fn header_summary(path: &Path, header: &ImageHeader) -> String {
+    format!(
+        "image     {} ({} bytes)\n\
+         format    version {}\n\
+         abi       version {}\n\
+         target    {}\n\
+         load      {:#010x}\n\
+         entry     {:#010x}\n\
+         payload   {} bytes, CRC-32 {:#010x}\n\
+         header    {HEADER_LEN} bytes, CRC-32 {:#010x}",
+        path.display(),
+        header.image_len(),
+        header.format_version.get(),
+        header.abi_version.get(),
+        header.target,
+        header.load_address.get(),
+        header.entry_point.get(),
+        header.payload_len.get(),
+        header.payload_crc32.get(),
+        header.header_crc32.get(),
+    )
+}
+
 fn read_bounded(path: &Path) -> Result<Vec<u8>, ImageFileError> {
     let read_error = |source| ImageFileError::Read {
         path: path.to_path_buf(),
@@ -175,5 +200,40 @@ impl std::error::Error for ImageFileError {
             Self::TooLarge { .. } => None,
             Self::Invalid { error, .. } => Some(error),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_header_summary_is_one_aligned_line_per_field() {
+        let header = ImageHeader::new(ImageTarget::RISCV32IMAC, 0x8000_0000, 0x8000_0008, &[7; 16])
+            .expect("a valid header");
+        let summary = header_summary(Path::new("nic.img"), &header);
+        let lines: Vec<&str> = summary.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                format!("image     nic.img ({} bytes)", HEADER_LEN + 16).as_str(),
+                format!("format    version {}", header.format_version.get()).as_str(),
+                format!("abi       version {}", shared_abi::ABI_VERSION).as_str(),
+                "target    riscv32imac-unknown-none-elf",
+                "load      0x80000000",
+                "entry     0x80000008",
+                format!(
+                    "payload   16 bytes, CRC-32 {:#010x}",
+                    layout::crc32(&[7; 16])
+                )
+                .as_str(),
+                format!(
+                    "header    {HEADER_LEN} bytes, CRC-32 {:#010x}",
+                    header.header_crc32.get()
+                )
+                .as_str(),
+            ]
+        );
+        assert!(!summary.ends_with('\n'));
     }
 }

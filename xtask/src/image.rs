@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use host_driver::image::header_summary;
 use object::elf::{EM_ARM, EM_RISCV, PT_LOAD};
 use object::read::elf::{ElfFile32, FileHeader, ProgramHeader};
 use object::{Endianness, Object, ObjectSection};
@@ -56,7 +57,7 @@ fn check(path: &Path) -> Result<()> {
     let bytes = std::fs::read(path).map_err(|error| format!("{}: {error}", path.display()))?;
     let (header, _) =
         image::parse(&bytes).map_err(|error| format!("{}: {error}", path.display()))?;
-    print_summary(path, &header);
+    println!("{}", header_summary(path, &header));
     println!("ok: header, ABI version, target, length and both CRCs check out");
     Ok(())
 }
@@ -103,7 +104,7 @@ fn build(target: ImageTarget, out: Option<PathBuf>) -> Result<()> {
     }
     std::fs::write(&out, &bytes).map_err(|error| format!("{}: {error}", out.display()))?;
 
-    print_summary(&out, &header);
+    println!("{}", header_summary(&out, &header));
     println!(
         "sections  .text {} B, .rodata {} B, .data {} B, .bss {} B (stack {} B, not in the image)",
         flat.sections.text,
@@ -113,28 +114,6 @@ fn build(target: ImageTarget, out: Option<PathBuf>) -> Result<()> {
         flat.sections.stack
     );
     Ok(())
-}
-
-fn print_summary(path: &Path, header: &ImageHeader) {
-    println!(
-        "image     {} ({} bytes)",
-        path.display(),
-        header.image_len()
-    );
-    println!("format    version {}", header.format_version.get());
-    println!("abi       version {}", header.abi_version.get());
-    println!("target    {}", header.target);
-    println!("load      {:#010x}", header.load_address.get());
-    println!("entry     {:#010x}", header.entry_point.get());
-    println!(
-        "payload   {} bytes, CRC-32 {:#010x}",
-        header.payload_len.get(),
-        header.payload_crc32.get()
-    );
-    println!(
-        "header    {HEADER_LEN} bytes, CRC-32 {:#010x}",
-        header.header_crc32.get()
-    );
 }
 
 /// Sizes of the firmware's sections, in bytes.

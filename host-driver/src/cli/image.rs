@@ -3,10 +3,10 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use shared_abi::image::{HEADER_LEN, ImageHeader, ImageTarget};
+use shared_abi::image::ImageTarget;
 
 use super::{CliResult, parse_target};
-use crate::image::ImageFile;
+use crate::image::{ImageFile, header_summary};
 
 /// `nicctl image` subcommands.
 #[derive(clap::Subcommand, Debug)]
@@ -69,29 +69,10 @@ fn info(args: &InfoArgs) -> CliResult {
     if args.json {
         println!("{}", info_json(&image));
     } else {
-        print_header(&image.path().display().to_string(), header);
+        println!("{}", header_summary(image.path(), header));
         println!("verified  header CRC, ABI version, target, length and payload CRC");
     }
     Ok(())
-}
-
-/// Prints a header as aligned `field value` lines.
-pub(crate) fn print_header(name: &str, header: &ImageHeader) {
-    println!("image     {name} ({} bytes)", header.image_len());
-    println!("format    version {}", header.format_version.get());
-    println!("abi       version {}", header.abi_version.get());
-    println!("target    {}", header.target);
-    println!("load      {:#010x}", header.load_address.get());
-    println!("entry     {:#010x}", header.entry_point.get());
-    println!(
-        "payload   {} bytes, CRC-32 {:#010x}",
-        header.payload_len.get(),
-        header.payload_crc32.get()
-    );
-    println!(
-        "header    {HEADER_LEN} bytes, CRC-32 {:#010x}",
-        header.header_crc32.get()
-    );
 }
 
 /// Addresses and CRCs are hex strings: a JSON number loses precision above 2^53.
