@@ -6,13 +6,13 @@
 //! - One thread per unit ([`unit`]) runs a [`firmware::Nic`] over an epoll loop: its wake-up
 //!   eventfd (commands, packets from the daemon's other units, and the NIC doorbell processes
 //!   ring), its UDP socket, and a timeout for the firmware's next deadline. An idle unit sleeps.
-//! - One control thread ([`control`]) owns the Unix socket. Opening a port is the driver's only
-//!   job, as in GM: the control thread creates the port's region (a sealed memfd holding the
-//!   header, the send, receive and event rings, and the DMA arena: [`RegionLayout::standard`]),
-//!   has the unit open the port, and passes the region and two doorbells back with `SCM_RIGHTS`
-//!   ([`protocol`]). From then on the process and the NIC talk through the mapping alone. The
-//!   process keeps its connection open for the port's life; when it closes (the process exited or
-//!   died), the port closes, and the firmware tells the peers.
+//! - One control thread (`server`, over the units as `control` presents them) owns the Unix
+//!   socket. Opening a port is the driver's only job, as in GM: the control thread creates the
+//!   port's region (a sealed memfd holding the header, the send, receive and event rings, and the
+//!   DMA arena: [`RegionLayout::standard`]), has the unit open the port, and passes the region and
+//!   two doorbells back with `SCM_RIGHTS` ([`protocol`]). From then on the process and the NIC talk
+//!   through the mapping alone. The process keeps its connection open for the port's life; when it
+//!   closes (the process exited or died), the port closes, and the firmware tells the peers.
 //! - The wire ([`wire`]): a packet for the unit's own node loops back; one for another unit of the
 //!   daemon goes into that unit's inbox; one for a node on the fabric map ([`fabric`]) goes out of
 //!   the unit's UDP socket. The fault injector ([`fault`]) can sit in front of all of it.
@@ -33,6 +33,7 @@ pub mod fabric;
 pub mod fault;
 mod hal;
 pub mod protocol;
+pub(crate) mod server;
 pub mod sys;
 mod unit;
 mod wire;
@@ -383,13 +384,15 @@ impl Emulator {
         }
         let units = unit::spawn_all(setups).map_err(EmulatorError::Resources)?;
         let stop = Arc::new(doorbell::new().map_err(EmulatorError::Resources)?);
-        let control = control::Control::new(control::ControlSetup {
+        let control = server::ControlServer::new(
             listener,
-            stop: stop.clone(),
-            units,
-            region: config.region,
-            fault_seed: config.faults.filter(FaultConfig::is_active).map(|f| f.seed),
-        })
+            stop.clone(),
+            control::EmulatedUnits {
+                units,
+                region: config.region,
+                fault_seed: config.faults.filter(FaultConfig::is_active).map(|f| f.seed),
+            },
+        )
         .map_err(EmulatorError::Resources)?;
         let thread = std::thread::Builder::new()
             .name("nic-control".to_owned())

@@ -49,6 +49,7 @@ use std::time::{Duration, Instant};
 use board::layout::{GuestCounters, GuestFailure, GuestState, RAM_BASE};
 use shared_abi::ids::PORTS_PER_NIC;
 
+use crate::emulator::server::ControlServer;
 use crate::emulator::{EmulatorError, doorbell};
 use crate::image::ImageFile;
 
@@ -344,8 +345,14 @@ impl QemuFabric {
         for machine in &self.machines {
             machine.await_running(deadline)?;
         }
-        let control = control::Control::new(listener, self.stop.clone(), self.machines.clone())
-            .map_err(QemuError::Resources)?;
+        let control = ControlServer::new(
+            listener,
+            self.stop.clone(),
+            control::QemuMachines {
+                machines: self.machines.clone(),
+            },
+        )
+        .map_err(QemuError::Resources)?;
         self.control = Some(
             std::thread::Builder::new()
                 .name("qemu-control".to_owned())
