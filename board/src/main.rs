@@ -158,7 +158,6 @@ mod nic_loop {
         let Some(packet) = PACKET.init_with(|| [0; MAX_PACKET_LEN]) else {
             finisher::fail(finisher::EXIT_PANIC)
         };
-        mailbox::set_state(&shared, GuestState::RUNNING, GuestFailure::NONE);
         Loop {
             nic,
             packet,
@@ -186,6 +185,8 @@ mod nic_loop {
         fn run(mut self) -> ! {
             let boot = self.gauge.restart();
             mailbox::publish_boot_stack(self.shared(), boot);
+            // RUNNING only now, after the boot stack mark: the host reads both once it sees it.
+            mailbox::set_state(self.shared(), GuestState::RUNNING, GuestFailure::NONE);
             let linger = MachineTimer::ticks_in(LINGER);
             let mut last_work = self.timer.ticks();
             loop {
