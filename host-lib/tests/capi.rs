@@ -58,15 +58,22 @@ fn libraries() -> &'static Path {
             .join("capi-examples")
             .join(format!("lib-{}", std::process::id()));
         std::fs::create_dir_all(&copy).unwrap();
-        if ["libnicbar.so", "libnicbar.a"].iter().any(|l| !built.join(l).exists()) {
+        if ["libnicbar.so", "libnicbar.a"]
+            .iter()
+            .any(|l| !built.join(l).exists())
+        {
             // `cargo test` builds the library for Rust tests only (an rlib): on a fresh tree the
             // C library is not there yet. Build it, into the same directory, with the same
             // profile (the test profile's output is the dev profile's).
             let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
             let mut build = Command::new(cargo);
-            build.current_dir(crate_dir()).args(["build", "--quiet", "-p", "host-lib", "--lib"]);
+            build
+                .current_dir(crate_dir())
+                .args(["build", "--quiet", "-p", "host-lib", "--lib"]);
             if built.file_name().is_some_and(|name| name != "debug") {
-                build.arg("--profile").arg(built.file_name().unwrap_or_default());
+                build
+                    .arg("--profile")
+                    .arg(built.file_name().unwrap_or_default());
             }
             let status = build.status().expect("running cargo to build libnicbar");
             assert!(status.success(), "cargo build -p host-lib failed: {status}");
