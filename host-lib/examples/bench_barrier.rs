@@ -22,12 +22,15 @@ const HELP: &str = "\
 bench_barrier: NIC-based against host-based barrier latency on the emulated NIC, per algorithm,
 at several process counts, with Open MPI's MPI_Barrier as a reference where it is installed.
 
-usage: bench_barrier [--sizes 2,4,8,16] [--barriers K] [--out DIR] [--no-mpi]
+usage: bench_barrier [--sizes 2,4,8,16] [--barriers K] [--out DIR] [--no-mpi] [--spin]
 
   --sizes LIST    process counts (default 2,4,8,16)
   --barriers K    timed barriers per measurement, after K/10 to warm up (default 1000)
   --out DIR       where to write bench-barrier.csv and bench-barrier.svg (default .)
   --no-mpi        skip the Open MPI reference even if mpirun is installed
+  --spin          processes spin on their event rings (yielding the core) instead of
+                  sleeping on their doorbells, as MPI's shared-memory barrier spins;
+                  wants a core per process (with fewer, spinners can starve one another)
 ";
 
 fn main() -> Result {
@@ -96,6 +99,7 @@ fn orchestrate(args: &[String]) -> Result {
     let mut barriers = 1000usize;
     let mut out = PathBuf::from(".");
     let mut mpi = true;
+    let mut wait = "sleep";
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
         match arg.as_str() {
@@ -110,6 +114,7 @@ fn orchestrate(args: &[String]) -> Result {
             "--barriers" => barriers = rest.next().ok_or("--barriers needs a value")?.parse()?,
             "--out" => out = rest.next().ok_or("--out needs a directory")?.into(),
             "--no-mpi" => mpi = false,
+            "--spin" => wait = "spin",
             other => return Err(format!("unknown argument {other:?}; see --help").into()),
         }
     }
@@ -124,7 +129,14 @@ fn orchestrate(args: &[String]) -> Result {
         std::thread::available_parallelism().map_or(1, usize::from),
         cpu_model()
     );
-    println!("{barriers} timed barriers per measurement, processes sleeping on their doorbells\n");
+    println!(
+        "{barriers} timed barriers per measurement, processes {}\n",
+        if wait == "spin" {
+            "spinning on their event rings (yielding)"
+        } else {
+            "sleeping on their doorbells"
+        }
+    );
 
     let mut rows = Vec::new();
     for &n in &sizes {
@@ -133,7 +145,7 @@ fn orchestrate(args: &[String]) -> Result {
         let list: Vec<String> = settings(n).iter().map(|(_, a)| encode(*a)).collect();
         println!("{n} processes: {} settings x NIC and host ...", list.len());
         let started = Instant::now();
-        let report = run_processes(&socket, n, barriers, &list.join(","))?;
+        let report = run_processes(&socket, n, barriers, &list.join(","), wait)?;
         drop(emulator);
         for ((name, _), line) in settings(n).iter().zip(report.lines()) {
             let mut fields = line.split_whitespace();
@@ -168,7 +180,13 @@ fn orchestrate(args: &[String]) -> Result {
 }
 
 /// Starts `n` worker processes, one per unit, and returns rank 0's report.
-fn run_processes(socket: &Path, n: usize, barriers: usize, list: &str) -> Result<String> {
+fn run_processes(
+    socket: &Path,
+    n: usize,
+    barriers: usize,
+    list: &str,
+    wait: &str,
+) -> Result<String> {
     let exe = std::env::current_exe()?;
     let mut children = Vec::new();
     for rank in 0..n {
@@ -180,6 +198,7 @@ fn run_processes(socket: &Path, n: usize, barriers: usize, list: &str) -> Result
                 &n.to_string(),
                 &barriers.to_string(),
                 list,
+                wait,
             ])
             .stdout(if rank == 0 {
                 Stdio::piped()
@@ -233,7 +252,11 @@ fn child(args: &[String]) -> Result {
     let barriers: usize = arg(3)?.parse()?;
     let list: Vec<Algorithm> = arg(4)?.split(',').map(decode).collect::<Result<_>>()?;
     let mut port = Port::open_at(socket, rank as u8, 1)?;
-    port.set_wait_mode(WaitMode::Sleep);
+    port.set_wait_mode(if arg(5)? == "spin" {
+        WaitMode::Spin
+    } else {
+        WaitMode::Sleep
+    });
     let group = Group::new((0..n).map(|node| Member::new(NodeId::new(node as u16), PortId(1))))?;
     let mut out = String::new();
     for algorithm in list {

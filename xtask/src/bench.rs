@@ -43,6 +43,10 @@ enum Bench {
         /// Skip the Open MPI reference even if it is installed.
         #[arg(long)]
         no_mpi: bool,
+        /// Processes spin on their event rings (yielding) instead of sleeping on doorbells; wants
+        /// a core per process (with fewer, spinners can starve one another).
+        #[arg(long)]
+        spin: bool,
     },
 }
 
@@ -62,6 +66,7 @@ pub(crate) fn run_bench(args: Args) -> Result<()> {
             barriers,
             out,
             no_mpi,
+            spin,
         } => {
             let mut command = example("bench_barrier")?;
             let sizes: Vec<String> = sizes.iter().map(usize::to_string).collect();
@@ -70,6 +75,9 @@ pub(crate) fn run_bench(args: Args) -> Result<()> {
             command.arg("--out").arg(crate::workspace_root().join(out));
             if no_mpi {
                 command.arg("--no-mpi");
+            }
+            if spin {
+                command.arg("--spin");
             }
             run(&mut command)
         }
