@@ -13,12 +13,9 @@
 //! The subsets and the fault injector come from one seed, printed; `NICBAR_TEST_SEED=S` replays it.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Write};
-use std::net::UdpSocket;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use host_driver::emulator::cli::query_status;
@@ -28,161 +25,25 @@ use nicbar::{
     Algorithm, BarrierError, BarrierOptions, FailureReason, Group, Member, NodeId, Port, PortId,
 };
 
-/// The environment variable naming a child process's role.
-const ROLE: &str = "NICBAR_TEST_ROLE";
-/// How long any one stage of a test may take before it fails.
-const STAGE: Duration = Duration::from_secs(60);
+mod common;
+use common::{ChildProcess, ROLE, STAGE, free_udp_port, hear, say, terminate, var};
+
+fn seed() -> u64 {
+    common::seed(0xba77_1e55)
+}
+
+fn temp_dir() -> tempfile::TempDir {
+    common::temp_dir("nicbar-barrier")
+}
+
 /// Each barrier's timeout in the campaigns: far above any barrier's time through the faults, and
 /// well below a stage.
 const BARRIER_TIMEOUT: Duration = Duration::from_secs(20);
 /// The port every process of these tests opens on its NIC.
 const PORT: u8 = 3;
 
-fn seed() -> u64 {
-    let seed = std::env::var("NICBAR_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0xba77_1e55);
-    eprintln!("seed {seed} (replay with NICBAR_TEST_SEED={seed})");
-    seed
-}
-
-fn temp_dir() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("nicbar-barrier")
-        .tempdir()
-        .unwrap()
-}
-
 // ---------------------------------------------------------------------------------------------
 // Child processes.
-
-/// A child process talking in lines on stdin and stdout.
-struct ChildProcess {
-    name: String,
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: mpsc::Receiver<String>,
-    seen: Vec<String>,
-}
-
-impl ChildProcess {
-    /// Runs this test binary as a child in `role`, with `NICBAR_TEST_<key>` set for each of `env`.
-    fn spawn(name: &str, role: &str, env: &[(&str, String)]) -> Self {
-        let mut command = Command::new(std::env::current_exe().unwrap());
-        command
-            .args([
-                "--exact",
-                "child",
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(ROLE, role)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped());
-        for (key, value) in env {
-            command.env(format!("NICBAR_TEST_{key}"), value);
-        }
-        Self::start(name, command)
-    }
-
-    fn start(name: &str, mut command: Command) -> Self {
-        let mut child = command
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
-        let stdout = child.stdout.take().unwrap();
-        let (sender, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if sender.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Self {
-            name: name.to_owned(),
-            stdin: child.stdin.take(),
-            child,
-            lines,
-            seen: Vec::new(),
-        }
-    }
-
-    /// Waits for a line starting with `prefix` (after `child: ` for test children) and returns
-    /// the rest of it. A `failed` line from the child fails at once.
-    fn expect(&mut self, prefix: &str, timeout: Duration) -> String {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) => {
-                    self.seen.push(line.clone());
-                    let body = line
-                        .find("child: ")
-                        .map_or(line.as_str(), |at| &line[at + 7..]);
-                    if let Some(rest) = body.strip_prefix(prefix) {
-                        return rest.trim().to_owned();
-                    }
-                    assert!(
-                        !body.starts_with("failed") && !body.contains("panicked"),
-                        "{}: {body}; its output:\n{}",
-                        self.name,
-                        self.seen.join("\n")
-                    );
-                }
-                Err(error) => panic!(
-                    "{}: no `{prefix}` line within {timeout:?} ({error:?}); its output:\n{}",
-                    self.name,
-                    self.seen.join("\n")
-                ),
-            }
-        }
-    }
-
-    fn say(&mut self, line: &str) {
-        let stdin = self.stdin.as_mut().unwrap();
-        writeln!(stdin, "{line}").unwrap();
-        stdin.flush().unwrap();
-    }
-
-    fn wait(&mut self, timeout: Duration) -> std::process::ExitStatus {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            if let Ok(line) = self.lines.recv_timeout(Duration::from_millis(20)) {
-                self.seen.push(line);
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{} did not exit within {timeout:?}; its output:\n{}",
-                self.name,
-                self.seen.join("\n")
-            );
-        }
-    }
-
-    fn wait_success(&mut self, timeout: Duration) {
-        let status = self.wait(timeout);
-        assert!(
-            status.success(),
-            "{} ended with {status}; its output:\n{}",
-            self.name,
-            self.seen.join("\n")
-        );
-    }
-}
-
-impl Drop for ChildProcess {
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
 
 /// The body of the child processes: one role each, chosen by `NICBAR_TEST_ROLE`.
 #[test]
@@ -195,21 +56,6 @@ fn child() {
         "victim" => victim_role(),
         other => panic!("unknown role {other}"),
     }
-}
-
-fn var(name: &str) -> String {
-    std::env::var(format!("NICBAR_TEST_{name}")).unwrap_or_else(|_| panic!("{name} not given"))
-}
-
-fn say(line: &str) {
-    println!("child: {line}");
-    std::io::stdout().flush().unwrap();
-}
-
-fn hear() -> String {
-    let mut line = String::new();
-    std::io::stdin().read_line(&mut line).unwrap();
-    line.trim().to_owned()
 }
 
 fn open_from_env() -> Port {
@@ -769,14 +615,6 @@ fn on_the_host_a_killed_member_fails_the_others_at_their_timeout_naming_it() {
 // ---------------------------------------------------------------------------------------------
 // Two daemons over UDP.
 
-fn free_udp_port(ip: &str) -> u16 {
-    UdpSocket::bind((ip, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Starts `nicctl emulate` for `nodes` of `map`, with faults from `seed`, and waits until it
 /// listens; returns it and its socket.
 fn start_daemon(dir: &Path, map: &Path, nodes: &str, seed: u64) -> (ChildProcess, PathBuf) {
@@ -796,15 +634,6 @@ fn start_daemon(dir: &Path, map: &Path, nodes: &str, seed: u64) -> (ChildProcess
     let mut daemon = ChildProcess::start(&format!("daemon of nodes {nodes}"), command);
     daemon.expect("nicctl emulate: listening on", STAGE);
     (daemon, socket)
-}
-
-fn terminate(daemon: &mut ChildProcess) {
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(daemon.child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    daemon.wait_success(STAGE);
 }
 
 #[test]

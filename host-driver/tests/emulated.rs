@@ -7,11 +7,8 @@
 //! `NICBAR_TEST_SEED=S` replays one.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
-use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use host_driver::emulator::cli::query_status;
@@ -19,165 +16,24 @@ use host_driver::emulator::fault::Rng;
 use host_driver::emulator::{Emulator, EmulatorConfig, EmulatorHandle, FaultConfig};
 use nicbar::{DmaBuffer, Error, Event, NodeId, Port, PortId, Priority, Status, WaitMode};
 
-/// The environment variable naming a child process's role.
-const ROLE: &str = "NICBAR_TEST_ROLE";
+mod common;
+use common::{ChildProcess, ROLE, STAGE, free_udp_port, hear, say, terminate, var};
+
+fn seed() -> u64 {
+    common::seed(0x5eed_2026)
+}
+
+fn temp_dir() -> tempfile::TempDir {
+    common::temp_dir("nicbar-test")
+}
+
 /// Size class of every test message: buffers of 1024 bytes, messages of up to 1016.
 const SIZE: u8 = 10;
 /// Bytes before a test message's filler: sender node, sender port, sequence number.
 const MESSAGE_HEADER: usize = 8;
-/// How long any one stage of a test may take before it fails.
-const STAGE: Duration = Duration::from_secs(60);
-
-fn seed() -> u64 {
-    let seed = std::env::var("NICBAR_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x5eed_2026);
-    eprintln!("seed {seed} (replay with NICBAR_TEST_SEED={seed})");
-    seed
-}
-
-fn temp_dir() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("nicbar-test")
-        .tempdir()
-        .unwrap()
-}
 
 // ---------------------------------------------------------------------------------------------
 // Child processes.
-
-/// A child process running [`child`] in one role, talking in lines on stdin and stdout.
-struct ChildProcess {
-    name: String,
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: mpsc::Receiver<String>,
-    seen: Vec<String>,
-}
-
-impl ChildProcess {
-    fn spawn(name: &str, role: &str, env: &[(&str, String)]) -> Self {
-        Self::start(name, Self::command(role, env))
-    }
-
-    /// The command that runs this test binary as a child in `role`.
-    fn command(role: &str, env: &[(&str, String)]) -> Command {
-        let mut command = Command::new(std::env::current_exe().unwrap());
-        command
-            .args([
-                "--exact",
-                "child",
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(ROLE, role)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped());
-        for (key, value) in env {
-            command.env(format!("NICBAR_TEST_{key}"), value);
-        }
-        command
-    }
-
-    fn start(name: &str, mut command: Command) -> Self {
-        let mut child = command
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
-        let stdout = child.stdout.take().unwrap();
-        let (sender, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if sender.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Self {
-            name: name.to_owned(),
-            stdin: child.stdin.take(),
-            child,
-            lines,
-            seen: Vec::new(),
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// Waits for a line starting with `prefix` (after `child: ` for test children) and returns
-    /// the rest of it.
-    fn expect(&mut self, prefix: &str, timeout: Duration) -> String {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) => {
-                    self.seen.push(line.clone());
-                    // libtest prints `test child ... ` before the child's first line.
-                    let body = line
-                        .find("child: ")
-                        .map_or(line.as_str(), |at| &line[at + 7..]);
-                    if let Some(rest) = body.strip_prefix(prefix) {
-                        return rest.trim().to_owned();
-                    }
-                }
-                Err(error) => panic!(
-                    "{}: no `{prefix}` line within {timeout:?} ({error:?}); its output:\n{}",
-                    self.name,
-                    self.seen.join("\n")
-                ),
-            }
-        }
-    }
-
-    fn say(&mut self, line: &str) {
-        let stdin = self.stdin.as_mut().unwrap();
-        writeln!(stdin, "{line}").unwrap();
-        stdin.flush().unwrap();
-    }
-
-    fn wait_success(&mut self, timeout: Duration) {
-        let status = self.wait(timeout);
-        assert!(
-            status.success(),
-            "{} ended with {status}; its output:\n{}",
-            self.name,
-            self.seen.join("\n")
-        );
-    }
-
-    fn wait(&mut self, timeout: Duration) -> std::process::ExitStatus {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            // Collect output meanwhile, for the failure message.
-            match self.lines.recv_timeout(Duration::from_millis(20)) {
-                Ok(line) => self.seen.push(line),
-                Err(mpsc::RecvTimeoutError::Timeout | mpsc::RecvTimeoutError::Disconnected) => {}
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{} did not exit within {timeout:?}; its output:\n{}",
-                self.name,
-                self.seen.join("\n")
-            );
-        }
-    }
-}
-
-impl Drop for ChildProcess {
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
 
 /// The body of the child processes: one role each, chosen by `NICBAR_TEST_ROLE`.
 #[test]
@@ -193,21 +49,6 @@ fn child() {
         "garbage" => garbage_role(),
         other => panic!("unknown role {other}"),
     }
-}
-
-fn var(name: &str) -> String {
-    std::env::var(format!("NICBAR_TEST_{name}")).unwrap_or_else(|_| panic!("{name} not given"))
-}
-
-fn say(line: &str) {
-    println!("child: {line}");
-    std::io::stdout().flush().unwrap();
-}
-
-fn hear() -> String {
-    let mut line = String::new();
-    std::io::stdin().read_line(&mut line).unwrap();
-    line.trim().to_owned()
 }
 
 fn endpoint(text: &str) -> (NodeId, PortId) {
@@ -1035,15 +876,6 @@ fn garbage_in_one_ports_ring_is_refused_there_and_neighbours_carry_on() {
     assert_eq!(report.units[1].counters.tokens_rejected, 0);
 }
 
-/// A free UDP port on `ip`, found by binding port 0 (the daemon binds it again right after).
-fn free_udp_port(ip: &str) -> u16 {
-    UdpSocket::bind((ip, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn nicctl() -> Command {
     Command::new(env!("CARGO_BIN_EXE_nicctl"))
 }
@@ -1170,16 +1002,6 @@ fn a_restarted_daemon_is_reachable_again() {
     drop((a, b));
     terminate(&mut one);
     terminate(&mut two);
-}
-
-/// Stops a daemon with SIGTERM and expects it to exit cleanly.
-fn terminate(daemon: &mut ChildProcess) {
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(daemon.pid() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    daemon.wait_success(STAGE);
 }
 
 /// Reads a process's user + system CPU time in clock ticks from `/proc/<pid>/stat`.
