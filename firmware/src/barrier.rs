@@ -399,7 +399,6 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         header: &PacketHeader,
         now: Instant,
     ) -> Result<(), RejectReason> {
-        let _ = now;
         let Some(port) = header.dst_port.index() else {
             return Err(RejectReason::PORT_CLOSED);
         };
@@ -413,12 +412,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         let connection = self.connections.get_mut(index).ok_or(RejectReason::BUSY)?;
         connection
             .record
-            .record(
-                port,
-                source,
-                crate::recv::packet_generation(header),
-                header.aux,
-            )
+            .record(port, source, header.src_generation, header.aux)
             .map_err(|_| RejectReason::BUSY)?;
         self.advance_pending |= 1 << port;
         self.run_pending_advances(now);
@@ -428,14 +422,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     /// `peer`'s port `source` (generation `generation`) closed. A running barrier that still
     /// waits for a packet it has not received from that port can never complete: it fails,
     /// naming the port. What a dead incarnation left for ports not in a barrier is forgotten.
-    pub(crate) fn peer_port_closed(
-        &mut self,
-        peer: NodeId,
-        source: usize,
-        generation: Generation,
-        now: Instant,
-    ) {
-        let _ = now;
+    pub(crate) fn peer_port_closed(&mut self, peer: NodeId, source: usize, generation: Generation) {
         let Some(source_id) = u8::try_from(source).ok().map(PortId) else {
             return;
         };
@@ -487,8 +474,8 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     }
 
     /// A port of this NIC closed: barriers of the other local ports that needed it fail.
-    pub(crate) fn local_port_closed(&mut self, port: usize, generation: Generation, now: Instant) {
-        self.peer_port_closed(self.node, port, generation, now);
+    pub(crate) fn local_port_closed(&mut self, port: usize, generation: Generation) {
+        self.peer_port_closed(self.node, port, generation);
     }
 
     /// Fails `port`'s running barrier if a step still to do waits for a packet from `(node,

@@ -241,11 +241,13 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
     /// port's rings. Whatever the unexpected-barrier records held for the port's previous
     /// incarnation is forgotten (paper §3.2).
     ///
+    /// Like every entry point of the core it takes the caller's clock; opening starts no timer
+    /// today, so `_now` is unused.
+    ///
     /// # Errors
     /// [`OpenError`] says why the port was not opened; nothing changed then.
-    pub fn open_port(&mut self, port: PortId, now: Instant) -> Result<Generation, OpenError> {
+    pub fn open_port(&mut self, port: PortId, _now: Instant) -> Result<Generation, OpenError> {
         let index = port.index().ok_or(OpenError::NoSuchPort(port))?;
-        let _ = now;
         if self
             .ports
             .get(index)
@@ -287,8 +289,9 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
     /// memory; data packets still in flight become cancelled slots; barrier packets already
     /// queued still go (a barrier that completed needs them at its peers); and every connection
     /// is told, after those, that this generation is dead (paper §3.2).
+    /// Takes the caller's clock like every entry point; closing starts no timer (`_now` unused).
     /// Returns the generation that closed, or `None` if the port was not open.
-    pub fn close_port(&mut self, port: PortId, now: Instant) -> Option<Generation> {
+    pub fn close_port(&mut self, port: PortId, _now: Instant) -> Option<Generation> {
         let index = port.index()?;
         let open = self.ports.get_mut(index)?.open.take()?;
         let generation = open.generation;
@@ -308,7 +311,7 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
             }
         }
         self.forget_records_for(index);
-        self.local_port_closed(index, generation, now);
+        self.local_port_closed(index, generation);
         Some(generation)
     }
 

@@ -32,8 +32,8 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             let token = match open.receive_ring.peek(memory) {
                 Ok(Some(token)) => token,
                 Ok(None) => return busy,
-                Err(error) => {
-                    self.ring_corrupt(port, error);
+                Err(_) => {
+                    self.ring_corrupt(port);
                     return true;
                 }
             };

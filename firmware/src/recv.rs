@@ -4,7 +4,6 @@
 //! (port-closed notices) (paper §4.1, §3.3).
 
 use shared_abi::event::Status;
-use shared_abi::ids::Generation;
 use shared_abi::packet::{Packet, PacketFlags, PacketHeader, PacketKind, RejectReason};
 
 use crate::connection::Body;
@@ -341,7 +340,6 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                         peer,
                         usize::from(header.src_port.0),
                         header.src_generation,
-                        now,
                     );
                     Ok(())
                 }
@@ -370,11 +368,6 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             }
         }
     }
-}
-
-/// The generation carried by a packet, for records.
-pub(crate) fn packet_generation(header: &PacketHeader) -> Generation {
-    header.src_generation
 }
 
 impl<H: Hal, const C: usize> Nic<H, C> {

@@ -5,7 +5,6 @@
 
 use shared_abi::event::{Event, EventKind, Status};
 use shared_abi::ids::{PORTS_PER_NIC, PortId};
-use shared_abi::ring::RingError;
 use shared_abi::token::{SendKind, SendToken};
 use shared_abi::{MAX_SIZE_CLASS, MTU_PAYLOAD, max_length_for_size};
 
@@ -41,8 +40,8 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             let token = match open.send_ring.peek(memory) {
                 Ok(Some(token)) => token,
                 Ok(None) => return busy,
-                Err(error) => {
-                    self.ring_corrupt(port, error);
+                Err(_) => {
+                    self.ring_corrupt(port);
                     return true;
                 }
             };
@@ -76,8 +75,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
 
     /// The host broke one of its rings' indexes: tell it (on the event ring, if that still works),
     /// skip what it published, and carry on. Its neighbours are untouched.
-    pub(crate) fn ring_corrupt(&mut self, port: usize, error: RingError) {
-        let _ = error;
+    pub(crate) fn ring_corrupt(&mut self, port: usize) {
         self.counters.tokens_rejected += 1;
         self.emit(
             port,
