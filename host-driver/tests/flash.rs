@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use host_driver::flash::FlashDevice;
+use nicbar_image::flash::FlashDevice;
 use shared_abi::ABI_VERSION;
 use shared_abi::image::{HEADER_LEN, ImageHeader, ImageTarget, crc32};
 use zerocopy::little_endian::U32;

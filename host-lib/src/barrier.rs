@@ -40,10 +40,10 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use nicbar_schedule::{self, Algorithm, Member, ScheduleError};
 use shared_abi::event::Status;
 use shared_abi::ids::{NodeId, PortId};
 use shared_abi::max_length_for_size;
-use shared_abi::schedule::compile::{self, Algorithm, Member, ScheduleError};
 use shared_abi::schedule::{Step, StepOp};
 use shared_abi::token::{Priority, SendKind};
 use zerocopy::IntoBytes;
@@ -92,7 +92,7 @@ const REPOST_BACKOFF: Duration = Duration::from_micros(20);
 /// How a group's barrier runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BarrierOptions {
-    /// The algorithm the schedule is compiled from (default: [`compile::default_for`] the group's
+    /// The algorithm the schedule is compiled from (default: [`nicbar_schedule::default_for`] the group's
     /// size).
     pub algorithm: Algorithm,
     /// Fail the barrier if it has not completed after this long; `None` for the NIC's default
@@ -102,10 +102,10 @@ pub struct BarrierOptions {
 }
 
 impl BarrierOptions {
-    /// The defaults for a group of `members`: [`compile::default_for`], and the NIC's timeout.
+    /// The defaults for a group of `members`: [`nicbar_schedule::default_for`], and the NIC's timeout.
     pub const fn for_members(members: usize) -> Self {
         Self {
-            algorithm: compile::default_for(members),
+            algorithm: nicbar_schedule::default_for(members),
             timeout: None,
         }
     }
@@ -547,8 +547,9 @@ impl BarrierState {
         {
             return Ok(cache.steps.clone());
         }
-        let mut steps = vec![Step::default(); compile::steps_needed(algorithm, group.len())?];
-        let count = compile::compile(algorithm, &group.members, rank, &mut steps)?;
+        let mut steps =
+            vec![Step::default(); nicbar_schedule::steps_needed(algorithm, group.len())?];
+        let count = nicbar_schedule::compile(algorithm, &group.members, rank, &mut steps)?;
         steps.truncate(count);
         let steps: Arc<[Step]> = steps.into();
         self.cache = Some(CachedSchedule {
@@ -947,7 +948,7 @@ struct HostState {
 
 impl Port {
     /// Runs `group`'s barrier on the host: the very schedule the NIC would run
-    /// ([`compile::compile`] of `options.algorithm` for this port's rank), each step done by
+    /// ([`nicbar_schedule::compile`] of `options.algorithm` for this port's rank), each step done by
     /// the host over ordinary messages of the reserved class (see the module docs). The baseline
     /// of the paper's §6. Events that arrive meanwhile are kept, in order, for [`Port::receive`].
     ///

@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use host_driver::emulator::sys::Mapping;
+use nicbar_control::Mapping;
 use shared_abi::region::RegionLayout;
 use shared_abi::ring::raw::RawMemory;
 

@@ -3,7 +3,7 @@
 use std::io;
 use std::path::PathBuf;
 
-use host_driver::emulator::protocol::ControlError;
+use nicbar_control::ControlError;
 use shared_abi::ring::RingError;
 
 use crate::dma::DmaBuffer;
@@ -41,8 +41,8 @@ pub enum Error {
         /// The owner's process id.
         owner_pid: u32,
     },
-    /// The daemon refused for another reason.
-    Refused(ControlError),
+    /// The daemon refused for another reason, which it gave.
+    Refused(String),
     /// The daemon answered something this library does not expect.
     Protocol(String),
     /// The region the daemon passed is not one this library can use.
@@ -138,7 +138,6 @@ impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Self::DaemonUnreachable { source, .. } | Self::Io(source) => Some(source),
-            Self::Refused(error) => Some(error),
             _ => None,
         }
     }
@@ -156,8 +155,9 @@ impl From<nix::errno::Errno> for Error {
     }
 }
 
-impl From<ControlError> for Error {
-    fn from(error: ControlError) -> Self {
+impl Error {
+    /// The error a process sees for the daemon's refusal `error`.
+    pub(crate) fn refused(error: ControlError) -> Self {
         match error {
             ControlError::PortBusy {
                 unit,
@@ -170,7 +170,7 @@ impl From<ControlError> for Error {
             },
             ControlError::NoSuchUnit { unit, units } => Self::NoSuchUnit { unit, units },
             ControlError::NoSuchPort { port, .. } => Self::NoSuchPort { port },
-            other => Self::Refused(other),
+            other => Self::Refused(other.to_string()),
         }
     }
 }

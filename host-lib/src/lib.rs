@@ -16,10 +16,11 @@
 //! ([`Port::barrier`], or start/test/wait for a fuzzy barrier), and the host-based baseline that
 //! runs the same schedule over messages ([`Port::host_barrier`]).
 //!
-//! The only NIC backend so far is the emulated one (`nicctl emulate`, or
-//! [`host_driver::emulator::Emulator::spawn`] in-process); the port region, the rings and the
-//! tokens are the same for every backend. `unsafe` code lives in one module, [`dma`]'s views of
-//! buffer bytes; the mapping itself is `host_driver::emulator::sys`.
+//! The library stands on the ABI (`shared_abi`), the schedule compiler (`nicbar_schedule`) and the
+//! control protocol (`nicbar_control`) alone — never on a NIC backend, the firmware or the
+//! driver's tools: a port looks the same whichever backend serves it (`nicctl emulate`, QEMU
+//! NICs). `unsafe` code lives in one module, [`dma`]'s views of buffer bytes; the mapping itself
+//! is the control protocol's.
 #![deny(unsafe_code)]
 
 pub mod barrier;
@@ -36,10 +37,10 @@ pub use barrier::{
 pub use dma::DmaBuffer;
 pub use error::{BufferError, Error};
 pub use event::Event;
+pub use nicbar_schedule::{Algorithm, Member, ScheduleError};
 pub use port::{Port, PortCounters, WaitMode};
 pub use shared_abi::event::Status;
 pub use shared_abi::ids::{NodeId, PortId};
-pub use shared_abi::schedule::compile::{Algorithm, Member, ScheduleError};
 pub use shared_abi::schedule::{Step, StepOp};
 pub use shared_abi::token::Priority;
 pub use shared_abi::{max_length_for_size, min_size_for_length};

@@ -7,9 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use host_driver::emulator::doorbell;
-use host_driver::emulator::protocol::{self, Reply, Request};
-use host_driver::emulator::sys::Mapping;
+use nicbar_control::{Mapping, Reply, Request, doorbell};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::socket::{MsgFlags, recv};
 use shared_abi::event::{EventKind, Status};
@@ -100,14 +98,14 @@ pub struct Port {
 
 impl Port {
     /// Opens `port` of NIC `unit` through the daemon's default socket
-    /// ([`host_driver::emulator::socket_path`]: `$NICBAR_SOCKET`, else
+    /// ([`nicbar_control::socket_path`]: `$NICBAR_SOCKET`, else
     /// `$XDG_RUNTIME_DIR/nicbar/control.sock`, else `/tmp/nicbar-<uid>/control.sock`).
     ///
     /// # Errors
     /// [`Error::DaemonUnreachable`], [`Error::NoSuchUnit`], [`Error::NoSuchPort`],
     /// [`Error::PortBusy`] (naming the owner), or what went wrong mapping the region.
     pub fn open(unit: u8, port: u8) -> Result<Self, Error> {
-        Self::open_at(&host_driver::emulator::socket_path(), unit, port)
+        Self::open_at(&nicbar_control::socket_path(), unit, port)
     }
 
     /// Opens `port` of NIC `unit` through the daemon listening on `socket`.
@@ -124,10 +122,10 @@ impl Port {
             port,
             abi_version: shared_abi::ABI_VERSION,
         };
-        let (reply, fds) = protocol::call(&control, &request, CONTROL_TIMEOUT)?;
+        let (reply, fds) = nicbar_control::call(&control, &request, CONTROL_TIMEOUT)?;
         let opened = match reply {
             Reply::Opened(opened) => opened,
-            Reply::Error(error) => return Err(error.into()),
+            Reply::Error(error) => return Err(Error::refused(error)),
             other => return Err(Error::Protocol(format!("{other:?} to an open request"))),
         };
         let [region_fd, host_doorbell, nic_doorbell]: [OwnedFd; 3] =
@@ -194,9 +192,9 @@ impl Port {
     /// # Errors
     /// [`Error::DaemonGone`] or a protocol error; the port is closed either way.
     pub fn close(self) -> Result<(), Error> {
-        match protocol::call(&self.control, &Request::ClosePort, CONTROL_TIMEOUT)?.0 {
+        match nicbar_control::call(&self.control, &Request::ClosePort, CONTROL_TIMEOUT)?.0 {
             Reply::Closed => Ok(()),
-            Reply::Error(error) => Err(error.into()),
+            Reply::Error(error) => Err(Error::refused(error)),
             other => Err(Error::Protocol(format!("{other:?} to a close request"))),
         }
     }

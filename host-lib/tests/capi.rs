@@ -15,8 +15,8 @@ use std::sync::{Mutex, OnceLock, PoisonError, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use host_driver::emulator::cli::query_status;
-use host_driver::emulator::{Emulator, EmulatorConfig, EmulatorHandle};
+use nicbar_control::query_status;
+use nicbar_emulator::{Emulator, EmulatorConfig, EmulatorHandle};
 
 /// How long one program may run.
 const RUN_LIMIT: Duration = Duration::from_secs(90);

@@ -84,7 +84,7 @@ pub(crate) fn run_bench(args: Args) -> Result<()> {
     }
 }
 
-/// Builds host-lib's example `name` with the `bench-fast` profile; returns a command running it.
+/// Builds the system crate's example `name` with the `bench-fast` profile; returns a command running it.
 fn example(name: &str) -> Result<std::process::Command> {
     let root = crate::workspace_root();
     run(cargo().current_dir(&root).args([
@@ -93,7 +93,7 @@ fn example(name: &str) -> Result<std::process::Command> {
         "--profile",
         "bench-fast",
         "-p",
-        "host-lib",
+        "nicbar-system",
         "--example",
         name,
     ]))?;

@@ -53,7 +53,7 @@ pub(crate) fn ensure_rust_target(triple: &str) -> Result<()> {
 }
 
 /// `command` as a shell line, for messages.
-fn show(command: &Command) -> String {
+pub(crate) fn show(command: &Command) -> String {
     let mut shown = command.get_program().to_string_lossy().into_owned();
     for argument in command.get_args() {
         shown.push(' ');

@@ -51,7 +51,7 @@ pub(crate) fn run_demo(args: Args) -> Result<()> {
         "--bin",
         "nicctl",
         "-p",
-        "host-lib",
+        "nicbar-system",
         "--example",
         "cluster",
     ]))?;

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use host_driver::image::header_summary;
+use nicbar_image::image::header_summary;
 use object::elf::{EM_ARM, EM_RISCV, PT_LOAD};
 use object::read::elf::{ElfFile32, FileHeader, ProgramHeader};
 use object::{Endianness, Object, ObjectSection};

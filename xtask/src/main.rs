@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod apt;
 mod bench;
 mod capi;
 mod command;

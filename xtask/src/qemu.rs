@@ -17,26 +17,19 @@
 //! `nicctl qemu`, by its parent-death signal) and the error says what was waited for.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::command::{cargo, run};
+use crate::apt;
+use crate::command::{cargo, run, show};
 use crate::test::FIRMWARE_TARGET;
 use crate::{Result, target_dir, workspace_root};
 
 /// The QEMU binary the NICs run on.
 const QEMU: &str = "qemu-system-riscv32";
-/// The backports source added when none is configured (deb822 format).
-const BACKPORTS_SOURCE: &str = "/etc/apt/sources.list.d/bookworm-backports.sources";
-const BACKPORTS_ENTRY: &str = "Types: deb
-URIs: http://deb.debian.org/debian
-Suites: bookworm-backports
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-";
 /// How long the NICs may take to boot and start serving.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long the peers may take, all together.
@@ -104,6 +97,8 @@ pub(crate) fn run_check(args: Args) -> Result<()> {
         "host-driver",
         "--bin",
         "nicctl",
+        "--package",
+        "nicbar-system",
         "--example",
         "qemu_peer",
     ]))?;
@@ -216,15 +211,6 @@ fn section(name: &str) {
     println!("\n== {name} ==");
 }
 
-fn show(command: &Command) -> String {
-    let mut shown = command.get_program().to_string_lossy().into_owned();
-    for argument in command.get_args() {
-        shown.push(' ');
-        shown.push_str(&argument.to_string_lossy());
-    }
-    shown
-}
-
 // ---------------------------------------------------------------------------------------------
 // Installing QEMU.
 
@@ -249,121 +235,16 @@ fn ensure_qemu(install: bool) -> Result<String> {
     if !install {
         return Err(format!("{QEMU} is not installed (and --no-install was given)").into());
     }
-    let os_release = std::fs::read_to_string("/etc/os-release").unwrap_or_default();
-    let codename = os_release
-        .lines()
-        .find_map(|line| line.strip_prefix("VERSION_CODENAME="))
-        .map(|value| value.trim_matches('"').to_owned())
-        .unwrap_or_default();
-    if codename != "bookworm" {
-        return Err(format!(
-            "{QEMU} is not installed, and this machine is not Debian 12 (VERSION_CODENAME={codename:?}), \
-             the only system this task installs it on: install QEMU 10 for riscv32 (Debian: \
-             qemu-system-misc) and run it again"
-        )
-        .into());
-    }
     println!("{QEMU}: not installed; installing QEMU 10 from bookworm-backports");
-    let privileged = privilege_prefix()?;
-    if backports_configured() {
-        println!("apt source: bookworm-backports is configured");
-    } else {
-        println!("apt source: adding {BACKPORTS_SOURCE}:\n{BACKPORTS_ENTRY}");
-        write_as_root(&privileged, Path::new(BACKPORTS_SOURCE), BACKPORTS_ENTRY)?;
-    }
-    run(&mut as_root(&privileged, "apt-get", &["update"]))?;
-    run(as_root(
-        &privileged,
-        "apt-get",
-        &[
-            "install",
-            "-y",
-            "--no-install-recommends",
-            "-t",
-            "bookworm-backports",
-            "qemu-system-misc",
-        ],
-    )
-    .env("DEBIAN_FRONTEND", "noninteractive"))?;
+    apt::install(
+        &["qemu-system-misc"],
+        Some(apt::BOOKWORM_BACKPORTS),
+        "QEMU 10 for riscv32",
+    )?;
     let version = qemu_version()
         .ok_or_else(|| format!("{QEMU} still does not run after installing qemu-system-misc"))?;
     println!("{QEMU}: {version}");
     Ok(version)
-}
-
-/// Empty when this process is root, `["sudo", "-n"]` when sudo can be used without a password.
-fn privilege_prefix() -> Result<Vec<&'static str>> {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let uid = status
-        .lines()
-        .find_map(|line| line.strip_prefix("Uid:"))
-        .and_then(|ids| ids.split_whitespace().nth(1))
-        .unwrap_or("");
-    if uid == "0" {
-        return Ok(Vec::new());
-    }
-    let sudo = Command::new("sudo").args(["-n", "true"]).output();
-    if sudo.is_ok_and(|output| output.status.success()) {
-        return Ok(vec!["sudo", "-n"]);
-    }
-    Err(format!(
-        "installing {QEMU} needs root (this is uid {uid}, and sudo -n does not work): run as root, \
-         or install QEMU 10 from bookworm-backports yourself (apt-get install -t \
-         bookworm-backports qemu-system-misc)"
-    )
-    .into())
-}
-
-fn as_root(prefix: &[&str], program: &str, args: &[&str]) -> Command {
-    let mut command = match prefix.split_first() {
-        Some((first, rest)) => {
-            let mut command = Command::new(first);
-            command.args(rest).arg(program);
-            command
-        }
-        None => Command::new(program),
-    };
-    command.args(args);
-    command
-}
-
-fn write_as_root(prefix: &[&str], path: &Path, contents: &str) -> Result<()> {
-    if prefix.is_empty() {
-        return std::fs::write(path, contents)
-            .map_err(|error| format!("writing {}: {error}", path.display()).into());
-    }
-    let mut command = as_root(prefix, "tee", &[&path.to_string_lossy()]);
-    let mut child = command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .map_err(|error| format!("running {}: {error}", show(&command)))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin.write_all(contents.as_bytes())?;
-    }
-    let status = child.wait()?;
-    if !status.success() {
-        return Err(format!("writing {} failed: {status}", path.display()).into());
-    }
-    Ok(())
-}
-
-/// Whether an apt source line or entry names bookworm-backports.
-fn backports_configured() -> bool {
-    let mut files = vec![PathBuf::from("/etc/apt/sources.list")];
-    if let Ok(entries) = std::fs::read_dir("/etc/apt/sources.list.d") {
-        files.extend(entries.flatten().map(|entry| entry.path()).filter(|path| {
-            path.extension()
-                .is_some_and(|ext| ext == "list" || ext == "sources")
-        }));
-    }
-    files.iter().any(|file| {
-        std::fs::read_to_string(file).is_ok_and(|text| {
-            text.lines()
-                .filter(|line| !line.trim_start().starts_with('#'))
-                .any(|line| line.contains("bookworm-backports"))
-        })
-    })
 }
 
 // ---------------------------------------------------------------------------------------------

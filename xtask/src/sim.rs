@@ -1,6 +1,6 @@
 //! `cargo xtask sim barrier`: the barrier cost model against the paper, then beyond it.
 //!
-//! Runs `host_driver::sim::cost`: every rank's compiled barrier schedule in virtual time, NIC-based
+//! Runs `nicbar_sim::cost`: every rank's compiled barrier schedule in virtual time, NIC-based
 //! (equation 2) and host-based (equation 1), with costs fitted to the paper's LANai figures. It
 //! prints the fit (which figures it used, which it did not), the model beside the paper at 2, 4,
 //! 8 and 16 nodes with relative errors, the paper's qualitative statements checked, how the
@@ -13,10 +13,10 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::{Args as ClapArgs, Subcommand, ValueEnum};
-use host_driver::sim::cost::paper::{self, Card, ComparisonRow, Role};
-use host_driver::sim::cost::params::{CostParams, Fit, FitAssumptions, fit};
-use host_driver::sim::cost::schedules::{COMPILED_UP_TO, MAX_NODES, SchedulePolicy};
-use host_driver::sim::cost::sweep::{
+use nicbar_sim::cost::paper::{self, Card, ComparisonRow, Role};
+use nicbar_sim::cost::params::{CostParams, Fit, FitAssumptions, fit};
+use nicbar_sim::cost::schedules::{COMPILED_UP_TO, MAX_NODES, SchedulePolicy};
+use nicbar_sim::cost::sweep::{
     DISSEMINATION_WAYS, MAX_GATHER_BROADCAST_DIMENSION, SizeReport, run_size,
 };
 
@@ -562,21 +562,20 @@ fn csv(reports: &[SizeReport], label: &str) -> String {
         } else {
             "formulas"
         };
-        let mut row =
-            |algorithm: &str, parameter: String, pair: &host_driver::sim::cost::sweep::Pair| {
-                let _ = writeln!(
-                    out,
-                    "{label},{},{algorithm},{parameter},{:.6},{:.6},{:.6},{},{},{},{},{source}",
-                    report.nodes,
-                    pair.nic.latency,
-                    pair.host.latency,
-                    pair.factor(),
-                    pair.nic.packets,
-                    pair.host.packets,
-                    pair.nic.events,
-                    pair.host.events,
-                );
-            };
+        let mut row = |algorithm: &str, parameter: String, pair: &nicbar_sim::cost::sweep::Pair| {
+            let _ = writeln!(
+                out,
+                "{label},{},{algorithm},{parameter},{:.6},{:.6},{:.6},{},{},{},{},{source}",
+                report.nodes,
+                pair.nic.latency,
+                pair.host.latency,
+                pair.factor(),
+                pair.nic.packets,
+                pair.host.packets,
+                pair.nic.events,
+                pair.host.events,
+            );
+        };
         row("PE", String::new(), &report.pairwise);
         for (dimension, pair) in &report.gather_broadcast.results {
             row("GB", format!("d={dimension}"), pair);

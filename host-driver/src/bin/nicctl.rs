@@ -39,15 +39,15 @@ enum Command {
 
     /// Run emulated NICs as a daemon: real firmware, ports over shared memory, UDP between
     /// daemons. Serves until SIGINT or SIGTERM.
-    Emulate(host_driver::emulator::cli::EmulateArgs),
+    Emulate(cli::emulate::EmulateArgs),
 
     /// Show a running emulator's units, open ports (with owner pids) and per-connection
     /// counters.
-    Status(host_driver::emulator::cli::StatusArgs),
+    Status(cli::status::StatusArgs),
 
     /// Boot the firmware image as NICs under QEMU (riscv32 virt), one QEMU per NIC, and serve
     /// their ports on a control socket as `nicctl emulate` does. Serves until SIGINT or SIGTERM.
-    Qemu(host_driver::qemu::cli::QemuArgs),
+    Qemu(cli::qemu::QemuArgs),
 }
 
 fn main() -> ExitCode {
@@ -55,9 +55,9 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Image(command) => cli::image::run(command),
         Command::Flash(args) => cli::flash::run(args),
-        Command::Emulate(args) => host_driver::emulator::cli::run_emulate(args),
-        Command::Status(args) => host_driver::emulator::cli::run_status(args),
-        Command::Qemu(args) => host_driver::qemu::cli::run_qemu(args),
+        Command::Emulate(args) => cli::emulate::run_emulate(args),
+        Command::Status(args) => cli::status::run_status(args),
+        Command::Qemu(args) => cli::qemu::run_qemu(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -7,8 +7,8 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use shared_abi::image::ImageTarget;
 
 use super::{CliResult, parse_target};
-use crate::flash::{FlashDevice, Phase, Progress};
-use crate::image::ImageFile;
+use nicbar_image::flash::{FlashDevice, Phase, Progress};
+use nicbar_image::image::ImageFile;
 
 /// Arguments of `nicctl flash`.
 #[derive(clap::Args, Debug)]

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use shared_abi::image::ImageTarget;
 
 use super::{CliResult, parse_target};
-use crate::image::{ImageFile, header_summary};
+use nicbar_image::image::{ImageFile, header_summary};
 
 /// `nicctl image` subcommands.
 #[derive(clap::Subcommand, Debug)]

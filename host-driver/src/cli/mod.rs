@@ -5,8 +5,11 @@
 
 use shared_abi::image::ImageTarget;
 
+pub mod emulate;
 pub mod flash;
 pub mod image;
+pub mod qemu;
+pub mod status;
 
 /// What a subcommand returns. `nicctl` prints an error as `nicctl: error: <message>` and exits
 /// with status 1.

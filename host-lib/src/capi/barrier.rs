@@ -10,9 +10,9 @@
 use core::ffi::{c_uint, c_void};
 use std::time::Duration;
 
+use nicbar_schedule::{self, Algorithm, Member};
 use shared_abi::event::Status;
 use shared_abi::ids::{NodeId, PORTS_PER_NIC, PortId};
-use shared_abi::schedule::compile::{self, Algorithm, Member};
 use shared_abi::schedule::{MAX_ROUNDS, MAX_SCHEDULE_STEPS, Step, StepOp};
 use shared_abi::token::SendKind;
 
@@ -527,7 +527,7 @@ pub unsafe extern "C" fn nicbar_barrier(
             group_members.push(Member::new(NodeId::new(node), PortId(port_id)));
         }
         let algorithm = match algorithm {
-            NICBAR_BARRIER_DEFAULT => compile::default_for(count),
+            NICBAR_BARRIER_DEFAULT => nicbar_schedule::default_for(count),
             NICBAR_BARRIER_PAIRWISE_EXCHANGE => Algorithm::PairwiseExchange,
             NICBAR_BARRIER_GATHER_BROADCAST => Algorithm::GatherBroadcast {
                 dimension: if parameter == 0 {

@@ -1,0 +1,31 @@
+//! nicbar-control: the control protocol between a process and the NIC backend that serves it.
+//!
+//! This crate stands in the shared row of the layers: the user library is its client, and every
+//! NIC backend (the emulator, QEMU NICs) serves it; it knows no firmware and no backend. A process
+//! connects to the backend's Unix socket ([`socket_path`]), sends a [`Request`] and reads a
+//! [`Reply`] ([`call`]); opening a port passes the port's region and two doorbells back as
+//! descriptors, which the process maps ([`Mapping`]) and rings ([`doorbell`]). From then on the
+//! process and the NIC talk through the mapping alone.
+//!
+//! - [`message`]: what is asked and answered; [`codec`]: its bytes; [`frame`]: how it travels.
+//! - [`server`]: the one server every backend runs, over a [`server::PortBackend`].
+//! - [`sys`] (mapping a region, adopting passed descriptors) is the crate's one `unsafe` module.
+#![deny(unsafe_code)]
+
+mod client;
+pub mod codec;
+pub mod doorbell;
+pub mod frame;
+pub mod message;
+mod path;
+pub mod server;
+pub mod sys;
+
+pub use client::query_status;
+pub use frame::{MAX_FRAME, PROTOCOL_VERSION, call};
+pub use message::{
+    ConnectionReport, ControlError, NicReport, OpenedPort, PortReport, Reply, Request,
+    StatusReport, UnitStatus, WireCounters,
+};
+pub use path::{ListenError, SOCKET_ENV, default_socket_path, listen, socket_path};
+pub use sys::Mapping;

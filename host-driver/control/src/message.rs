@@ -1,0 +1,265 @@
+//! The messages of the control protocol: what a process asks a NIC backend and what it answers.
+//!
+//! Opening a port is the driver's only job (as in GM): a process connects, sends
+//! [`Request::OpenPort`], and receives [`Reply::Opened`] with three descriptors attached
+//! (`SCM_RIGHTS`, in this order): the port region (a sealed memfd, see [`crate::Mapping`]), the
+//! host doorbell (an eventfd the NIC writes when the process sleeps on its event ring and a new
+//! event arrived) and the NIC doorbell (an eventfd the process writes when the NIC sleeps on its
+//! send or receive ring and a new token arrived). From then on the process and the NIC talk
+//! through the mapping alone. The connection stays open for the life of the port: when it closes
+//! — the process closed the port, exited or died — the backend closes the port.
+//!
+//! How the messages are laid out in bytes is [`crate::codec`]'s; how they travel,
+//! [`crate::frame`]'s. One connection owns at most one port.
+
+/// What a process asks the daemon.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Request {
+    /// Open `port` of NIC `unit` for this connection. `abi_version` is the client's
+    /// [`shared_abi::ABI_VERSION`]; a daemon speaking another refuses.
+    OpenPort {
+        /// The NIC's unit number in the daemon.
+        unit: u8,
+        /// The port, `0..PORTS_PER_NIC`.
+        port: u8,
+        /// The client's ABI version.
+        abi_version: u32,
+    },
+    /// Close the port this connection owns and confirm once the NIC has closed it (closing the
+    /// connection closes it too, without confirmation).
+    ClosePort,
+    /// Report the units, their open ports and their connections' counters.
+    Status,
+}
+
+/// What the daemon answers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply {
+    /// The port is open; the region, host doorbell and NIC doorbell descriptors come with this
+    /// frame.
+    Opened(OpenedPort),
+    /// The port this connection owned is closed.
+    Closed,
+    /// The daemon's state.
+    Status(StatusReport),
+    /// The request was refused.
+    Error(ControlError),
+}
+
+/// A port the daemon opened for the connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpenedPort {
+    /// The NIC's unit number.
+    pub unit: u8,
+    /// The port.
+    pub port: u8,
+    /// The NIC's node id on the fabric.
+    pub node: u16,
+    /// The port's new generation (also in the region header).
+    pub generation: u32,
+    /// Length of the region in bytes.
+    pub region_len: u64,
+}
+
+/// Why the daemon refused a request. Each variant names the values involved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ControlError {
+    /// There is no NIC with this unit number.
+    NoSuchUnit {
+        /// The unit asked for.
+        unit: u8,
+        /// How many units the daemon runs.
+        units: u8,
+    },
+    /// The port number is out of range.
+    NoSuchPort {
+        /// The port asked for.
+        port: u8,
+        /// Ports per NIC.
+        ports: u8,
+    },
+    /// Another live process owns the port.
+    PortBusy {
+        /// The unit.
+        unit: u8,
+        /// The port.
+        port: u8,
+        /// The owner's process id.
+        owner_pid: u32,
+    },
+    /// This connection owns a port already (one connection, one port).
+    AlreadyOwnsPort {
+        /// The unit of the port it owns.
+        unit: u8,
+        /// The port it owns.
+        port: u8,
+    },
+    /// `ClosePort` on a connection that owns no port.
+    NoPortOwned,
+    /// The client speaks another ABI version.
+    AbiMismatch {
+        /// The daemon's.
+        daemon: u32,
+        /// The client's.
+        client: u32,
+    },
+    /// The NIC refused to open the port, or the region could not be created.
+    OpenFailed {
+        /// The unit.
+        unit: u8,
+        /// The port.
+        port: u8,
+        /// What failed.
+        reason: String,
+    },
+    /// The request could not be parsed.
+    BadRequest(String),
+    /// The daemon could not do its part (a NIC thread did not answer).
+    Internal(String),
+}
+
+impl std::fmt::Display for ControlError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NoSuchUnit { unit, units } => {
+                write!(f, "no NIC unit {unit}: the daemon runs {units} unit(s)")
+            }
+            Self::NoSuchPort { port, ports } => {
+                write!(f, "no port {port}: a NIC has ports 0..{ports}")
+            }
+            Self::PortBusy {
+                unit,
+                port,
+                owner_pid,
+            } => write!(
+                f,
+                "port {port} of unit {unit} is owned by process {owner_pid}"
+            ),
+            Self::AlreadyOwnsPort { unit, port } => write!(
+                f,
+                "this connection owns port {port} of unit {unit} already (one port per connection)"
+            ),
+            Self::NoPortOwned => write!(f, "this connection owns no port to close"),
+            Self::AbiMismatch { daemon, client } => write!(
+                f,
+                "the daemon speaks ABI version {daemon}, the client {client}"
+            ),
+            Self::OpenFailed { unit, port, reason } => {
+                write!(
+                    f,
+                    "port {port} of unit {unit} could not be opened: {reason}"
+                )
+            }
+            Self::BadRequest(reason) => write!(f, "bad request: {reason}"),
+            Self::Internal(reason) => write!(f, "daemon failure: {reason}"),
+        }
+    }
+}
+
+impl std::error::Error for ControlError {}
+
+/// The daemon's state, as `nicctl status` shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StatusReport {
+    /// The daemon's process id.
+    pub daemon_pid: u32,
+    /// The seed of the fault injector, if it is on.
+    pub fault_seed: Option<u64>,
+    /// One entry per NIC, by unit number.
+    pub units: Vec<UnitStatus>,
+}
+
+/// One NIC of the daemon.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnitStatus {
+    /// Unit number.
+    pub unit: u8,
+    /// Node id on the fabric.
+    pub node: u16,
+    /// The UDP address the NIC listens on, if it is on a fabric map.
+    pub address: Option<String>,
+    /// Open ports.
+    pub ports: Vec<PortReport>,
+    /// Connections to other nodes (and to itself, for loopback).
+    pub connections: Vec<ConnectionReport>,
+    /// NIC-wide counters.
+    pub counters: NicReport,
+    /// What the wire did with this NIC's packets.
+    pub wire: WireCounters,
+}
+
+/// One open port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PortReport {
+    /// The port.
+    pub port: u8,
+    /// Its generation.
+    pub generation: u32,
+    /// The owning process.
+    pub owner_pid: Option<u32>,
+    /// Send tokens held by the NIC.
+    pub held_sends: usize,
+    /// Receive buffers provided.
+    pub receive_buffers: usize,
+    /// Whether a barrier runs.
+    pub barrier_running: bool,
+    /// Events waiting for room in the event ring.
+    pub pending_events: usize,
+    /// The status that stopped the port, if the host broke its rings.
+    pub faulted: Option<u8>,
+}
+
+/// One connection's counters (the firmware's `ConnectionCounters`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(
+    missing_docs,
+    reason = "each field is the firmware counter of the same name"
+)]
+pub struct ConnectionReport {
+    pub peer: u16,
+    pub sent: u64,
+    pub resent: u64,
+    pub received: u64,
+    pub acks_sent: u64,
+    pub acks_received: u64,
+    pub nacks_sent: u64,
+    pub nacks_received: u64,
+    pub rejects_sent: u64,
+    pub rejects_received: u64,
+    pub drops: u64,
+    pub give_ups: u64,
+}
+
+/// NIC-wide counters (the firmware's `NicCounters`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[allow(
+    missing_docs,
+    reason = "each field is the firmware counter of the same name"
+)]
+pub struct NicReport {
+    pub malformed_packets: u64,
+    pub no_connection: u64,
+    pub tokens_rejected: u64,
+    pub barriers_completed: u64,
+    pub barriers_failed: u64,
+    pub messages_delivered: u64,
+}
+
+/// What the emulated wire did with one NIC's packets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WireCounters {
+    /// Packets the NIC transmitted.
+    pub transmitted: u64,
+    /// Packets that arrived for the NIC.
+    pub received: u64,
+    /// Packets the fault injector dropped.
+    pub lost: u64,
+    /// Extra copies the fault injector made.
+    pub duplicated: u64,
+    /// Packets the fault injector held back (delay, reordering).
+    pub delayed: u64,
+    /// Packets the wire could not deliver (no route, full queue, socket error).
+    pub undeliverable: u64,
+    /// Datagrams that came from addresses not on the fabric map, dropped.
+    pub strangers: u64,
+}

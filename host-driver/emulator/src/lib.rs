@@ -1,0 +1,415 @@
+//! nicbar-emulator: the emulated NIC, a daemon that runs one or more NICs ("units", as GM's boards) on a Linux host
+//! with the real firmware core, serving real processes through shared memory.
+//!
+//! # Shape
+//!
+//! - One thread per unit ([`unit`]) runs a [`firmware::Nic`] over an epoll loop: its wake-up
+//!   eventfd (commands, packets from the daemon's other units, and the NIC doorbell processes
+//!   ring), its UDP socket, and a timeout for the firmware's next deadline. An idle unit sleeps.
+//! - One control thread (the control protocol's server, over the units as `control` presents them) owns the Unix
+//!   socket. Opening a port is the driver's only job, as in GM: the control thread creates the
+//!   port's region (a sealed memfd holding the header, the send, receive and event rings, and the
+//!   DMA arena: [`RegionLayout::standard`]), has the unit open the port, and passes the region and
+//!   two doorbells back with `SCM_RIGHTS` (the control protocol, `nicbar_control`). From then on the process and the NIC talk
+//!   through the mapping alone. The process keeps its connection open for the port's life; when it
+//!   closes (the process exited or died), the port closes, and the firmware tells the peers.
+//! - The wire ([`wire`]): a packet for the unit's own node loops back; one for another unit of the
+//!   daemon goes into that unit's inbox; one for a node on the fabric map ([`fabric`]) goes out of
+//!   the unit's UDP socket. The fault injector ([`fault`]) can sit in front of all of it.
+//!
+//! # The socket
+//!
+//! The daemon listens where [`EmulatorConfig::socket`] says; `nicctl emulate` defaults it to
+//! `nicbar_control::socket_path()` (`$NICBAR_SOCKET`, else a per-user runtime directory), where
+//! the library looks too.
+//!
+//! This crate is a backend: it stands on the firmware, the ABI and the control protocol, and on
+//! nothing of the library or of another backend. Command-line parsing lives in `nicctl`.
+//!
+//! [`RegionLayout::standard`]: shared_abi::region::RegionLayout::standard
+
+mod control;
+pub mod fabric;
+pub mod fault;
+mod hal;
+mod unit;
+mod wire;
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use nicbar_control::server::ControlServer;
+use nicbar_control::{ListenError, doorbell};
+use shared_abi::ids::NodeId;
+
+pub use fabric::{FabricError, FabricMap};
+pub use fault::FaultConfig;
+
+/// How long a unit stays awake after its last work, by default.
+pub const DEFAULT_IDLE_LINGER: Duration = Duration::from_micros(50);
+
+/// The shape of every port region the daemon creates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RegionShape {
+    /// Send ring slots (a power of two): the process's send tokens.
+    pub send_entries: u32,
+    /// Receive ring slots (a power of two).
+    pub receive_entries: u32,
+    /// Event ring slots (a power of two). With at least `send_entries + receive_entries` plus a
+    /// few barrier tokens, every event the NIC owes a process fits at once.
+    pub event_entries: u32,
+    /// DMA arena bytes (rounded up to whole pages).
+    pub arena_len: usize,
+}
+
+impl Default for RegionShape {
+    fn default() -> Self {
+        Self {
+            send_entries: 64,
+            receive_entries: 128,
+            event_entries: 256,
+            arena_len: 1 << 20,
+        }
+    }
+}
+
+/// One NIC of the daemon.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnitConfig {
+    /// Its node id on the fabric.
+    pub node: NodeId,
+    /// The UDP address it binds, for nodes of other daemons to reach it. `None`: reachable only
+    /// from units of the same daemon.
+    pub address: Option<SocketAddr>,
+}
+
+/// What the emulator runs.
+#[derive(Clone, Debug)]
+pub struct EmulatorConfig {
+    /// The control socket to listen on.
+    pub socket: PathBuf,
+    /// The NICs, by unit number.
+    pub units: Vec<UnitConfig>,
+    /// Where the nodes of other daemons are.
+    pub fabric: FabricMap,
+    /// The fault injector, if any.
+    pub faults: Option<FaultConfig>,
+    /// The firmware's tunables.
+    pub nic: firmware::Config,
+    /// The shape of port regions.
+    pub region: RegionShape,
+    /// How long a unit stays awake after its last work before it sleeps. Within it, processes
+    /// post tokens without ringing the doorbell; it costs a core's time while it lasts.
+    pub idle_linger: Duration,
+}
+
+impl EmulatorConfig {
+    /// `units` NICs with node ids `0..units`, all in this daemon, listening on `socket`.
+    pub fn in_process(socket: impl Into<PathBuf>, units: u16) -> Self {
+        Self {
+            socket: socket.into(),
+            units: (0..units)
+                .map(|node| UnitConfig {
+                    node: NodeId::new(node),
+                    address: None,
+                })
+                .collect(),
+            fabric: FabricMap::new(),
+            faults: None,
+            nic: firmware::Config::default(),
+            region: RegionShape::default(),
+            idle_linger: DEFAULT_IDLE_LINGER,
+        }
+    }
+
+    /// The NICs `nodes` of `fabric`, each bound to its address on the map.
+    ///
+    /// # Errors
+    /// [`EmulatorError::NotOnFabric`] for a node the map does not name.
+    pub fn on_fabric(
+        socket: impl Into<PathBuf>,
+        fabric: FabricMap,
+        nodes: &[NodeId],
+    ) -> Result<Self, EmulatorError> {
+        let units = nodes
+            .iter()
+            .map(|&node| {
+                fabric
+                    .address(node)
+                    .map(|address| UnitConfig {
+                        node,
+                        address: Some(address),
+                    })
+                    .ok_or(EmulatorError::NotOnFabric { node: node.get() })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            units,
+            fabric,
+            ..Self::in_process(socket, 0)
+        })
+    }
+}
+
+/// Why the emulator did not start.
+#[derive(Debug)]
+pub enum EmulatorError {
+    /// No units to run, or more than 256.
+    UnitCount(usize),
+    /// Two units have the same node id.
+    DuplicateNode {
+        /// The node id.
+        node: u16,
+    },
+    /// A node was asked for that the fabric map does not name.
+    NotOnFabric {
+        /// The node id.
+        node: u16,
+    },
+    /// The fault injector's configuration is out of range.
+    Faults(String),
+    /// The control socket could not be set up, or another daemon answers on it.
+    Listen(ListenError),
+    /// A unit's UDP address could not be bound.
+    Bind {
+        /// The node.
+        node: u16,
+        /// The address.
+        address: SocketAddr,
+        /// The error.
+        source: io::Error,
+    },
+    /// A thread, eventfd or epoll instance could not be created.
+    Resources(io::Error),
+}
+
+impl std::fmt::Display for EmulatorError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::UnitCount(count) => {
+                write!(f, "an emulator runs 1 to 256 units, not {count}")
+            }
+            Self::DuplicateNode { node } => write!(f, "node {node} is given to two units"),
+            Self::NotOnFabric { node } => write!(f, "node {node} is not on the fabric map"),
+            Self::Faults(reason) => write!(f, "fault injector: {reason}"),
+            Self::Listen(error) => error.fmt(f),
+            Self::Bind {
+                node,
+                address,
+                source,
+            } => write!(f, "node {node} cannot bind UDP address {address}: {source}"),
+            Self::Resources(source) => write!(f, "cannot start the emulator: {source}"),
+        }
+    }
+}
+
+impl std::error::Error for EmulatorError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Listen(error) => error.source(),
+            Self::Bind { source, .. } | Self::Resources(source) => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// The emulator.
+#[derive(Debug)]
+pub struct Emulator;
+
+impl Emulator {
+    /// Starts the emulator's threads in this process: one per unit and the control thread,
+    /// listening on `config.socket`. It runs until the handle is dropped or stopped.
+    ///
+    /// # Errors
+    /// [`EmulatorError`] says what could not be set up; nothing keeps running then.
+    pub fn spawn(config: EmulatorConfig) -> Result<EmulatorHandle, EmulatorError> {
+        if config.units.is_empty() || config.units.len() > 256 {
+            return Err(EmulatorError::UnitCount(config.units.len()));
+        }
+        for (index, unit) in config.units.iter().enumerate() {
+            if config.units[..index].iter().any(|u| u.node == unit.node) {
+                return Err(EmulatorError::DuplicateNode {
+                    node: unit.node.get(),
+                });
+            }
+        }
+        if let Some(faults) = config.faults.as_ref() {
+            faults.validate().map_err(EmulatorError::Faults)?;
+        }
+        let mut sockets = Vec::new();
+        for unit in &config.units {
+            let udp = match unit.address {
+                Some(address) => {
+                    Some(
+                        wire::bind_udp(address).map_err(|source| EmulatorError::Bind {
+                            node: unit.node.get(),
+                            address,
+                            source,
+                        })?,
+                    )
+                }
+                None => None,
+            };
+            sockets.push(udp);
+        }
+        let listener = nicbar_control::listen(&config.socket).map_err(EmulatorError::Listen)?;
+        let started = Self::start(&config, sockets, listener);
+        if started.is_err() {
+            let _ = std::fs::remove_file(&config.socket);
+        }
+        started
+    }
+
+    fn start(
+        config: &EmulatorConfig,
+        sockets: Vec<Option<std::net::UdpSocket>>,
+        listener: UnixListener,
+    ) -> Result<EmulatorHandle, EmulatorError> {
+        let mut fabric = config.fabric.clone();
+        for unit in &config.units {
+            if let Some(address) = unit.address {
+                fabric.insert(unit.node, address);
+            }
+        }
+        let fabric = Arc::new(fabric);
+        let wakes = config
+            .units
+            .iter()
+            .map(|_| doorbell::new().map(Arc::new))
+            .collect::<io::Result<Vec<_>>>()
+            .map_err(EmulatorError::Resources)?;
+        let inboxes: Vec<_> = wakes
+            .iter()
+            .map(|wake| Arc::new(wire::Inbox::new(wake.clone())))
+            .collect();
+        let local = Arc::new(wire::LocalFabric::new(
+            config
+                .units
+                .iter()
+                .zip(&inboxes)
+                .map(|(unit, inbox)| (unit.node, inbox.clone()))
+                .collect(),
+        ));
+        let origin = std::time::Instant::now();
+        let boot_nonce = nicbar_control::server::boot_stamp();
+        let mut setups = Vec::new();
+        for (index, ((unit, udp), (wake, inbox))) in config
+            .units
+            .iter()
+            .zip(sockets)
+            .zip(wakes.into_iter().zip(inboxes))
+            .enumerate()
+        {
+            setups.push(unit::UnitSetup {
+                unit: index as u8,
+                node: unit.node,
+                address: unit.address,
+                udp,
+                wake,
+                inbox,
+                local: local.clone(),
+                fabric: fabric.clone(),
+                faults: config.faults,
+                nic: config.nic,
+                origin,
+                boot_nonce,
+                linger: config.idle_linger,
+            });
+        }
+        let units = unit::spawn_all(setups).map_err(EmulatorError::Resources)?;
+        let stop = Arc::new(doorbell::new().map_err(EmulatorError::Resources)?);
+        let control = ControlServer::new(
+            listener,
+            stop.clone(),
+            control::EmulatedUnits {
+                units,
+                region: config.region,
+                fault_seed: config.faults.filter(FaultConfig::is_active).map(|f| f.seed),
+            },
+        )
+        .map_err(EmulatorError::Resources)?;
+        let thread = std::thread::Builder::new()
+            .name("nic-control".to_owned())
+            .spawn(move || control.run())
+            .map_err(EmulatorError::Resources)?;
+        Ok(EmulatorHandle {
+            socket: config.socket.clone(),
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+/// A running emulator. Dropping it stops the emulator and removes its socket.
+#[derive(Debug)]
+pub struct EmulatorHandle {
+    socket: PathBuf,
+    stop: Arc<OwnedFd>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl EmulatorHandle {
+    /// The control socket the emulator listens on.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Stops the emulator and waits for its threads. Open ports die with it.
+    pub fn stop(mut self) {
+        self.shut_down();
+    }
+
+    fn shut_down(&mut self) {
+        if let Some(thread) = self.thread.take() {
+            doorbell::ring(&*self.stop);
+            let _ = thread.join();
+            let _ = std::fs::remove_file(&self.socket);
+        }
+    }
+}
+
+impl Drop for EmulatorHandle {
+    fn drop(&mut self) {
+        self.shut_down();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_daemon_per_socket_and_foreign_files_are_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("sub").join("control.sock");
+        let first = Emulator::spawn(EmulatorConfig::in_process(&socket, 2)).unwrap();
+        assert!(matches!(
+            Emulator::spawn(EmulatorConfig::in_process(&socket, 1)),
+            Err(EmulatorError::Listen(ListenError::AlreadyRunning { .. }))
+        ));
+        first.stop();
+        assert!(!socket.exists(), "the socket is removed on stop");
+        // A stale socket file (no daemon behind it) is replaced.
+        drop(UnixListener::bind(&socket).unwrap());
+        let second = Emulator::spawn(EmulatorConfig::in_process(&socket, 1)).unwrap();
+        drop(second);
+        let file = dir.path().join("precious");
+        std::fs::write(&file, b"keep").unwrap();
+        assert!(matches!(
+            Emulator::spawn(EmulatorConfig::in_process(&file, 1)),
+            Err(EmulatorError::Listen(ListenError::Socket { .. }))
+        ));
+        assert_eq!(std::fs::read(&file).unwrap(), b"keep");
+        assert!(matches!(
+            Emulator::spawn(EmulatorConfig::in_process(dir.path().join("x.sock"), 0)),
+            Err(EmulatorError::UnitCount(0))
+        ));
+    }
+}

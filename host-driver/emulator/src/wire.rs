@@ -1,0 +1,274 @@
+//! The emulated wire: a packet a NIC transmits goes back into the same NIC (loopback), into the
+//! inbox of another NIC of the same daemon (the in-process path), or out of the NIC's UDP socket
+//! to the address the fabric map gives for the destination node. The fault injector, if on, sits
+//! in front of all three.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use firmware::{Instant, TransmitError};
+use shared_abi::ids::NodeId;
+
+use super::fabric::FabricMap;
+use super::fault::FaultInjector;
+use nicbar_control::WireCounters;
+use nicbar_control::doorbell;
+
+/// Packets an in-process NIC's inbox holds before the wire drops what arrives (a switch with a
+/// full output queue: the reliability protocol resends).
+pub(crate) const INBOX_CAPACITY: usize = 8192;
+
+/// Packets for one NIC from the other NICs of the daemon.
+#[derive(Debug)]
+pub(crate) struct Inbox {
+    queue: Mutex<VecDeque<Vec<u8>>>,
+    wake: Arc<OwnedFd>,
+}
+
+impl Inbox {
+    /// An inbox whose arrivals ring `wake` (the receiving NIC's eventfd).
+    pub(crate) fn new(wake: Arc<OwnedFd>) -> Self {
+        Self {
+            queue: Mutex::new(VecDeque::new()),
+            wake,
+        }
+    }
+
+    /// Queues `packet`; `false` if the inbox is full and the packet was dropped.
+    fn push(&self, packet: Vec<u8>) -> bool {
+        let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        if queue.len() >= INBOX_CAPACITY {
+            return false;
+        }
+        let was_empty = queue.is_empty();
+        queue.push_back(packet);
+        drop(queue);
+        // The receiver empties the queue under the lock after every wake-up, so only the push
+        // onto an empty queue needs to wake it.
+        if was_empty {
+            doorbell::ring(&self.wake);
+        }
+        true
+    }
+
+    /// Moves everything queued into `out`.
+    pub(crate) fn take_all(&self, out: &mut VecDeque<Vec<u8>>) {
+        let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        out.append(&mut queue);
+    }
+}
+
+/// The NICs of one daemon, for the in-process path.
+#[derive(Debug, Default)]
+pub(crate) struct LocalFabric {
+    inboxes: Vec<(NodeId, Arc<Inbox>)>,
+}
+
+impl LocalFabric {
+    /// A fabric of the given NICs.
+    pub(crate) fn new(inboxes: Vec<(NodeId, Arc<Inbox>)>) -> Self {
+        Self { inboxes }
+    }
+
+    fn inbox(&self, node: NodeId) -> Option<&Inbox> {
+        self.inboxes
+            .iter()
+            .find(|(id, _)| *id == node)
+            .map(|(_, inbox)| inbox.as_ref())
+    }
+}
+
+/// A packet the fault injector holds back.
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Delayed {
+    at: Instant,
+    order: u64,
+    destination: NodeId,
+    packet: Vec<u8>,
+}
+
+/// One NIC's side of the wire.
+#[derive(Debug)]
+pub(crate) struct Wire {
+    node: NodeId,
+    now: Instant,
+    /// Packets the NIC sent to itself, delivered after its poll returns.
+    pub(crate) loopback: VecDeque<Vec<u8>>,
+    local: Arc<LocalFabric>,
+    udp: Option<UdpSocket>,
+    fabric: Arc<FabricMap>,
+    faults: Option<FaultInjector>,
+    delayed: BinaryHeap<Reverse<Delayed>>,
+    delayed_order: u64,
+    /// A UDP send would have blocked: poll again soon.
+    pub(crate) blocked: bool,
+    pub(crate) counters: WireCounters,
+}
+
+impl Wire {
+    pub(crate) fn new(
+        node: NodeId,
+        local: Arc<LocalFabric>,
+        udp: Option<UdpSocket>,
+        fabric: Arc<FabricMap>,
+        faults: Option<FaultInjector>,
+    ) -> Self {
+        Self {
+            node,
+            now: Instant::ZERO,
+            loopback: VecDeque::new(),
+            local,
+            udp,
+            fabric,
+            faults,
+            delayed: BinaryHeap::new(),
+            delayed_order: 0,
+            blocked: false,
+            counters: WireCounters::default(),
+        }
+    }
+
+    /// Sets the time the fault injector's delays count from (call before each NIC call).
+    pub(crate) fn set_now(&mut self, now: Instant) {
+        self.now = now;
+    }
+
+    fn has_route(&self, destination: NodeId) -> bool {
+        destination == self.node
+            || self.local.inbox(destination).is_some()
+            || (self.udp.is_some() && self.fabric.address(destination).is_some())
+    }
+
+    /// Puts one packet on the wire (through the fault injector).
+    pub(crate) fn transmit(
+        &mut self,
+        destination: NodeId,
+        packet: &[u8],
+    ) -> Result<(), TransmitError> {
+        if !self.has_route(destination) {
+            self.counters.undeliverable += 1;
+            return Err(TransmitError::NoRoute);
+        }
+        let Some(faults) = self.faults.as_mut() else {
+            self.counters.transmitted += 1;
+            return self.deliver(destination, packet.to_vec());
+        };
+        let fate = faults.fate();
+        self.counters.transmitted += 1;
+        match fate {
+            [None, None] => self.counters.lost += 1,
+            [Some(_), Some(_)] => self.counters.duplicated += 1,
+            _ => {}
+        }
+        for delay in fate.into_iter().flatten() {
+            if delay.is_zero() {
+                // Taken already as far as the NIC knows: a copy the socket refuses is lost.
+                if self.deliver(destination, packet.to_vec()).is_err() {
+                    self.counters.undeliverable += 1;
+                }
+            } else {
+                self.counters.delayed += 1;
+                self.delayed_order += 1;
+                self.delayed.push(Reverse(Delayed {
+                    at: self.now.saturating_add(delay),
+                    order: self.delayed_order,
+                    destination,
+                    packet: packet.to_vec(),
+                }));
+            }
+        }
+        Ok(())
+    }
+
+    fn deliver(&mut self, destination: NodeId, packet: Vec<u8>) -> Result<(), TransmitError> {
+        if destination == self.node {
+            self.loopback.push_back(packet);
+            return Ok(());
+        }
+        if let Some(inbox) = self.local.inbox(destination) {
+            if !inbox.push(packet) {
+                self.counters.undeliverable += 1;
+            }
+            return Ok(());
+        }
+        let (Some(udp), Some(address)) = (self.udp.as_ref(), self.fabric.address(destination))
+        else {
+            return Err(TransmitError::NoRoute);
+        };
+        match udp.send_to(&packet, address) {
+            Ok(_) => Ok(()),
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                self.blocked = true;
+                Err(TransmitError::WouldBlock)
+            }
+            Err(_) => {
+                // An ICMP error from an earlier datagram, or a route gone: the datagram is lost,
+                // as on a real wire; the reliability protocol takes it from here.
+                self.counters.undeliverable += 1;
+                Ok(())
+            }
+        }
+    }
+
+    /// Delivers the held-back packets that are due.
+    pub(crate) fn release_due(&mut self) {
+        while let Some(Reverse(next)) = self.delayed.peek() {
+            if next.at > self.now {
+                break;
+            }
+            let Some(Reverse(due)) = self.delayed.pop() else {
+                break;
+            };
+            if self.deliver(due.destination, due.packet).is_err() {
+                self.counters.undeliverable += 1;
+            }
+        }
+    }
+
+    /// When the next held-back packet is due.
+    pub(crate) fn next_release(&self) -> Option<Instant> {
+        self.delayed.peek().map(|Reverse(next)| next.at)
+    }
+
+    /// Reads the datagrams waiting on the UDP socket into `out`, dropping those from addresses
+    /// that are not on the fabric map.
+    pub(crate) fn receive_udp(&mut self, out: &mut VecDeque<Vec<u8>>) {
+        let Some(udp) = self.udp.as_ref() else {
+            return;
+        };
+        let mut buffer = [0u8; shared_abi::packet::MAX_PACKET_LEN + 1];
+        loop {
+            match udp.recv_from(&mut buffer) {
+                Ok((len, from)) => {
+                    if self.fabric.node_at(from).is_none() || len > buffer.len() - 1 {
+                        self.counters.strangers += 1;
+                        continue;
+                    }
+                    out.push_back(buffer[..len].to_vec());
+                }
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                // WouldBlock ends the batch. Any other error (an ICMP report of an earlier send)
+                // is consumed by this read; the socket stays readable if datagrams follow it, and
+                // the level-triggered epoll brings us back.
+                Err(_) => break,
+            }
+        }
+    }
+}
+
+/// Binds the UDP socket of a NIC at `address`, non-blocking, with room for bursts.
+pub(crate) fn bind_udp(address: SocketAddr) -> io::Result<UdpSocket> {
+    let socket = UdpSocket::bind(address)?;
+    socket.set_nonblocking(true)?;
+    let _ = nix::sys::socket::setsockopt(&socket, nix::sys::socket::sockopt::RcvBuf, &(4 << 20));
+    let _ = nix::sys::socket::setsockopt(&socket, nix::sys::socket::sockopt::SndBuf, &(4 << 20));
+    Ok(socket)
+}
+
+/// How long to sleep at most while a UDP send is blocked.
+pub(crate) const BLOCKED_RETRY: Duration = Duration::from_millis(1);

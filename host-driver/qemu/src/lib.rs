@@ -1,0 +1,454 @@
+//! nicbar-qemu: QEMU-backed NICs: the flashed firmware image running as the NIC core in
+//! `qemu-system-riscv32 -machine virt`, one QEMU process per NIC, served to processes through the
+//! same control socket as the emulator, so the user library opens ports on them unchanged.
+//!
+//! # Shape
+//!
+//! For each NIC ("node"), [`QemuFabric::spawn`] creates the guest's RAM and one memory per port
+//! as sealed memfds, writes the mailbox configuration into the RAM, and starts QEMU with the RAM
+//! as its `memory-backend-file` (`share=on`) and each port memory as the shared BAR of an
+//! `ivshmem-plain` PCI device. The guest-physical memory map, the mailbox and the doorbell bytes
+//! are `board::layout`; the wire's packet rings are `board::wire`. Then three kinds of thread run:
+//!
+//! - The hub (`hub`): reads every NIC's UART (console text, and doorbell bytes: an event for a
+//!   sleeping process rings that process's eventfd), watches every NIC's doorbell eventfd
+//!   (processes ring it when the NIC sleeps and they posted a token; the hub writes a byte to the
+//!   NIC's UART, which wakes it), and is the switch: it moves packets from each NIC's transmit
+//!   ring into the receive ring of the NIC they are for, and wakes a sleeping receiver. It sleeps
+//!   in `epoll_wait` when there is nothing to move.
+//! - The control thread (`control`): the control socket, speaking the control protocol
+//!   (`nicbar_control`). Opening port `p` of unit `u` clears and re-heads port `p`'s
+//!   memory, asks the firmware through the mailbox to open the port, and passes the port memory,
+//!   a fresh host doorbell and the NIC's doorbell back with `SCM_RIGHTS`.
+//! - The QEMU processes, which die with the supervising thread (parent-death signal) and are
+//!   powered off through the mailbox on [`QemuFabric::stop`].
+//!
+//! # Differences from the emulator
+//!
+//! A port's memory lives as long as the QEMU NIC (a PCI BAR cannot be swapped under a running
+//! guest), so it is cleared and reused at each open rather than created afresh: a process that
+//! kept the descriptor of a port it closed could still write the next owner's region. The NIC
+//! sleeps in `wfi` and wakes on a UART byte or its timer; it polls while busy and for 200 µs
+//! after.
+
+mod control;
+mod hub;
+mod machine;
+mod sys;
+
+use std::fmt;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use board::layout::{GuestCounters, GuestFailure, GuestState, RAM_BASE};
+use shared_abi::ids::PORTS_PER_NIC;
+
+use nicbar_control::server::ControlServer;
+use nicbar_control::{ListenError, doorbell};
+use nicbar_image::image::ImageFile;
+
+pub use hub::{HOLD_LIMIT, SwitchCounters};
+pub use machine::region_layout;
+use machine::{Machine, MachineSetup};
+
+/// The QEMU binary looked for on the path.
+pub const DEFAULT_QEMU: &str = "qemu-system-riscv32";
+/// How long a NIC may take from QEMU's start to the firmware's RUNNING, by default.
+pub const DEFAULT_BOOT_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a powered-off NIC may take to exit before it is killed.
+const POWER_OFF_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// What to run.
+#[derive(Debug)]
+pub struct QemuConfig {
+    /// The control socket to listen on.
+    pub socket: PathBuf,
+    /// The firmware image (verified when it was read).
+    pub image: ImageFile,
+    /// How many NICs, with node ids (and unit numbers) `0..nodes`.
+    pub nodes: u16,
+    /// The QEMU binary.
+    pub qemu: PathBuf,
+    /// Where the UART sockets, the flat firmware and the QEMU logs go. `None`: a fresh directory
+    /// under the control socket's directory, removed on stop.
+    pub run_dir: Option<PathBuf>,
+    /// Print the NICs' console lines on stdout as they come.
+    pub echo_console: bool,
+    /// How long each NIC may take to boot.
+    pub boot_timeout: Duration,
+}
+
+impl QemuConfig {
+    /// `nodes` NICs booting `image`, listening on `socket`, with the default QEMU binary and
+    /// boot timeout, a temporary run directory, and the console echoed.
+    pub fn new(socket: impl Into<PathBuf>, image: ImageFile, nodes: u16) -> Self {
+        Self {
+            socket: socket.into(),
+            image,
+            nodes,
+            qemu: PathBuf::from(DEFAULT_QEMU),
+            run_dir: None,
+            echo_console: true,
+            boot_timeout: DEFAULT_BOOT_TIMEOUT,
+        }
+    }
+}
+
+/// Why the QEMU NICs did not start, or stopped.
+#[derive(Debug)]
+pub enum QemuError {
+    /// No NICs asked for, or more than 256.
+    NodeCount(u16),
+    /// The image cannot be booted on QEMU `virt`.
+    Image(String),
+    /// The control socket could not be set up.
+    Socket(ListenError),
+    /// A NIC's QEMU could not be started or connected to.
+    Start {
+        /// The node.
+        node: u16,
+        /// What failed.
+        reason: String,
+    },
+    /// A NIC did not come up: its firmware refused, QEMU exited, or the boot timed out.
+    Boot {
+        /// The node.
+        node: u16,
+        /// What happened, with the end of QEMU's log.
+        reason: String,
+    },
+    /// A NIC's QEMU exited while the fabric ran.
+    Exited {
+        /// The node.
+        node: u16,
+        /// How it ended, and why if the firmware said.
+        reason: String,
+    },
+    /// A thread, eventfd or directory could not be created.
+    Resources(io::Error),
+}
+
+impl fmt::Display for QemuError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NodeCount(count) => write!(f, "a QEMU fabric runs 1 to 256 NICs, not {count}"),
+            Self::Image(reason) => write!(f, "cannot boot the image: {reason}"),
+            Self::Socket(error) => write!(f, "{error}"),
+            Self::Start { node, reason } => write!(f, "node {node}: cannot start QEMU: {reason}"),
+            Self::Boot { node, reason } => write!(f, "node {node} did not boot: {reason}"),
+            Self::Exited { node, reason } => write!(f, "node {node} stopped: {reason}"),
+            Self::Resources(error) => write!(f, "cannot start the QEMU fabric: {error}"),
+        }
+    }
+}
+
+impl std::error::Error for QemuError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Socket(error) => Some(error),
+            Self::Resources(error) => Some(error),
+            _ => None,
+        }
+    }
+}
+
+/// What one NIC reported about itself through its mailbox, and how its QEMU ended.
+#[derive(Clone, Debug)]
+pub struct NodeReport {
+    /// The node id.
+    pub node: u16,
+    /// QEMU's process id.
+    pub pid: u32,
+    /// The firmware's state.
+    pub state: GuestState,
+    /// Why it refused to run, when the state is FAILED.
+    pub failure: GuestFailure,
+    /// Bytes of stack the firmware has.
+    pub stack_size: u32,
+    /// Most stack the main loop used, in bytes (measured: the stack is painted).
+    pub stack_high_water: u32,
+    /// Most stack used while booting, in bytes.
+    pub stack_boot_high_water: u32,
+    /// The firmware's counters.
+    pub counters: GuestCounters,
+    /// Guest-physical address and length of each port's window (0 where none was found).
+    pub windows: [(u32, u32); PORTS_PER_NIC],
+    /// `mcause`, `mepc` and `mtval` if the firmware trapped.
+    pub trap: Option<(u32, u32, u32)>,
+    /// QEMU's exit status, if it has exited.
+    pub exit: Option<std::process::ExitStatus>,
+}
+
+impl fmt::Display for NodeReport {
+    /// One line of `key=value` pairs (the end-to-end check parses it).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = &self.counters;
+        write!(
+            f,
+            "node={} state={} stack_size={} stack_main={} stack_boot={} wakeups={} \
+             packets_transmitted={} packets_received={} transmit_full={} receive_errors={} \
+             barriers_completed={} barriers_failed={} messages_delivered={} \
+             malformed_packets={} tokens_rejected={} uart_dropped={}",
+            self.node,
+            state_name(self.state),
+            self.stack_size,
+            self.stack_high_water,
+            self.stack_boot_high_water,
+            c.wakeups.get(),
+            c.packets_transmitted.get(),
+            c.packets_received.get(),
+            c.transmit_full.get(),
+            c.receive_errors.get(),
+            c.barriers_completed.get(),
+            c.barriers_failed.get(),
+            c.messages_delivered.get(),
+            c.malformed_packets.get(),
+            c.tokens_rejected.get(),
+            c.uart_dropped.get(),
+        )?;
+        if let Some((cause, pc, value)) = self.trap {
+            write!(
+                f,
+                " trap_cause={cause:#x} trap_pc={pc:#010x} trap_value={value:#x}"
+            )?;
+        }
+        match self.exit.and_then(|status| status.code()) {
+            Some(code) => write!(f, " exit={code}"),
+            None if self.exit.is_some() => write!(f, " exit=signal"),
+            None => write!(f, " exit=running"),
+        }
+    }
+}
+
+fn state_name(state: GuestState) -> &'static str {
+    match state {
+        GuestState::BOOTING => "booting",
+        GuestState::RUNNING => "running",
+        GuestState::FAILED => "failed",
+        GuestState::STOPPED => "stopped",
+        _ => "unknown",
+    }
+}
+
+/// The reports of a stopped fabric.
+#[derive(Clone, Debug)]
+pub struct FabricReport {
+    /// One per node.
+    pub nodes: Vec<NodeReport>,
+    /// What the switch did.
+    pub switch: SwitchCounters,
+}
+
+/// Running QEMU NICs. Dropping it stops them (powered off, then killed if they linger) and
+/// removes the socket and the temporary run directory.
+#[derive(Debug)]
+pub struct QemuFabric {
+    socket: PathBuf,
+    run_dir: PathBuf,
+    remove_run_dir: bool,
+    machines: Vec<Arc<Machine>>,
+    /// Stops the control thread.
+    stop: Arc<OwnedFd>,
+    /// Stops the hub, after the NICs powered off.
+    hub_stop: Arc<OwnedFd>,
+    hub: Option<JoinHandle<SwitchCounters>>,
+    control: Option<JoinHandle<()>>,
+    report: Option<FabricReport>,
+}
+
+impl QemuFabric {
+    /// Boots `config.nodes` NICs and starts serving the control socket. Returns once every NIC's
+    /// firmware says it runs.
+    ///
+    /// Every QEMU started here is killed if the thread that called this exits; call it from a
+    /// thread that outlives the fabric (the main thread of a daemon, the thread of a test).
+    ///
+    /// # Errors
+    /// [`QemuError`] says what failed; whatever was started is stopped again.
+    pub fn spawn(config: QemuConfig) -> Result<Self, QemuError> {
+        if config.nodes == 0 || config.nodes > 256 {
+            return Err(QemuError::NodeCount(config.nodes));
+        }
+        let header = config.image.header();
+        let (load, entry) = (header.load_address.get(), header.entry_point.get());
+        if load != u64::from(RAM_BASE) || entry != load {
+            return Err(QemuError::Image(format!(
+                "QEMU virt starts a flat image at its RAM base {RAM_BASE:#x}; this one loads at \
+                 {load:#x} and starts at {entry:#x}"
+            )));
+        }
+        let listener = nicbar_control::listen(&config.socket).map_err(QemuError::Socket)?;
+        let (run_dir, remove_run_dir) = match config.run_dir.clone() {
+            Some(dir) => (dir, false),
+            None => (temporary_run_dir(&config.socket), true),
+        };
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&run_dir)
+            .map_err(QemuError::Resources)?;
+        let stop = Arc::new(doorbell::new().map_err(QemuError::Resources)?);
+        let hub_stop = Arc::new(doorbell::new().map_err(QemuError::Resources)?);
+        let mut fabric = Self {
+            socket: config.socket.clone(),
+            run_dir,
+            remove_run_dir,
+            machines: Vec::new(),
+            stop,
+            hub_stop,
+            hub: None,
+            control: None,
+            report: None,
+        };
+        fabric.start(&config, listener)?;
+        Ok(fabric)
+    }
+
+    fn start(
+        &mut self,
+        config: &QemuConfig,
+        listener: std::os::unix::net::UnixListener,
+    ) -> Result<(), QemuError> {
+        let kernel = self.run_dir.join("firmware.bin");
+        std::fs::write(&kernel, config.image.payload()).map_err(QemuError::Resources)?;
+        let boot_stamp = nicbar_control::server::boot_stamp();
+        let mut uarts = Vec::new();
+        for node in 0..config.nodes {
+            let (machine, uart) = Machine::start(&MachineSetup {
+                node,
+                node_count: config.nodes,
+                qemu: &config.qemu,
+                kernel: &kernel,
+                run_dir: &self.run_dir,
+                boot_stamp,
+            })?;
+            self.machines.push(Arc::new(machine));
+            uarts.push(uart);
+        }
+        let console = Arc::new(hub::Console::new(config.nodes, config.echo_console));
+        self.hub = Some(
+            hub::spawn(hub::HubSetup {
+                machines: self.machines.clone(),
+                uarts,
+                stop: self.hub_stop.clone(),
+                console,
+            })
+            .map_err(QemuError::Resources)?,
+        );
+        let deadline = Instant::now() + config.boot_timeout;
+        for machine in &self.machines {
+            machine.await_running(deadline)?;
+        }
+        let control = ControlServer::new(
+            listener,
+            self.stop.clone(),
+            control::QemuMachines {
+                machines: self.machines.clone(),
+            },
+        )
+        .map_err(QemuError::Resources)?;
+        self.control = Some(
+            std::thread::Builder::new()
+                .name("qemu-control".to_owned())
+                .spawn(move || control.run())
+                .map_err(QemuError::Resources)?,
+        );
+        Ok(())
+    }
+
+    /// The control socket.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// The run directory (UART sockets, the flat firmware, one QEMU log per node).
+    pub fn run_dir(&self) -> &Path {
+        &self.run_dir
+    }
+
+    /// Each NIC's report as it stands.
+    pub fn reports(&self) -> Vec<NodeReport> {
+        self.machines
+            .iter()
+            .map(|machine| machine.report())
+            .collect()
+    }
+
+    /// Checks that every NIC's QEMU still runs.
+    ///
+    /// # Errors
+    /// [`QemuError::Exited`] for the first that does not, with the firmware's trap if it trapped
+    /// and the end of QEMU's log.
+    pub fn check_running(&self) -> Result<(), QemuError> {
+        for machine in &self.machines {
+            if let Some(status) = machine.exited() {
+                return Err(QemuError::Exited {
+                    node: machine.node,
+                    reason: machine.describe_exit(status),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops serving, powers every NIC off (killing those that do not exit in time), and
+    /// returns their final reports.
+    pub fn stop(mut self) -> FabricReport {
+        self.shut_down();
+        self.report.take().unwrap_or(FabricReport {
+            nodes: Vec::new(),
+            switch: SwitchCounters::default(),
+        })
+    }
+
+    fn shut_down(&mut self) {
+        if self.report.is_some() {
+            return;
+        }
+        doorbell::ring(&*self.stop);
+        if let Some(control) = self.control.take() {
+            let _ = control.join();
+        }
+        // Power off while the hub still runs, so a NIC's last console lines are read.
+        for machine in &self.machines {
+            machine.request_power_off();
+        }
+        for machine in &self.machines {
+            machine.await_exit(POWER_OFF_TIMEOUT);
+        }
+        doorbell::ring(&*self.hub_stop);
+        let switch = self
+            .hub
+            .take()
+            .and_then(|hub| hub.join().ok())
+            .unwrap_or_default();
+        let nodes = self.reports();
+        let _ = std::fs::remove_file(&self.socket);
+        if self.remove_run_dir {
+            let _ = std::fs::remove_dir_all(&self.run_dir);
+        }
+        self.report = Some(FabricReport { nodes, switch });
+    }
+}
+
+impl Drop for QemuFabric {
+    fn drop(&mut self) {
+        self.shut_down();
+    }
+}
+
+/// A fresh directory beside the control socket, named after this process.
+fn temporary_run_dir(socket: &Path) -> PathBuf {
+    let parent = socket
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .map_or_else(std::env::temp_dir, Path::to_path_buf);
+    static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    parent.join(format!("qemu-{}-{n}", std::process::id()))
+}

@@ -1,0 +1,631 @@
+//! One QEMU NIC from the host's side: its memories, its QEMU process, its mailbox, its doorbells.
+
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use board::layout::{
+    DOORBELL_WAKE, GuestCounters, GuestFailure, GuestState, LAYOUT_VERSION, MAILBOX_MAGIC,
+    PORT_FIRST_SLOT, PORT_WINDOW_LEN, PortError, PortOperation, RAM_LEN, SHARED_AREA_LEN,
+    SHARED_AREA_OFFSET, offsets,
+};
+use nix::fcntl::{FallocateFlags, FcntlArg, SealFlag, fallocate, fcntl};
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::memfd::{MFdFlags, memfd_create};
+use shared_abi::ids::{Generation, NodeId, PORTS_PER_NIC, PortId};
+use shared_abi::region::RegionLayout;
+use shared_abi::ring::raw::RawMemory;
+use shared_abi::ring::{OutOfBounds, SharedMemory, check_range};
+use zerocopy::{FromZeros, IntoBytes};
+
+use super::{NodeReport, QemuError, sys};
+use nicbar_control::Mapping;
+use nicbar_control::doorbell;
+
+/// How long the firmware may take to answer a port command.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long QEMU may take to connect to its UART socket.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Lines of QEMU's log quoted in an error.
+const LOG_TAIL_LINES: usize = 12;
+
+/// The layout of every port region of a QEMU NIC: the emulator's ring sizes, with the DMA arena
+/// filling the rest of the port's window (a PCI BAR, so a power of two).
+pub fn region_layout() -> RegionLayout {
+    let rings = RegionLayout::standard(64, 128, 256, 0);
+    let layout = RegionLayout::standard(64, 128, 256, PORT_WINDOW_LEN - rings.arena_offset);
+    debug_assert_eq!(layout.region_len, PORT_WINDOW_LEN);
+    layout
+}
+
+/// A part of another shared memory, addressed from its own offset 0 (the shared area inside
+/// guest RAM).
+pub(crate) struct Slice<'a> {
+    memory: &'a RawMemory,
+    offset: usize,
+    len: usize,
+}
+
+impl SharedMemory for Slice<'_> {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn load_acquire(&self, offset: usize) -> Result<u32, OutOfBounds> {
+        check_range(self.len, offset, 4)?;
+        self.memory.load_acquire(self.offset + offset)
+    }
+
+    fn store_release(&self, offset: usize, value: u32) -> Result<(), OutOfBounds> {
+        check_range(self.len, offset, 4)?;
+        self.memory.store_release(self.offset + offset, value)
+    }
+
+    fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), OutOfBounds> {
+        check_range(self.len, offset, out.len())?;
+        self.memory.read(self.offset + offset, out)
+    }
+
+    fn write(&self, offset: usize, data: &[u8]) -> Result<(), OutOfBounds> {
+        check_range(self.len, offset, data.len())?;
+        self.memory.write(self.offset + offset, data)
+    }
+}
+
+/// A sealed memfd of `len` bytes, and its mapping.
+fn sealed_memory(name: &str, len: usize) -> io::Result<(OwnedFd, Mapping)> {
+    let fd = memfd_create(name, MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING)?;
+    nix::unistd::ftruncate(
+        &fd,
+        i64::try_from(len).map_err(|_| io::ErrorKind::InvalidInput)?,
+    )?;
+    // Neither QEMU nor a process holding the descriptor may resize it under the other users.
+    fcntl(
+        &fd,
+        FcntlArg::F_ADD_SEALS(
+            SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL,
+        ),
+    )?;
+    let mapping = Mapping::open(&fd)?;
+    Ok((fd, mapping))
+}
+
+/// The path QEMU opens to reach one of this process's descriptors.
+fn proc_path(fd: &OwnedFd) -> String {
+    use std::os::fd::AsRawFd;
+    format!("/proc/{}/fd/{}", std::process::id(), fd.as_raw_fd())
+}
+
+struct PortMemory {
+    fd: OwnedFd,
+    mapping: Mapping,
+}
+
+/// What a NIC starts from.
+pub(crate) struct MachineSetup<'a> {
+    pub(crate) node: u16,
+    pub(crate) node_count: u16,
+    pub(crate) qemu: &'a Path,
+    pub(crate) kernel: &'a Path,
+    pub(crate) run_dir: &'a Path,
+    pub(crate) boot_stamp: u32,
+}
+
+/// One QEMU NIC.
+pub(crate) struct Machine {
+    pub(crate) node: u16,
+    ram: Mapping,
+    /// Kept open for the life of QEMU, which opened it by its `/proc` path.
+    _ram_fd: OwnedFd,
+    ports: Vec<PortMemory>,
+    /// The host's end of the UART, for writing wake-up bytes (the hub reads a clone).
+    uart: UnixStream,
+    /// The eventfd processes ring when the NIC sleeps; the hub turns it into a UART byte.
+    pub(crate) nic_doorbell: Arc<OwnedFd>,
+    /// Each open port's process doorbell, rung when the firmware sends that port's code.
+    host_doorbells: Mutex<[Option<Arc<OwnedFd>>; PORTS_PER_NIC]>,
+    /// The request number last posted per port command slot (the host's own copy).
+    requests: Mutex<[u32; PORTS_PER_NIC]>,
+    child: Mutex<Child>,
+    exit: Mutex<Option<ExitStatus>>,
+    pid: u32,
+    log: PathBuf,
+}
+
+impl std::fmt::Debug for Machine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Machine")
+            .field("node", &self.node)
+            .field("pid", &self.pid)
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Machine {
+    /// Creates the NIC's memories, writes its mailbox configuration, starts QEMU and accepts its
+    /// UART connection. Returns the machine and the UART stream for the hub to read.
+    pub(crate) fn start(setup: &MachineSetup<'_>) -> Result<(Self, UnixStream), QemuError> {
+        let node = setup.node;
+        let failed = |reason: String| QemuError::Start { node, reason };
+        let (ram_fd, ram) = sealed_memory(&format!("nicbar-qemu-node{node}-ram"), RAM_LEN)
+            .map_err(|error| failed(format!("guest RAM: {error}")))?;
+        let mut ports = Vec::new();
+        for port in 0..PORTS_PER_NIC {
+            let (fd, mapping) = sealed_memory(
+                &format!("nicbar-qemu-node{node}-port{port}"),
+                PORT_WINDOW_LEN,
+            )
+            .map_err(|error| failed(format!("port {port} memory: {error}")))?;
+            ports.push(PortMemory { fd, mapping });
+        }
+        let uart_path = setup.run_dir.join(format!("node{node}.uart"));
+        let _ = std::fs::remove_file(&uart_path);
+        let listener = UnixListener::bind(&uart_path)
+            .map_err(|error| failed(format!("UART socket {}: {error}", uart_path.display())))?;
+        let log = setup.run_dir.join(format!("node{node}.qemu.log"));
+        let log_file = std::fs::File::create(&log)
+            .map_err(|error| failed(format!("{}: {error}", log.display())))?;
+        let log_err = log_file
+            .try_clone()
+            .map_err(|error| failed(format!("{}: {error}", log.display())))?;
+
+        let mut command = Command::new(setup.qemu);
+        command
+            .arg("-machine")
+            .arg("virt,memory-backend=ram")
+            .args([
+                "-m",
+                &format!("{}M", RAM_LEN >> 20),
+                "-smp",
+                "1",
+                "-bios",
+                "none",
+            ])
+            .arg("-kernel")
+            .arg(setup.kernel)
+            .args(["-display", "none", "-nodefaults", "-no-reboot"])
+            .arg("-object")
+            .arg(format!(
+                "memory-backend-file,id=ram,size={RAM_LEN},mem-path={},share=on",
+                proc_path(&ram_fd)
+            ))
+            .arg("-chardev")
+            .arg(format!("socket,id=uart,path={}", uart_path.display()))
+            .args(["-serial", "chardev:uart"]);
+        for (port, memory) in ports.iter().enumerate() {
+            command.arg("-object").arg(format!(
+                "memory-backend-file,id=port{port},size={PORT_WINDOW_LEN},mem-path={},share=on",
+                proc_path(&memory.fd)
+            ));
+            command.arg("-device").arg(format!(
+                "ivshmem-plain,memdev=port{port},addr={:#x}",
+                usize::from(PORT_FIRST_SLOT) + port
+            ));
+        }
+        command
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log_file))
+            .stderr(Stdio::from(log_err));
+        sys::kill_with_parent(&mut command);
+
+        let machine_memory = Slice {
+            memory: ram.memory(),
+            offset: SHARED_AREA_OFFSET,
+            len: SHARED_AREA_LEN,
+        };
+        configure_mailbox(&machine_memory, node, setup.node_count, setup.boot_stamp);
+
+        let mut child = command
+            .spawn()
+            .map_err(|error| failed(format!("cannot run {}: {error}", setup.qemu.display())))?;
+        let pid = child.id();
+        let uart = match accept_within(&listener, &mut child, CONNECT_TIMEOUT) {
+            Ok(uart) => uart,
+            Err(reason) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                let _ = std::fs::remove_file(&uart_path);
+                return Err(failed(format!("{reason}{}", log_tail(&log))));
+            }
+        };
+        let _ = std::fs::remove_file(&uart_path);
+        let reader = uart
+            .try_clone()
+            .map_err(|error| failed(format!("UART stream: {error}")))?;
+        let nic_doorbell =
+            Arc::new(doorbell::new().map_err(|error| failed(format!("NIC doorbell: {error}")))?);
+        Ok((
+            Self {
+                node,
+                ram,
+                _ram_fd: ram_fd,
+                ports,
+                uart,
+                nic_doorbell,
+                host_doorbells: Mutex::new(Default::default()),
+                requests: Mutex::new([0; PORTS_PER_NIC]),
+                child: Mutex::new(child),
+                exit: Mutex::new(None),
+                pid,
+                log,
+            },
+            reader,
+        ))
+    }
+
+    /// The shared area: the mailbox and the wire rings.
+    pub(crate) fn shared(&self) -> Slice<'_> {
+        Slice {
+            memory: self.ram.memory(),
+            offset: SHARED_AREA_OFFSET,
+            len: SHARED_AREA_LEN,
+        }
+    }
+
+    fn load(&self, offset: usize) -> u32 {
+        // Every offset used is one of `board::layout::offsets`, inside the shared area.
+        self.shared().load_acquire(offset).unwrap_or(0)
+    }
+
+    fn store(&self, offset: usize, value: u32) {
+        let _ = self.shared().store_release(offset, value);
+    }
+
+    /// Writes a byte to the UART: any byte wakes the core.
+    pub(crate) fn wake(&self) {
+        // One byte on a stream socket: written whole or not at all. A full socket means bytes
+        // are already waiting for the core, which is as good.
+        let _ = nix::sys::socket::send(
+            std::os::fd::AsRawFd::as_raw_fd(&self.uart),
+            &[DOORBELL_WAKE],
+            nix::sys::socket::MsgFlags::MSG_DONTWAIT | nix::sys::socket::MsgFlags::MSG_NOSIGNAL,
+        );
+    }
+
+    /// Wakes the core if it sleeps. Call after publishing the work it should see: the fence
+    /// orders that before the flag's load, pairing with the firmware's, which raises the flag
+    /// before it looks at its rings a last time.
+    pub(crate) fn wake_if_sleeping(&self) {
+        let shared = self.shared();
+        shared.fence();
+        if self.load(offsets::GUEST_SLEEPING) != 0 {
+            self.wake();
+        }
+    }
+
+    /// Rings the process doorbell of `port`, if the port is open.
+    pub(crate) fn ring_host(&self, port: usize) {
+        if let Some(Some(fd)) = lock(&self.host_doorbells).get(port) {
+            doorbell::ring(&**fd);
+        }
+    }
+
+    /// QEMU's exit status, if it has exited.
+    pub(crate) fn exited(&self) -> Option<ExitStatus> {
+        let mut exit = lock(&self.exit);
+        if exit.is_none() {
+            *exit = lock(&self.child).try_wait().ok().flatten();
+        }
+        *exit
+    }
+
+    /// Says how QEMU ended, with the firmware's trap and the end of its log.
+    pub(crate) fn describe_exit(&self, status: ExitStatus) -> String {
+        let mut reason = match status.code() {
+            Some(0) => "QEMU exited (the firmware powered off)".to_owned(),
+            Some(98) => format!(
+                "the firmware refused to run: {}",
+                GuestFailure(self.load(offsets::GUEST_FAILURE)).describe()
+            ),
+            Some(99) => "the firmware panicked".to_owned(),
+            Some(code @ 100..=163) => {
+                format!(
+                    "the firmware trapped: mcause {} at pc {:#010x}, mtval {:#x}",
+                    code - 100,
+                    self.load(offsets::TRAP_PC),
+                    self.load(offsets::TRAP_VALUE)
+                )
+            }
+            _ => format!("QEMU exited: {status}"),
+        };
+        reason.push_str(&log_tail(&self.log));
+        reason
+    }
+
+    /// Waits until the firmware says it runs.
+    ///
+    /// # Errors
+    /// [`QemuError::Boot`] if it refused, QEMU exited, or `deadline` passed.
+    pub(crate) fn await_running(&self, deadline: Instant) -> Result<(), QemuError> {
+        let node = self.node;
+        loop {
+            match GuestState(self.load(offsets::GUEST_STATE)) {
+                GuestState::RUNNING => return Ok(()),
+                GuestState::FAILED => {
+                    return Err(QemuError::Boot {
+                        node,
+                        reason: format!(
+                            "the firmware refused to run: {}",
+                            GuestFailure(self.load(offsets::GUEST_FAILURE)).describe()
+                        ),
+                    });
+                }
+                _ => {}
+            }
+            if let Some(status) = self.exited() {
+                return Err(QemuError::Boot {
+                    node,
+                    reason: self.describe_exit(status),
+                });
+            }
+            if Instant::now() >= deadline {
+                return Err(QemuError::Boot {
+                    node,
+                    reason: format!(
+                        "the firmware did not report RUNNING in time{}",
+                        log_tail(&self.log)
+                    ),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Posts `operation` for `port` and waits for the firmware's answer: the result word and
+    /// the error code.
+    fn command(&self, port: usize, operation: PortOperation) -> Result<(u32, PortError), String> {
+        let mut requests = lock(&self.requests);
+        let slot = requests
+            .get_mut(port)
+            .ok_or_else(|| format!("no port {port}"))?;
+        let request = slot.wrapping_add(1);
+        let base = offsets::command(port);
+        self.store(base + offsets::OPERATION, operation.0);
+        // Release: the operation is visible before the new request number that announces it.
+        self.store(base + offsets::REQUEST, request);
+        *slot = request;
+        self.wake_if_sleeping();
+        let deadline = Instant::now() + COMMAND_TIMEOUT;
+        let mut pause = Duration::from_micros(20);
+        loop {
+            if self.load(base + offsets::DONE) == request {
+                let result = self.load(base + offsets::RESULT);
+                return Ok((result, PortError(self.load(base + offsets::ERROR))));
+            }
+            if let Some(status) = self.exited() {
+                return Err(self.describe_exit(status));
+            }
+            if Instant::now() >= deadline {
+                return Err(format!("the NIC did not answer within {COMMAND_TIMEOUT:?}"));
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(1));
+        }
+    }
+
+    /// Opens `port` (as unit `unit`): clears its memory, writes a fresh header, has the firmware
+    /// open it, and returns its generation and the three descriptors a process gets: the
+    /// region, its host doorbell, and the NIC doorbell.
+    pub(crate) fn open_port(
+        &self,
+        unit: u8,
+        port: u8,
+    ) -> Result<(Generation, Vec<OwnedFd>), String> {
+        let index = usize::from(port);
+        let memory = self
+            .ports
+            .get(index)
+            .ok_or_else(|| format!("no port {port}"))?;
+        // The previous owner's bytes go (rings must start at zero): the pages are dropped and
+        // read back as zeros, in QEMU's mapping as in ours.
+        fallocate(
+            &memory.fd,
+            FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE,
+            0,
+            PORT_WINDOW_LEN as i64,
+        )
+        .map_err(|error| format!("cannot clear the port memory: {error}"))?;
+        let header = region_layout().header(
+            NodeId::new(self.node),
+            PortId(port),
+            unit,
+            Generation::new(0),
+        );
+        memory
+            .mapping
+            .memory()
+            .write(0, header.as_bytes())
+            .map_err(|_| "the port memory cannot hold its header".to_owned())?;
+        let host_doorbell = Arc::new(
+            doorbell::new().map_err(|error| format!("cannot create the doorbell: {error}"))?,
+        );
+        let fds = vec![
+            memory
+                .fd
+                .try_clone()
+                .map_err(|error| format!("cannot duplicate the region: {error}"))?,
+            host_doorbell
+                .try_clone()
+                .map_err(|error| format!("cannot duplicate the doorbell: {error}"))?,
+            self.nic_doorbell
+                .try_clone()
+                .map_err(|error| format!("cannot duplicate the NIC doorbell: {error}"))?,
+        ];
+        if let Some(slot) = lock(&self.host_doorbells).get_mut(index) {
+            *slot = Some(host_doorbell);
+        }
+        match self.command(index, PortOperation::OPEN) {
+            Ok((generation, PortError::NONE)) => Ok((Generation::new(generation), fds)),
+            Ok((_, error)) => {
+                self.forget_doorbell(index);
+                Err(format!("the NIC refused: {}", error.describe()))
+            }
+            Err(reason) => {
+                self.forget_doorbell(index);
+                Err(reason)
+            }
+        }
+    }
+
+    /// Has the firmware close `port`.
+    pub(crate) fn close_port(&self, port: u8) -> Result<(), String> {
+        let index = usize::from(port);
+        let answer = self.command(index, PortOperation::CLOSE);
+        self.forget_doorbell(index);
+        match answer? {
+            (_, PortError::NONE) => Ok(()),
+            (_, error) => Err(format!("the NIC refused: {}", error.describe())),
+        }
+    }
+
+    fn forget_doorbell(&self, port: usize) {
+        if let Some(slot) = lock(&self.host_doorbells).get_mut(port) {
+            *slot = None;
+        }
+    }
+
+    /// Asks the firmware to power off (it looks before it sleeps); kills QEMU at once if the
+    /// firmware is not running.
+    pub(crate) fn request_power_off(&self) {
+        if self.exited().is_some() {
+            return;
+        }
+        if GuestState(self.load(offsets::GUEST_STATE)) != GuestState::RUNNING {
+            let _ = lock(&self.child).kill();
+            return;
+        }
+        self.store(offsets::POWER_OFF, 1);
+        self.wake_if_sleeping();
+    }
+
+    /// Waits up to `timeout` for QEMU to exit, then kills it.
+    pub(crate) fn await_exit(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while self.exited().is_none() {
+            if Instant::now() >= deadline {
+                let mut child = lock(&self.child);
+                let _ = child.kill();
+                let status = child.wait().ok();
+                drop(child);
+                *lock(&self.exit) = status;
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// What the firmware reports through its mailbox.
+    pub(crate) fn report(&self) -> NodeReport {
+        let mut counters = GuestCounters::new_zeroed();
+        let _ = self
+            .shared()
+            .read(offsets::COUNTERS, counters.as_mut_bytes());
+        let mut windows = [(0, 0); PORTS_PER_NIC];
+        for (port, window) in windows.iter_mut().enumerate() {
+            *window = (
+                self.load(offsets::port_window(port)),
+                self.load(offsets::port_window(port) + 4),
+            );
+        }
+        let cause = self.load(offsets::TRAP_CAUSE);
+        let pc = self.load(offsets::TRAP_PC);
+        NodeReport {
+            node: self.node,
+            pid: self.pid,
+            state: GuestState(self.load(offsets::GUEST_STATE)),
+            failure: GuestFailure(self.load(offsets::GUEST_FAILURE)),
+            stack_size: self.load(offsets::STACK_SIZE),
+            stack_high_water: self.load(offsets::STACK_HIGH_WATER),
+            stack_boot_high_water: self.load(offsets::STACK_BOOT_HIGH_WATER),
+            counters,
+            windows,
+            trap: (cause != 0 || pc != 0).then(|| (cause, pc, self.load(offsets::TRAP_VALUE))),
+            exit: self.exited(),
+        }
+    }
+}
+
+impl Drop for Machine {
+    fn drop(&mut self) {
+        let mut child = lock(&self.child);
+        if matches!(child.try_wait(), Ok(None)) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Writes the configuration words the firmware reads at boot.
+fn configure_mailbox(shared: &Slice<'_>, node: u16, node_count: u16, boot_stamp: u32) {
+    let words = [
+        (offsets::LAYOUT_VERSION, LAYOUT_VERSION),
+        (offsets::NODE_ID, u32::from(node)),
+        (offsets::NODE_COUNT, u32::from(node_count)),
+        (offsets::BOOT_STAMP_MS, boot_stamp),
+        (offsets::PORT_WINDOW_LEN, PORT_WINDOW_LEN as u32),
+        // The magic last: a mailbox with it is complete.
+        (offsets::MAGIC, MAILBOX_MAGIC),
+    ];
+    for (offset, value) in words {
+        let _ = shared.store_release(offset, value);
+    }
+}
+
+/// Accepts QEMU's connection to the UART socket, failing if QEMU exits or `timeout` passes.
+fn accept_within(
+    listener: &UnixListener,
+    child: &mut Child,
+    timeout: Duration,
+) -> Result<UnixStream, String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let mut fds = [PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::from(50u16)) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(error) => return Err(format!("waiting for QEMU's UART connection: {error}")),
+        }
+        if fds[0]
+            .revents()
+            .is_some_and(|r| r.contains(PollFlags::POLLIN))
+        {
+            let (stream, _) = listener
+                .accept()
+                .map_err(|error| format!("accepting QEMU's UART connection: {error}"))?;
+            return Ok(stream);
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!("QEMU exited before connecting its UART ({status})"));
+        }
+        if Instant::now() >= deadline {
+            return Err(format!("QEMU did not connect its UART within {timeout:?}"));
+        }
+    }
+}
+
+/// The last lines of QEMU's log, as a suffix for an error message (empty if there are none).
+fn log_tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|line| !line.trim().is_empty())
+        .collect();
+    if lines.is_empty() {
+        return String::new();
+    }
+    let start = lines.len().saturating_sub(LOG_TAIL_LINES);
+    format!(
+        "; QEMU's log ({}) ends:\n  {}",
+        log.display(),
+        lines[start..].join("\n  ")
+    )
+}

@@ -1,0 +1,668 @@
+//! The barrier campaign: processes on many NICs run consecutive barriers over changing subsets,
+//! with random start skew, a lossy, duplicating, reordering wire, several concurrent barriers per
+//! NIC, the paper's worst case (a slow process doing two-process barriers with every other one),
+//! and — in some seeds — processes that die and nodes that stop.
+//!
+//! Checked as it runs:
+//! - **Safety**: no process leaves barrier `k` before every member entered barrier `k` (the
+//!   completion event is observed the instant the NIC writes it, and compared with the instants
+//!   the members posted their barrier tokens).
+//! - **Liveness**: every barrier completes at every member, or every member that does not complete
+//!   it gets `BARRIER_FAILED` naming a member it was waiting for — and only when some member of
+//!   that barrier died or itself failed. A bounded drive loop fails loudly with the seed.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use firmware::{Config, Hal, Instant};
+use nicbar_schedule::{Algorithm, Member, ScheduleError, compile};
+use shared_abi::event::{EventKind, Status};
+use shared_abi::ids::{NodeId, PortId};
+use shared_abi::schedule::{MAX_SCHEDULE_STEPS, Step};
+use shared_abi::token::{ReceiveKind, ReceiveToken, SendKind, SendToken};
+
+use super::host::HostRings;
+use super::rng::Rng;
+use super::world::{Happening, WireFaults, World};
+use super::{Campaign, CampaignFailure};
+
+/// Which algorithms a campaign draws its barriers from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    /// Pairwise exchange.
+    PairwiseExchange,
+    /// Gather-broadcast, any dimension and root.
+    GatherBroadcast,
+    /// n-way dissemination, n in 1..=4.
+    Dissemination,
+    /// A different algorithm for every barrier.
+    Mixed,
+}
+
+/// A barrier campaign's shape.
+#[derive(Clone, Debug)]
+pub struct BarrierCampaign {
+    /// The seed every choice is drawn from.
+    pub seed: u64,
+    /// Nodes.
+    pub nodes: usize,
+    /// Ports (processes) per node.
+    pub ports: usize,
+    /// Barriers in the global sequence.
+    pub barriers: usize,
+    /// Algorithms drawn from.
+    pub family: Family,
+    /// Wire faults.
+    pub faults: WireFaults,
+    /// Longest compute time a process spends between barriers (the start skew).
+    pub skew: Duration,
+    /// The paper's worst case: process 0 is slow and does a two-process barrier with every other
+    /// process in turn.
+    pub slow_pairs: bool,
+    /// Processes that die mid-run.
+    pub deaths: usize,
+    /// Nodes that stop mid-run.
+    pub node_stops: usize,
+    /// Processes whose port opens late, after their peers already sent them barrier packets
+    /// (refused while closed and sent again, paper §3.2).
+    pub late_opens: usize,
+}
+
+impl BarrierCampaign {
+    /// A campaign drawn from `seed`: mostly 2–32 nodes, sometimes up to `max_nodes`; 1–3 ports per
+    /// node; 0–30 % loss, duplication and reordering; one seed in five runs the slow-process
+    /// pattern, one in six kills processes or stops a node.
+    pub fn from_seed(seed: u64, family: Family, max_nodes: usize) -> Self {
+        let mut rng = Rng::new(seed ^ 0x6261_7272_6965_7273);
+        let large = max_nodes > 32 && rng.chance(0.05);
+        let nodes = if large {
+            rng.range(33..max_nodes as u64 + 1)
+        } else {
+            rng.range(2..33)
+        } as usize;
+        let ports = if large { 1 } else { rng.range(1..4) as usize };
+        let processes = nodes * ports;
+        let barriers = if large {
+            3
+        } else {
+            (600 / processes).clamp(4, 40)
+        };
+        let faults = WireFaults {
+            loss: rng.below(31) as f64 / 100.0,
+            duplicate: rng.below(31) as f64 / 100.0,
+            reorder: rng.below(31) as f64 / 100.0,
+            reorder_window: Duration::from_micros(rng.range(1..100)),
+        };
+        let failures = !large && rng.chance(0.16);
+        Self {
+            seed,
+            nodes,
+            ports,
+            barriers,
+            family,
+            faults,
+            skew: Duration::from_micros(rng.range(0..300)),
+            slow_pairs: !large && rng.chance(0.2),
+            deaths: if failures {
+                rng.range(1..3) as usize
+            } else {
+                0
+            },
+            node_stops: usize::from(failures && nodes > 2 && rng.chance(0.3)),
+            late_opens: if rng.chance(0.3) {
+                rng.range(1..4) as usize
+            } else {
+                0
+            },
+        }
+    }
+}
+
+impl Campaign for BarrierCampaign {
+    fn seed(&self) -> u64 {
+        self.seed
+    }
+}
+
+/// What a finished campaign did.
+#[derive(Debug, Default, Clone)]
+pub struct BarrierReport {
+    /// Barrier completions observed (one per member per barrier).
+    pub completions: u64,
+    /// Barrier failures observed.
+    pub failures: u64,
+    /// Virtual time at the end.
+    pub virtual_time: Duration,
+    /// Packets put on the wire.
+    pub packets: u64,
+}
+
+/// One barrier of the global sequence.
+struct Barrier {
+    members: Vec<usize>,
+    algorithm: Algorithm,
+    /// Entry instant of each member (by position in `members`).
+    entered: Vec<Option<Instant>>,
+    /// Which members completed it.
+    completed: Vec<bool>,
+    /// Which members got `BARRIER_FAILED` for it.
+    failed: Vec<bool>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    /// Computing; enters the next barrier at its next host step.
+    Computing,
+    /// In barrier `index` of its program.
+    Waiting,
+    /// Finished its program.
+    Done,
+    /// Its barrier failed; it stopped (as an MPI program aborts).
+    Failed,
+    /// Its process died or its node stopped.
+    Dead,
+}
+
+struct Process {
+    node: usize,
+    port: usize,
+    rings: HostRings,
+    program: Vec<usize>,
+    position: usize,
+    state: State,
+    slow: bool,
+}
+
+const ACTION_DIE: u64 = 1;
+const ACTION_STOP: u64 = 2;
+const ACTION_OPEN: u64 = 3;
+
+/// Runs one barrier campaign to the end, checking as it goes.
+///
+/// # Errors
+/// [`CampaignFailure`] names the seed and the first violation seen.
+pub fn run(campaign: &BarrierCampaign) -> Result<BarrierReport, CampaignFailure<BarrierCampaign>> {
+    let fail = |violation: String| CampaignFailure::new(campaign, violation);
+    let config = Config {
+        retransmit_timeout: Duration::from_micros(300),
+        give_up_after: Duration::from_millis(300),
+        receiver_not_ready_timeout: Duration::from_millis(300),
+        retry_interval: Duration::from_micros(100),
+        default_barrier_timeout: Duration::from_millis(500),
+    };
+    let mut world = World::new(
+        campaign.seed,
+        campaign.nodes,
+        config,
+        campaign.faults,
+        Duration::from_micros(5),
+    );
+    let process_count = campaign.nodes * campaign.ports;
+    let mut processes: Vec<Process> = Vec::with_capacity(process_count);
+    let mut late: BTreeSet<usize> = BTreeSet::new();
+    for _ in 0..campaign.late_opens {
+        late.insert(world.rng.below(process_count as u64) as usize);
+    }
+    for node in 0..campaign.nodes {
+        for port in 0..campaign.ports {
+            let rings = if late.contains(&(node * campaign.ports + port)) {
+                HostRings::new()
+            } else {
+                world.open_port(node, port)
+            };
+            processes.push(Process {
+                node,
+                port,
+                rings,
+                program: Vec::new(),
+                position: 0,
+                state: State::Computing,
+                slow: false,
+            });
+        }
+    }
+    let mut barriers = plan_barriers(campaign, &mut world.rng, process_count);
+    for (index, barrier) in barriers.iter().enumerate() {
+        for &member in &barrier.members {
+            processes[member].program.push(index);
+        }
+    }
+    if campaign.slow_pairs {
+        processes[0].slow = true;
+    }
+    for (id, process) in processes.iter().enumerate() {
+        if late.contains(&id) {
+            let at = Duration::from_micros(world.rng.range(100..3_000));
+            world.schedule_in(
+                at,
+                Happening::Action {
+                    code: ACTION_OPEN | (id as u64) << 8,
+                },
+            );
+            continue;
+        }
+        let start = Duration::from_nanos(world.rng.below(campaign.skew.as_nanos() as u64 + 1));
+        world.schedule_in(
+            start,
+            Happening::Host {
+                node: process.node,
+                port: process.port,
+            },
+        );
+    }
+    for _ in 0..campaign.deaths {
+        let victim = world.rng.below(process_count as u64);
+        let at = Duration::from_micros(world.rng.range(10..3_000));
+        world.schedule_in(
+            at,
+            Happening::Action {
+                code: ACTION_DIE | victim << 8,
+            },
+        );
+    }
+    for _ in 0..campaign.node_stops {
+        let victim = world.rng.below(campaign.nodes as u64);
+        let at = Duration::from_micros(world.rng.range(10..3_000));
+        world.schedule_in(
+            at,
+            Happening::Action {
+                code: ACTION_STOP | victim << 8,
+            },
+        );
+    }
+    let index_of = |node: usize, port: usize| node * campaign.ports + port;
+    let mut dead: BTreeSet<usize> = BTreeSet::new();
+    let mut report = BarrierReport::default();
+
+    const MAX_STEPS: u64 = 50_000_000;
+    let deadline = Duration::from_secs(600);
+    loop {
+        if processes
+            .iter()
+            .all(|p| matches!(p.state, State::Done | State::Failed | State::Dead))
+        {
+            break;
+        }
+        let Some(happening) = world.next_happening() else {
+            return Err(fail(
+                "the world went quiet with barriers unfinished (a hang)".into(),
+            ));
+        };
+        if world.steps > MAX_STEPS || world.now().as_nanos() > deadline.as_nanos() as u64 {
+            let stuck: Vec<String> = processes
+                .iter()
+                .filter(|p| p.state == State::Waiting)
+                .take(5)
+                .map(|p| {
+                    format!(
+                        "node {} port {} in barrier {}",
+                        p.node, p.port, p.program[p.position]
+                    )
+                })
+                .collect();
+            return Err(fail(format!(
+                "no-progress bound hit after {} steps; waiting: {stuck:?}",
+                world.steps
+            )));
+        }
+        let touched = match happening {
+            Happening::Arrive { node, bytes } => {
+                world.arrive(node, &bytes);
+                Some(node)
+            }
+            Happening::Poll { node } => {
+                world.poll(node);
+                Some(node)
+            }
+            Happening::Action { code } if code & 0xff == ACTION_OPEN => {
+                let id = (code >> 8) as usize;
+                let (node, port) = (processes[id].node, processes[id].port);
+                if processes[id].state != State::Dead && !world.nodes[node].stopped {
+                    processes[id].rings = world.open_port(node, port);
+                    world.schedule_in(Duration::ZERO, Happening::Host { node, port });
+                }
+                None
+            }
+            Happening::Action { code } => {
+                let victim = (code >> 8) as usize;
+                let victims: Vec<usize> = if code & 0xff == ACTION_DIE {
+                    vec![victim]
+                } else {
+                    world.nodes[victim].stopped = true;
+                    (0..campaign.ports)
+                        .map(|port| index_of(victim, port))
+                        .collect()
+                };
+                for victim in victims {
+                    if processes[victim].state == State::Dead {
+                        continue;
+                    }
+                    processes[victim].state = State::Dead;
+                    dead.insert(victim);
+                    let (node, port) = (processes[victim].node, processes[victim].port);
+                    let open = world.nodes[node]
+                        .nic
+                        .port_status(PortId(port as u8))
+                        .is_some();
+                    if !world.nodes[node].stopped && open {
+                        world.close_port(node, port);
+                    }
+                }
+                None
+            }
+            Happening::Host { node, port } => {
+                let id = index_of(node, port);
+                enter_next_barrier(&mut world, campaign, &mut processes[id], id, &mut barriers)
+                    .map_err(fail)?;
+                Some(node)
+            }
+        };
+        if let Some(node) = touched {
+            for port in 0..campaign.ports {
+                let id = index_of(node, port);
+                observe(
+                    &mut world,
+                    campaign,
+                    &mut processes,
+                    id,
+                    &mut barriers,
+                    &dead,
+                    &mut report,
+                )
+                .map_err(fail)?;
+            }
+        }
+    }
+    // Every failed barrier was doomed: some member never completed it because it died, or because
+    // it failed in another barrier (a cascade that starts at a death).
+    for (index, barrier) in barriers.iter().enumerate() {
+        if !barrier.failed.iter().any(|f| *f) {
+            continue;
+        }
+        let doomed = barrier.members.iter().enumerate().any(|(rank, &m)| {
+            dead.contains(&m)
+                || (!barrier.completed[rank]
+                    && processes[m].state == State::Failed
+                    && !barrier.failed[rank])
+        });
+        if !doomed {
+            return Err(fail(format!(
+                "barrier {index} ({:?}) failed at some members though none of its members died or failed elsewhere",
+                barrier.algorithm
+            )));
+        }
+    }
+    report.virtual_time = world.now().saturating_since(Instant::ZERO);
+    report.packets = world.wire_counts[0];
+    Ok(report)
+}
+
+/// The global barrier sequence: random subsets (or the slow-pairs pattern), random algorithms.
+fn plan_barriers(campaign: &BarrierCampaign, rng: &mut Rng, processes: usize) -> Vec<Barrier> {
+    let mut plan = Vec::new();
+    let mut add = |rng: &mut Rng, mut members: Vec<usize>| {
+        // Shuffle the ranks so that ranks and nodes do not line up.
+        for i in (1..members.len()).rev() {
+            let j = rng.below(i as u64 + 1) as usize;
+            members.swap(i, j);
+        }
+        let algorithm = draw_algorithm(rng, campaign.family, members.len());
+        let entered = vec![None; members.len()];
+        let (completed, failed) = (vec![false; members.len()], vec![false; members.len()]);
+        plan.push(Barrier {
+            members,
+            algorithm,
+            entered,
+            completed,
+            failed,
+        });
+    };
+    if campaign.slow_pairs && processes > 1 {
+        for other in 1..processes {
+            add(rng, vec![0, other]);
+        }
+    }
+    for _ in 0..campaign.barriers {
+        let members: Vec<usize> = if rng.chance(0.4) || processes <= 2 {
+            (0..processes).collect()
+        } else {
+            let size = rng.range(2..processes as u64 + 1) as usize;
+            let mut all: Vec<usize> = (0..processes).collect();
+            for i in 0..size {
+                let j = i + rng.below((processes - i) as u64) as usize;
+                all.swap(i, j);
+            }
+            all.truncate(size);
+            all
+        };
+        add(rng, members);
+    }
+    plan
+}
+
+fn draw_algorithm(rng: &mut Rng, family: Family, members: usize) -> Algorithm {
+    let family = match family {
+        Family::Mixed => [
+            Family::PairwiseExchange,
+            Family::GatherBroadcast,
+            Family::Dissemination,
+        ][rng.below(3) as usize],
+        other => other,
+    };
+    match family {
+        Family::GatherBroadcast => {
+            // Any dimension whose schedule fits the NIC (the root holds 2·dimension steps).
+            let max_dimension = (members - 1).clamp(1, MAX_SCHEDULE_STEPS / 2 - 1);
+            Algorithm::GatherBroadcast {
+                dimension: rng.range(1..max_dimension as u64 + 1) as usize,
+                root: rng.below(members as u64) as usize,
+            }
+        }
+        Family::Dissemination => Algorithm::Dissemination {
+            n: rng.range(1..5).min(members as u64 - 1).max(1) as usize,
+        },
+        _ => Algorithm::PairwiseExchange,
+    }
+}
+
+/// The process's host step: if it is computing, it enters its next barrier (provides a barrier
+/// buffer, writes the schedule, posts the barrier token, rings the doorbell).
+fn enter_next_barrier(
+    world: &mut World,
+    campaign: &BarrierCampaign,
+    process: &mut Process,
+    id: usize,
+    barriers: &mut [Barrier],
+) -> Result<(), String> {
+    if process.state != State::Computing {
+        return Ok(());
+    }
+    let Some(&index) = process.program.get(process.position) else {
+        process.state = State::Done;
+        return Ok(());
+    };
+    let barrier = &mut barriers[index];
+    let rank = barrier
+        .members
+        .iter()
+        .position(|&m| m == id)
+        .ok_or("process not in its own barrier")?;
+    let members: Vec<Member> = barrier
+        .members
+        .iter()
+        .map(|&m| {
+            Member::new(
+                NodeId::new((m / campaign.ports) as u16),
+                PortId((m % campaign.ports) as u8),
+            )
+        })
+        .collect();
+    let mut steps = [Step::default(); MAX_SCHEDULE_STEPS];
+    let count = match compile(barrier.algorithm, &members, rank, &mut steps) {
+        Ok(count) => count,
+        Err(ScheduleError::TrivialGroup) => 0,
+        Err(error) => {
+            return Err(format!(
+                "barrier {index} ({:?}): {error}",
+                barrier.algorithm
+            ));
+        }
+    };
+    barrier.entered[rank] = Some(world.now());
+    process.state = State::Waiting;
+    let Some(memory) = world.nodes[process.node]
+        .nic
+        .hal()
+        .port_memory(process.port)
+    else {
+        return Err(format!(
+            "node {} port {}: no region",
+            process.node, process.port
+        ));
+    };
+    let offset = process
+        .rings
+        .write_schedule(memory, &steps[..count])
+        .ok_or("schedule does not fit the arena")?;
+    let buffer = ReceiveToken {
+        kind: ReceiveKind::BARRIER,
+        ..ReceiveToken::default()
+    };
+    process
+        .rings
+        .post_receive(memory, &buffer)
+        .map_err(|e| format!("receive ring: {e}"))?;
+    let token = SendToken {
+        kind: SendKind::BARRIER,
+        length: (count as u32).into(),
+        buffer: offset.into(),
+        context: (index as u64).into(),
+        ..SendToken::default()
+    };
+    process
+        .rings
+        .post_send(memory, &token)
+        .map_err(|e| format!("send ring: {e}"))?;
+    process.rings.send_tokens += 1; // A barrier token comes back with its completion event.
+    world.doorbell(process.node);
+    Ok(())
+}
+
+/// Reads the process's events the instant its NIC wrote them, and checks each completion against
+/// the entries of its barrier's members.
+fn observe(
+    world: &mut World,
+    campaign: &BarrierCampaign,
+    processes: &mut [Process],
+    id: usize,
+    barriers: &mut [Barrier],
+    dead: &BTreeSet<usize>,
+    report: &mut BarrierReport,
+) -> Result<(), String> {
+    let process = &mut processes[id];
+    if process.state != State::Waiting {
+        return Ok(());
+    }
+    let Some(memory) = world.nodes[process.node]
+        .nic
+        .hal()
+        .port_memory(process.port)
+    else {
+        return Ok(());
+    };
+    let Some(event) = process
+        .rings
+        .next_event(memory)
+        .map_err(|e| format!("event ring: {e}"))?
+    else {
+        return Ok(());
+    };
+    let index = process.program[process.position];
+    let barrier = &mut barriers[index];
+    let now = world.now();
+    match event.kind {
+        EventKind::BARRIER_COMPLETED => {
+            if event.context.get() != index as u64 {
+                return Err(format!(
+                    "process {id}: completion of barrier {} while in {index}",
+                    event.context.get()
+                ));
+            }
+            for (rank, entered) in barrier.entered.iter().enumerate() {
+                match entered {
+                    Some(at) if *at <= now => {}
+                    _ => {
+                        return Err(format!(
+                            "process {id} left barrier {index} ({:?}) at {:?} before member {} (rank {rank}) entered",
+                            barrier.algorithm, now, barrier.members[rank]
+                        ));
+                    }
+                }
+            }
+            report.completions += 1;
+            if let Some(rank) = barrier.members.iter().position(|&m| m == id) {
+                barrier.completed[rank] = true;
+            }
+            process.position += 1;
+            process.state = State::Computing;
+            let mut skew = world.rng.below(campaign.skew.as_nanos() as u64 + 1);
+            if process.slow {
+                skew = skew.saturating_mul(20).max(200_000);
+            }
+            world.schedule_in(
+                Duration::from_nanos(skew),
+                Happening::Host {
+                    node: process.node,
+                    port: process.port,
+                },
+            );
+        }
+        EventKind::BARRIER_FAILED => {
+            let named = usize::from(event.peer_node.get()) * campaign.ports
+                + usize::from(event.peer_port.0);
+            if !barrier.members.contains(&named) {
+                return Err(format!(
+                    "process {id}: barrier {index} failed naming {named}, not a member"
+                ));
+            }
+            // Allowed only in a campaign where something died, and only naming a member that had
+            // not completed this barrier, or died (after completing it, before its last packets
+            // got through). Whether the barrier was really doomed (a member never completed it
+            // because it died, or failed elsewhere) is checked at the end.
+            let something_died = campaign.deaths > 0 || campaign.node_stops > 0;
+            let named_rank = barrier.members.iter().position(|&m| m == named);
+            let missing =
+                dead.contains(&named) || named_rank.is_some_and(|rank| !barrier.completed[rank]);
+            if !something_died || !missing {
+                return Err(format!(
+                    "process {id}: barrier {index} ({:?}) failed ({:?}) naming {named}, which is not missing",
+                    barrier.algorithm, event.status
+                ));
+            }
+            if ![
+                Status::TARGET_PORT_CLOSED,
+                Status::TARGET_NODE_UNREACHABLE,
+                Status::BARRIER_TIMED_OUT,
+            ]
+            .contains(&event.status)
+            {
+                return Err(format!(
+                    "process {id}: barrier {index} failed with {:?}",
+                    event.status
+                ));
+            }
+            report.failures += 1;
+            processes[id].state = State::Failed;
+            if let Some(rank) = barrier.members.iter().position(|&m| m == id) {
+                barrier.failed[rank] = true;
+            }
+        }
+        other => {
+            return Err(format!(
+                "process {id}: unexpected event {other:?} ({:?})",
+                event.status
+            ));
+        }
+    }
+    Ok(())
+}

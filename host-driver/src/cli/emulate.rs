@@ -1,0 +1,220 @@
+//! `nicctl emulate`: run the emulated NICs as a daemon.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use nix::sys::signal::{SigSet, Signal};
+use shared_abi::ids::NodeId;
+
+use nicbar_emulator::{
+    DEFAULT_IDLE_LINGER, Emulator, EmulatorConfig, FabricMap, FaultConfig, UnitConfig,
+};
+
+use super::CliResult;
+
+/// Arguments of `nicctl emulate`.
+#[derive(clap::Args, Debug)]
+pub struct EmulateArgs {
+    /// The control socket [default: $NICBAR_SOCKET, else $XDG_RUNTIME_DIR/nicbar/control.sock,
+    /// else /tmp/nicbar-<uid>/control.sock].
+    #[arg(long)]
+    pub socket: Option<PathBuf>,
+    /// How many NICs to run, with node ids from --first-node on (ignored with --node).
+    #[arg(long, default_value_t = 1)]
+    pub units: u16,
+    /// The node id of unit 0 when the units are given by --units.
+    #[arg(long, default_value_t = 0)]
+    pub first_node: u16,
+    /// The node ids of this daemon's NICs, in unit order (repeat or separate with commas).
+    /// With --fabric, each must be on the map; the NIC binds its address.
+    #[arg(long = "node", value_delimiter = ',')]
+    pub nodes: Vec<u16>,
+    /// The fabric map: lines `node <id> <ip>:<port>`, `#` comments. Nodes on it that this
+    /// daemon does not run are reached over UDP.
+    #[arg(long)]
+    pub fabric: Option<PathBuf>,
+    /// Fault injector: probability that a packet is lost.
+    #[arg(long, default_value_t = 0.0)]
+    pub loss: f64,
+    /// Fault injector: probability that a packet is delivered twice.
+    #[arg(long, default_value_t = 0.0)]
+    pub duplicate: f64,
+    /// Fault injector: probability that a packet is held back (and overtaken).
+    #[arg(long, default_value_t = 0.0)]
+    pub reorder: f64,
+    /// Fault injector: longest hold-back of a reordered packet, in microseconds.
+    #[arg(long, default_value_t = 1000)]
+    pub reorder_window_us: u64,
+    /// Fault injector: delay of every packet, in microseconds.
+    #[arg(long, default_value_t = 0)]
+    pub delay_us: u64,
+    /// Fault injector seed [default: drawn from the clock, and printed].
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Firmware: first retransmission timeout, in microseconds.
+    #[arg(long)]
+    pub retransmit_us: Option<u64>,
+    /// How long a NIC stays awake after its last work before it sleeps, in microseconds
+    /// (processes posting within it ring no doorbell; 0 sleeps at once).
+    #[arg(long, default_value_t = DEFAULT_IDLE_LINGER.as_micros() as u64)]
+    pub linger_us: u64,
+    /// Firmware: give up on a silent node after this many milliseconds.
+    #[arg(long)]
+    pub give_up_ms: Option<u64>,
+}
+
+impl EmulateArgs {
+    /// The emulator configuration these arguments describe.
+    ///
+    /// # Errors
+    /// A message for a fabric map that does not read, or arguments that contradict each other.
+    pub fn config(&self) -> Result<EmulatorConfig, Box<dyn std::error::Error>> {
+        let socket = self
+            .socket
+            .clone()
+            .unwrap_or_else(nicbar_control::socket_path);
+        let nodes: Vec<NodeId> = if self.nodes.is_empty() {
+            if self.fabric.is_some() {
+                return Err("with --fabric, name this daemon's nodes with --node".into());
+            }
+            (0..self.units)
+                .map(|i| {
+                    self.first_node
+                        .checked_add(i)
+                        .map(NodeId::new)
+                        .ok_or("--first-node + --units exceeds node id 65535")
+                })
+                .collect::<Result<_, _>>()?
+        } else {
+            self.nodes.iter().copied().map(NodeId::new).collect()
+        };
+        let mut config = match self.fabric.as_ref() {
+            Some(path) => EmulatorConfig::on_fabric(socket, FabricMap::read(path)?, &nodes)?,
+            None => {
+                let mut config = EmulatorConfig::in_process(socket, 0);
+                config.units = nodes
+                    .iter()
+                    .map(|&node| UnitConfig {
+                        node,
+                        address: None,
+                    })
+                    .collect();
+                config
+            }
+        };
+        let faults = FaultConfig {
+            seed: self.seed.unwrap_or_else(clock_seed),
+            loss: self.loss,
+            duplicate: self.duplicate,
+            reorder: self.reorder,
+            reorder_window: Duration::from_micros(self.reorder_window_us),
+            delay: Duration::from_micros(self.delay_us),
+        };
+        faults.validate()?;
+        config.faults = faults.is_active().then_some(faults);
+        if let Some(us) = self.retransmit_us {
+            config.nic.retransmit_timeout = Duration::from_micros(us);
+        }
+        config.idle_linger = Duration::from_micros(self.linger_us);
+        if let Some(ms) = self.give_up_ms {
+            config.nic.give_up_after = Duration::from_millis(ms);
+        }
+        Ok(config)
+    }
+}
+
+fn clock_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+        ^ u64::from(std::process::id())
+}
+
+/// Runs `nicctl emulate`: starts the NICs and serves until SIGINT or SIGTERM.
+///
+/// Prints one line per unit, the fault injector's seed if it is on, and last
+/// `nicctl emulate: listening on <socket>` once processes can connect.
+///
+/// # Errors
+/// The emulator did not start.
+pub fn run_emulate(args: EmulateArgs) -> CliResult {
+    let config = args.config()?;
+    // Block the stop signals before any thread starts, so every thread inherits the mask and
+    // the signal waits for `sigwait` below instead of killing the process mid-write.
+    let mut signals = SigSet::empty();
+    signals.add(Signal::SIGINT);
+    signals.add(Signal::SIGTERM);
+    signals.thread_block()?;
+    if let Some(faults) = config.faults.as_ref() {
+        println!("nicctl emulate: fault injector: {faults}");
+    }
+    for (unit, unit_config) in config.units.iter().enumerate() {
+        let address = unit_config
+            .address
+            .map_or_else(|| "in-process only".to_owned(), |a| format!("udp {a}"));
+        println!(
+            "nicctl emulate: unit {unit}: node {} ({address})",
+            unit_config.node.get()
+        );
+    }
+    let handle = Emulator::spawn(config)?;
+    println!("nicctl emulate: listening on {}", handle.socket().display());
+    let signal = signals.wait()?;
+    println!("nicctl emulate: {signal}: stopping");
+    handle.stop();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Harness {
+        #[command(flatten)]
+        args: EmulateArgs,
+    }
+
+    fn parse(line: &[&str]) -> EmulateArgs {
+        Harness::try_parse_from(std::iter::once("emulate").chain(line.iter().copied()))
+            .unwrap()
+            .args
+    }
+
+    #[test]
+    fn units_get_consecutive_node_ids_without_a_fabric() {
+        let config = parse(&["--socket", "/x.sock", "--units", "3", "--first-node", "5"])
+            .config()
+            .unwrap();
+        let nodes: Vec<u16> = config.units.iter().map(|u| u.node.get()).collect();
+        assert_eq!(nodes, [5, 6, 7]);
+        assert!(config.units.iter().all(|u| u.address.is_none()));
+        assert!(config.faults.is_none());
+    }
+
+    #[test]
+    fn fault_options_switch_the_injector_on_with_their_seed() {
+        let config = parse(&["--socket", "/x.sock", "--loss", "0.2", "--seed", "9"])
+            .config()
+            .unwrap();
+        let faults = config.faults.unwrap();
+        assert_eq!((faults.seed, faults.loss), (9, 0.2));
+        let error = parse(&["--socket", "/x.sock", "--loss", "2"])
+            .config()
+            .unwrap_err();
+        assert_eq!(error.to_string(), "loss probability 2 is not within 0..=1");
+    }
+
+    #[test]
+    fn a_fabric_needs_the_daemons_nodes() {
+        let error = parse(&["--socket", "/x.sock", "--fabric", "/nonexistent.map"])
+            .config()
+            .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "with --fabric, name this daemon's nodes with --node"
+        );
+    }
+}

@@ -1,0 +1,185 @@
+//! `nicctl qemu`: boot the firmware image as NICs under QEMU and serve them on a control socket.
+
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use shared_abi::image::ImageTarget;
+
+use nicbar_image::flash::FlashDevice;
+use nicbar_image::image::ImageFile;
+use nicbar_qemu::{DEFAULT_BOOT_TIMEOUT, DEFAULT_QEMU, QemuConfig, QemuFabric};
+
+use super::CliResult;
+
+/// How often the supervisor checks that every QEMU still runs.
+const CHECK_INTERVAL: u16 = 250;
+
+/// Arguments of `nicctl qemu`.
+#[derive(clap::Args, Debug)]
+pub struct QemuArgs {
+    /// The firmware image file to boot (as `cargo xtask image` writes it).
+    #[arg(
+        long,
+        value_name = "FILE",
+        required_unless_present = "flash",
+        conflicts_with = "flash"
+    )]
+    pub image: Option<PathBuf>,
+    /// Boot the image flashed on this device (as `nicctl flash` wrote it) instead of a file.
+    #[arg(long, value_name = "DEVICE")]
+    pub flash: Option<PathBuf>,
+    /// How many NICs to boot; they get node ids and unit numbers 0..N.
+    #[arg(long, default_value_t = 2)]
+    pub nodes: u16,
+    /// The control socket (default: $NICBAR_SOCKET, else $XDG_RUNTIME_DIR/nicbar/control.sock,
+    /// else /tmp/nicbar-UID/control.sock).
+    #[arg(long)]
+    pub socket: Option<PathBuf>,
+    /// The QEMU binary.
+    #[arg(long, default_value = DEFAULT_QEMU)]
+    pub qemu: PathBuf,
+    /// Keep the UART sockets, the flat firmware and the QEMU logs here, kept after stop
+    /// (default: a temporary directory beside the socket, removed on stop).
+    #[arg(long, value_name = "DIR")]
+    pub run_dir: Option<PathBuf>,
+    /// How long each NIC may take to boot, in milliseconds.
+    #[arg(long, default_value_t = DEFAULT_BOOT_TIMEOUT.as_millis() as u64)]
+    pub boot_timeout_ms: u64,
+    /// Do not print the NICs' console lines.
+    #[arg(long)]
+    pub quiet: bool,
+    /// Also stop when standard input reaches its end (for a supervising process: closing the
+    /// pipe stops the NICs cleanly, and so does the supervisor's death).
+    #[arg(long)]
+    pub stop_on_stdin_eof: bool,
+}
+
+/// Runs `nicctl qemu`: boots the NICs, prints `nicctl qemu: listening on <socket>` once
+/// processes can connect, and serves until SIGINT or SIGTERM (or the end of standard input, with
+/// `--stop-on-stdin-eof`). Then powers the NICs off and prints one `nicctl qemu: report ...` line
+/// per node (stack high-water marks, counters, exit status) and the switch's counters.
+///
+/// # Errors
+/// The image does not verify, a NIC did not boot, or a NIC's QEMU exited while serving (the error
+/// says how, with the firmware's trap if it trapped).
+pub fn run_qemu(args: QemuArgs) -> CliResult {
+    let image = match (&args.image, &args.flash) {
+        (Some(path), _) => ImageFile::read_for_target(path, ImageTarget::RISCV32IMAC)?,
+        (None, Some(device)) => {
+            let image = FlashDevice::open(device)?.read_image()?;
+            if image.header().target != ImageTarget::RISCV32IMAC {
+                return Err(format!(
+                    "{} holds a {} image; QEMU virt runs riscv32imac-unknown-none-elf",
+                    device.display(),
+                    image.header().target
+                )
+                .into());
+            }
+            image
+        }
+        (None, None) => return Err("name the firmware with --image or --flash".into()),
+    };
+    let mut config = QemuConfig::new(
+        args.socket
+            .clone()
+            .unwrap_or_else(nicbar_control::socket_path),
+        image,
+        args.nodes,
+    );
+    config.qemu = args.qemu.clone();
+    config.run_dir = args.run_dir.clone();
+    config.echo_console = !args.quiet;
+    config.boot_timeout = Duration::from_millis(args.boot_timeout_ms);
+
+    // Block the stop signals before any thread starts, so every thread inherits the mask and the
+    // signals wait for the signalfd below instead of killing the process mid-write.
+    let mut signals = SigSet::empty();
+    signals.add(Signal::SIGINT);
+    signals.add(Signal::SIGTERM);
+    signals.thread_block()?;
+    let signal_fd = SignalFd::with_flags(&signals, SfdFlags::SFD_CLOEXEC)?;
+
+    println!(
+        "nicctl qemu: booting {} NIC(s) from {} with {}",
+        config.nodes,
+        config.image.path().display(),
+        config.qemu.display()
+    );
+    let fabric = QemuFabric::spawn(config)?;
+    for report in fabric.reports() {
+        let windows = report
+            .windows
+            .iter()
+            .filter(|(address, _)| *address != 0)
+            .count();
+        println!(
+            "nicctl qemu: unit {} = node {}: QEMU pid {}, {windows} port windows",
+            report.node, report.node, report.pid
+        );
+    }
+    println!("nicctl qemu: listening on {}", fabric.socket().display());
+
+    let stdin = std::io::stdin();
+    let watch_stdin = args.stop_on_stdin_eof;
+    let outcome = loop {
+        let mut fds = vec![PollFd::new(signal_fd.as_fd(), PollFlags::POLLIN)];
+        if watch_stdin {
+            fds.push(PollFd::new(stdin.as_fd(), PollFlags::POLLIN));
+        }
+        match poll(&mut fds, PollTimeout::from(CHECK_INTERVAL)) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(error) => break Err(format!("waiting for a stop signal: {error}")),
+        }
+        let ready = |fd: &PollFd<'_>| {
+            fd.revents()
+                .is_some_and(|r| r.intersects(PollFlags::POLLIN | PollFlags::POLLHUP))
+        };
+        if ready(&fds[0]) {
+            let signal = signal_fd
+                .read_signal()
+                .ok()
+                .flatten()
+                .and_then(|info| Signal::try_from(info.ssi_signo as i32).ok());
+            let name = signal.map_or("a signal", Signal::as_str);
+            println!("nicctl qemu: {name}: stopping");
+            break Ok(());
+        }
+        if watch_stdin && fds.get(1).is_some_and(ready) && stdin_at_end(&stdin) {
+            println!("nicctl qemu: standard input closed: stopping");
+            break Ok(());
+        }
+        if let Err(error) = fabric.check_running() {
+            break Err(error.to_string());
+        }
+    };
+    let report = fabric.stop();
+    for node in &report.nodes {
+        println!("nicctl qemu: report {node}");
+    }
+    let switch = report.switch;
+    println!(
+        "nicctl qemu: switch moved={} held={} dropped_full={} dropped_down={} no_route={} \
+         bad_slots={}",
+        switch.moved,
+        switch.held,
+        switch.dropped_full,
+        switch.dropped_down,
+        switch.no_route,
+        switch.bad_slots
+    );
+    outcome.map_err(Into::into)
+}
+
+/// Reads standard input (which polled readable) and says whether it is at its end; other input
+/// is read and ignored.
+fn stdin_at_end(stdin: &std::io::Stdin) -> bool {
+    let mut buffer = [0u8; 256];
+    matches!(
+        nix::unistd::read(stdin.as_fd(), &mut buffer),
+        Ok(0) | Err(_)
+    )
+}

@@ -1,0 +1,683 @@
+//! NIC-based against host-based barrier latency, side by side in one run, in the shape of the
+//! paper's Figure 5: pairwise exchange, gather-broadcast (best tree dimension) and n-way
+//! dissemination (n = 1..4) at 2, 4, 8 and 16 processes on the emulated NIC — and, where Open MPI
+//! is installed, its own `MPI_Barrier` at the same sizes in the same run as a reference.
+//!
+//! `cargo xtask bench barrier` builds and runs it; `--help` lists the options. Every process is a
+//! real process with its own port; the emulator (one daemon, one unit per process, the in-process
+//! wire) runs in this process. Latency is the mean time per barrier at rank 0 over back-to-back
+//! barriers, as the paper measured it.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nicbar::{Algorithm, BarrierOptions, Group, Member, NodeId, Port, PortId, WaitMode};
+use nicbar_emulator::{Emulator, EmulatorConfig};
+
+type Result<T = (), E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
+
+const HELP: &str = "\
+bench_barrier: NIC-based against host-based barrier latency on the emulated NIC, per algorithm,
+at several process counts, with Open MPI's MPI_Barrier as a reference where it is installed.
+
+usage: bench_barrier [--sizes 2,4,8,16] [--barriers K] [--out DIR] [--no-mpi] [--spin]
+
+  --sizes LIST    process counts (default 2,4,8,16)
+  --barriers K    timed barriers per measurement, after K/10 to warm up (default 1000)
+  --out DIR       where to write bench-barrier.csv and bench-barrier.svg (default .)
+  --no-mpi        skip the Open MPI reference even if mpirun is installed
+  --spin          processes spin on their event rings (yielding the core) instead of
+                  sleeping on their doorbells, as MPI's shared-memory barrier spins;
+                  wants a core per process (with fewer, spinners can starve one another)
+";
+
+fn main() -> Result {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("--child") => child(&args[1..]),
+        Some("--help" | "-h") => {
+            print!("{HELP}");
+            Ok(())
+        }
+        _ => orchestrate(&args),
+    }
+}
+
+/// One algorithm setting measured both ways.
+#[derive(Clone, Debug)]
+struct Row {
+    processes: usize,
+    algorithm: String,
+    nic_us: f64,
+    host_us: f64,
+}
+
+/// The algorithm settings measured at `n` processes: PE, every GB dimension (the best is
+/// reported, as the paper did), dissemination n = 1..4.
+fn settings(n: usize) -> Vec<(String, Algorithm)> {
+    let mut all = vec![("PE".to_string(), Algorithm::PairwiseExchange)];
+    for dimension in 1..n {
+        all.push((
+            format!("GB d={dimension}"),
+            Algorithm::GatherBroadcast { dimension, root: 0 },
+        ));
+    }
+    for ways in 1..=4.min(n - 1) {
+        all.push((
+            format!("diss n={ways}"),
+            Algorithm::Dissemination { n: ways },
+        ));
+    }
+    all
+}
+
+fn encode(algorithm: Algorithm) -> String {
+    match algorithm {
+        Algorithm::PairwiseExchange => "pe".into(),
+        Algorithm::GatherBroadcast { dimension, root } => format!("gb:{dimension}:{root}"),
+        Algorithm::Dissemination { n } => format!("diss:{n}"),
+    }
+}
+
+fn decode(text: &str) -> Result<Algorithm> {
+    let parts: Vec<&str> = text.split(':').collect();
+    Ok(match parts.as_slice() {
+        ["pe"] => Algorithm::PairwiseExchange,
+        ["gb", d, r] => Algorithm::GatherBroadcast {
+            dimension: d.parse()?,
+            root: r.parse()?,
+        },
+        ["diss", n] => Algorithm::Dissemination { n: n.parse()? },
+        _ => return Err(format!("bad algorithm {text:?}").into()),
+    })
+}
+
+fn orchestrate(args: &[String]) -> Result {
+    let mut sizes = vec![2usize, 4, 8, 16];
+    let mut barriers = 1000usize;
+    let mut out = PathBuf::from(".");
+    let mut mpi = true;
+    let mut wait = "sleep";
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        match arg.as_str() {
+            "--sizes" => {
+                sizes = rest
+                    .next()
+                    .ok_or("--sizes needs a list")?
+                    .split(',')
+                    .map(str::parse)
+                    .collect::<Result<_, _>>()?;
+            }
+            "--barriers" => barriers = rest.next().ok_or("--barriers needs a value")?.parse()?,
+            "--out" => out = rest.next().ok_or("--out needs a directory")?.into(),
+            "--no-mpi" => mpi = false,
+            "--spin" => wait = "spin",
+            other => return Err(format!("unknown argument {other:?}; see --help").into()),
+        }
+    }
+    if sizes.iter().any(|&n| !(2..=64).contains(&n)) {
+        return Err("sizes must be between 2 and 64 processes".into());
+    }
+    std::fs::create_dir_all(&out)?;
+    let dir = std::env::temp_dir().join(format!("nicbar-bench-barrier-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    println!(
+        "machine: {} cores, {}",
+        std::thread::available_parallelism().map_or(1, usize::from),
+        cpu_model()
+    );
+    println!(
+        "{barriers} timed barriers per measurement, processes {}\n",
+        if wait == "spin" {
+            "spinning on their event rings (yielding)"
+        } else {
+            "sleeping on their doorbells"
+        }
+    );
+
+    let mut rows = Vec::new();
+    for &n in &sizes {
+        let socket = dir.join(format!("n{n}.sock"));
+        let emulator = Emulator::spawn(EmulatorConfig::in_process(&socket, n as u16))?;
+        let list: Vec<String> = settings(n).iter().map(|(_, a)| encode(*a)).collect();
+        println!("{n} processes: {} settings x NIC and host ...", list.len());
+        let started = Instant::now();
+        let report = run_processes(&socket, n, barriers, &list.join(","), wait)?;
+        drop(emulator);
+        for ((name, _), line) in settings(n).iter().zip(report.lines()) {
+            let mut fields = line.split_whitespace();
+            let nic: f64 = fields.next().ok_or("short report")?.parse()?;
+            let host: f64 = fields.next().ok_or("short report")?.parse()?;
+            rows.push(Row {
+                processes: n,
+                algorithm: name.clone(),
+                nic_us: nic,
+                host_us: host,
+            });
+        }
+        println!("  done in {:.1?}", started.elapsed());
+    }
+
+    let mut mpi_rows: Vec<(usize, &'static str, f64)> = Vec::new();
+    if mpi {
+        match mpi_reference(&dir, &sizes, barriers) {
+            Ok(found) => mpi_rows = found,
+            Err(why) => println!("\nOpen MPI reference skipped: {why}"),
+        }
+    }
+
+    print_table(&rows, &mpi_rows, &sizes);
+    let csv = out.join("bench-barrier.csv");
+    write_csv(&csv, &rows, &mpi_rows)?;
+    let svg = out.join("bench-barrier.svg");
+    std::fs::write(&svg, plot(&rows, &mpi_rows, &sizes))?;
+    println!("\nwrote {} and {}", csv.display(), svg.display());
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// Starts `n` worker processes, one per unit, and returns rank 0's report.
+fn run_processes(
+    socket: &Path,
+    n: usize,
+    barriers: usize,
+    list: &str,
+    wait: &str,
+) -> Result<String> {
+    let exe = std::env::current_exe()?;
+    let mut children = Vec::new();
+    for rank in 0..n {
+        let child = Command::new(&exe)
+            .args([
+                "--child",
+                socket.to_str().ok_or("path")?,
+                &rank.to_string(),
+                &n.to_string(),
+                &barriers.to_string(),
+                list,
+                wait,
+            ])
+            .stdout(if rank == 0 {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .spawn()?;
+        children.push(child);
+    }
+    let mut report = String::new();
+    let deadline = Instant::now() + Duration::from_secs(1200);
+    let mut failed = None;
+    for (rank, mut child) in children.into_iter().enumerate() {
+        if rank == 0 {
+            use std::io::Read;
+            if let Some(mut stdout) = child.stdout.take() {
+                stdout.read_to_string(&mut report)?;
+            }
+        }
+        loop {
+            if let Some(status) = child.try_wait()? {
+                if !status.success() && failed.is_none() {
+                    failed = Some(format!("rank {rank} failed: {status}"));
+                }
+                break;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                failed.get_or_insert_with(|| format!("rank {rank} did not finish in time"));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    match failed {
+        Some(why) => Err(why.into()),
+        None => Ok(report),
+    }
+}
+
+/// A worker: for each setting, `barriers/10` warm-up then `barriers` timed barriers in the NIC,
+/// then the same on the host. Rank 0 prints "nic_us host_us" per setting.
+fn child(args: &[String]) -> Result {
+    let arg = |i: usize| {
+        args.get(i)
+            .map(String::as_str)
+            .ok_or("missing child argument")
+    };
+    let socket = Path::new(arg(0)?);
+    let rank: usize = arg(1)?.parse()?;
+    let n: usize = arg(2)?.parse()?;
+    let barriers: usize = arg(3)?.parse()?;
+    let list: Vec<Algorithm> = arg(4)?.split(',').map(decode).collect::<Result<_>>()?;
+    let mut port = Port::open_at(socket, rank as u8, 1)?;
+    port.set_wait_mode(if arg(5)? == "spin" {
+        WaitMode::Spin
+    } else {
+        WaitMode::Sleep
+    });
+    let group = Group::new((0..n).map(|node| Member::new(NodeId::new(node as u16), PortId(1))))?;
+    let mut out = String::new();
+    for algorithm in list {
+        let options = BarrierOptions::for_members(n)
+            .with_algorithm(algorithm)
+            .with_timeout(Duration::from_secs(60));
+        let mut per_mode = [0f64; 2];
+        for (mode, slot) in per_mode.iter_mut().enumerate() {
+            for i in 0..barriers / 10 + barriers {
+                if i == barriers / 10 {
+                    // Start timing only once everyone is past the warm-up: a barrier has just
+                    // ended here at every process.
+                    *slot = 0.0;
+                }
+                let start = Instant::now();
+                if mode == 0 {
+                    port.barrier_with(&group, &options)?;
+                } else {
+                    port.host_barrier(&group, &options)?;
+                }
+                if i >= barriers / 10 {
+                    *slot += start.elapsed().as_secs_f64();
+                }
+            }
+            *slot = *slot / barriers as f64 * 1e6;
+        }
+        let _ = writeln!(out, "{:.3} {:.3}", per_mode[0], per_mode[1]);
+    }
+    if rank == 0 {
+        print!("{out}");
+    }
+    Ok(())
+}
+
+/// Open MPI's `MPI_Barrier` at the same sizes: over shared memory, and over TCP on loopback.
+fn mpi_reference(
+    dir: &Path,
+    sizes: &[usize],
+    barriers: usize,
+) -> Result<Vec<(usize, &'static str, f64)>> {
+    let have = |tool: &str| {
+        Command::new(tool)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !have("mpirun") || !have("mpicc") {
+        return Err(
+            "mpirun/mpicc not installed (Debian: apt-get install openmpi-bin libopenmpi-dev)"
+                .into(),
+        );
+    }
+    let source = dir.join("mpi_barrier.c");
+    std::fs::write(&source, MPI_PROGRAM)?;
+    let binary = dir.join("mpi_barrier");
+    let built = Command::new("mpicc")
+        .arg("-O2")
+        .arg("-o")
+        .arg(&binary)
+        .arg(&source)
+        .status()?;
+    if !built.success() {
+        return Err("mpicc could not build the reference program".into());
+    }
+    let mut found = Vec::new();
+    for &n in sizes {
+        for (label, transport) in [
+            ("MPI_Barrier shm", &["--mca", "btl", "self,vader"][..]),
+            (
+                "MPI_Barrier tcp lo",
+                &[
+                    "--mca",
+                    "btl",
+                    "self,tcp",
+                    "--mca",
+                    "btl_tcp_if_include",
+                    "lo",
+                ][..],
+            ),
+        ] {
+            println!("{label}: {n} processes ...");
+            let output = Command::new("mpirun")
+                .args([
+                    "--allow-run-as-root",
+                    "--oversubscribe",
+                    "-np",
+                    &n.to_string(),
+                ])
+                .args(transport)
+                .arg(&binary)
+                .arg(barriers.to_string())
+                .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+                .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+                .stderr(Stdio::null())
+                .output()?;
+            let text = String::from_utf8_lossy(&output.stdout);
+            match text.trim().parse::<f64>() {
+                Ok(us) if output.status.success() => found.push((n, label, us)),
+                _ => println!("  {label} at {n} processes failed: {}", text.trim()),
+            }
+        }
+    }
+    Ok(found)
+}
+
+const MPI_PROGRAM: &str = r#"#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+int main(int argc, char **argv) {
+    int rank, k = argc > 1 ? atoi(argv[1]) : 1000;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    for (int i = 0; i < k / 10; i++) MPI_Barrier(MPI_COMM_WORLD);
+    double start = MPI_Wtime();
+    for (int i = 0; i < k; i++) MPI_Barrier(MPI_COMM_WORLD);
+    double us = (MPI_Wtime() - start) / k * 1e6;
+    if (rank == 0) printf("%.3f\n", us);
+    MPI_Finalize();
+    return 0;
+}
+"#;
+
+/// One row per algorithm family and size: gather-broadcast is reported at its best dimension,
+/// for each mode separately (the minimum over dimensions, as the paper reported it).
+fn families(rows: &[Row]) -> Vec<Row> {
+    let mut picked: Vec<Row> = Vec::new();
+    for row in rows {
+        let family = if row.algorithm.starts_with("GB") {
+            "GB best"
+        } else {
+            row.algorithm.as_str()
+        };
+        match picked
+            .iter_mut()
+            .find(|r| r.processes == row.processes && r.algorithm == family)
+        {
+            Some(best) => {
+                best.nic_us = best.nic_us.min(row.nic_us);
+                best.host_us = best.host_us.min(row.host_us);
+            }
+            None => picked.push(Row {
+                algorithm: family.to_string(),
+                ..row.clone()
+            }),
+        }
+    }
+    picked
+}
+
+fn print_table(rows: &[Row], mpi: &[(usize, &'static str, f64)], sizes: &[usize]) {
+    let picked = families(rows);
+    println!("\nbarrier latency, µs (mean per barrier at rank 0); factor = host / NIC");
+    print!("{:<12}", "algorithm");
+    for n in sizes {
+        print!(" | {:>6} {:>6} {:>5}", format!("{n} NIC"), "host", "x");
+    }
+    println!();
+    let mut names: Vec<String> = Vec::new();
+    for row in &picked {
+        if !names.contains(&row.algorithm) {
+            names.push(row.algorithm.clone());
+        }
+    }
+    for name in &names {
+        print!("{name:<12}");
+        for n in sizes {
+            match picked
+                .iter()
+                .find(|r| &r.algorithm == name && r.processes == *n)
+            {
+                Some(r) => print!(
+                    " | {:>6.1} {:>6.1} {:>5.2}",
+                    r.nic_us,
+                    r.host_us,
+                    r.host_us / r.nic_us
+                ),
+                None => print!(" | {:>6} {:>6} {:>5}", "-", "-", "-"),
+            }
+        }
+        println!();
+    }
+    for label in ["MPI_Barrier shm", "MPI_Barrier tcp lo"] {
+        if mpi.iter().any(|(_, l, _)| *l == label) {
+            print!("{label:<12}");
+            for n in sizes {
+                match mpi.iter().find(|(m, l, _)| *l == label && m == n) {
+                    Some((_, _, us)) => print!(" | {:>6.1} {:>6} {:>5}", us, "", ""),
+                    None => print!(" | {:>6} {:>6} {:>5}", "-", "", ""),
+                }
+            }
+            println!();
+        }
+    }
+    if let Some(best) = sizes.last().and_then(|n| {
+        picked
+            .iter()
+            .filter(|r| r.processes == *n)
+            .min_by(|a, b| a.nic_us.total_cmp(&b.nic_us))
+    }) {
+        println!(
+            "\nfastest NIC-based barrier at {} processes: {} at {:.1} µs ({:.2}x its host-based twin)",
+            best.processes,
+            best.algorithm,
+            best.nic_us,
+            best.host_us / best.nic_us
+        );
+        if let Some((_, _, us)) = mpi
+            .iter()
+            .find(|(m, l, _)| *m == best.processes && *l == "MPI_Barrier shm")
+        {
+            println!(
+                "Open MPI MPI_Barrier over shared memory at {} processes: {:.1} µs ({:.2}x the NIC-based barrier)",
+                best.processes,
+                us,
+                us / best.nic_us
+            );
+        }
+    }
+}
+
+fn write_csv(path: &Path, rows: &[Row], mpi: &[(usize, &'static str, f64)]) -> Result {
+    let mut text = String::from("processes,algorithm,nic_us,host_us,factor\n");
+    for r in rows {
+        let _ = writeln!(
+            text,
+            "{},{},{:.3},{:.3},{:.4}",
+            r.processes,
+            r.algorithm,
+            r.nic_us,
+            r.host_us,
+            r.host_us / r.nic_us
+        );
+    }
+    for (n, label, us) in mpi {
+        let _ = writeln!(text, "{n},{label},{us:.3},,");
+    }
+    std::fs::write(path, text)?;
+    Ok(())
+}
+
+/// Two panels in the shape of Figure 5: (a) latency against processes, NIC solid and host dashed
+/// per algorithm (and MPI dotted); (b) the factor of improvement, host over NIC.
+fn plot(rows: &[Row], mpi: &[(usize, &'static str, f64)], sizes: &[usize]) -> String {
+    let picked = families(rows);
+    let colors = [
+        "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf",
+    ];
+    let mut names: Vec<String> = Vec::new();
+    for row in &picked {
+        if !names.contains(&row.algorithm) {
+            names.push(row.algorithm.clone());
+        }
+    }
+    let (w, h, pad) = (460.0, 320.0, 50.0);
+    let xs = |n: usize| {
+        let i = sizes.iter().position(|s| *s == n).unwrap_or(0) as f64;
+        pad + i * (w - 2.0 * pad) / (sizes.len().max(2) - 1) as f64
+    };
+    let max_latency = picked
+        .iter()
+        .map(|r| r.nic_us.max(r.host_us))
+        .chain(mpi.iter().map(|m| m.2))
+        .fold(1.0, f64::max)
+        * 1.1;
+    let max_factor = picked
+        .iter()
+        .map(|r| r.host_us / r.nic_us)
+        .fold(1.0, f64::max)
+        * 1.1;
+    let mut svg = format!(
+        "<svg xmlns='http://www.w3.org/2000/svg' width='{}' height='{}' font-family='sans-serif' font-size='11'>\n",
+        2.0 * w,
+        h + 60.0
+    );
+    for (panel, (title, max)) in [
+        ("(a) barrier latency (µs)", max_latency),
+        ("(b) factor of improvement, host / NIC", max_factor),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let x0 = panel as f64 * w;
+        let ys = |v: f64| h - pad + 10.0 - (v / max) * (h - 2.0 * pad);
+        let _ = writeln!(
+            svg,
+            "<text x='{}' y='20' font-size='13'>{title}</text>",
+            x0 + pad
+        );
+        let _ = writeln!(
+            svg,
+            "<line x1='{}' y1='{}' x2='{}' y2='{}' stroke='black'/>",
+            x0 + pad,
+            ys(0.0),
+            x0 + w - pad,
+            ys(0.0)
+        );
+        let _ = writeln!(
+            svg,
+            "<line x1='{}' y1='{}' x2='{}' y2='{}' stroke='black'/>",
+            x0 + pad,
+            ys(0.0),
+            x0 + pad,
+            ys(max)
+        );
+        for tick in 0..=4 {
+            let v = max * f64::from(tick) / 4.0;
+            let _ = writeln!(
+                svg,
+                "<text x='{}' y='{}' text-anchor='end'>{:.0}</text>",
+                x0 + pad - 4.0,
+                ys(v) + 4.0,
+                if panel == 1 { v * 100.0 } else { v }
+            );
+        }
+        if panel == 1 {
+            let _ = writeln!(
+                svg,
+                "<text x='{}' y='{}' font-size='9'>(x100)</text>",
+                x0 + 4.0,
+                ys(max) - 6.0
+            );
+        }
+        for n in sizes {
+            let _ = writeln!(
+                svg,
+                "<text x='{}' y='{}' text-anchor='middle'>{n}</text>",
+                x0 + xs(*n),
+                ys(0.0) + 16.0
+            );
+        }
+        let _ = writeln!(
+            svg,
+            "<text x='{}' y='{}' text-anchor='middle'>processes</text>",
+            x0 + w / 2.0,
+            ys(0.0) + 32.0
+        );
+        for (i, name) in names.iter().enumerate() {
+            let color = colors[i % colors.len()];
+            let series: Vec<&Row> = sizes
+                .iter()
+                .filter_map(|n| {
+                    picked
+                        .iter()
+                        .find(|r| &r.algorithm == name && r.processes == *n)
+                })
+                .collect();
+            let line = |value: &dyn Fn(&Row) -> f64| {
+                series
+                    .iter()
+                    .map(|r| format!("{:.1},{:.1}", x0 + xs(r.processes), ys(value(r))))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            };
+            if panel == 0 {
+                let _ = writeln!(
+                    svg,
+                    "<polyline fill='none' stroke='{color}' stroke-width='2' points='{}'/>",
+                    line(&|r| r.nic_us)
+                );
+                let _ = writeln!(
+                    svg,
+                    "<polyline fill='none' stroke='{color}' stroke-width='2' stroke-dasharray='5,4' points='{}'/>",
+                    line(&|r| r.host_us)
+                );
+            } else {
+                let _ = writeln!(
+                    svg,
+                    "<polyline fill='none' stroke='{color}' stroke-width='2' points='{}'/>",
+                    line(&|r| r.host_us / r.nic_us)
+                );
+            }
+            let _ = writeln!(
+                svg,
+                "<text x='{}' y='{}' fill='{color}'>{name}</text>",
+                x0 + w - pad + 4.0 - 40.0,
+                40.0 + 14.0 * i as f64
+            );
+        }
+        if panel == 0 {
+            for (j, label) in ["MPI_Barrier shm", "MPI_Barrier tcp lo"].iter().enumerate() {
+                let points: Vec<String> = mpi
+                    .iter()
+                    .filter(|m| m.1 == *label)
+                    .map(|m| format!("{:.1},{:.1}", x0 + xs(m.0), ys(m.2)))
+                    .collect();
+                if !points.is_empty() {
+                    let _ = writeln!(
+                        svg,
+                        "<polyline fill='none' stroke='gray' stroke-width='1.5' stroke-dasharray='2,3' points='{}'/>",
+                        points.join(" ")
+                    );
+                    let _ = writeln!(
+                        svg,
+                        "<text x='{}' y='{}' fill='gray'>{label} (dotted)</text>",
+                        x0 + pad + 6.0,
+                        40.0 + 14.0 * j as f64
+                    );
+                }
+            }
+            let _ = writeln!(
+                svg,
+                "<text x='{}' y='{}'>solid: NIC-based, dashed: host-based</text>",
+                x0 + pad + 6.0,
+                h + 40.0
+            );
+        }
+    }
+    svg.push_str("</svg>\n");
+    svg
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|s| s.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into())
+}

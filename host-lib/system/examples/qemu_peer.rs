@@ -1,0 +1,260 @@
+//! One process of the QEMU end-to-end check: opens a port on one NIC of a running `nicctl qemu`
+//! (or `nicctl emulate`) through the user library, exchanges messages with its neighbours, and
+//! runs barriers of every algorithm with the other peers.
+//!
+//! `cargo run -p nicbar-system --example qemu_peer -- --socket S --unit U --nodes N`
+//!
+//! Peer `U` opens port `--port` of unit `U` (whose node id is `U`), and the peers form a ring:
+//! each sends `--messages` messages to the next node and checks every byte of those the previous
+//! node sends it. Then, for each algorithm, `--barriers` barriers of all `N` ports, entering at
+//! staggered times. It prints one line per result, which `cargo xtask qemu` checks across the
+//! peers (no peer may leave a barrier before every peer entered it):
+//!
+//! ```text
+//! open unit=U node=N port=P generation=G
+//! messages sent=M received=M bytes=B elapsed_us=T
+//! barrier algorithm=NAME index=I enter_ns=E exit_ns=X
+//! done
+//! ```
+//!
+//! Times are `CLOCK_MONOTONIC` nanoseconds, comparable across the processes of one host. Every
+//! wait is bounded; any failure exits non-zero with a message saying what and where.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use nicbar::{Algorithm, BarrierOptions, Event, Group, NodeId, Port, PortId, Priority, Status};
+
+/// Size class of the messages: buffers of 256 bytes, messages of up to 248.
+const SIZE: u8 = 8;
+/// Receive buffers kept provided.
+const RECEIVE_BUFFERS: usize = 16;
+/// How long one message or one barrier may take before the peer gives up.
+const STEP_TIMEOUT: Duration = Duration::from_secs(20);
+
+#[derive(Parser, Debug)]
+#[command(about = "One peer of the QEMU end-to-end check")]
+struct Args {
+    /// The control socket of `nicctl qemu`.
+    #[arg(long)]
+    socket: PathBuf,
+    /// The unit (and node id) this peer's port is on.
+    #[arg(long)]
+    unit: u8,
+    /// How many nodes (peers) there are.
+    #[arg(long)]
+    nodes: u16,
+    /// The port every peer opens on its NIC.
+    #[arg(long, default_value_t = 1)]
+    port: u8,
+    /// Messages each peer sends to the next.
+    #[arg(long, default_value_t = 50)]
+    messages: u32,
+    /// Barriers per algorithm.
+    #[arg(long, default_value_t = 40)]
+    barriers: u32,
+}
+
+fn main() {
+    let args = Args::parse();
+    if let Err(error) = run(&args) {
+        eprintln!("qemu_peer {}: error: {error}", args.unit);
+        std::process::exit(1);
+    }
+}
+
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+fn run(args: &Args) -> Result<()> {
+    if args.nodes < 2 || u16::from(args.unit) >= args.nodes {
+        return Err(format!(
+            "unit {} is not one of {} nodes (2 at least)",
+            args.unit, args.nodes
+        )
+        .into());
+    }
+    let mut port = Port::open_at(&args.socket, args.unit, args.port)?;
+    println!(
+        "open unit={} node={} port={} generation={}",
+        args.unit,
+        port.node_id().get(),
+        args.port,
+        port.generation().get()
+    );
+    if port.node_id().get() != u16::from(args.unit) {
+        return Err(format!(
+            "unit {} is node {}, expected node {}",
+            args.unit,
+            port.node_id().get(),
+            args.unit
+        )
+        .into());
+    }
+    for tag in 0..RECEIVE_BUFFERS {
+        let buffer = port.dma_alloc(256)?;
+        port.provide_receive_buffer(buffer, SIZE, Priority::LOW, tag as u32)
+            .map_err(|refused| refused.error)?;
+    }
+    let group =
+        Group::from_endpoints((0..args.nodes).map(|node| (NodeId::new(node), PortId(args.port))))?;
+    // Every peer's port is open and has buffers once this first barrier completes: barrier
+    // packets to a port not open yet are sent again by the NIC, messages would be refused.
+    let options = BarrierOptions::for_members(group.len()).with_timeout(Duration::from_secs(60));
+    port.barrier_with(&group, &options)
+        .map_err(|error| format!("the starting barrier: {error}"))?;
+
+    exchange_messages(&mut port, args)?;
+
+    let nodes = usize::from(args.nodes);
+    let mut algorithms = vec![
+        ("pairwise-exchange", Algorithm::PairwiseExchange),
+        (
+            "gather-broadcast-2",
+            Algorithm::GatherBroadcast {
+                dimension: 2.min(nodes - 1),
+                root: 0,
+            },
+        ),
+        ("dissemination-1", Algorithm::Dissemination { n: 1 }),
+    ];
+    if nodes > 2 {
+        algorithms.push(("dissemination-2", Algorithm::Dissemination { n: 2 }));
+    }
+    let rank = usize::from(args.unit);
+    for (name, algorithm) in algorithms {
+        let options = BarrierOptions::for_members(nodes)
+            .with_algorithm(algorithm)
+            .with_timeout(STEP_TIMEOUT);
+        for index in 0..args.barriers {
+            // Stagger the entries: on each barrier some peer comes late, by up to 4 ms, so that
+            // a barrier letting anyone out early would show in the times.
+            let late = (index as usize * 7 + rank * 3) % (nodes + 2);
+            if late < 2 {
+                std::thread::sleep(Duration::from_millis(2 * (late as u64 + 1)));
+            }
+            let enter = monotonic_ns();
+            port.barrier_with(&group, &options)
+                .map_err(|error| format!("{name} barrier {index}: {error}"))?;
+            let exit = monotonic_ns();
+            println!("barrier algorithm={name} index={index} enter_ns={enter} exit_ns={exit}");
+        }
+    }
+    // The last barrier may have completed here before its last packets reached the others; one
+    // more keeps every port open until everyone is through.
+    port.barrier_with(&group, &options)
+        .map_err(|error| format!("the closing barrier: {error}"))?;
+    port.close()?;
+    println!("done");
+    Ok(())
+}
+
+/// The bytes of message `index` from `sender`.
+fn message(sender: u8, index: u32) -> Vec<u8> {
+    let length = 16 + (index as usize * 37) % 232;
+    (0..length)
+        .map(|k| (usize::from(sender) * 31 + index as usize * 7 + k) as u8)
+        .collect()
+}
+
+/// Sends `args.messages` messages to the next node and receives as many from the previous one,
+/// checking each byte, sender and status: message `i` goes out once message `i - 1` was sent and
+/// received (the previous node may be one message ahead, so arrivals are counted on their own).
+fn exchange_messages(port: &mut Port, args: &Args) -> Result<()> {
+    let next = NodeId::new((u16::from(args.unit) + 1) % args.nodes);
+    let previous = (u16::from(args.unit) + args.nodes - 1) % args.nodes;
+    let started = Instant::now();
+    let mut bytes = 0;
+    let mut spare = Vec::new();
+    let mut received = 0;
+    for index in 0..args.messages {
+        let payload = message(args.unit, index);
+        let mut buffer = match spare.pop() {
+            Some(buffer) => buffer,
+            None => port.dma_alloc(256)?,
+        };
+        buffer[..payload.len()].copy_from_slice(&payload);
+        port.send(
+            buffer,
+            payload.len(),
+            SIZE,
+            Priority::LOW,
+            next,
+            PortId(args.port),
+            u64::from(index),
+        )
+        .map_err(|refused| format!("message {index}: {}", refused.error))?;
+        let mut sent = false;
+        let deadline = Instant::now() + STEP_TIMEOUT;
+        while !sent || received <= index {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let Some(event) = port.receive_timeout(left)? else {
+                return Err(format!(
+                    "message {index}: no {} within {STEP_TIMEOUT:?}",
+                    if sent {
+                        "message from the previous node"
+                    } else {
+                        "SENT event"
+                    }
+                )
+                .into());
+            };
+            match event {
+                Event::Sent {
+                    buffer,
+                    context,
+                    status,
+                    ..
+                } => {
+                    if status != Status::SUCCESS || context != u64::from(index) {
+                        return Err(
+                            format!("message {index}: SENT {status:?} for {context}").into()
+                        );
+                    }
+                    spare.push(buffer);
+                    sent = true;
+                }
+                Event::Received {
+                    buffer,
+                    length,
+                    tag,
+                    sender_node,
+                    status,
+                    ..
+                } => {
+                    let expected = message(previous as u8, received);
+                    if status != Status::SUCCESS
+                        || sender_node.get() != previous
+                        || buffer[..length] != expected[..]
+                    {
+                        return Err(format!(
+                            "message {received} in: {length} bytes from node {} ({status:?}), \
+                             expected {} bytes from node {previous}",
+                            sender_node.get(),
+                            expected.len()
+                        )
+                        .into());
+                    }
+                    bytes += length;
+                    received += 1;
+                    port.provide_receive_buffer(buffer, SIZE, Priority::LOW, tag)
+                        .map_err(|refused| refused.error)?;
+                }
+                other => return Err(format!("message {index}: unexpected {other:?}").into()),
+            }
+        }
+    }
+    println!(
+        "messages sent={0} received={0} bytes={bytes} elapsed_us={1}",
+        args.messages,
+        started.elapsed().as_micros()
+    );
+    Ok(())
+}
+
+fn monotonic_ns() -> i128 {
+    // CLOCK_MONOTONIC cannot fail on Linux; a zero would make the barrier check fail loudly.
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).map_or(0, |now| {
+        i128::from(now.tv_sec()) * 1_000_000_000 + i128::from(now.tv_nsec())
+    })
+}

@@ -1,0 +1,476 @@
+//! Barriers through the library against the emulated NIC in this process, one thread per port:
+//! GM's two calls, groups, the fuzzy barrier, the host-based baseline, and what the port keeps
+//! for the caller while a barrier waits. Processes, faults and killed members are the process-level
+//! tests' (`host-driver/tests/barrier_processes.rs`).
+//!
+//! Every wait is bounded and fails loudly.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Barrier as ThreadBarrier, mpsc};
+use std::time::{Duration, Instant};
+
+use nicbar::{
+    Algorithm, BarrierError, Event, FailureReason, Group, Member, Port, Priority, Status, Step,
+};
+use nicbar_emulator::{Emulator, EmulatorConfig, EmulatorHandle};
+
+/// Longest any one wait of these tests may take.
+const BOUND: Duration = Duration::from_secs(20);
+const SIZE: u8 = 7;
+
+struct Cluster {
+    emulator: EmulatorHandle,
+    dir: std::path::PathBuf,
+}
+
+impl Cluster {
+    fn new(name: &str, units: u16) -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("nicbar-barrier-{name}-{}", std::process::id()));
+        let emulator =
+            Emulator::spawn(EmulatorConfig::in_process(dir.join("control.sock"), units)).unwrap();
+        Self { emulator, dir }
+    }
+
+    fn open(&self, unit: u8, port: u8) -> Port {
+        Port::open_at(self.emulator.socket(), unit, port).unwrap()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn member(port: &Port) -> Member {
+    Member::new(port.node_id(), port.port_id())
+}
+
+fn blocking(port: &mut Port) -> Event {
+    port.receive_timeout(BOUND)
+        .unwrap()
+        .unwrap_or_else(|| panic!("no event within {BOUND:?}"))
+}
+
+fn compile(algorithm: Algorithm, members: &[Member], rank: usize) -> Vec<Step> {
+    let mut steps = vec![Step::default(); 128];
+    let count = nicbar_schedule::compile(algorithm, members, rank, &mut steps).unwrap();
+    steps.truncate(count);
+    steps
+}
+
+/// Runs `barriers` pairwise-exchange barriers through GM's two calls on two ports, one thread
+/// each, providing each barrier's buffer right before its barrier token. Checks each end event's
+/// context and that every token comes back; returns how many barrier tokens the NIC refused as
+/// busy (each is posted again, as a GM program would).
+fn gm_barriers(name: &str, barriers: u64) -> u64 {
+    let cluster = Cluster::new(name, 2);
+    let ports = [cluster.open(0, 1), cluster.open(1, 3)];
+    let members: Vec<Member> = ports.iter().map(member).collect();
+    let threads: Vec<_> = ports
+        .into_iter()
+        .enumerate()
+        .map(|(rank, mut port)| {
+            let steps = compile(Algorithm::PairwiseExchange, &members, rank);
+            std::thread::spawn(move || {
+                let (sends, receives) = (port.send_tokens(), port.receive_tokens());
+                let mut refused = 0;
+                for round in 0..barriers {
+                    port.provide_barrier_buffer().unwrap();
+                    assert_eq!(port.receive_tokens(), receives - 1);
+                    let context = 1000 * rank as u64 + round;
+                    port.barrier_send(&steps, context, Some(BOUND)).unwrap();
+                    assert_eq!(port.send_tokens(), sends - 1);
+                    loop {
+                        match blocking(&mut port) {
+                            Event::BarrierCompleted { context: c } => {
+                                assert_eq!(c, context);
+                                break;
+                            }
+                            Event::SendRejected {
+                                status: Status::BARRIER_BUSY,
+                                context: c,
+                                ..
+                            } if c == context => {
+                                refused += 1;
+                                port.barrier_send(&steps, context, Some(BOUND)).unwrap();
+                            }
+                            other => panic!("rank {rank} barrier {round}: {other:?}"),
+                        }
+                    }
+                    assert_eq!(
+                        (port.send_tokens(), port.receive_tokens()),
+                        (sends, receives)
+                    );
+                }
+                refused
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).sum()
+}
+
+/// Each barrier's buffer is provided right before its token: the NIC must not read the token
+/// before the buffer (it once did, and refused such tokens as busy).
+#[test]
+fn gm_calls_run_barriers_give_every_token_back_and_are_never_refused_as_busy() {
+    assert_eq!(gm_barriers("gm", 2000), 0);
+}
+
+#[test]
+fn a_barrier_without_a_buffer_or_with_a_bad_schedule_is_refused_and_its_tokens_come_back() {
+    let cluster = Cluster::new("refused", 2);
+    let mut port = cluster.open(0, 1);
+    let peer = cluster.open(1, 1);
+    let (sends, receives) = (port.send_tokens(), port.receive_tokens());
+    let steps = compile(
+        Algorithm::PairwiseExchange,
+        &[member(&port), member(&peer)],
+        0,
+    );
+    port.barrier_send(&steps, 7, None).unwrap();
+    match blocking(&mut port) {
+        Event::SendRejected {
+            buffer,
+            context,
+            status,
+            kind,
+        } => {
+            assert!(buffer.is_none(), "the schedule buffer is the port's");
+            assert_eq!((context, status, kind), (7, Status::BARRIER_BUSY, 2));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(port.send_tokens(), sends);
+    // An empty schedule is refused as such, and the barrier buffer stays provided.
+    port.provide_barrier_buffer().unwrap();
+    port.barrier_send(&[], 8, None).unwrap();
+    match blocking(&mut port) {
+        Event::SendRejected {
+            context, status, ..
+        } => assert_eq!((context, status), (8, Status::BAD_SCHEDULE)),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        (port.send_tokens(), port.receive_tokens()),
+        (sends, receives - 1)
+    );
+    assert!(port.receive().unwrap().is_none());
+}
+
+#[test]
+fn a_group_of_one_completes_at_once_and_strangers_are_told_they_are_not_members() {
+    let cluster = Cluster::new("one", 2);
+    let mut port = cluster.open(0, 2);
+    let other = cluster.open(1, 2);
+    let alone = Group::new([member(&port)]).unwrap();
+    let tokens = (port.send_tokens(), port.receive_tokens());
+    port.barrier(&alone).unwrap();
+    let pending = port.barrier_start(&alone).unwrap();
+    assert!(port.barrier_test(&pending).unwrap());
+    port.barrier_wait(pending).unwrap();
+    port.host_barrier(&alone, alone.options()).unwrap();
+    // Nothing went to the NIC: no token is out, no event comes.
+    assert_eq!((port.send_tokens(), port.receive_tokens()), tokens);
+    assert!(port.receive().unwrap().is_none());
+    let theirs = Group::new([member(&other)]).unwrap();
+    match port.barrier(&theirs) {
+        Err(BarrierError::NotAMember { member: m }) => assert_eq!(m, member(&port)),
+        other => panic!("{other:?}"),
+    }
+    match port.host_barrier(&theirs, theirs.options()) {
+        Err(BarrierError::NotAMember { .. }) => {}
+        other => panic!("{other:?}"),
+    }
+    let two = Group::new([member(&port), member(&other)])
+        .unwrap()
+        .with_algorithm(Algorithm::Dissemination { n: 2 });
+    match port.barrier(&two) {
+        Err(BarrierError::Schedule(error)) => {
+            assert_eq!(
+                error.to_string(),
+                "dissemination n = 2 is outside 1..=1 for 2 members"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn events_that_arrive_during_a_barrier_come_out_of_receive_afterwards_in_order() {
+    const MESSAGES: u32 = 40;
+    let cluster = Cluster::new("kept", 2);
+    let mut sender = cluster.open(0, 1);
+    let mut receiver = cluster.open(1, 1);
+    let group = Group::new([member(&sender), member(&receiver)]).unwrap();
+    for tag in 0..MESSAGES {
+        let buffer = receiver.dma_alloc(128).unwrap();
+        receiver
+            .provide_receive_buffer(buffer, SIZE, Priority::LOW, tag)
+            .unwrap();
+    }
+    let to = member(&receiver);
+    let (group_a, group_b) = (group.clone(), group.clone());
+    let sending = std::thread::spawn(move || {
+        for seq in 0..MESSAGES {
+            let mut buffer = sender.dma_alloc(128).unwrap();
+            buffer[..4].copy_from_slice(&seq.to_le_bytes());
+            sender
+                .send(
+                    buffer,
+                    4,
+                    SIZE,
+                    Priority::LOW,
+                    to.node,
+                    to.port,
+                    u64::from(seq),
+                )
+                .unwrap();
+        }
+        // The barrier packet rides behind the messages on the same connection (paper §3.3).
+        sender.barrier(&group_a).unwrap();
+        let mut contexts = Vec::new();
+        while let Some(event) = sender.receive().unwrap() {
+            match event {
+                Event::Sent {
+                    context, status, ..
+                } => {
+                    assert_eq!(status, Status::SUCCESS);
+                    contexts.push(context);
+                }
+                other => panic!("sender: {other:?}"),
+            }
+        }
+        // Whatever the barrier did not wait through comes later; collect the rest.
+        while contexts.len() < MESSAGES as usize {
+            match blocking(&mut sender) {
+                Event::Sent { context, .. } => contexts.push(context),
+                other => panic!("sender: {other:?}"),
+            }
+        }
+        assert_eq!(contexts, (0..u64::from(MESSAGES)).collect::<Vec<_>>());
+    });
+    receiver.barrier(&group_b).unwrap();
+    let mut received = Vec::new();
+    while let Some(event) = receiver.receive().unwrap() {
+        match event {
+            Event::Received { buffer, length, .. } => {
+                assert_eq!(length, 4);
+                received.push(u32::from_le_bytes(buffer[..4].try_into().unwrap()));
+            }
+            other => panic!("receiver: {other:?}"),
+        }
+    }
+    // Everything sent before the sender entered the barrier arrived before the barrier completed
+    // here, and the port kept it all, in order.
+    assert_eq!(received, (0..MESSAGES).collect::<Vec<_>>());
+    sending.join().unwrap();
+}
+
+#[test]
+fn a_fuzzy_barrier_is_not_done_until_the_last_member_enters() {
+    let cluster = Cluster::new("fuzzy", 2);
+    let mut early = cluster.open(0, 4);
+    let mut late = cluster.open(1, 4);
+    let group = Group::new([member(&early), member(&late)])
+        .unwrap()
+        .with_timeout(BOUND);
+    let (go, wait_for_go) = mpsc::channel::<()>();
+    let late_group = group.clone();
+    let late_thread = std::thread::spawn(move || {
+        wait_for_go.recv_timeout(BOUND).unwrap();
+        late.barrier(&late_group).unwrap();
+        late
+    });
+    let pending = early.barrier_start(&group).unwrap();
+    // A second barrier cannot start while this one runs.
+    assert!(matches!(
+        early.barrier_start(&group),
+        Err(BarrierError::Busy)
+    ));
+    let mut tests = 0;
+    let computing_until = Instant::now() + Duration::from_millis(50);
+    while Instant::now() < computing_until {
+        assert!(
+            !early.barrier_test(&pending).unwrap(),
+            "the barrier completed before its other member entered"
+        );
+        tests += 1;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    go.send(()).unwrap();
+    let deadline = Instant::now() + BOUND;
+    while !early.barrier_test(&pending).unwrap() {
+        assert!(Instant::now() < deadline, "the barrier did not complete");
+        std::hint::spin_loop();
+    }
+    early.barrier_wait(pending).unwrap();
+    let mut late = late_thread.join().unwrap();
+    eprintln!("{tests} tests said not yet");
+    // Both ports go on with the next barrier.
+    let late_group = group.clone();
+    let again = std::thread::spawn(move || late.barrier(&late_group).unwrap());
+    early.barrier(&group).unwrap();
+    again.join().unwrap();
+}
+
+#[test]
+fn a_member_that_never_enters_fails_the_barrier_naming_it_nic_and_host() {
+    let cluster = Cluster::new("timeout", 2);
+    let mut port = cluster.open(0, 1);
+    let absent = cluster.open(1, 6);
+    let group = Group::new([member(&port), member(&absent)])
+        .unwrap()
+        .with_timeout(Duration::from_millis(200));
+    let started = Instant::now();
+    match port.barrier(&group) {
+        Err(BarrierError::Failed {
+            waiting_for,
+            rank,
+            reason,
+        }) => {
+            assert_eq!(
+                (waiting_for, rank, reason),
+                (member(&absent), Some(1), FailureReason::TimedOut)
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(started.elapsed() < BOUND);
+    let options = *group.options();
+    match port.host_barrier(&group, &options) {
+        Err(error @ BarrierError::Failed { .. }) => {
+            assert_eq!(
+                error.to_string(),
+                "the barrier failed waiting for rank 1 (node 1 port 6): the barrier timed out"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // The port is usable afterwards: the send token and the barrier buffer came back.
+    assert!(!matches!(
+        port.barrier_start(&group),
+        Err(BarrierError::Busy)
+    ));
+    drop(absent);
+}
+
+/// Four ports in four threads run barriers of every algorithm, on the NIC and on the host,
+/// alternating, and check on exit that every member entered.
+#[test]
+fn nic_and_host_barriers_of_every_algorithm_alternate_on_four_ports() {
+    const MEMBERS: usize = 4;
+    const ROUNDS: u64 = 25;
+    let cluster = Cluster::new("alternate", MEMBERS as u16);
+    let ports: Vec<Port> = (0..MEMBERS as u8).map(|u| cluster.open(u, 2)).collect();
+    let group = Group::new(ports.iter().map(member))
+        .unwrap()
+        .with_timeout(BOUND);
+    let algorithms = [
+        Algorithm::PairwiseExchange,
+        Algorithm::GatherBroadcast {
+            dimension: 1,
+            root: 0,
+        },
+        Algorithm::GatherBroadcast {
+            dimension: 3,
+            root: 2,
+        },
+        Algorithm::Dissemination { n: 1 },
+        Algorithm::Dissemination { n: 3 },
+    ];
+    let entered: Arc<Vec<AtomicU64>> = Arc::new((0..MEMBERS).map(|_| AtomicU64::new(0)).collect());
+    let start = Arc::new(ThreadBarrier::new(MEMBERS));
+    let threads: Vec<_> = ports
+        .into_iter()
+        .enumerate()
+        .map(|(rank, mut port)| {
+            let (group, entered, start) = (group.clone(), entered.clone(), start.clone());
+            std::thread::spawn(move || {
+                start.wait();
+                let mut count = 0;
+                for algorithm in algorithms {
+                    let options = group.options().with_algorithm(algorithm);
+                    for round in 0..ROUNDS {
+                        count += 1;
+                        entered[rank].store(count, Ordering::SeqCst);
+                        if round % 2 == 0 {
+                            port.barrier_with(&group, &options)
+                        } else {
+                            port.host_barrier(&group, &options)
+                        }
+                        .unwrap_or_else(|e| panic!("rank {rank} {algorithm:?} {round}: {e}"));
+                        for (other, their) in entered.iter().enumerate() {
+                            let their = their.load(Ordering::SeqCst);
+                            assert!(
+                                their >= count,
+                                "rank {rank} left barrier {count} ({algorithm:?}) before rank \
+                                 {other} entered it (it entered {their})"
+                            );
+                        }
+                    }
+                }
+                // Nothing of the barriers leaked out to the caller.
+                assert!(port.receive().unwrap().is_none());
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+}
+
+/// The NIC takes at most 64 receive buffers per port; a barrier buffer provided behind more waits
+/// in the receive ring until messages free room. The barrier is posted again a number of times,
+/// then refused as busy, and works once the ring moves.
+#[test]
+fn a_barrier_buffer_stuck_behind_receive_buffers_is_reported_and_works_once_they_move() {
+    const BUFFERS: u32 = 100;
+    let cluster = Cluster::new("stuck", 2);
+    let mut stuck = cluster.open(0, 1);
+    let mut peer = cluster.open(1, 1);
+    for tag in 0..BUFFERS {
+        let buffer = stuck.dma_alloc(128).unwrap();
+        stuck
+            .provide_receive_buffer(buffer, SIZE, Priority::LOW, tag)
+            .unwrap();
+    }
+    let group = Group::new([member(&stuck), member(&peer)])
+        .unwrap()
+        .with_timeout(BOUND);
+    let started = Instant::now();
+    match stuck.barrier(&group) {
+        Err(BarrierError::Refused { status }) => assert_eq!(status, Status::BARRIER_BUSY),
+        other => panic!("{other:?}"),
+    }
+    eprintln!("refused after {:?}", started.elapsed());
+    // The peer's messages take buffers, the ring moves, the barrier buffer reaches the NIC.
+    let to = member(&stuck);
+    for seq in 0..BUFFERS {
+        let buffer = peer.dma_alloc(128).unwrap();
+        peer.send(
+            buffer,
+            8,
+            SIZE,
+            Priority::LOW,
+            to.node,
+            to.port,
+            u64::from(seq),
+        )
+        .unwrap();
+        if peer.send_tokens() == 0 {
+            assert!(matches!(blocking(&mut peer), Event::Sent { .. }));
+        }
+    }
+    let peer_group = group.clone();
+    let other = std::thread::spawn(move || peer.barrier(&peer_group).unwrap());
+    stuck.barrier(&group).unwrap();
+    other.join().unwrap();
+    let mut received = 0;
+    while let Some(event) = stuck.receive().unwrap() {
+        assert!(matches!(event, Event::Received { .. }), "{event:?}");
+        received += 1;
+    }
+    assert_eq!(received, BUFFERS);
+}

@@ -1,0 +1,252 @@
+//! QEMU NICs from a test: the firmware image, built as CI builds it (`cargo xtask image`), boots
+//! as two NICs under `qemu-system-riscv32`; this process opens ports on them through the user
+//! library, exchanges messages, runs a barrier, closes and reopens a port, asks for the status,
+//! and powers the NICs off; a NIC whose QEMU dies is reported.
+//!
+//! Skipped, with the reason printed, only when `qemu-system-riscv32` is not installed
+//! (`cargo xtask qemu` installs it). Every wait is bounded and fails naming what it waited for.
+
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use nicbar::{Error, Event, Group, NodeId, Port, PortId, Priority, Status};
+use nicbar_control::{Reply, Request};
+use nicbar_image::image::ImageFile;
+use nicbar_qemu::{QemuConfig, QemuError, QemuFabric};
+use shared_abi::image::ImageTarget;
+
+const QEMU: &str = "qemu-system-riscv32";
+/// Size class of the test messages: buffers of 256 bytes.
+const SIZE: u8 = 8;
+/// How long one step may take.
+const STEP: Duration = Duration::from_secs(20);
+
+/// Whether QEMU runs here; says why the test is skipped if not.
+fn qemu_or_skip(test: &str) -> bool {
+    let runs = Command::new(QEMU)
+        .arg("--version")
+        .output()
+        .is_ok_and(|output| output.status.success());
+    if !runs {
+        eprintln!(
+            "{test}: skipped: {QEMU} is not installed (cargo xtask qemu installs it from \
+             bookworm-backports)"
+        );
+    }
+    runs
+}
+
+/// The firmware image, built once per test run by `cargo xtask image` (as CI builds it).
+fn image_path() -> &'static PathBuf {
+    static IMAGE: OnceLock<PathBuf> = OnceLock::new();
+    IMAGE.get_or_init(|| {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let output = Command::new(env!("CARGO"))
+            .args(["run", "--quiet", "--package", "xtask", "--", "image"])
+            .current_dir(&root)
+            .output()
+            .expect("running cargo xtask image");
+        assert!(
+            output.status.success(),
+            "cargo xtask image failed:\n{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map_or_else(|| root.join("target"), |dir| root.join(dir));
+        target.join("nicbar-riscv32imac-unknown-none-elf.img")
+    })
+}
+
+fn spawn(dir: &tempfile::TempDir, nodes: u16) -> QemuFabric {
+    let image = ImageFile::read_for_target(image_path(), ImageTarget::RISCV32IMAC)
+        .expect("the image built by cargo xtask image verifies");
+    let mut config = QemuConfig::new(dir.path().join("control.sock"), image, nodes);
+    config.echo_console = false;
+    QemuFabric::spawn(config).expect("the QEMU NICs boot")
+}
+
+fn provide(port: &mut Port, count: u32) {
+    for tag in 0..count {
+        let buffer = port.dma_alloc(256).unwrap();
+        port.provide_receive_buffer(buffer, SIZE, Priority::LOW, tag)
+            .map_err(|refused| refused.error)
+            .unwrap();
+    }
+}
+
+/// Sends `payload` from `from` to `to` and checks that it arrives whole, and that the send
+/// completes.
+fn send_and_check(from: &mut Port, to: &mut Port, payload: &[u8]) {
+    let mut buffer = from.dma_alloc(256).unwrap();
+    buffer[..payload.len()].copy_from_slice(payload);
+    from.send(
+        buffer,
+        payload.len(),
+        SIZE,
+        Priority::LOW,
+        to.node_id(),
+        to.port_id(),
+        7,
+    )
+    .map_err(|refused| refused.error)
+    .unwrap();
+    match to.receive_timeout(STEP).unwrap() {
+        Some(Event::Received {
+            buffer,
+            length,
+            sender_node,
+            status,
+            ..
+        }) => {
+            assert_eq!(status, Status::SUCCESS);
+            assert_eq!(sender_node, from.node_id());
+            assert_eq!(&buffer[..length], payload);
+        }
+        other => panic!("expected the message within {STEP:?}, got {other:?}"),
+    }
+    match from.receive_timeout(STEP).unwrap() {
+        Some(Event::Sent {
+            status, context, ..
+        }) => assert_eq!((status, context), (Status::SUCCESS, 7)),
+        other => panic!("expected SENT within {STEP:?}, got {other:?}"),
+    }
+}
+
+#[test]
+fn ports_messages_and_barriers_on_two_qemu_nics() {
+    if !qemu_or_skip("ports_messages_and_barriers_on_two_qemu_nics") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let fabric = spawn(&dir, 2);
+    let socket = fabric.socket().to_owned();
+    for report in fabric.reports() {
+        assert_eq!(report.state, board::layout::GuestState::RUNNING);
+        for (port, &(address, length)) in report.windows.iter().enumerate() {
+            assert_eq!(
+                (address, length as usize),
+                (
+                    board::layout::port_window_address(port).unwrap(),
+                    board::layout::PORT_WINDOW_LEN
+                ),
+                "node {} port {port}",
+                report.node
+            );
+        }
+        assert!(report.stack_boot_high_water > 0 && report.stack_size > 0);
+    }
+
+    let mut a = Port::open_at(&socket, 0, 3).unwrap();
+    let mut b = Port::open_at(&socket, 1, 3).unwrap();
+    assert_eq!((a.node_id(), b.node_id()), (NodeId::new(0), NodeId::new(1)));
+    assert!(matches!(
+        Port::open_at(&socket, 0, 3),
+        Err(Error::PortBusy { .. })
+    ));
+    assert!(matches!(
+        Port::open_at(&socket, 2, 0),
+        Err(Error::NoSuchUnit { .. })
+    ));
+    provide(&mut a, 4);
+    provide(&mut b, 4);
+    send_and_check(&mut a, &mut b, b"from node 0 through the switch");
+    send_and_check(&mut b, &mut a, &[0xa5; 200]);
+
+    let group = Group::from_endpoints([(NodeId::new(0), PortId(3)), (NodeId::new(1), PortId(3))])
+        .unwrap()
+        .with_timeout(STEP);
+    std::thread::scope(|scope| {
+        let other = scope.spawn(|| b.barrier(&group));
+        a.barrier(&group).expect("node 0's barrier completes");
+        other.join().unwrap().expect("node 1's barrier completes");
+    });
+
+    // Close and reopen: a new incarnation over cleared memory.
+    let first = a.generation();
+    a.close().unwrap();
+    let mut a = Port::open_at(&socket, 0, 3).unwrap();
+    assert!(
+        a.generation().get() > first.get(),
+        "a reopened port has a new generation"
+    );
+    provide(&mut a, 4);
+    send_and_check(&mut b, &mut a, b"to the reopened port");
+
+    let stream = UnixStream::connect(&socket).unwrap();
+    let Reply::Status(status) = nicbar_control::call(&stream, &Request::Status, STEP)
+        .unwrap()
+        .0
+    else {
+        panic!("no status report");
+    };
+    assert_eq!(status.units.len(), 2);
+    let unit0 = &status.units[0];
+    assert_eq!(unit0.ports.len(), 1);
+    assert_eq!(unit0.ports[0].owner_pid, Some(std::process::id()));
+    assert_eq!(unit0.ports[0].generation, a.generation().get());
+
+    drop((a, b));
+    let report = fabric.stop();
+    for node in &report.nodes {
+        assert_eq!(
+            node.exit.and_then(|status| status.code()),
+            Some(0),
+            "node {} powers off cleanly: {node}",
+            node.node
+        );
+        assert_eq!(node.state, board::layout::GuestState::STOPPED, "{node}");
+        assert_eq!(node.counters.barriers_completed.get(), 1, "{node}");
+        assert_eq!(node.counters.barriers_failed.get(), 0, "{node}");
+        assert!(
+            node.stack_high_water > 0 && node.stack_high_water < node.stack_size,
+            "{node}"
+        );
+    }
+    assert_eq!(report.nodes[0].counters.messages_delivered.get(), 2);
+    assert_eq!(report.nodes[1].counters.messages_delivered.get(), 1);
+    assert!(report.switch.moved >= 6, "{:?}", report.switch);
+    assert!(!socket.exists(), "the socket is removed on stop");
+}
+
+#[test]
+fn a_nic_whose_qemu_dies_is_reported() {
+    if !qemu_or_skip("a_nic_whose_qemu_dies_is_reported") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let fabric = spawn(&dir, 2);
+    fabric.check_running().unwrap();
+    let victim = fabric.reports()[1].pid;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(victim as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let deadline = Instant::now() + STEP;
+    let error = loop {
+        match fabric.check_running() {
+            Err(error) => break error,
+            Ok(()) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            Ok(()) => panic!("the death of node 1's QEMU was not noticed within {STEP:?}"),
+        }
+    };
+    assert!(
+        matches!(error, QemuError::Exited { node: 1, .. }),
+        "{error}"
+    );
+    // The other NIC still serves ports.
+    let port = Port::open_at(fabric.socket(), 0, 0).unwrap();
+    assert_eq!(port.node_id(), NodeId::new(0));
+    drop(port);
+    let report = fabric.stop();
+    assert_eq!(report.nodes[0].exit.and_then(|s| s.code()), Some(0));
+    assert_eq!(
+        report.nodes[1].exit.and_then(|s| s.code()),
+        None,
+        "killed by a signal"
+    );
+}
