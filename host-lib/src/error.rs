@@ -18,6 +18,16 @@ pub enum Error {
         /// Why the connection failed.
         source: io::Error,
     },
+    /// The process behind the control socket runs as another user (neither this one nor root):
+    /// it may have squatted the socket's name, so nothing was sent to it.
+    UntrustedDaemon {
+        /// The socket.
+        socket: PathBuf,
+        /// The user id the kernel gives for that process.
+        uid: u32,
+        /// Its process id.
+        pid: u32,
+    },
     /// The daemon has exited: the control connection closed under the port.
     DaemonGone,
     /// The daemon runs no NIC with this unit number.
@@ -98,6 +108,12 @@ impl std::fmt::Display for Error {
                 write!(f, "no NIC unit {unit}: the daemon runs {units} unit(s)")
             }
             Self::NoSuchPort { port } => write!(f, "no port {port} on a NIC"),
+            Self::UntrustedDaemon { socket, uid, pid } => write!(
+                f,
+                "the process behind {} (pid {pid}) runs as uid {uid}, neither this user nor root: \
+                 refusing to talk to it",
+                socket.display()
+            ),
             Self::PortBusy {
                 unit,
                 port,

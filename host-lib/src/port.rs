@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nicbar_control::{Mapping, Reply, Request, doorbell};
+use nicbar_control::{ConnectError, Mapping, Reply, Request, doorbell};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::socket::{MsgFlags, recv};
 use shared_abi::event::{EventKind, Status};
@@ -113,9 +113,13 @@ impl Port {
     /// # Errors
     /// As [`Port::open`].
     pub fn open_at(socket: &Path, unit: u8, port: u8) -> Result<Self, Error> {
-        let control = UnixStream::connect(socket).map_err(|source| Error::DaemonUnreachable {
-            socket: socket.to_owned(),
-            source,
+        let control = nicbar_control::connect(socket).map_err(|error| match error {
+            ConnectError::Unreachable { socket, source } => {
+                Error::DaemonUnreachable { socket, source }
+            }
+            ConnectError::Untrusted { socket, uid, pid } => {
+                Error::UntrustedDaemon { socket, uid, pid }
+            }
         })?;
         let request = Request::OpenPort {
             unit,

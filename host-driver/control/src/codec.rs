@@ -416,6 +416,14 @@ impl Wire for ControlError {
                 out.push(9);
                 reason.put(out);
             }
+            Self::PermissionDenied {
+                client_uid,
+                daemon_uid,
+            } => {
+                out.push(10);
+                client_uid.put(out);
+                daemon_uid.put(out);
+            }
         }
     }
     fn take(input: &mut Reader<'_>) -> Result<Self, DecodeError> {
@@ -449,6 +457,10 @@ impl Wire for ControlError {
             },
             8 => Self::BadRequest(Wire::take(input)?),
             9 => Self::Internal(Wire::take(input)?),
+            10 => Self::PermissionDenied {
+                client_uid: Wire::take(input)?,
+                daemon_uid: Wire::take(input)?,
+            },
             other => return Err(input.error(DecodeProblem::UnknownTag(other))),
         })
     }
@@ -533,6 +545,10 @@ mod tests {
             }),
             Reply::Error(ControlError::BadRequest("é".to_owned())),
             Reply::Error(ControlError::Internal(String::new())),
+            Reply::Error(ControlError::PermissionDenied {
+                client_uid: 1000,
+                daemon_uid: 1001,
+            }),
         ]
     }
 

@@ -21,11 +21,13 @@ mod path;
 pub mod server;
 pub mod sys;
 
-pub use client::query_status;
+pub use client::{ConnectError, connect, query_status};
 pub use frame::{MAX_FRAME, PROTOCOL_VERSION, call};
 pub use message::{
     ConnectionReport, ControlError, NicReport, OpenedPort, PortReport, Reply, Request,
     StatusReport, UnitStatus, WireCounters,
 };
-pub use path::{ListenError, SOCKET_ENV, default_socket_path, listen, socket_path};
+pub use path::{
+    ListenError, SOCKET_ENV, default_socket_path, listen, share_with_group, socket_path,
+};
 pub use sys::Mapping;

@@ -112,6 +112,14 @@ pub enum ControlError {
         /// What failed.
         reason: String,
     },
+    /// The daemon serves only its own user (and a group named when it started); this client runs
+    /// as another.
+    PermissionDenied {
+        /// The client's user id.
+        client_uid: u32,
+        /// The daemon's user id.
+        daemon_uid: u32,
+    },
     /// The request could not be parsed.
     BadRequest(String),
     /// The daemon could not do its part (a NIC thread did not answer).
@@ -150,6 +158,14 @@ impl std::fmt::Display for ControlError {
                     "port {port} of unit {unit} could not be opened: {reason}"
                 )
             }
+            Self::PermissionDenied {
+                client_uid,
+                daemon_uid,
+            } => write!(
+                f,
+                "permission denied: this daemon serves uid {daemon_uid} (and the group it was \
+                 started with), not uid {client_uid}"
+            ),
             Self::BadRequest(reason) => write!(f, "bad request: {reason}"),
             Self::Internal(reason) => write!(f, "daemon failure: {reason}"),
         }

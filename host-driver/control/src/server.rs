@@ -92,8 +92,14 @@ struct Client {
 }
 
 /// A control socket's server over the NICs of backend `B`; runs on a thread of its own.
+///
+/// It serves processes of its own user (and root); [`ControlServer::allow_group`] adds the
+/// members of one group. Any other process is answered [`ControlError::PermissionDenied`] and
+/// disconnected before it can ask anything.
 pub struct ControlServer<B> {
     listener: UnixListener,
+    uid: u32,
+    group: Option<u32>,
     stop: Arc<OwnedFd>,
     backend: B,
     epoll: Epoll,
@@ -116,6 +122,8 @@ impl<B: PortBackend> ControlServer<B> {
         let owners = vec![[None; PORTS_PER_NIC]; backend.unit_count()];
         Ok(Self {
             listener,
+            uid: nix::unistd::geteuid().as_raw(),
+            group: None,
             stop,
             backend,
             epoll,
@@ -123,6 +131,23 @@ impl<B: PortBackend> ControlServer<B> {
             owners,
             next_client: FIRST_CLIENT,
         })
+    }
+
+    /// Serves the members of group `gid` too (their processes may open ports and talk to every
+    /// other port of these NICs).
+    #[must_use]
+    pub fn allow_group(mut self, gid: u32) -> Self {
+        self.group = Some(gid);
+        self
+    }
+
+    /// Whether a process running as `uid` (primary group `gid`) may use this server.
+    fn permitted(&self, uid: u32, gid: u32) -> bool {
+        uid == self.uid
+            || uid == 0
+            || self
+                .group
+                .is_some_and(|group| group == gid || member_of(uid, gid, group))
     }
 
     /// Serves until the stop doorbell rings; then hands it to [`PortBackend::shut_down`].
@@ -165,9 +190,28 @@ impl<B: PortBackend> ControlServer<B> {
                     return;
                 }
             };
-            let pid = getsockopt(&stream, sockopt::PeerCredentials)
-                .map(|credentials| credentials.pid() as u32)
-                .unwrap_or(0);
+            let Ok(credentials) = getsockopt(&stream, sockopt::PeerCredentials) else {
+                continue;
+            };
+            let pid = credentials.pid() as u32;
+            if !self.permitted(credentials.uid(), credentials.gid()) {
+                let refusal = Reply::Error(ControlError::PermissionDenied {
+                    client_uid: credentials.uid(),
+                    daemon_uid: self.uid,
+                });
+                // One try, without waiting: the process is not served either way.
+                if let (Ok(()), Ok(frame)) = (stream.set_nonblocking(true), frame::encode(&refusal))
+                {
+                    let _ = frame::write_frame(&stream, &frame, &[], Instant::now());
+                }
+                eprintln!(
+                    "{}: refused process {pid}: it runs as uid {}, this daemon serves uid {}",
+                    B::LOG_NAME,
+                    credentials.uid(),
+                    self.uid
+                );
+                continue;
+            }
             let token = self.next_client;
             self.next_client += 1;
             let registered = stream.set_nonblocking(true).is_ok()
@@ -357,6 +401,18 @@ impl<B: PortBackend> ControlServer<B> {
             units: self.backend.unit_status(&self.owners),
         }
     }
+}
+
+/// Whether the user `uid` (primary group `gid`) is a member of `group`, by the group database.
+fn member_of(uid: u32, gid: u32, group: u32) -> bool {
+    let Ok(Some(user)) = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) else {
+        return false;
+    };
+    let Ok(name) = std::ffi::CString::new(user.name) else {
+        return false;
+    };
+    nix::unistd::getgrouplist(&name, nix::unistd::Gid::from_raw(gid))
+        .is_ok_and(|groups| groups.iter().any(|g| g.as_raw() == group))
 }
 
 /// The boot stamp for NICs a backend starts now (wall-clock milliseconds, wrapping): it grows

@@ -107,6 +107,8 @@ pub struct EmulatorConfig {
     /// How long a unit stays awake after its last work before it sleeps. Within it, processes
     /// post tokens without ringing the doorbell; it costs a core's time while it lasts.
     pub idle_linger: Duration,
+    /// A group whose members may use the daemon too (by default only its own user and root).
+    pub allow_group: Option<u32>,
 }
 
 impl EmulatorConfig {
@@ -125,6 +127,7 @@ impl EmulatorConfig {
             nic: firmware::Config::default(),
             region: RegionShape::default(),
             idle_linger: DEFAULT_IDLE_LINGER,
+            allow_group: None,
         }
     }
 
@@ -325,7 +328,7 @@ impl Emulator {
         }
         let units = unit::spawn_all(setups).map_err(EmulatorError::Resources)?;
         let stop = Arc::new(doorbell::new().map_err(EmulatorError::Resources)?);
-        let control = ControlServer::new(
+        let mut control = ControlServer::new(
             listener,
             stop.clone(),
             control::EmulatedUnits {
@@ -335,6 +338,15 @@ impl Emulator {
             },
         )
         .map_err(EmulatorError::Resources)?;
+        if let Some(gid) = config.allow_group {
+            nicbar_control::share_with_group(&config.socket, gid).map_err(|source| {
+                EmulatorError::Listen(ListenError::Socket {
+                    socket: config.socket.clone(),
+                    source,
+                })
+            })?;
+            control = control.allow_group(gid);
+        }
         let thread = std::thread::Builder::new()
             .name("nic-control".to_owned())
             .spawn(move || control.run())

@@ -81,6 +81,8 @@ pub struct QemuConfig {
     pub echo_console: bool,
     /// How long each NIC may take to boot.
     pub boot_timeout: Duration,
+    /// A group whose members may use the NICs too (by default only this user and root).
+    pub allow_group: Option<u32>,
 }
 
 impl QemuConfig {
@@ -95,6 +97,7 @@ impl QemuConfig {
             run_dir: None,
             echo_console: true,
             boot_timeout: DEFAULT_BOOT_TIMEOUT,
+            allow_group: None,
         }
     }
 }
@@ -283,6 +286,14 @@ impl QemuFabric {
             )));
         }
         let listener = nicbar_control::listen(&config.socket).map_err(QemuError::Socket)?;
+        if let Some(gid) = config.allow_group {
+            nicbar_control::share_with_group(&config.socket, gid).map_err(|source| {
+                QemuError::Socket(ListenError::Socket {
+                    socket: config.socket.clone(),
+                    source,
+                })
+            })?;
+        }
         let (run_dir, remove_run_dir) = match config.run_dir.clone() {
             Some(dir) => (dir, false),
             None => (temporary_run_dir(&config.socket), true),
@@ -344,7 +355,7 @@ impl QemuFabric {
         for machine in &self.machines {
             machine.await_running(deadline)?;
         }
-        let control = ControlServer::new(
+        let mut control = ControlServer::new(
             listener,
             self.stop.clone(),
             control::QemuMachines {
@@ -352,6 +363,9 @@ impl QemuFabric {
             },
         )
         .map_err(QemuError::Resources)?;
+        if let Some(gid) = config.allow_group {
+            control = control.allow_group(gid);
+        }
         self.control = Some(
             std::thread::Builder::new()
                 .name("qemu-control".to_owned())

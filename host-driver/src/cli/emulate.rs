@@ -10,7 +10,7 @@ use nicbar_emulator::{
     DEFAULT_IDLE_LINGER, Emulator, EmulatorConfig, FabricMap, FaultConfig, UnitConfig,
 };
 
-use super::CliResult;
+use super::{CliResult, resolve_group};
 
 /// Arguments of `nicctl emulate`.
 #[derive(clap::Args, Debug)]
@@ -61,6 +61,10 @@ pub struct EmulateArgs {
     /// Firmware: give up on a silent node after this many milliseconds.
     #[arg(long)]
     pub give_up_ms: Option<u64>,
+    /// Serve the members of this group too (a name or a number); by default only this user
+    /// (and root) may open ports. The socket and its directory are given to the group.
+    #[arg(long, value_name = "GROUP")]
+    pub allow_group: Option<String>,
 }
 
 impl EmulateArgs {
@@ -116,6 +120,7 @@ impl EmulateArgs {
             config.nic.retransmit_timeout = Duration::from_micros(us);
         }
         config.idle_linger = Duration::from_micros(self.linger_us);
+        config.allow_group = self.allow_group.as_deref().map(resolve_group).transpose()?;
         if let Some(ms) = self.give_up_ms {
             config.nic.give_up_after = Duration::from_millis(ms);
         }

@@ -25,3 +25,18 @@ pub fn parse_target(triple: &str) -> Result<ImageTarget, String> {
         format!("no NIC target {triple:?}; known: {}", known.join(", "))
     })
 }
+
+/// The group id of `--allow-group`'s argument: a group name, or a number.
+///
+/// # Errors
+/// No group has that name.
+pub fn resolve_group(group: &str) -> Result<u32, String> {
+    if let Ok(gid) = group.parse::<u32>() {
+        return Ok(gid);
+    }
+    match nix::unistd::Group::from_name(group) {
+        Ok(Some(found)) => Ok(found.gid.as_raw()),
+        Ok(None) => Err(format!("no group named {group:?}")),
+        Err(error) => Err(format!("cannot look up group {group:?}: {error}")),
+    }
+}

@@ -13,7 +13,7 @@ use nicbar_image::flash::FlashDevice;
 use nicbar_image::image::ImageFile;
 use nicbar_qemu::{DEFAULT_BOOT_TIMEOUT, DEFAULT_QEMU, QemuConfig, QemuFabric};
 
-use super::CliResult;
+use super::{CliResult, resolve_group};
 
 /// How often the supervisor checks that every QEMU still runs.
 const CHECK_INTERVAL: u16 = 250;
@@ -49,6 +49,10 @@ pub struct QemuArgs {
     /// How long each NIC may take to boot, in milliseconds.
     #[arg(long, default_value_t = DEFAULT_BOOT_TIMEOUT.as_millis() as u64)]
     pub boot_timeout_ms: u64,
+    /// Serve the members of this group too (a name or a number); by default only this user
+    /// (and root) may open ports.
+    #[arg(long, value_name = "GROUP")]
+    pub allow_group: Option<String>,
     /// Do not print the NICs' console lines.
     #[arg(long)]
     pub quiet: bool,
@@ -94,6 +98,7 @@ pub fn run_qemu(args: QemuArgs) -> CliResult {
     config.run_dir = args.run_dir.clone();
     config.echo_console = !args.quiet;
     config.boot_timeout = Duration::from_millis(args.boot_timeout_ms);
+    config.allow_group = args.allow_group.as_deref().map(resolve_group).transpose()?;
 
     // Block the stop signals before any thread starts, so every thread inherits the mask and the
     // signals wait for the signalfd below instead of killing the process mid-write.

@@ -75,7 +75,7 @@ pub(crate) fn from_error(error: &Error) -> gm_status_t {
         Error::NoSuchUnit { .. } => GM_NO_SUCH_DEVICE,
         Error::NoSuchPort { .. } => GM_INVALID_PORT_NUMBER,
         Error::PortBusy { .. } => GM_BUSY,
-        Error::Refused(_) => GM_PERMISSION_DENIED,
+        Error::Refused(_) | Error::UntrustedDaemon { .. } => GM_PERMISSION_DENIED,
         Error::Protocol(_) | Error::BadRegion(_) => GM_INCOMPATIBLE_LIB_AND_DRIVER,
         Error::Io(_) => GM_UNTRANSLATED_SYSTEM_ERROR,
         Error::NoSendTokens | Error::NoReceiveTokens => GM_TRY_AGAIN,
