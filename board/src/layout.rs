@@ -40,7 +40,7 @@
 use core::mem::offset_of;
 
 use shared_abi::ids::PORTS_PER_NIC;
-use shared_abi::packet::MAX_PACKET_LEN;
+use shared_abi::packet::MAX_WIRE_LEN;
 use zerocopy::little_endian::U32;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
@@ -115,7 +115,7 @@ pub const WIRE_RECEIVE: PacketRingLayout = PacketRingLayout {
 const _: () =
     assert!(WIRE_RECEIVE_OFFSET + PacketRingLayout::bytes(WIRE_RING_ENTRIES) <= SHARED_AREA_LEN);
 const _: () = assert!(SHARED_AREA_OFFSET + SHARED_AREA_LEN <= RAM_LEN - (2 << 20));
-const _: () = assert!(MAX_PACKET_LEN <= u16::MAX as usize);
+const _: () = assert!(MAX_WIRE_LEN <= u16::MAX as usize);
 
 /// What the firmware says it is doing ([`Mailbox::guest_state`]).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -266,8 +266,10 @@ pub struct GuestCounters {
     pub tokens_rejected: U32,
     /// Bytes (console text or doorbells) dropped because the UART's transmitter stayed full.
     pub uart_dropped: U32,
+    /// Packets dropped for a wrong or missing authentication code (low 32 bits).
+    pub unauthenticated: U32,
     /// Reserved, zero.
-    pub reserved: [u8; 20],
+    pub reserved: [u8; 16],
 }
 const _: () = assert!(core::mem::size_of::<GuestCounters>() == 64);
 
@@ -289,8 +291,13 @@ pub struct Mailbox {
     pub boot_stamp_ms: U32,
     /// Host, before boot: [`PORT_WINDOW_LEN`], the size of every port memory it provides.
     pub port_window_len: U32,
+    /// Host, before boot: non-zero if [`Mailbox::fabric_key`] holds the fabric key (packets are
+    /// then authenticated, `firmware::auth`).
+    pub fabric_key_present: U32,
+    /// Host, before boot: the fabric key, as eight little-endian words.
+    pub fabric_key: [U32; 8],
     /// Reserved, zero.
-    pub reserved0: [u8; 40],
+    pub reserved0: [u8; 4],
     /// Host, any time: non-zero asks the firmware to power the machine off.
     pub power_off: U32,
     /// Reserved, zero.
@@ -346,6 +353,10 @@ pub mod offsets {
     pub const BOOT_STAMP_MS: usize = offset_of!(Mailbox, boot_stamp_ms);
     /// [`Mailbox::port_window_len`].
     pub const PORT_WINDOW_LEN: usize = offset_of!(Mailbox, port_window_len);
+    /// [`Mailbox::fabric_key_present`].
+    pub const FABRIC_KEY_PRESENT: usize = offset_of!(Mailbox, fabric_key_present);
+    /// [`Mailbox::fabric_key`].
+    pub const FABRIC_KEY: usize = offset_of!(Mailbox, fabric_key);
     /// [`Mailbox::power_off`].
     pub const POWER_OFF: usize = offset_of!(Mailbox, power_off);
     /// [`Mailbox::guest_state`].

@@ -21,6 +21,8 @@ pub(crate) struct Configuration {
     pub(crate) node_count: u16,
     /// The host's millisecond stamp of this boot.
     pub(crate) boot_stamp_ms: u32,
+    /// The fabric key, if the host gave one.
+    pub(crate) fabric_key: Option<firmware::auth::FabricKey>,
 }
 
 fn load(shared: &RawMemory, offset: usize) -> u32 {
@@ -52,10 +54,18 @@ pub(crate) fn read_configuration(shared: &RawMemory) -> Result<Configuration, Gu
     if load(shared, offsets::PORT_WINDOW_LEN) as usize != PORT_WINDOW_LEN {
         return Err(GuestFailure::BAD_WINDOW);
     }
+    let fabric_key = (load(shared, offsets::FABRIC_KEY_PRESENT) != 0).then(|| {
+        let mut key = [0u8; 32];
+        for (word, bytes) in key.chunks_exact_mut(4).enumerate() {
+            bytes.copy_from_slice(&load(shared, offsets::FABRIC_KEY + 4 * word).to_le_bytes());
+        }
+        firmware::auth::FabricKey::new(key)
+    });
     Ok(Configuration {
         node: NodeId::new(node as u16),
         node_count: node_count as u16,
         boot_stamp_ms: load(shared, offsets::BOOT_STAMP_MS),
+        fabric_key,
     })
 }
 

@@ -65,7 +65,7 @@ mod nic_loop {
     use board::wire::WireError;
     use firmware::{Instant, Nic, OpenError};
     use shared_abi::ids::{PORTS_PER_NIC, PortId};
-    use shared_abi::packet::MAX_PACKET_LEN;
+    use shared_abi::packet::MAX_WIRE_LEN;
     use shared_abi::ring::raw::RawMemory;
     use zerocopy::little_endian::U32;
 
@@ -90,7 +90,7 @@ mod nic_loop {
     type BoardNic = Nic<BoardHal, CONNECTIONS>;
 
     static NIC: StaticCell<BoardNic> = StaticCell::new();
-    static PACKET: StaticCell<[u8; MAX_PACKET_LEN]> = StaticCell::new();
+    static PACKET: StaticCell<[u8; MAX_WIRE_LEN]> = StaticCell::new();
 
     /// The firmware's main program, entered from [`entry`] with a stack, zeroed `.bss` and
     /// initialised `.data`. Never returns.
@@ -149,13 +149,16 @@ mod nic_loop {
             Nic::new(
                 hal,
                 configuration.node,
-                firmware::Config::default(),
+                firmware::Config {
+                    fabric_key: configuration.fabric_key,
+                    ..firmware::Config::default()
+                },
                 configuration.boot_stamp_ms,
             )
         }) else {
             finisher::fail(finisher::EXIT_PANIC)
         };
-        let Some(packet) = PACKET.init_with(|| [0; MAX_PACKET_LEN]) else {
+        let Some(packet) = PACKET.init_with(|| [0; MAX_WIRE_LEN]) else {
             finisher::fail(finisher::EXIT_PANIC)
         };
         Loop {
@@ -170,7 +173,7 @@ mod nic_loop {
 
     struct Loop {
         nic: &'static mut BoardNic,
-        packet: &'static mut [u8; MAX_PACKET_LEN],
+        packet: &'static mut [u8; MAX_WIRE_LEN],
         timer: MachineTimer,
         gauge: StackGauge,
         commands: CommandSlots,
@@ -260,6 +263,7 @@ mod nic_loop {
             counters.barriers_failed = U32::new(nic_counters.barriers_failed as u32);
             counters.messages_delivered = U32::new(nic_counters.messages_delivered as u32);
             counters.malformed_packets = U32::new(nic_counters.malformed_packets as u32);
+            counters.unauthenticated = U32::new(nic_counters.unauthenticated as u32);
             counters.tokens_rejected = U32::new(nic_counters.tokens_rejected as u32);
             let uart_dropped = hal_dropped;
             counters.uart_dropped = U32::new(uart_dropped);

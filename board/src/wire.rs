@@ -9,16 +9,16 @@
 //! producer writes the slot, then stores `tail` with release ordering; the consumer loads `tail`
 //! with acquire ordering, copies the slot out, then stores `head` with release ordering) followed
 //! by `entries` slots of [`SLOT_STRIDE`] bytes: a [`SlotHeader`] and up to
-//! [`MAX_PACKET_LEN`] packet bytes. Unlike a port ring's fixed-size entries, only the header and
+//! [`MAX_WIRE_LEN`] packet bytes. Unlike a port ring's fixed-size entries, only the header and
 //! the packet's own bytes are copied. Each side keeps its own index and checks the other's: a
 //! tail more than a ring ahead is [`RingError::Corrupt`], a slot claiming more than
-//! [`MAX_PACKET_LEN`] bytes is [`WireError::BadLength`] (and is skipped), never an out-of-bounds
+//! [`MAX_WIRE_LEN`] bytes is [`WireError::BadLength`] (and is skipped), never an out-of-bounds
 //! copy.
 
 use core::mem::{offset_of, size_of};
 
 use shared_abi::ids::NodeId;
-use shared_abi::packet::MAX_PACKET_LEN;
+use shared_abi::packet::MAX_WIRE_LEN;
 use shared_abi::ring::{OutOfBounds, RingError, RingIndexes, SharedMemory};
 use zerocopy::little_endian::{U16, U32};
 use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout, Unaligned};
@@ -40,7 +40,7 @@ const _: () = assert!(size_of::<SlotHeader>() == 16);
 
 /// Bytes between the starts of two slots: a header and the largest packet, rounded up to a cache
 /// line.
-pub const SLOT_STRIDE: usize = (size_of::<SlotHeader>() + MAX_PACKET_LEN + 63) & !63;
+pub const SLOT_STRIDE: usize = (size_of::<SlotHeader>() + MAX_WIRE_LEN + 63) & !63;
 
 const TAIL: usize = offset_of!(RingIndexes, tail);
 const HEAD: usize = offset_of!(RingIndexes, head);
@@ -125,14 +125,14 @@ impl PacketProducer {
     /// # Errors
     /// [`RingError::Full`] if there is no free slot; [`RingError::Corrupt`] if the consumer's
     /// head is impossible; [`RingError::OutOfBounds`] for a packet longer than
-    /// [`MAX_PACKET_LEN`] or a ring outside the memory. Nothing is published on error.
+    /// [`MAX_WIRE_LEN`] or a ring outside the memory. Nothing is published on error.
     pub fn push<M: SharedMemory + ?Sized>(
         &mut self,
         memory: &M,
         node: NodeId,
         packet: &[u8],
     ) -> Result<(), RingError> {
-        if packet.len() > MAX_PACKET_LEN {
+        if packet.len() > MAX_WIRE_LEN {
             return Err(RingError::OutOfBounds(OutOfBounds {
                 offset: 0,
                 len: packet.len(),
@@ -222,11 +222,11 @@ impl PacketConsumer {
     /// # Errors
     /// [`WireError::Ring`] if the producer's tail is impossible (nothing is taken; see
     /// [`PacketConsumer::resynchronise`]); [`WireError::BadLength`] if the slot claims more than
-    /// [`MAX_PACKET_LEN`] bytes (the slot is freed unread).
+    /// [`MAX_WIRE_LEN`] bytes (the slot is freed unread).
     pub fn pop<M: SharedMemory + ?Sized>(
         &mut self,
         memory: &M,
-        out: &mut [u8; MAX_PACKET_LEN],
+        out: &mut [u8; MAX_WIRE_LEN],
     ) -> Result<Option<Taken>, WireError> {
         if self.available(memory)? == 0 {
             return Ok(None);
@@ -335,7 +335,7 @@ mod tests {
         LAYOUT.validate(memory.len()).unwrap();
         let mut producer = PacketProducer::new(LAYOUT);
         let mut consumer = PacketConsumer::new(LAYOUT);
-        let mut out = [0u8; MAX_PACKET_LEN];
+        let mut out = [0u8; MAX_WIRE_LEN];
         for round in 0..3u8 {
             for i in 0..4u8 {
                 let packet = std::vec![round ^ i; usize::from(i) * 1000 + 1];
@@ -356,15 +356,15 @@ mod tests {
             }
             assert_eq!(consumer.pop(&memory, &mut out), Ok(None));
         }
-        let largest = [7u8; MAX_PACKET_LEN];
+        let largest = [7u8; MAX_WIRE_LEN];
         producer.push(&memory, NodeId::new(1), &largest).unwrap();
         assert_eq!(
             consumer.pop(&memory, &mut out).unwrap().unwrap().length,
-            MAX_PACKET_LEN
+            MAX_WIRE_LEN
         );
         assert!(
             producer
-                .push(&memory, NodeId::new(1), &[0; MAX_PACKET_LEN + 1])
+                .push(&memory, NodeId::new(1), &[0; MAX_WIRE_LEN + 1])
                 .is_err()
         );
     }
@@ -373,7 +373,7 @@ mod tests {
     fn a_lying_producer_is_caught_not_followed() {
         let memory = memory();
         let mut consumer = PacketConsumer::new(LAYOUT);
-        let mut out = [0u8; MAX_PACKET_LEN];
+        let mut out = [0u8; MAX_WIRE_LEN];
         // A tail five ahead of a four-slot ring.
         memory.store_release(LAYOUT.offset + TAIL, 5).unwrap();
         assert!(matches!(

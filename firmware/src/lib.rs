@@ -19,6 +19,7 @@
 #![no_std]
 #![forbid(unsafe_code)]
 
+pub mod auth;
 pub mod barrier;
 pub mod connection;
 pub mod hal;
@@ -68,6 +69,9 @@ pub struct Config {
     pub retry_interval: Duration,
     /// Barrier timeout when the token gives none.
     pub default_barrier_timeout: Duration,
+    /// The fabric key every packet is authenticated under ([`auth`]); `None` sends and takes
+    /// packets without a code (every NIC of the fabric must agree).
+    pub fabric_key: Option<auth::FabricKey>,
 }
 
 impl Default for Config {
@@ -78,6 +82,7 @@ impl Default for Config {
             receiver_not_ready_timeout: Duration::from_secs(2),
             retry_interval: Duration::from_micros(500),
             default_barrier_timeout: Duration::from_secs(30),
+            fabric_key: None,
         }
     }
 }
@@ -150,6 +155,8 @@ pub struct NicCounters {
     pub barriers_failed: u64,
     /// Messages delivered into host buffers.
     pub messages_delivered: u64,
+    /// Packets dropped before parsing because their authentication code was wrong or missing.
+    pub unauthenticated: u64,
 }
 
 /// The NIC: ports, connections, and the state machines over them.
@@ -166,7 +173,7 @@ pub struct Nic<H: Hal, const CONNECTIONS: usize = DEFAULT_CONNECTIONS> {
     advance_pending: u8,
     epoch_counter: u32,
     counters: NicCounters,
-    scratch: [u8; shared_abi::packet::MAX_PACKET_LEN],
+    scratch: [u8; shared_abi::packet::MAX_WIRE_LEN],
 }
 
 impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
@@ -188,7 +195,7 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
             // past every epoch the other used, unless it made over 4096 connections per 4 ms.
             epoch_counter: (boot_stamp >> 2) << 12,
             counters: NicCounters::default(),
-            scratch: [0; shared_abi::packet::MAX_PACKET_LEN],
+            scratch: [0; shared_abi::packet::MAX_WIRE_LEN],
         }
     }
 

@@ -16,6 +16,17 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     /// counted and dropped; nothing a packet says can crash the NIC or reach a port it was not
     /// addressed to. Call [`Nic::poll`] afterwards to send the acks it caused.
     pub fn on_packet(&mut self, bytes: &[u8], now: Instant) {
+        // Nothing of a packet is looked at before its authentication code is checked.
+        let bytes = match self.config.fabric_key {
+            Some(key) => match key.open(bytes) {
+                Some(packet) => packet,
+                None => {
+                    self.counters.unauthenticated += 1;
+                    return;
+                }
+            },
+            None => bytes,
+        };
         let Ok(packet) = Packet::new_checked(bytes) else {
             self.counters.malformed_packets += 1;
             return;
@@ -383,8 +394,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         reject.transmission = header.transmission;
         reject.epoch = header.epoch;
         if let Some(len) = reject.emit(&[], &mut self.scratch) {
-            let packet = self.scratch.get(..len).unwrap_or(&[]);
-            let _ = self.hal.transmit(header.src_node, packet);
+            let _ = self.transmit_scratch(header.src_node, len);
         }
     }
 }

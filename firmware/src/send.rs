@@ -5,7 +5,7 @@
 
 use shared_abi::event::{Event, EventKind, Status};
 use shared_abi::ids::{NodeId, PORTS_PER_NIC};
-use shared_abi::packet::{PacketFlags, PacketHeader, PacketKind};
+use shared_abi::packet::{MAC_LEN, PacketFlags, PacketHeader, PacketKind};
 use shared_abi::ring::SharedMemory;
 use zerocopy::little_endian::U32;
 
@@ -214,7 +214,29 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         if let Some(bytes) = self.scratch.get_mut(..header_len) {
             bytes.copy_from_slice(zerocopy::IntoBytes::as_bytes(&out_header));
         }
-        let packet = self.scratch.get(..header_len + payload_len).unwrap_or(&[]);
+        self.transmit_scratch(peer, header_len + payload_len)
+    }
+
+    /// Transmits the packet in `scratch[..len]` to `peer`, with its authentication code appended
+    /// on an authenticated fabric ([`crate::auth`]).
+    pub(crate) fn transmit_scratch(
+        &mut self,
+        peer: NodeId,
+        len: usize,
+    ) -> Result<(), TransmitError> {
+        let wire_len = match self.config.fabric_key {
+            Some(key) => {
+                let tag = key.tag(self.scratch.get(..len).unwrap_or(&[]));
+                // The scratch buffer has room for the largest packet and its code.
+                let Some(trailer) = self.scratch.get_mut(len..len + MAC_LEN) else {
+                    return Err(TransmitError::NoRoute);
+                };
+                trailer.copy_from_slice(&tag);
+                len + MAC_LEN
+            }
+            None => len,
+        };
+        let packet = self.scratch.get(..wire_len).unwrap_or(&[]);
         self.hal.transmit(peer, packet)
     }
 
@@ -270,10 +292,9 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         let busy = !packets.is_empty();
         for header in packets.iter() {
             if let Some(len) = header.emit(&[], &mut self.scratch) {
-                let packet = self.scratch.get(..len).unwrap_or(&[]);
                 // Control packets are unreliable by design: a lost one is sent again when the
                 // condition recurs (the next packet, the next gap, the sender's retransmission).
-                let _ = self.hal.transmit(peer, packet);
+                let _ = self.transmit_scratch(peer, len);
             }
         }
         busy

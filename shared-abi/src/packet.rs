@@ -176,6 +176,10 @@ const _: () = assert!(core::mem::size_of::<PacketHeader>() == 40);
 pub const HEADER_LEN: usize = core::mem::size_of::<PacketHeader>();
 /// Largest packet in bytes.
 pub const MAX_PACKET_LEN: usize = HEADER_LEN + crate::MTU_PAYLOAD;
+/// Bytes of the message authentication code an authenticated fabric appends to every packet.
+pub const MAC_LEN: usize = 16;
+/// Largest datagram on the wire: a packet and its authentication trailer.
+pub const MAX_WIRE_LEN: usize = MAX_PACKET_LEN + MAC_LEN;
 
 /// Why bytes are not a packet.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

@@ -296,7 +296,8 @@ wire_struct!(NicReport {
     tokens_rejected,
     barriers_completed,
     barriers_failed,
-    messages_delivered
+    messages_delivered,
+    unauthenticated
 });
 wire_struct!(WireCounters {
     transmitted,
@@ -305,7 +306,8 @@ wire_struct!(WireCounters {
     duplicated,
     delayed,
     undeliverable,
-    strangers
+    strangers,
+    spoofed
 });
 
 impl Wire for Request {

@@ -101,6 +101,40 @@ pub fn write_frame(
     Ok(())
 }
 
+/// One non-blocking attempt to write `frame[written..]` to `stream`, passing `fds` with the
+/// frame's first byte (when `written` is 0). Returns how many bytes went out.
+///
+/// # Errors
+/// `WouldBlock` if the peer's socket is full; the socket's error otherwise.
+pub fn write_some(
+    stream: &UnixStream,
+    frame: &[u8],
+    written: usize,
+    fds: &[BorrowedFd<'_>],
+) -> io::Result<usize> {
+    let raw: Vec<RawFd> = fds.iter().map(AsRawFd::as_raw_fd).collect();
+    let rights = [ControlMessage::ScmRights(&raw)];
+    let control: &[ControlMessage<'_>] = if written == 0 && !raw.is_empty() {
+        &rights
+    } else {
+        &[]
+    };
+    let chunk = [io::IoSlice::new(frame.get(written..).unwrap_or(&[]))];
+    loop {
+        match sendmsg::<UnixAddr>(
+            stream.as_raw_fd(),
+            &chunk,
+            control,
+            MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT,
+            None,
+        ) {
+            Ok(n) => return Ok(n),
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(error) => return Err(error.into()),
+        }
+    }
+}
+
 /// Waits until `stream` is ready for `flags`, or fails with `TimedOut` at `deadline`.
 fn wait_until(stream: &UnixStream, flags: PollFlags, deadline: Instant) -> io::Result<()> {
     let left = deadline.saturating_duration_since(Instant::now());
@@ -152,16 +186,45 @@ impl FrameReader {
     /// # Errors
     /// The socket's error (other than `WouldBlock` and `Interrupted`).
     pub fn fill(&mut self, stream: &UnixStream) -> io::Result<Fill> {
+        self.fill_up_to(stream, usize::MAX)
+    }
+
+    /// As [`FrameReader::fill`], but stops once about `budget` bytes were read, so that one
+    /// peer that writes without pause cannot keep its reader busy.
+    ///
+    /// # Errors
+    /// The socket's error (other than `WouldBlock` and `Interrupted`).
+    pub fn fill_up_to(&mut self, stream: &UnixStream, budget: usize) -> io::Result<Fill> {
+        let mut read = 0usize;
         loop {
             match self.receive_once(stream) {
                 Ok(0) => return Ok(Fill::Closed),
                 Ok(n) if n < RECEIVE_CHUNK => return Ok(Fill::Data),
-                Ok(_) => {}
+                Ok(n) => {
+                    read = read.saturating_add(n);
+                    if read >= budget {
+                        return Ok(Fill::Data);
+                    }
+                }
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => return Ok(Fill::Data),
                 Err(error) => return Err(error),
             }
         }
+    }
+
+    /// Whether a whole frame is buffered (or the buffer holds a broken one).
+    pub fn has_frame(&self) -> bool {
+        let pending = &self.buffer[self.start..];
+        pending.first_chunk::<4>().is_some_and(|header| {
+            let len = u32::from_le_bytes(*header) as usize;
+            len > MAX_FRAME || pending.len() >= 4 + len
+        })
+    }
+
+    /// How many descriptors arrived that no frame has taken yet.
+    pub fn descriptors_held(&self) -> usize {
+        self.fds.len()
     }
 
     /// One `recvmsg` into the buffer; returns the byte count, 0 at end of stream.
@@ -244,7 +307,16 @@ pub fn call(
     let deadline = Instant::now() + timeout;
     write_frame(stream, &encode(request)?, &[], deadline)?;
     stream.set_read_timeout(Some(timeout))?;
-    let (body, fds) = FrameReader::new().read_frame(stream)?;
+    let (body, fds) =
+        FrameReader::new()
+            .read_frame(stream)
+            .map_err(|error| match error.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("the daemon did not answer within {timeout:?}"),
+                ),
+                _ => error,
+            })?;
     stream.set_read_timeout(None)?;
     Ok((decode(&body, "a reply")?, fds))
 }

@@ -259,6 +259,7 @@ pub struct NicReport {
     pub barriers_completed: u64,
     pub barriers_failed: u64,
     pub messages_delivered: u64,
+    pub unauthenticated: u64,
 }
 
 /// What the emulated wire did with one NIC's packets.
@@ -278,4 +279,6 @@ pub struct WireCounters {
     pub undeliverable: u64,
     /// Datagrams that came from addresses not on the fabric map, dropped.
     pub strangers: u64,
+    /// Datagrams whose header named another node than the one at their source address, dropped.
+    pub spoofed: u64,
 }

@@ -7,10 +7,17 @@
 //! process is gone from its connection — end of stream or hang-up, whether the process closed the
 //! port, exited or was killed — and has the backend close the port, whose firmware then tells the
 //! peers. A port's owner is the connecting process as the kernel names it (`SO_PEERCRED`).
-//! Replies are written with a short deadline, so a process that stops reading cannot stall the
-//! server; it loses its connection (and its port) instead.
+//!
+//! No process can stall the server or starve another. Every read and every reply is
+//! non-blocking: a process gets at most [`READ_BUDGET`] bytes read and [`REQUESTS_PER_TURN`]
+//! requests served before the others have their turn; a reply that does not fit its socket waits
+//! in that connection's queue, and while it waits nothing more is read from that process; a
+//! process that leaves a reply unread for [`WRITE_TIMEOUT`] is disconnected. A malformed request
+//! is answered and ends the connection. A process never passes the server descriptors: one that
+//! does is disconnected at once, its descriptors closed. When the server runs out of descriptors
+//! it stops accepting for a moment and says so, instead of spinning.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -24,8 +31,17 @@ use shared_abi::ids::{PORTS_PER_NIC, PortId};
 use crate::frame::{self, FrameReader};
 use crate::message::{ControlError, OpenedPort, Reply, Request, StatusReport, UnitStatus};
 
-/// How long a process may take to accept a reply.
-const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a process may leave a reply unread before it is disconnected.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Bytes read from one process in one turn.
+pub const READ_BUDGET: usize = 64 * 1024;
+
+/// Requests served for one process in one turn.
+pub const REQUESTS_PER_TURN: usize = 16;
+
+/// How long the server stops accepting after running out of descriptors.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
 
 const STOP: u64 = 0;
 const LISTENER: u64 = 1;
@@ -89,6 +105,22 @@ struct Client {
     reader: FrameReader,
     /// The (unit, port) this connection owns.
     port: Option<(u8, u8)>,
+    /// Replies not yet taken by the process, oldest first.
+    outgoing: VecDeque<Outgoing>,
+    /// Disconnect once the queued replies are out (after a malformed request).
+    closing: bool,
+    /// What epoll watches for this connection now.
+    interest: EpollFlags,
+}
+
+/// A reply on its way out.
+struct Outgoing {
+    frame: Vec<u8>,
+    written: usize,
+    /// Passed with the frame's first byte.
+    fds: Vec<OwnedFd>,
+    /// When it was queued: the process must take it within [`WRITE_TIMEOUT`].
+    queued: Instant,
 }
 
 /// A control socket's server over the NICs of backend `B`; runs on a thread of its own.
@@ -107,6 +139,10 @@ pub struct ControlServer<B> {
     /// The owner of each (unit, port).
     owners: Vec<PortOwners>,
     next_client: u64,
+    /// Connections with complete requests left over from their last turn.
+    backlog: Vec<u64>,
+    /// Accepting is paused until then (the server ran out of descriptors).
+    accept_paused_until: Option<Instant>,
 }
 
 impl<B: PortBackend> ControlServer<B> {
@@ -130,6 +166,8 @@ impl<B: PortBackend> ControlServer<B> {
             clients: HashMap::new(),
             owners,
             next_client: FIRST_CLIENT,
+            backlog: Vec::new(),
+            accept_paused_until: None,
         })
     }
 
@@ -154,7 +192,8 @@ impl<B: PortBackend> ControlServer<B> {
     pub fn run(mut self) {
         let mut events = [EpollEvent::empty(); 32];
         loop {
-            let ready = match self.epoll.wait(&mut events, EpollTimeout::NONE) {
+            let timeout = self.next_timeout();
+            let ready = match self.epoll.wait(&mut events, timeout) {
                 Ok(ready) => ready,
                 Err(nix::errno::Errno::EINTR) => continue,
                 Err(error) => {
@@ -173,20 +212,100 @@ impl<B: PortBackend> ControlServer<B> {
             if stop {
                 break;
             }
+            for token in std::mem::take(&mut self.backlog) {
+                self.serve_client(token, EpollFlags::empty());
+            }
+            self.expire(Instant::now());
         }
         self.backend.shut_down(&self.stop);
     }
 
+    /// How long epoll may sleep: not at all with a backlog, else until the next reply deadline
+    /// or the end of an accept pause.
+    fn next_timeout(&self) -> EpollTimeout {
+        if !self.backlog.is_empty() {
+            return EpollTimeout::ZERO;
+        }
+        let deadlines = self
+            .clients
+            .values()
+            .filter_map(|client| client.outgoing.front())
+            .map(|reply| reply.queued + WRITE_TIMEOUT)
+            .chain(self.accept_paused_until);
+        match deadlines.min() {
+            None => EpollTimeout::NONE,
+            Some(deadline) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let millis = left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+                EpollTimeout::try_from(millis.max(1)).unwrap_or(EpollTimeout::MAX)
+            }
+        }
+    }
+
+    /// Disconnects processes that left a reply unread too long, and ends an accept pause.
+    fn expire(&mut self, now: Instant) {
+        let late: Vec<u64> = self
+            .clients
+            .iter()
+            .filter(|(_, client)| {
+                client
+                    .outgoing
+                    .front()
+                    .is_some_and(|reply| now >= reply.queued + WRITE_TIMEOUT)
+            })
+            .map(|(token, _)| *token)
+            .collect();
+        for token in late {
+            if let Some(client) = self.clients.get(&token) {
+                eprintln!(
+                    "{}: process {} left a reply unread for {WRITE_TIMEOUT:?}: disconnected",
+                    B::LOG_NAME,
+                    client.pid
+                );
+            }
+            self.disconnect(token);
+        }
+        if self.accept_paused_until.is_some_and(|until| now >= until) {
+            self.accept_paused_until = None;
+            let _ = self.epoll.add(
+                &self.listener,
+                EpollEvent::new(EpollFlags::EPOLLIN, LISTENER),
+            );
+            self.accept_all();
+        }
+    }
+
     fn accept_all(&mut self) {
+        if self.accept_paused_until.is_some() {
+            return;
+        }
         loop {
             let stream = match self.listener.accept() {
                 Ok((stream, _)) => stream,
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => return,
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
                 Err(error) => {
-                    // Out of descriptors, most likely: the waiting process gets nothing now and
-                    // may retry; the server goes on.
-                    eprintln!("{}: accept failed: {error}", B::LOG_NAME);
+                    // Out of descriptors, most likely. The connection waits in the backlog; a
+                    // level-triggered listener would wake the loop at once, so stop watching
+                    // it for a moment.
+                    let resource = match error.raw_os_error() {
+                        Some(code)
+                            if code == nix::errno::Errno::EMFILE as i32
+                                || code == nix::errno::Errno::ENFILE as i32 =>
+                        {
+                            "file descriptors"
+                        }
+                        Some(code) if code == nix::errno::Errno::ENOMEM as i32 => "memory",
+                        _ => "a resource",
+                    };
+                    eprintln!(
+                        "{}: accept failed, out of {resource} ({error}) with {} processes \
+                         connected: not accepting for {ACCEPT_PAUSE:?}",
+                        B::LOG_NAME,
+                        self.clients.len()
+                    );
+                    let _ = self.epoll.delete(&self.listener);
+                    self.accept_paused_until = Some(Instant::now() + ACCEPT_PAUSE);
                     return;
                 }
             };
@@ -200,9 +319,8 @@ impl<B: PortBackend> ControlServer<B> {
                     daemon_uid: self.uid,
                 });
                 // One try, without waiting: the process is not served either way.
-                if let (Ok(()), Ok(frame)) = (stream.set_nonblocking(true), frame::encode(&refusal))
-                {
-                    let _ = frame::write_frame(&stream, &frame, &[], Instant::now());
+                if let Ok(frame) = frame::encode(&refusal) {
+                    let _ = frame::write_some(&stream, &frame, 0, &[]);
                 }
                 eprintln!(
                     "{}: refused process {pid}: it runs as uid {}, this daemon serves uid {}",
@@ -214,13 +332,11 @@ impl<B: PortBackend> ControlServer<B> {
             }
             let token = self.next_client;
             self.next_client += 1;
+            let interest = EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP;
             let registered = stream.set_nonblocking(true).is_ok()
                 && self
                     .epoll
-                    .add(
-                        &stream,
-                        EpollEvent::new(EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP, token),
-                    )
+                    .add(&stream, EpollEvent::new(interest, token))
                     .is_ok();
             if registered {
                 self.clients.insert(
@@ -230,68 +346,140 @@ impl<B: PortBackend> ControlServer<B> {
                         pid,
                         reader: FrameReader::new(),
                         port: None,
+                        outgoing: VecDeque::new(),
+                        closing: false,
+                        interest,
                     },
                 );
             }
         }
     }
 
+    /// One turn of one connection: flush its replies, read a budget of its bytes, serve a budget
+    /// of its requests.
     fn serve_client(&mut self, token: u64, flags: EpollFlags) {
+        if !self.flush(token) {
+            self.disconnect(token);
+            return;
+        }
         let Some(client) = self.clients.get_mut(&token) else {
             return;
         };
-        let mut gone = matches!(
-            client.reader.fill(&client.stream),
-            Ok(frame::Fill::Closed) | Err(_)
-        );
-        gone |= flags.intersects(EpollFlags::EPOLLHUP | EpollFlags::EPOLLERR);
+        let mut gone = flags.intersects(EpollFlags::EPOLLHUP | EpollFlags::EPOLLERR);
+        // A process that has not taken its replies is not heard until it does.
+        if client.outgoing.is_empty() && !client.closing {
+            gone |= matches!(
+                client.reader.fill_up_to(&client.stream, READ_BUDGET),
+                Ok(frame::Fill::Closed) | Err(_)
+            );
+            if client.reader.descriptors_held() > 0 {
+                eprintln!(
+                    "{}: process {} passed descriptors to the server: disconnected",
+                    B::LOG_NAME,
+                    client.pid
+                );
+                gone = true;
+            }
+        }
         let mut requests = Vec::new();
-        loop {
+        while !gone && client.outgoing.is_empty() && !client.closing {
+            if requests.len() == REQUESTS_PER_TURN {
+                if !self.backlog.contains(&token) {
+                    self.backlog.push(token);
+                }
+                break;
+            }
             match client.reader.next_frame() {
-                // Descriptors a process sends the server are closed unread.
                 Ok(Some((body, _fds))) => {
-                    requests.push(frame::decode::<Request>(&body, "a request"))
+                    let request = frame::decode::<Request>(&body, "a request");
+                    let malformed = request.is_err();
+                    requests.push(request);
+                    if malformed {
+                        break;
+                    }
                 }
                 Ok(None) => break,
-                Err(_) => {
-                    gone = true;
-                    break;
-                }
+                Err(_) => gone = true,
             }
         }
         for request in requests {
             let (reply, fds) = match request {
                 Ok(request) => self.handle(token, request),
-                Err(error) => (
-                    Reply::Error(ControlError::BadRequest(error.to_string())),
-                    Vec::new(),
-                ),
+                Err(error) => {
+                    if let Some(client) = self.clients.get_mut(&token) {
+                        client.closing = true;
+                    }
+                    (
+                        Reply::Error(ControlError::BadRequest(error.to_string())),
+                        Vec::new(),
+                    )
+                }
             };
-            if !self.reply(token, &reply, &fds) {
-                gone = true;
-                break;
-            }
+            self.queue(token, &reply, fds);
         }
-        if gone {
+        if gone || !self.flush(token) {
             self.disconnect(token);
         }
     }
 
-    fn reply(&mut self, token: u64, reply: &Reply, fds: &[OwnedFd]) -> bool {
-        let Some(client) = self.clients.get(&token) else {
-            return false;
+    /// Queues `reply` (with `fds`) for the connection; [`ControlServer::flush`] sends it.
+    fn queue(&mut self, token: u64, reply: &Reply, fds: Vec<OwnedFd>) {
+        let Some(client) = self.clients.get_mut(&token) else {
+            return;
         };
-        let Ok(frame) = frame::encode(reply) else {
-            return false;
+        let frame = frame::encode(reply).unwrap_or_else(|error| {
+            // Only a status report of an absurd size could exceed a frame.
+            let error = Reply::Error(ControlError::Internal(error.to_string()));
+            frame::encode(&error).unwrap_or_default()
+        });
+        client.outgoing.push_back(Outgoing {
+            frame,
+            written: 0,
+            fds,
+            queued: Instant::now(),
+        });
+    }
+
+    /// Sends what the socket takes of the connection's queued replies, and watches for room if
+    /// some are left. Returns `false` if the connection is to be dropped.
+    fn flush(&mut self, token: u64) -> bool {
+        let Some(client) = self.clients.get_mut(&token) else {
+            return true;
         };
-        let borrowed: Vec<_> = fds.iter().map(AsFd::as_fd).collect();
-        frame::write_frame(
-            &client.stream,
-            &frame,
-            &borrowed,
-            Instant::now() + WRITE_TIMEOUT,
-        )
-        .is_ok()
+        while let Some(reply) = client.outgoing.front_mut() {
+            let fds: Vec<_> = reply.fds.iter().map(AsFd::as_fd).collect();
+            match frame::write_some(&client.stream, &reply.frame, reply.written, &fds) {
+                Ok(n) => {
+                    reply.written += n;
+                    if reply.written >= reply.frame.len() {
+                        client.outgoing.pop_front();
+                    }
+                }
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
+                Err(_) => return false,
+            }
+        }
+        if client.outgoing.is_empty() && client.closing {
+            return false;
+        }
+        // Wait for room while replies are queued; read requests only when none are.
+        let interest = if client.outgoing.is_empty() {
+            EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP
+        } else {
+            EpollFlags::EPOLLOUT | EpollFlags::EPOLLRDHUP
+        };
+        if interest != client.interest {
+            let mut event = EpollEvent::new(interest, token);
+            if self.epoll.modify(&client.stream, &mut event).is_err() {
+                return false;
+            }
+            client.interest = interest;
+        }
+        if client.outgoing.is_empty() && client.reader.has_frame() && !self.backlog.contains(&token)
+        {
+            self.backlog.push(token);
+        }
+        true
     }
 
     fn handle(&mut self, token: u64, request: Request) -> (Reply, Vec<OwnedFd>) {
@@ -424,4 +612,15 @@ pub fn boot_stamp() -> u32 {
         .map(|d| d.as_millis())
         .unwrap_or(0);
     millis as u32
+}
+
+/// 32 random bytes from the kernel, for a fabric key a backend makes for NICs whose packets never
+/// leave it.
+///
+/// # Errors
+/// The kernel's random source could not be read.
+pub fn random_key() -> io::Result<[u8; 32]> {
+    let mut key = [0u8; 32];
+    std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut key)?;
+    Ok(key)
 }

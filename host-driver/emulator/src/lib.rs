@@ -32,6 +32,7 @@ mod control;
 pub mod fabric;
 pub mod fault;
 mod hal;
+pub mod key;
 mod unit;
 mod wire;
 
@@ -50,6 +51,7 @@ use shared_abi::ids::NodeId;
 
 pub use fabric::{FabricError, FabricMap};
 pub use fault::FaultConfig;
+pub use firmware::auth::FabricKey;
 
 /// How long a unit stays awake after its last work, by default.
 pub const DEFAULT_IDLE_LINGER: Duration = Duration::from_micros(50);
@@ -109,6 +111,12 @@ pub struct EmulatorConfig {
     pub idle_linger: Duration,
     /// A group whose members may use the daemon too (by default only its own user and root).
     pub allow_group: Option<u32>,
+    /// Whether packets are authenticated ([`firmware::auth`]). The key is `nic.fabric_key`; when
+    /// it is `None`, a daemon whose units have no UDP address makes a random one (its packets
+    /// never leave it), and a daemon on a UDP fabric refuses to start (its daemons must share a
+    /// key: [`key::read_key`]). `false` only to measure what authentication costs: every daemon of
+    /// the fabric must agree, and then nothing on the wire is authenticated.
+    pub authenticate: bool,
 }
 
 impl EmulatorConfig {
@@ -128,6 +136,7 @@ impl EmulatorConfig {
             region: RegionShape::default(),
             idle_linger: DEFAULT_IDLE_LINGER,
             allow_group: None,
+            authenticate: true,
         }
     }
 
@@ -177,6 +186,8 @@ pub enum EmulatorError {
     },
     /// The fault injector's configuration is out of range.
     Faults(String),
+    /// Units on a UDP fabric, but no fabric key to authenticate their packets with.
+    NoFabricKey,
     /// The control socket could not be set up, or another daemon answers on it.
     Listen(ListenError),
     /// A unit's UDP address could not be bound.
@@ -201,6 +212,11 @@ impl std::fmt::Display for EmulatorError {
             Self::DuplicateNode { node } => write!(f, "node {node} is given to two units"),
             Self::NotOnFabric { node } => write!(f, "node {node} is not on the fabric map"),
             Self::Faults(reason) => write!(f, "fault injector: {reason}"),
+            Self::NoFabricKey => write!(
+                f,
+                "a fabric over UDP needs a key its daemons share: make one with `nicctl keygen \
+                 FILE` and give every daemon --fabric-key FILE"
+            ),
             Self::Listen(error) => error.fmt(f),
             Self::Bind {
                 node,
@@ -232,7 +248,16 @@ impl Emulator {
     ///
     /// # Errors
     /// [`EmulatorError`] says what could not be set up; nothing keeps running then.
-    pub fn spawn(config: EmulatorConfig) -> Result<EmulatorHandle, EmulatorError> {
+    pub fn spawn(mut config: EmulatorConfig) -> Result<EmulatorHandle, EmulatorError> {
+        if !config.authenticate {
+            config.nic.fabric_key = None;
+        } else if config.nic.fabric_key.is_none() {
+            if config.units.iter().any(|unit| unit.address.is_some()) {
+                return Err(EmulatorError::NoFabricKey);
+            }
+            let key = nicbar_control::server::random_key().map_err(EmulatorError::Resources)?;
+            config.nic.fabric_key = Some(firmware::auth::FabricKey::new(key));
+        }
         if config.units.is_empty() || config.units.len() > 256 {
             return Err(EmulatorError::UnitCount(config.units.len()));
         }

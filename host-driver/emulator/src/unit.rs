@@ -570,6 +570,7 @@ fn nic_report(counters: firmware::NicCounters) -> NicReport {
         barriers_completed: counters.barriers_completed,
         barriers_failed: counters.barriers_failed,
         messages_delivered: counters.messages_delivered,
+        unauthenticated: counters.unauthenticated,
     }
 }
 

@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use firmware::{Instant, TransmitError};
 use shared_abi::ids::NodeId;
+use shared_abi::packet::PacketHeader;
+use zerocopy::FromBytes;
 
 use super::fabric::FabricMap;
 use super::fault::FaultInjector;
@@ -236,17 +238,26 @@ impl Wire {
     }
 
     /// Reads the datagrams waiting on the UDP socket into `out`, dropping those from addresses
-    /// that are not on the fabric map.
+    /// that are not on the fabric map, and those whose header names another node than the one
+    /// at the address they came from (a node is bound to its fabric address).
     pub(crate) fn receive_udp(&mut self, out: &mut VecDeque<Vec<u8>>) {
         let Some(udp) = self.udp.as_ref() else {
             return;
         };
-        let mut buffer = [0u8; shared_abi::packet::MAX_PACKET_LEN + 1];
+        let mut buffer = [0u8; shared_abi::packet::MAX_WIRE_LEN + 1];
         loop {
             match udp.recv_from(&mut buffer) {
                 Ok((len, from)) => {
-                    if self.fabric.node_at(from).is_none() || len > buffer.len() - 1 {
+                    let Some(node) = self.fabric.node_at(from).filter(|_| len < buffer.len())
+                    else {
                         self.counters.strangers += 1;
+                        continue;
+                    };
+                    let claimed = PacketHeader::read_from_prefix(&buffer[..len])
+                        .ok()
+                        .map(|(header, _)| header.src_node);
+                    if claimed != Some(node) {
+                        self.counters.spoofed += 1;
                         continue;
                     }
                     out.push_back(buffer[..len].to_vec());

@@ -96,6 +96,7 @@ impl PortBackend for QemuMachines {
                         barriers_completed: u64::from(counters.barriers_completed.get()),
                         barriers_failed: u64::from(counters.barriers_failed.get()),
                         messages_delivered: u64::from(counters.messages_delivered.get()),
+                        unauthenticated: u64::from(counters.unauthenticated.get()),
                     },
                     wire: WireCounters {
                         transmitted: u64::from(counters.packets_transmitted.get()),

@@ -22,7 +22,7 @@ use board::layout::{
 use board::wire::{PacketConsumer, PacketProducer, WireError};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use shared_abi::ids::{NodeId, PORTS_PER_NIC};
-use shared_abi::packet::MAX_PACKET_LEN;
+use shared_abi::packet::MAX_WIRE_LEN;
 use shared_abi::ring::RingError;
 
 use super::machine::Machine;
@@ -275,7 +275,7 @@ struct Switch {
     receive: Vec<PacketProducer>,
     held: Vec<VecDeque<(NodeId, Vec<u8>)>>,
     delivered: Vec<bool>,
-    buffer: Box<[u8; MAX_PACKET_LEN]>,
+    buffer: Box<[u8; MAX_WIRE_LEN]>,
     counters: SwitchCounters,
 }
 
@@ -290,7 +290,7 @@ impl Switch {
                 .collect(),
             held: vec![VecDeque::new(); nodes],
             delivered: vec![false; nodes],
-            buffer: Box::new([0; MAX_PACKET_LEN]),
+            buffer: Box::new([0; MAX_WIRE_LEN]),
             counters: SwitchCounters::default(),
         }
     }

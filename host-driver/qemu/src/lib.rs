@@ -328,6 +328,9 @@ impl QemuFabric {
         let kernel = self.run_dir.join("firmware.bin");
         std::fs::write(&kernel, config.image.payload()).map_err(QemuError::Resources)?;
         let boot_stamp = nicbar_control::server::boot_stamp();
+        // The NICs of one QEMU fabric talk only through this process's switch: a key of their
+        // own, made here, authenticates their packets.
+        let fabric_key = nicbar_control::server::random_key().map_err(QemuError::Resources)?;
         let mut uarts = Vec::new();
         for node in 0..config.nodes {
             let (machine, uart) = Machine::start(&MachineSetup {
@@ -337,6 +340,7 @@ impl QemuFabric {
                 kernel: &kernel,
                 run_dir: &self.run_dir,
                 boot_stamp,
+                fabric_key: &fabric_key,
             })?;
             self.machines.push(Arc::new(machine));
             uarts.push(uart);

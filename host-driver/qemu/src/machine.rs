@@ -113,6 +113,8 @@ pub(crate) struct MachineSetup<'a> {
     pub(crate) kernel: &'a Path,
     pub(crate) run_dir: &'a Path,
     pub(crate) boot_stamp: u32,
+    /// The key the fabric's packets are authenticated under.
+    pub(crate) fabric_key: &'a [u8; 32],
 }
 
 /// One QEMU NIC.
@@ -223,7 +225,13 @@ impl Machine {
             offset: SHARED_AREA_OFFSET,
             len: SHARED_AREA_LEN,
         };
-        configure_mailbox(&machine_memory, node, setup.node_count, setup.boot_stamp);
+        configure_mailbox(
+            &machine_memory,
+            node,
+            setup.node_count,
+            setup.boot_stamp,
+            setup.fabric_key,
+        );
 
         let mut child = command
             .spawn()
@@ -566,8 +574,19 @@ impl Drop for Machine {
 }
 
 /// Writes the configuration words the firmware reads at boot.
-fn configure_mailbox(shared: &Slice<'_>, node: u16, node_count: u16, boot_stamp: u32) {
+fn configure_mailbox(
+    shared: &Slice<'_>,
+    node: u16,
+    node_count: u16,
+    boot_stamp: u32,
+    fabric_key: &[u8; 32],
+) {
+    for (word, bytes) in fabric_key.chunks_exact(4).enumerate() {
+        let value = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+        let _ = shared.store_release(offsets::FABRIC_KEY + 4 * word, value);
+    }
     let words = [
+        (offsets::FABRIC_KEY_PRESENT, 1),
         (offsets::LAYOUT_VERSION, LAYOUT_VERSION),
         (offsets::NODE_ID, u32::from(node)),
         (offsets::NODE_COUNT, u32::from(node_count)),

@@ -189,6 +189,10 @@ pub fn run(campaign: &BarrierCampaign) -> Result<BarrierReport, CampaignFailure<
         receiver_not_ready_timeout: Duration::from_millis(300),
         retry_interval: Duration::from_micros(100),
         default_barrier_timeout: Duration::from_millis(500),
+        // Every packet of the campaigns carries its code, as on a real fabric.
+        fabric_key: Some(firmware::auth::FabricKey::new(crate::campaign_key(
+            campaign.seed,
+        ))),
     };
     let mut world = World::new(
         campaign.seed,

@@ -18,6 +18,17 @@ pub mod world;
 
 use std::fmt;
 
+/// The fabric key of the campaign of `seed`: every campaign authenticates its packets, as a real
+/// fabric does, under a key drawn from its seed.
+pub fn campaign_key(seed: u64) -> [u8; 32] {
+    let mut rng = rng::Rng::new(seed ^ 0x6b65_795f_6b65_795f);
+    let mut key = [0u8; 32];
+    for chunk in key.chunks_mut(8) {
+        chunk.copy_from_slice(&rng.next_u64().to_le_bytes());
+    }
+    key
+}
+
 /// A seeded campaign: its seed alone replays it.
 pub trait Campaign: fmt::Debug {
     /// The seed every choice of the campaign is drawn from.

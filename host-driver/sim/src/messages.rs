@@ -186,6 +186,10 @@ pub fn run(campaign: &MessageCampaign) -> Result<CampaignReport, CampaignFailure
         receiver_not_ready_timeout: Duration::from_millis(400),
         retry_interval: Duration::from_micros(100),
         default_barrier_timeout: Duration::from_secs(1),
+        // Every packet of the campaigns carries its code, as on a real fabric.
+        fabric_key: Some(firmware::auth::FabricKey::new(crate::campaign_key(
+            campaign.seed,
+        ))),
     };
     let mut world = World::new(
         campaign.seed,

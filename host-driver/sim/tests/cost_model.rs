@@ -134,6 +134,7 @@ fn firmware_barrier_packets(algorithm: Algorithm, nodes: usize) -> BTreeMap<(u32
         receiver_not_ready_timeout: Duration::from_millis(300),
         retry_interval: Duration::from_micros(100),
         default_barrier_timeout: Duration::from_millis(500),
+        fabric_key: None,
     };
     let mut world = World::new(7, nodes, config, WireFaults::NONE, Duration::from_micros(5));
     let mut rings: Vec<HostRings> = (0..nodes).map(|node| world.open_port(node, 0)).collect();

@@ -45,6 +45,10 @@ enum Command {
     /// counters.
     Status(cli::status::StatusArgs),
 
+    /// Make a new fabric key file (mode 0600) for `nicctl emulate --fabric-key`: the secret
+    /// every daemon of a UDP fabric shares. Refuses to overwrite an existing file.
+    Keygen(cli::keygen::Args),
+
     /// Boot the firmware image as NICs under QEMU (riscv32 virt), one QEMU per NIC, and serve
     /// their ports on a control socket as `nicctl emulate` does. Serves until SIGINT or SIGTERM.
     Qemu(cli::qemu::QemuArgs),
@@ -58,6 +62,7 @@ fn main() -> ExitCode {
         Command::Emulate(args) => cli::emulate::run_emulate(args),
         Command::Status(args) => cli::status::run_status(args),
         Command::Qemu(args) => cli::qemu::run_qemu(args),
+        Command::Keygen(args) => cli::keygen::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -61,6 +61,15 @@ pub struct EmulateArgs {
     /// Firmware: give up on a silent node after this many milliseconds.
     #[arg(long)]
     pub give_up_ms: Option<u64>,
+    /// The fabric key file (64 hex digits, mode 0600; `nicctl keygen FILE` makes one): every
+    /// packet is authenticated under it. Needed with --fabric, and the same for every daemon of
+    /// the fabric; without --fabric the daemon makes a key of its own.
+    #[arg(long, value_name = "FILE")]
+    pub fabric_key: Option<PathBuf>,
+    /// Send and take packets without authentication (to measure what it costs). Every daemon of
+    /// the fabric must be started so; anyone who can reach the UDP ports can then forge packets.
+    #[arg(long, conflicts_with = "fabric_key")]
+    pub insecure_no_auth: bool,
     /// Serve the members of this group too (a name or a number); by default only this user
     /// (and root) may open ports. The socket and its directory are given to the group.
     #[arg(long, value_name = "GROUP")]
@@ -121,6 +130,10 @@ impl EmulateArgs {
         }
         config.idle_linger = Duration::from_micros(self.linger_us);
         config.allow_group = self.allow_group.as_deref().map(resolve_group).transpose()?;
+        if let Some(path) = self.fabric_key.as_ref() {
+            config.nic.fabric_key = Some(nicbar_emulator::key::read_key(path)?);
+        }
+        config.authenticate = !self.insecure_no_auth;
         if let Some(ms) = self.give_up_ms {
             config.nic.give_up_after = Duration::from_millis(ms);
         }

@@ -8,6 +8,7 @@ use shared_abi::image::ImageTarget;
 pub mod emulate;
 pub mod flash;
 pub mod image;
+pub mod keygen;
 pub mod qemu;
 pub mod status;
 

@@ -188,6 +188,7 @@ fn unit_json(unit: &UnitStatus) -> Value {
             "barriers_completed": c.barriers_completed,
             "barriers_failed": c.barriers_failed,
             "messages_delivered": c.messages_delivered,
+            "unauthenticated": c.unauthenticated,
         },
         "wire": {
             "transmitted": w.transmitted,
@@ -197,6 +198,7 @@ fn unit_json(unit: &UnitStatus) -> Value {
             "delayed": w.delayed,
             "undeliverable": w.undeliverable,
             "strangers": w.strangers,
+            "spoofed": w.spoofed,
         },
     })
 }

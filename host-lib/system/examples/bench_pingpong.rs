@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use nicbar::{DmaBuffer, Event, NodeId, Port, PortId, Priority, Status, WaitMode};
 use nicbar_emulator::fabric::FabricMap;
-use nicbar_emulator::{Emulator, EmulatorConfig};
+use nicbar_emulator::{Emulator, EmulatorConfig, FabricKey};
 
 type Result<T = (), E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
 
@@ -155,12 +155,14 @@ fn orchestrate(args: &[String]) -> Result {
             dir.join(format!("udp0-{mode}.sock")),
             dir.join(format!("udp1-{mode}.sock")),
         );
-        let e0 = Emulator::spawn(EmulatorConfig::on_fabric(
-            &s0,
-            fabric.clone(),
-            &[NodeId::new(0)],
-        )?)?;
-        let e1 = Emulator::spawn(EmulatorConfig::on_fabric(&s1, fabric, &[NodeId::new(1)])?)?;
+        // Both daemons share one fabric key, as every daemon of a real fabric does.
+        let key = Some(FabricKey::new(nicbar_control::server::random_key()?));
+        let mut c0 = EmulatorConfig::on_fabric(&s0, fabric.clone(), &[NodeId::new(0)])?;
+        let mut c1 = EmulatorConfig::on_fabric(&s1, fabric, &[NodeId::new(1)])?;
+        c0.nic.fabric_key = key;
+        c1.nic.fabric_key = key;
+        let e0 = Emulator::spawn(c0)?;
+        let e1 = Emulator::spawn(c1)?;
         let (a, b) = (
             s0.to_str().ok_or("path")?.to_string(),
             s1.to_str().ok_or("path")?.to_string(),

@@ -626,6 +626,8 @@ fn start_daemon(dir: &Path, map: &Path, nodes: &str, seed: u64) -> (ChildProcess
         .arg(&socket)
         .arg("--fabric")
         .arg(map)
+        .arg("--fabric-key")
+        .arg(common::fabric_key(dir))
         .args(["--node", nodes])
         .args(["--loss", "0.05", "--duplicate", "0.05", "--reorder", "0.05"])
         .args(["--seed", &seed.to_string()])

@@ -902,6 +902,8 @@ fn start_daemon(dir: &Path, map: &Path, node: u16, seed: u64) -> (ChildProcess, 
         .arg(&socket)
         .arg("--fabric")
         .arg(map)
+        .arg("--fabric-key")
+        .arg(common::fabric_key(dir))
         .args(["--node", &node.to_string()])
         .args(["--loss", "0.1", "--duplicate", "0.05", "--reorder", "0.1"])
         .args(["--seed", &seed.to_string()])

@@ -48,6 +48,16 @@ pub(crate) fn nicctl() -> PathBuf {
         .clone()
 }
 
+/// The fabric key file of the daemons whose maps live in `dir`: made on first use (mode 0600),
+/// shared by every daemon of the test's fabric.
+pub(crate) fn fabric_key(dir: &Path) -> PathBuf {
+    let path = dir.join("fabric.key");
+    if !path.exists() {
+        nicbar_emulator::key::write_new_key(&path).unwrap();
+    }
+    path
+}
+
 /// The test's seed: `NICBAR_TEST_SEED` if set, else `default`; printed so a failure replays.
 pub(crate) fn seed(default: u64) -> u64 {
     let seed = std::env::var("NICBAR_TEST_SEED")
