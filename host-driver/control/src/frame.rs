@@ -305,8 +305,20 @@ pub fn call(
     timeout: Duration,
 ) -> io::Result<(Reply, Vec<OwnedFd>)> {
     let deadline = Instant::now() + timeout;
-    write_frame(stream, &encode(request)?, &[], deadline)?;
     stream.set_read_timeout(Some(timeout))?;
+    if let Err(error) = write_frame(stream, &encode(request)?, &[], deadline) {
+        // A server that refuses a process answers and hangs up at once, perhaps before the
+        // request is out: its answer is still there to read.
+        if matches!(
+            error.kind(),
+            io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+        ) {
+            if let Ok((body, fds)) = FrameReader::new().read_frame(stream) {
+                return Ok((decode(&body, "a reply")?, fds));
+            }
+        }
+        return Err(error);
+    }
     let (body, fds) =
         FrameReader::new()
             .read_frame(stream)

@@ -111,6 +111,9 @@ struct Client {
     closing: bool,
     /// What epoll watches for this connection now.
     interest: EpollFlags,
+    /// Why this process is not served, if it is not: its first request is answered so, and the
+    /// connection ends.
+    refused: Option<ControlError>,
 }
 
 /// A reply on its way out.
@@ -313,23 +316,20 @@ impl<B: PortBackend> ControlServer<B> {
                 continue;
             };
             let pid = credentials.pid() as u32;
-            if !self.permitted(credentials.uid(), credentials.gid()) {
-                let refusal = Reply::Error(ControlError::PermissionDenied {
-                    client_uid: credentials.uid(),
-                    daemon_uid: self.uid,
-                });
-                // One try, without waiting: the process is not served either way.
-                if let Ok(frame) = frame::encode(&refusal) {
-                    let _ = frame::write_some(&stream, &frame, 0, &[]);
-                }
+            // A process of another user is refused in the answer to its first request (closing
+            // at once could lose the answer under its request).
+            let refused = (!self.permitted(credentials.uid(), credentials.gid())).then(|| {
                 eprintln!(
                     "{}: refused process {pid}: it runs as uid {}, this daemon serves uid {}",
                     B::LOG_NAME,
                     credentials.uid(),
                     self.uid
                 );
-                continue;
-            }
+                ControlError::PermissionDenied {
+                    client_uid: credentials.uid(),
+                    daemon_uid: self.uid,
+                }
+            });
             let token = self.next_client;
             self.next_client += 1;
             let interest = EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP;
@@ -349,6 +349,7 @@ impl<B: PortBackend> ControlServer<B> {
                         outgoing: VecDeque::new(),
                         closing: false,
                         interest,
+                        refused,
                     },
                 );
             }
@@ -403,6 +404,15 @@ impl<B: PortBackend> ControlServer<B> {
             }
         }
         for request in requests {
+            let refusal = self.clients.get_mut(&token).and_then(|client| {
+                let refusal = client.refused.clone()?;
+                client.closing = true;
+                Some(refusal)
+            });
+            if let Some(refusal) = refusal {
+                self.queue(token, &Reply::Error(refusal), Vec::new());
+                break;
+            }
             let (reply, fds) = match request {
                 Ok(request) => self.handle(token, request),
                 Err(error) => {

@@ -23,13 +23,17 @@ fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
-/// `nicctl` copied where any user may run it (the build's own copy may sit in a private home).
+/// `nicctl` where any user may run it (the build's own may sit in a private home): a hard link
+/// where the file system allows one, else a copy. A link is never open for writing, so a test
+/// forking meanwhile cannot make running it fail with "text file busy".
 fn public_nicctl(dir: &Path) -> PathBuf {
-    let copy = dir.join("nicctl");
-    std::fs::copy(nicctl(), &copy).unwrap();
-    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let public = dir.join("nicctl");
+    if std::fs::hard_link(nicctl(), &public).is_err() {
+        std::fs::copy(nicctl(), &public).unwrap();
+        std::fs::set_permissions(&public, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    copy
+    public
 }
 
 fn emulate(program: &Path, socket: &Path) -> Command {

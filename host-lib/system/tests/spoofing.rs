@@ -1,0 +1,330 @@
+//! A fabric that lets no one in: forged datagrams, sent from raw sockets with the real node's
+//! source address, try to inject a message, complete a barrier, reset a connection with a newer
+//! SYN and fill the connection table — while real messages and barriers run between two daemons
+//! over UDP. Every forgery is dropped and counted; the real traffic stays exact.
+//!
+//! The test runs in a network namespace of its own (`unshare -rn`, which works for root and, with
+//! user namespaces, for anyone), where raw sockets are allowed and nothing leaves the machine.
+
+mod common;
+
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use nicbar::{Event, Group, Member, NodeId, Port, PortId, Priority, Status};
+use nicbar_control::query_status;
+use nicbar_emulator::fabric::FabricMap;
+use nicbar_emulator::{Emulator, EmulatorConfig, FabricKey};
+use nix::sys::socket::{
+    AddressFamily, MsgFlags, SockFlag, SockProtocol, SockType, SockaddrIn, sendto, socket,
+};
+use shared_abi::packet::{PacketFlags, PacketHeader, PacketKind};
+use zerocopy::little_endian::U32;
+
+use common::temp_dir;
+
+/// Set in the copy of this test that runs inside the namespace.
+const INSIDE: &str = "NICBAR_TEST_IN_NAMESPACE";
+const MESSAGES: u32 = 300;
+const BARRIERS: usize = 100;
+const SIZE: u8 = 7;
+
+#[test]
+fn forged_packets_are_dropped_and_counted_while_real_traffic_stays_exact() {
+    if std::env::var_os(INSIDE).is_some() {
+        run_inside();
+        return;
+    }
+    let usable = ["unshare", "ip"]
+        .iter()
+        .all(|tool| Command::new(tool).arg("-V").output().is_ok());
+    if !usable {
+        eprintln!("spoofing: skipped: `unshare` and `ip` are needed for a network namespace");
+        return;
+    }
+    let output = Command::new("unshare")
+        .args(["-rn", "sh", "-c", "ip link set lo up && exec \"$0\" \"$@\""])
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "forged_packets_are_dropped_and_counted_while_real_traffic_stays_exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(INSIDE, "1")
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    if !output.status.success() && said.contains("unshare: ") {
+        eprintln!("spoofing: skipped: no network namespace could be made here:\n{said}");
+        return;
+    }
+    eprintln!("{said}");
+    assert!(output.status.success(), "inside the namespace:\n{said}");
+    assert!(
+        said.contains("1 passed"),
+        "the test did not run inside:\n{said}"
+    );
+}
+
+fn free_port(ip: Ipv4Addr) -> u16 {
+    std::net::UdpSocket::bind((ip, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Sends `packet` (and `trailer`) as a UDP datagram from `from` to `to` through a raw socket: the
+/// source address is whatever the attacker writes.
+fn forge(raw: &std::os::fd::OwnedFd, from: SocketAddrV4, to: SocketAddrV4, datagram: &[u8]) {
+    let udp_len = 8 + datagram.len();
+    let total = 20 + udp_len;
+    let mut bytes = Vec::with_capacity(total);
+    bytes.extend_from_slice(&[
+        0x45,
+        0,
+        (total >> 8) as u8,
+        total as u8,
+        0,
+        0,
+        0,
+        0,
+        64,
+        17,
+        0,
+        0,
+    ]);
+    bytes.extend_from_slice(&from.ip().octets());
+    bytes.extend_from_slice(&to.ip().octets());
+    bytes.extend_from_slice(&from.port().to_be_bytes());
+    bytes.extend_from_slice(&to.port().to_be_bytes());
+    bytes.extend_from_slice(&(udp_len as u16).to_be_bytes());
+    bytes.extend_from_slice(&[0, 0]); // no UDP checksum (allowed over IPv4)
+    bytes.extend_from_slice(datagram);
+    sendto(
+        std::os::fd::AsRawFd::as_raw_fd(raw),
+        &bytes,
+        &SockaddrIn::from(to),
+        MsgFlags::empty(),
+    )
+    .unwrap();
+}
+
+/// A packet with a made-up authentication code (the attacker has no key).
+fn forged(header: &PacketHeader, payload: &[u8], salt: u8) -> Vec<u8> {
+    let mut out = vec![0u8; shared_abi::packet::MAX_WIRE_LEN];
+    let len = header.emit(payload, &mut out).unwrap();
+    out.truncate(len);
+    out.extend((0..16u8).map(|i| i.wrapping_mul(31) ^ salt));
+    out
+}
+
+fn run_inside() {
+    let dir = temp_dir("nicbar-spoofing");
+    let (ip0, ip1) = (Ipv4Addr::new(127, 0, 0, 1), Ipv4Addr::new(127, 0, 0, 2));
+    let (a0, a1) = (
+        SocketAddrV4::new(ip0, free_port(ip0)),
+        SocketAddrV4::new(ip1, free_port(ip1)),
+    );
+    let mut fabric = FabricMap::new();
+    fabric.insert(NodeId::new(0), SocketAddr::V4(a0));
+    fabric.insert(NodeId::new(1), SocketAddr::V4(a1));
+    let key = Some(FabricKey::new(
+        nicbar_control::server::random_key().unwrap(),
+    ));
+    let spawn = |name: &str, node: u16| {
+        let socket = dir.path().join(name);
+        let mut config =
+            EmulatorConfig::on_fabric(&socket, fabric.clone(), &[NodeId::new(node)]).unwrap();
+        config.nic.fabric_key = key;
+        (Emulator::spawn(config).unwrap(), socket)
+    };
+    let (zero, zero_socket) = spawn("zero.sock", 0);
+    let (one, one_socket) = spawn("one.sock", 1);
+
+    // The attacker: forges from node 0's own address, so only the code can tell.
+    let stop = Arc::new(AtomicBool::new(false));
+    let forgeries = Arc::new(AtomicU64::new(0));
+    let spoofed_nodes = Arc::new(AtomicU64::new(0));
+    let attacker = {
+        let (stop, forgeries, spoofed_nodes) =
+            (stop.clone(), forgeries.clone(), spoofed_nodes.clone());
+        std::thread::spawn(move || {
+            let raw = socket(
+                AddressFamily::Inet,
+                SockType::Raw,
+                SockFlag::empty(),
+                SockProtocol::Raw,
+            )
+            .expect("a raw socket (the namespace gives this test the right)");
+            let mut round = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                // A message "from node 0 port 5" to the real receiver.
+                let mut data = PacketHeader::new(PacketKind::DATA, NodeId::new(0), NodeId::new(1));
+                data.src_port = PortId(5);
+                data.dst_port = PortId(2);
+                data.size = SIZE;
+                data.epoch = U32::new(round);
+                data.seq = U32::new(round);
+                forge(&raw, a0, a1, &forged(&data, b"forged message", 1));
+                // Barrier packets of every round, as if node 0 port 1 had entered.
+                for barrier_round in 0..4 {
+                    let mut barrier =
+                        PacketHeader::new(PacketKind::BARRIER, NodeId::new(0), NodeId::new(1));
+                    barrier.src_port = PortId(1);
+                    barrier.dst_port = PortId(2);
+                    barrier.aux = barrier_round;
+                    barrier.seq = U32::new(round);
+                    forge(&raw, a0, a1, &forged(&barrier, &[], 2));
+                }
+                // A SYN of a much newer epoch: a reset, were it believed.
+                let mut syn = PacketHeader::new(PacketKind::DATA, NodeId::new(0), NodeId::new(1));
+                syn.flags |= PacketFlags::SYN;
+                syn.epoch = U32::new(u32::MAX - round);
+                forge(&raw, a0, a1, &forged(&syn, &[], 3));
+                forgeries.fetch_add(6, Ordering::Relaxed);
+                // Nodes 100..170 claimed from node 0's address: a connection-table flood.
+                for fake in 100..170u16 {
+                    let flood =
+                        PacketHeader::new(PacketKind::DATA, NodeId::new(fake), NodeId::new(1));
+                    forge(&raw, a0, a1, &forged(&flood, &[], 4));
+                }
+                spoofed_nodes.fetch_add(70, Ordering::Relaxed);
+                round += 1;
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        })
+    };
+
+    // Real traffic meanwhile: messages node 0 port 1 -> node 1 port 2, then barriers.
+    let mut sender = Port::open_at(&zero_socket, 0, 1).unwrap();
+    let mut receiver = Port::open_at(&one_socket, 0, 2).unwrap();
+    for tag in 0..32 {
+        let buffer = receiver.dma_alloc(128).unwrap();
+        receiver
+            .provide_receive_buffer(buffer, SIZE, Priority::LOW, tag)
+            .map_err(|e| e.error)
+            .unwrap();
+    }
+    let receiving = std::thread::spawn(move || {
+        let mut next = 0u32;
+        while next < MESSAGES {
+            match receiver.blocking_receive().unwrap() {
+                Event::Received {
+                    buffer,
+                    length,
+                    sender_node,
+                    sender_port,
+                    status,
+                    ..
+                } => {
+                    assert_eq!(status, Status::SUCCESS);
+                    assert_eq!((sender_node, sender_port), (NodeId::new(0), PortId(1)));
+                    assert_eq!(length, 4, "a message that was never sent arrived");
+                    let index = u32::from_le_bytes(buffer[..4].try_into().unwrap());
+                    assert_eq!(index, next, "messages out of order or duplicated");
+                    next += 1;
+                    receiver
+                        .provide_receive_buffer(buffer, SIZE, Priority::LOW, 0)
+                        .map_err(|e| e.error)
+                        .unwrap();
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        receiver
+    });
+    let all_tokens = sender.send_tokens();
+    let mut spare = Vec::new();
+    for index in 0..MESSAGES {
+        let mut buffer = match spare.pop() {
+            Some(buffer) => buffer,
+            None => sender.dma_alloc(128).unwrap(),
+        };
+        buffer[..4].copy_from_slice(&index.to_le_bytes());
+        while sender.send_tokens() == 0 {
+            if let Event::Sent { buffer, status, .. } = sender.blocking_receive().unwrap() {
+                assert_eq!(status, Status::SUCCESS);
+                spare.push(buffer);
+            }
+        }
+        sender
+            .send(buffer, 4, SIZE, Priority::LOW, NodeId::new(1), PortId(2), 0)
+            .map_err(|e| e.error)
+            .unwrap();
+    }
+    // Every send is acknowledged: its token comes back with SUCCESS.
+    while sender.send_tokens() < all_tokens {
+        if let Event::Sent { status, .. } = sender.blocking_receive().unwrap() {
+            assert_eq!(status, Status::SUCCESS);
+        }
+    }
+    let mut receiver = receiving.join().unwrap();
+    let group = Group::new([
+        Member::new(NodeId::new(0), PortId(1)),
+        Member::new(NodeId::new(1), PortId(2)),
+    ])
+    .unwrap();
+    let barriers = {
+        let group = group.clone();
+        std::thread::spawn(move || {
+            for _ in 0..BARRIERS {
+                receiver.barrier(&group).unwrap();
+            }
+            receiver
+        })
+    };
+    for _ in 0..BARRIERS {
+        sender.barrier(&group).unwrap();
+    }
+    let receiver = barriers.join().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    attacker.join().unwrap();
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let report = loop {
+        let report = query_status(&one_socket).unwrap();
+        let unit = &report.units[0];
+        let counted = unit.counters.unauthenticated + unit.wire.spoofed;
+        if counted >= forgeries.load(Ordering::Relaxed) + spoofed_nodes.load(Ordering::Relaxed)
+            || Instant::now() > deadline
+        {
+            break report;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let unit = &report.units[0];
+    eprintln!(
+        "forged {} packets from node 0's address and {} claiming nodes 100..170: node 1 \
+         counted {} unauthenticated and {} spoofed; {MESSAGES} messages and {BARRIERS} barriers \
+         exact",
+        forgeries.load(Ordering::Relaxed),
+        spoofed_nodes.load(Ordering::Relaxed),
+        unit.counters.unauthenticated,
+        unit.wire.spoofed,
+    );
+    assert!(unit.counters.unauthenticated >= forgeries.load(Ordering::Relaxed));
+    assert_eq!(unit.wire.spoofed, spoofed_nodes.load(Ordering::Relaxed));
+    assert_eq!(unit.counters.no_connection, 0);
+    let peers: Vec<u16> = unit.connections.iter().map(|c| c.peer).collect();
+    assert!(
+        peers.iter().all(|&peer| peer <= 1),
+        "a forged node took a connection slot: {peers:?}"
+    );
+    assert!(
+        unit.connections.iter().all(|c| c.give_ups == 0),
+        "the real connection was reset: {:?}",
+        unit.connections
+    );
+    assert_eq!(unit.counters.messages_delivered, u64::from(MESSAGES));
+    drop((sender, receiver));
+    drop((zero, one));
+}
