@@ -414,13 +414,10 @@ impl Default for gm_recv_event {
     }
 }
 
-impl gm_recv_event {
-    /// The event's type byte, which every member keeps in the same place.
-    pub(crate) fn event_type(&self) -> u8 {
-        // SAFETY: every member is plain bytes with `type` at offset 63 (asserted above), so
-        // reading the `recv` view of any member is reading initialised bytes.
-        unsafe { self.recv.r#type.n }
-    }
+/// An open port (GM's `struct gm_port`). Opaque: C holds a pointer from gm_open and passes it
+/// back; gm_close frees it.
+pub struct gm_port {
+    _opaque: [u8; 0],
 }
 
 /// Called from gm_unknown() when a send ends: `context` is the one given with the send, `status`
@@ -428,13 +425,8 @@ impl gm_recv_event {
 /// GM_SEND_TARGET_NODE_UNREACHABLE, GM_SEND_REJECTED, GM_INVALID_PARAMETER, GM_TRY_AGAIN, ...).
 /// The callback may send, provide buffers and free DMA memory; it may close the port (the close
 /// then happens when gm_unknown() returns).
-pub type gm_send_completion_callback_t = Option<
-    unsafe extern "C" fn(
-        port: *mut super::port::gm_port,
-        context: *mut c_void,
-        status: gm_status_t,
-    ),
->;
+pub type gm_send_completion_callback_t =
+    Option<unsafe extern "C" fn(port: *mut gm_port, context: *mut c_void, status: gm_status_t)>;
 
 // ---------------------------------------------------------------------------------------------
 // Barriers.

@@ -1,0 +1,185 @@
+//! Events: what the NIC reports, turned into the C events it means, settling the records it
+//! closes (a send's callback owed, a receive buffer back, a barrier ended).
+
+use std::time::{Duration, Instant};
+
+use nicbar_rs::WaitMode;
+use nicbar_rs::raw::{self, RawEvent};
+use shared_abi::event::{EventKind, Status};
+use shared_abi::max_length_for_size;
+use shared_abi::token::Priority;
+
+use crate::barrier::{BarrierEnd, BarrierRecords, Waiter};
+use crate::events::{fatal_event, receive_event, simple_event};
+use crate::state::PortState;
+use crate::status::{from_nic, message};
+use crate::types::*;
+
+/// Empty polls of gm_receive between checks that the daemon is still there.
+const POLLS_PER_LIVENESS_CHECK: u32 = 1 << 14;
+
+impl PortState {
+    /// An event that needs no look at the NIC: deferred, unannounced completions, death.
+    pub(crate) fn ready_event(&mut self) -> Option<gm_recv_event> {
+        if let Some(event) = self.deferred.pop_front() {
+            return Some(event);
+        }
+        if self.unannounced {
+            self.unannounced = false;
+            return Some(simple_event(GM_SENT_EVENT));
+        }
+        self.fatal.as_ref().map(|(status, _)| fatal_event(*status))
+    }
+
+    /// The next event for gm_receive: never waits.
+    pub(crate) fn poll(&mut self) -> gm_recv_event {
+        if let Some(event) = self.ready_event() {
+            return event;
+        }
+        loop {
+            match self.raw.next_event() {
+                Ok(Some(event)) => {
+                    if let Some(event) = self.translate(event) {
+                        return event;
+                    }
+                }
+                Ok(None) => {
+                    self.empty_polls = self.empty_polls.wrapping_add(1);
+                    if self.empty_polls % POLLS_PER_LIVENESS_CHECK == 0
+                        && let Err(error) = self.raw.check_daemon_alive()
+                    {
+                        self.die(&error);
+                        return self.ready_event().unwrap_or_default();
+                    }
+                    return simple_event(GM_NO_RECV_EVENT);
+                }
+                Err(error) => {
+                    self.die(&error);
+                    return self.ready_event().unwrap_or_default();
+                }
+            }
+        }
+    }
+
+    /// Waits up to `timeout` for the next event, as `mode` says.
+    pub(crate) fn wait(&mut self, timeout: Duration, mode: WaitMode) -> Option<gm_recv_event> {
+        let started = Instant::now();
+        let deadline = started + timeout;
+        let spin_until = mode.spin_until(started, Some(deadline));
+        loop {
+            if let Some(event) = self.ready_event() {
+                return Some(event);
+            }
+            let waited = match self.raw.next_event() {
+                Ok(Some(event)) => {
+                    if let Some(event) = self.translate(event) {
+                        return Some(event);
+                    }
+                    continue;
+                }
+                Ok(None) => self.raw.wait(Some(deadline), spin_until),
+                Err(error) => Err(error),
+            };
+            match waited {
+                Ok(true) => {}
+                Ok(false) => return None,
+                Err(error) => {
+                    self.die(&error);
+                    return self.ready_event();
+                }
+            }
+        }
+    }
+
+    /// Turns a raw event into the C event it means, settling the records it closes; `None` for
+    /// an event that means nothing to the program (or names no record of this port).
+    pub(crate) fn translate(&mut self, event: RawEvent) -> Option<gm_recv_event> {
+        if BarrierRecords::concerns(&event) {
+            let end = self.barriers.on_event(&mut self.raw, &event)?;
+            return self.barrier_ended(end);
+        }
+        match event.kind {
+            EventKind::SENT => self.finish_send(event.context.get(), from_nic(event.status)),
+            EventKind::RECEIVED => self.received(&event),
+            EventKind::TOKEN_REJECTED if raw::is_ring_corrupt(&event) => {
+                self.fatal.get_or_insert((
+                    GM_FIRMWARE_ABORT,
+                    "the NIC found the port's rings corrupt".to_owned(),
+                ));
+                self.ready_event()
+            }
+            EventKind::TOKEN_REJECTED if raw::is_receive_rejection(&event) => {
+                let provided = self.take_receive(event.tag.get())?;
+                let why = format!(
+                    "the NIC refused it ({})",
+                    message(from_nic(event.status)).to_string_lossy()
+                );
+                Some(self.refused_receive(provided.info, why))
+            }
+            EventKind::TOKEN_REJECTED => {
+                self.finish_send(event.context.get(), from_nic(event.status))
+            }
+            _ => None,
+        }
+    }
+
+    /// A barrier ended: the program's hear of it by an event (and a callback); nicbar_barrier's
+    /// end is kept for it.
+    pub(crate) fn barrier_ended(&mut self, end: BarrierEnd) -> Option<gm_recv_event> {
+        match end.waiter {
+            Waiter::Program { callback, context } => {
+                if callback.is_some() {
+                    self.complete(callback, context, end.status);
+                }
+                Some(end.event())
+            }
+            Waiter::Library => {
+                self.library_barrier_end = Some(end);
+                None
+            }
+        }
+    }
+
+    fn received(&mut self, event: &RawEvent) -> Option<gm_recv_event> {
+        let provided = self.take_receive(event.tag.get())?;
+        if event.buffer.get() != provided.arena_offset {
+            // Not the buffer this tag was given with: the NIC misreported. The record is gone
+            // either way; tell the program its buffer is back, unused.
+            let why = format!(
+                "the NIC reported arena offset {:#x} for the buffer at {:#x} (offset {:#x})",
+                event.buffer.get(),
+                provided.info.address,
+                provided.arena_offset
+            );
+            return Some(self.refused_receive(provided.info, why));
+        }
+        if event.status != Status::SUCCESS {
+            let why = format!("the NIC could not write the buffer ({:?})", event.status);
+            return Some(self.refused_receive(provided.info, why));
+        }
+        let length = event
+            .length
+            .get()
+            .min(max_length_for_size(provided.info.size));
+        let kind = if provided.priority == Priority::HIGH {
+            GM_HIGH_RECV_EVENT
+        } else {
+            GM_RECV_EVENT
+        };
+        Some(receive_event(
+            kind,
+            provided.info,
+            length,
+            event.peer_node.get(),
+            event.peer_port.0,
+        ))
+    }
+
+    /// A send ended: its callback is owed, and a GM_SENT_EVENT says so.
+    fn finish_send(&mut self, context: u64, status: gm_status_t) -> Option<gm_recv_event> {
+        let send = self.take_send(context)?;
+        self.complete(send.callback, send.context, status);
+        self.unannounced = false;
+        Some(simple_event(GM_SENT_EVENT))
+    }
+}
