@@ -63,6 +63,9 @@ pub(crate) struct Endpoint {
     pub(crate) barrier_tokens: BarrierTokens,
 }
 
+/// The smallest size class: buffers of 8 bytes, holding messages of 0 bytes.
+const MIN_SIZE_CLASS: u8 = 3;
+
 /// The token's `timeout_us`: 0 for the NIC's default, else at least 1 µs.
 pub(crate) fn timeout_us(timeout: Option<Duration>) -> u32 {
     timeout.map_or(0, |timeout| {
@@ -114,7 +117,7 @@ impl Endpoint {
         if !buffer.belongs_to(self.raw.region()) {
             return refused(Error::ForeignBuffer, buffer);
         }
-        if needed == 0 || !priority.is_valid() {
+        if !(MIN_SIZE_CLASS..=MAX_SIZE_CLASS).contains(&size) || !priority.is_valid() {
             return refused(Error::InvalidSize { size }, buffer);
         }
         if buffer.len() < needed {
@@ -156,7 +159,7 @@ impl Endpoint {
             return refused(Error::ForeignBuffer, buffer);
         }
         let max = max_length_for_size(size) as usize;
-        if max == 0 || size > MAX_SIZE_CLASS || !priority.is_valid() {
+        if !(MIN_SIZE_CLASS..=MAX_SIZE_CLASS).contains(&size) || !priority.is_valid() {
             return refused(Error::InvalidSize { size }, buffer);
         }
         if len > max.min(buffer.len()) {

@@ -55,10 +55,12 @@ pub mod types;
 
 pub mod ffi;
 
+mod alarms;
 mod barrier;
 mod events;
 mod group;
 mod receive;
+mod sizes;
 mod slab;
 mod state;
 mod status;

@@ -28,7 +28,26 @@ impl PortState {
             self.unannounced = false;
             return Some(simple_event(GM_SENT_EVENT));
         }
-        self.fatal.as_ref().map(|(status, _)| fatal_event(*status))
+        if let Some(fatal) = self.fatal.as_ref().map(|(status, _)| fatal_event(*status)) {
+            return Some(fatal);
+        }
+        let alarm = self.alarms.take_due(Instant::now())?;
+        self.alarm_callbacks
+            .push_back((alarm.callback, alarm.context, alarm.address));
+        Some(simple_event(GM_ALARM_EVENT))
+    }
+
+    /// Whether an event is waiting (gm_receive_pending): one the library holds, or one in the
+    /// event ring.
+    pub(crate) fn pending(&self) -> bool {
+        !self.deferred.is_empty()
+            || self.unannounced
+            || self.fatal.is_some()
+            || self
+                .alarms
+                .next_due()
+                .is_some_and(|due| due <= Instant::now())
+            || self.raw.event_waiting().unwrap_or(true)
     }
 
     /// The next event for gm_receive: never waits.
@@ -64,7 +83,10 @@ impl PortState {
     /// Waits up to `timeout` for the next event, as `mode` says.
     pub(crate) fn wait(&mut self, timeout: Duration, mode: WaitMode) -> Option<gm_recv_event> {
         let started = Instant::now();
-        let deadline = started + timeout;
+        let deadline = match self.alarms.next_due() {
+            Some(due) => due.min(started + timeout),
+            None => started + timeout,
+        };
         let spin_until = mode.spin_until(started, Some(deadline));
         loop {
             if let Some(event) = self.ready_event() {
@@ -161,11 +183,11 @@ impl PortState {
             .length
             .get()
             .min(max_length_for_size(provided.info.size));
-        let kind = if provided.priority == Priority::HIGH {
-            GM_HIGH_RECV_EVENT
-        } else {
-            GM_RECV_EVENT
-        };
+        let kind = receive_kind(
+            provided.priority == Priority::HIGH,
+            event.peer_port == self.raw.port_id(),
+            length <= NICBAR_FAST_RECV_MAX,
+        );
         Some(receive_event(
             kind,
             provided.info,
@@ -181,5 +203,37 @@ impl PortState {
         self.complete(send.callback, send.context, status);
         self.unannounced = false;
         Some(simple_event(GM_SENT_EVENT))
+    }
+}
+
+/// The receive event type for a message: GM's fast events for small messages, peer events for
+/// messages from a port with this port's id, high ones for high priority.
+pub(crate) fn receive_kind(high: bool, peer: bool, fast: bool) -> u8 {
+    match (fast, peer, high) {
+        (false, false, false) => GM_RECV_EVENT,
+        (false, false, true) => GM_HIGH_RECV_EVENT,
+        (false, true, false) => GM_PEER_RECV_EVENT,
+        (false, true, true) => GM_HIGH_PEER_RECV_EVENT,
+        (true, false, false) => GM_FAST_RECV_EVENT,
+        (true, false, true) => GM_FAST_HIGH_RECV_EVENT,
+        (true, true, false) => GM_FAST_PEER_RECV_EVENT,
+        (true, true, true) => GM_FAST_HIGH_PEER_RECV_EVENT,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn receive_kinds_are_gms() {
+        assert_eq!(receive_kind(false, false, false), 11);
+        assert_eq!(receive_kind(true, false, false), 12);
+        assert_eq!(receive_kind(false, true, false), 13);
+        assert_eq!(receive_kind(true, true, false), 14);
+        assert_eq!(receive_kind(false, false, true), 15);
+        assert_eq!(receive_kind(true, false, true), 16);
+        assert_eq!(receive_kind(false, true, true), 17);
+        assert_eq!(receive_kind(true, true, true), 18);
     }
 }

@@ -20,6 +20,7 @@ use shared_abi::ids::{NodeId, PORTS_PER_NIC, PortId};
 use shared_abi::token::{Priority, ReceiveKind, ReceiveToken, SendKind, SendToken};
 use shared_abi::{MAX_SIZE_CLASS, max_length_for_size};
 
+use crate::alarms::Alarms;
 use crate::barrier::{BarrierEnd, BarrierRecords};
 use crate::events::{BufferInfo, receive_event};
 use crate::slab::Slab;
@@ -86,6 +87,12 @@ pub(crate) struct PortState {
     /// The end of the barrier nicbar_barrier waits for, when it has come.
     pub(crate) library_barrier_end: Option<BarrierEnd>,
     pub(crate) empty_polls: u32,
+    /// Send tokens the program took with gm_alloc_send_token and has not used or given back.
+    pub(crate) reserved_send_tokens: u32,
+    /// The alarms set, and the clock.
+    pub(crate) alarms: Alarms,
+    /// Alarms that fired, whose callbacks gm_unknown runs: (callback, context, alarm address).
+    pub(crate) alarm_callbacks: VecDeque<(gm_alarm_callback_t, usize, usize)>,
 }
 
 /// Why a send could not be posted: the status its callback gets, and the words.
@@ -106,6 +113,9 @@ impl PortState {
             barriers: BarrierRecords::new(),
             library_barrier_end: None,
             empty_polls: 0,
+            reserved_send_tokens: 0,
+            alarms: Alarms::new(),
+            alarm_callbacks: VecDeque::new(),
         }
     }
 
@@ -292,18 +302,14 @@ impl PortState {
                 "size class {size} is not within 3..={MAX_SIZE_CLASS}"
             ));
         };
-        let most = max_length_for_size(size_class) as u64;
         #[allow(
             clippy::useless_conversion,
             reason = "gm_size_t is an unsigned long, 32 bits on some hosts"
         )]
-        let long = u64::from(len) > most;
-        if long {
-            return invalid(format!(
-                "a {len} byte message does not fit size class {size} ({most} bytes at most)"
-            ));
+        if let Some(why) = crate::sizes::refuse_length(size, u64::from(len)) {
+            return invalid(why);
         }
-        if priority >= GM_NUM_PRIORITIES {
+        if priority >= PRIORITIES {
             return invalid(format!(
                 "priority {priority} is neither GM_LOW_PRIORITY nor GM_HIGH_PRIORITY"
             ));
@@ -322,7 +328,8 @@ impl PortState {
         let (allocation, offset) = self
             .locate(message, len as usize)
             .map_err(|why| (GM_INVALID_PARAMETER, why))?;
-        if self.raw.send_tokens() == 0 {
+        let reserved = self.reserved_send_tokens > 0;
+        if !reserved && self.raw.send_tokens() <= self.reserved_send_tokens {
             return Err((
                 GM_TRY_AGAIN,
                 "no send token is free: wait for sends to complete".to_owned(),
@@ -347,6 +354,9 @@ impl PortState {
         if let Err(error) = self.raw.post_send(&token) {
             self.sends.remove(slot, serial);
             return Err((from_error(&error), error.to_string()));
+        }
+        if reserved {
+            self.reserved_send_tokens -= 1;
         }
         self.hold(allocation);
         Ok(())
@@ -381,7 +391,7 @@ impl PortState {
                 "size class {size} is not within 3..={MAX_SIZE_CLASS}"
             ));
         };
-        if priority >= GM_NUM_PRIORITIES {
+        if priority >= PRIORITIES {
             return Err(format!(
                 "priority {priority} is neither GM_LOW_PRIORITY nor GM_HIGH_PRIORITY"
             ));
@@ -423,6 +433,27 @@ impl PortState {
         Ok(())
     }
 
+    /// gm_alloc_send_token: takes a free send token for a send to come (the next send uses it).
+    /// Whether there was one.
+    pub(crate) fn alloc_send_token(&mut self) -> bool {
+        if self.raw.send_tokens() > self.reserved_send_tokens {
+            self.reserved_send_tokens += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// gm_free_send_tokens: gives back `count` tokens taken and not used.
+    pub(crate) fn free_send_tokens(&mut self, count: u32) {
+        self.reserved_send_tokens = self.reserved_send_tokens.saturating_sub(count);
+    }
+
+    /// Whether a send could take a token now (gm_send_token_available).
+    pub(crate) fn send_token_available(&self) -> bool {
+        self.reserved_send_tokens > 0 || self.raw.send_tokens() > 0
+    }
+
     /// Takes the record of the receive buffer a token's tag names, releasing its memory.
     pub(crate) fn take_receive(&mut self, tag: u32) -> Option<ProvidedBuffer> {
         let provided = self.receives.remove(tag & 0xffff, tag >> 16)?;
@@ -452,11 +483,9 @@ pub(crate) fn unname(context: u64) -> (u32, u32) {
     )
 }
 
-/// The size class `size` names, if it is one the NIC knows.
+/// The size class `size` names, if it is one the NIC takes buffers of.
 pub(crate) fn size_class(size: c_uint) -> Option<u8> {
-    u8::try_from(size)
-        .ok()
-        .filter(|s| max_length_for_size(*s) != 0)
+    crate::sizes::nic_size_class(size)
 }
 
 #[cfg(test)]
@@ -467,7 +496,7 @@ mod tests {
     fn token_names_round_trip_and_size_classes_are_the_nics() {
         assert_eq!(unname(name(7, 0xdead_beef)), (7, 0xdead_beef));
         assert_eq!(unname(name(u32::MAX, 1)), (u32::MAX, 1));
-        assert_eq!(size_class(4), Some(4));
+        assert_eq!(size_class(3), Some(3));
         assert_eq!(size_class(13), Some(13));
         assert_eq!(size_class(2), None);
         assert_eq!(size_class(300), None);

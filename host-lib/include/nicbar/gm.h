@@ -23,6 +23,16 @@
  * not compile (GM's strong types, always on). */
 #define GM_STRONG_TYPES 1
 
+/** The API version gm_open is asked for: GM 2.0.16 unless the program defines another first. */
+#ifndef GM_API_VERSION
+#define GM_API_VERSION GM_API_VERSION_2_0_16
+#endif
+
+/** The API version gm_open is asked for: GM 2.0.16 unless the program defines another first. */
+#ifndef GM_API_VERSION
+#define GM_API_VERSION GM_API_VERSION_2_0_16
+#endif
+
 /** The type of any event from gm_receive or gm_blocking_receive. */
 #define GM_RECV_EVENT_TYPE(e) (gm_ntoh_u8((e)->recv.type))
 
@@ -66,29 +76,45 @@
 #define GM_API_VERSION_1_6 262
 
 /**
- * GM API version 2.0: the version this library implements.
+ * GM API version 2.0.
  */
 #define GM_API_VERSION_2_0 512
 
 /**
- * The API version a program compiled against this header asks for in gm_open.
+ * GM API version 2.0.6.
  */
-#define GM_API_VERSION GM_API_VERSION_2_0
+#define GM_API_VERSION_2_0_6 131078
 
 /**
- * Low priority (GM's default).
+ * GM API version 2.0.12.
  */
-#define GM_LOW_PRIORITY 0
+#define GM_API_VERSION_2_0_12 131084
 
 /**
- * High priority.
+ * GM API version 2.0.16: the newest, and the one this library implements. `GM_API_VERSION`
+ * (the last argument of gm_open) is this one unless the program defines it first.
  */
-#define GM_HIGH_PRIORITY 1
+#define GM_API_VERSION_2_0_16 131088
 
 /**
- * How many priorities there are.
+ * The longest host name gm_get_host_name and gm_node_id_to_host_name give (without the NUL).
  */
-#define GM_NUM_PRIORITIES 2
+#define GM_MAX_HOST_NAME_LEN 128
+
+/**
+ * The longest port name gm_open takes.
+ */
+#define GM_MAX_PORT_NAME_LEN 32
+
+/**
+ * The node id no node has.
+ */
+#define GM_NO_SUCH_NODE_ID 0
+
+/**
+ * The longest message that arrives as a GM_FAST_*_RECV_EVENT.
+ */
+#define NICBAR_FAST_RECV_MAX 128
 
 /**
  * Let the library choose: pairwise exchange for a power-of-two group, dissemination otherwise.
@@ -120,6 +146,90 @@
  * Most steps (a send, a wait, or an exchange with one peer) a barrier may take on one port.
  */
 #define NICBAR_BARRIER_MAX_STEPS 128
+
+/**
+ * An alarm's state (the `state` field of struct gm_alarm).
+ */
+typedef enum gm_alarm_state {
+    /**
+     * Not set (after gm_initialize_alarm, when it fired, or when cancelled).
+     */
+    GM_ALARM_FREE = 0,
+    /**
+     * Set: its callback runs from gm_unknown() once it is due.
+     */
+    GM_ALARM_SET = 1,
+} gm_alarm_state;
+
+/**
+ * The API versions gm_open accepts, by name (GM's `enum gm_api_version`).
+ */
+typedef enum gm_api_version {
+    /**
+     * GM 1.0.
+     */
+    _GM_API_VERSION_1_0 = 256,
+    /**
+     * GM 1.1.
+     */
+    _GM_API_VERSION_1_1 = 257,
+    /**
+     * GM 1.2.
+     */
+    _GM_API_VERSION_1_2 = 258,
+    /**
+     * GM 1.3.
+     */
+    _GM_API_VERSION_1_3 = 259,
+    /**
+     * GM 1.4.
+     */
+    _GM_API_VERSION_1_4 = 260,
+    /**
+     * GM 1.5.
+     */
+    _GM_API_VERSION_1_5 = 261,
+    /**
+     * GM 1.6.
+     */
+    _GM_API_VERSION_1_6 = 262,
+    /**
+     * GM 2.0.
+     */
+    _GM_API_VERSION_2_0 = 512,
+    /**
+     * GM 2.0.6.
+     */
+    _GM_API_VERSION_2_0_6 = 131078,
+    /**
+     * GM 2.0.12.
+     */
+    _GM_API_VERSION_2_0_12 = 131084,
+    /**
+     * GM 2.0.16.
+     */
+    _GM_API_VERSION_2_0_16 = 131088,
+} gm_api_version;
+
+/**
+ * A message's priority (GM's `enum gm_priority`): messages of one priority arrive in order;
+ * high-priority messages may overtake low-priority ones. Receive buffers are provided per
+ * priority.
+ */
+typedef enum gm_priority {
+    /**
+     * Low priority (GM's default).
+     */
+    GM_LOW_PRIORITY = 0,
+    /**
+     * High priority.
+     */
+    GM_HIGH_PRIORITY = 1,
+    /**
+     * How many priorities there are.
+     */
+    GM_NUM_PRIORITIES = 2,
+} gm_priority;
 
 /**
  * An open port (GM's `struct gm_port`). Opaque: C holds a pointer from gm_open and passes it
@@ -374,6 +484,48 @@ typedef union gm_recv_event {
 typedef union gm_recv_event gm_recv_event_t;
 
 /**
+ * What runs when an alarm fires (from gm_unknown()), with the context given to gm_set_alarm.
+ */
+typedef void (*gm_alarm_callback_t)(void *context);
+
+/**
+ * An unsigned 64-bit integer.
+ */
+typedef uint64_t gm_u64_t;
+
+/**
+ * An alarm (GM's `struct gm_alarm`): storage the program owns, initialised with
+ * gm_initialize_alarm, set with gm_set_alarm. Keep it alive and unmoved while it is set; do not
+ * write its fields.
+ */
+typedef struct gm_alarm {
+    /**
+     * Reserved.
+     */
+    struct gm_alarm *next;
+    /**
+     * GM_ALARM_FREE or GM_ALARM_SET.
+     */
+    enum gm_alarm_state state;
+    /**
+     * The port it is set on.
+     */
+    struct gm_port *port;
+    /**
+     * What runs when it fires.
+     */
+    gm_alarm_callback_t callback;
+    /**
+     * The callback's argument.
+     */
+    void *context;
+    /**
+     * When it is due, in gm_ticks() of its port.
+     */
+    gm_u64_t deadline;
+} gm_alarm;
+
+/**
  * A member of a barrier: a port on a node.
  */
 typedef struct gm_barrier_peer_t {
@@ -409,11 +561,6 @@ typedef struct gm_barrier_round_t {
      */
     unsigned int receive_count;
 } gm_barrier_round_t;
-
-/**
- * An unsigned 64-bit integer.
- */
-typedef uint64_t gm_u64_t;
 
 /**
  * An unsigned 64-bit value in network byte order; read it with `gm_ntoh_u64`.
@@ -484,6 +631,17 @@ typedef struct gm_s64_n_t {
      */
     gm_s64_t n;
 } gm_s64_n_t;
+
+/**
+ * A pointer into another node's memory (GM's `gm_remote_ptr_t`: 64 bits on every host). No
+ * call of this library takes one yet: directed sends and gets are not implemented.
+ */
+typedef uint64_t gm_remote_ptr_t;
+
+/**
+ * GM's name for struct gm_alarm.
+ */
+typedef struct gm_alarm gm_alarm_t;
 
 /**
  * It worked.
@@ -737,9 +895,40 @@ typedef struct gm_s64_n_t {
 #define GM_NO_RECV_EVENT 0
 
 /**
+ * GM 1's report of failed sends; never produced (sends end through their callbacks).
+ */
+#define GM_SENDS_FAILED_EVENT 1
+
+/**
+ * An alarm set with gm_set_alarm is due: pass the event to gm_unknown(), which runs the
+ * alarm's callback.
+ */
+#define GM_ALARM_EVENT 2
+
+/**
  * Sends (or barriers) have finished: pass the event to gm_unknown(), which runs their callbacks.
  */
 #define GM_SENT_EVENT 3
+
+/**
+ * Never produced (GM's raw receives have no counterpart here).
+ */
+#define GM_RAW_RECV_EVENT 5
+
+/**
+ * Never produced.
+ */
+#define GM_BAD_SEND_DETECTED_EVENT 6
+
+/**
+ * Never produced.
+ */
+#define GM_SEND_TOKEN_VIOLATION_EVENT 7
+
+/**
+ * Never produced.
+ */
+#define GM_RECV_TOKEN_VIOLATION_EVENT 8
 
 /**
  * A receive buffer came back unused: the program gave a bad pointer, size or priority, or the
@@ -748,8 +937,13 @@ typedef struct gm_s64_n_t {
 #define GM_BAD_RECV_TOKEN_EVENT 9
 
 /**
- * A message of low priority arrived: `recv.buffer`, `recv.length`, `recv.sender_node_id`,
- * `recv.sender_port_id`, `recv.tag` and `recv.size` describe it.
+ * Never produced.
+ */
+#define GM_ALARM_VIOLATION_EVENT 10
+
+/**
+ * A message of low priority arrived: `recv.buffer` (where it is), `recv.length`,
+ * `recv.sender_node_id`, `recv.sender_port_id`, `recv.tag` and `recv.size` describe it.
  */
 #define GM_RECV_EVENT 11
 
@@ -757,6 +951,83 @@ typedef struct gm_s64_n_t {
  * A message of high priority arrived; as GM_RECV_EVENT.
  */
 #define GM_HIGH_RECV_EVENT 12
+
+/**
+ * As GM_RECV_EVENT, from a port with this port's id (a peer: gm_send_to_peer's target).
+ */
+#define GM_PEER_RECV_EVENT 13
+
+/**
+ * As GM_HIGH_RECV_EVENT, from a peer.
+ */
+#define GM_HIGH_PEER_RECV_EVENT 14
+
+/**
+ * A small message (at most NICBAR_FAST_RECV_MAX bytes) of low priority arrived: read it at
+ * `recv.message` (GM's fast path; here the NIC wrote it into the receive buffer, so `message` is
+ * `buffer` and gm_memorize_message copies nothing). The buffer is the program's again.
+ */
+#define GM_FAST_RECV_EVENT 15
+
+/**
+ * As GM_FAST_RECV_EVENT, of high priority.
+ */
+#define GM_FAST_HIGH_RECV_EVENT 16
+
+/**
+ * As GM_FAST_RECV_EVENT, from a peer.
+ */
+#define GM_FAST_PEER_RECV_EVENT 17
+
+/**
+ * As GM_FAST_HIGH_RECV_EVENT, from a peer.
+ */
+#define GM_FAST_HIGH_PEER_RECV_EVENT 18
+
+/**
+ * Never produced (a refused send ends through its callback).
+ */
+#define GM_REJECTED_SEND_EVENT 19
+
+/**
+ * Never produced.
+ */
+#define GM_ORPHANED_SEND_EVENT 20
+
+/**
+ * Never produced.
+ */
+#define GM_BAD_RESEND_DETECTED_EVENT 24
+
+/**
+ * Never produced (a dropped send ends through its callback with GM_SEND_DROPPED).
+ */
+#define GM_DROPPED_SEND_EVENT 25
+
+/**
+ * Never produced.
+ */
+#define GM_BAD_SEND_VMA_EVENT 26
+
+/**
+ * Never produced.
+ */
+#define GM_BAD_RECV_VMA_EVENT 27
+
+/**
+ * Never produced.
+ */
+#define GM_SENT_TOKENS_EVENT 29
+
+/**
+ * Never produced.
+ */
+#define GM_IGNORE_RECV_EVENT 30
+
+/**
+ * Never produced (no Ethernet on this NIC).
+ */
+#define GM_ETHERNET_RECV_EVENT 31
 
 /**
  * The port can go no further: the NIC daemon went away or broke the port's event ring.
@@ -857,8 +1128,9 @@ unsigned int gm_num_ports(struct gm_port *port);
 unsigned int gm_mtu(struct gm_port *port);
 
 /**
- * Send tokens free: sends the port can start now. Each send takes one; its callback's
- * GM_SENT_EVENT gives it back. 0 for a NULL port.
+ * The port's send tokens (GM's count, fixed for the life of the port): at most this many sends
+ * (and barriers) can be under way at once. Each send takes one; its callback's GM_SENT_EVENT
+ * gives it back. 0 for a NULL port.
  *
  * # Safety
  * `port` is NULL or a port from gm_open.
@@ -866,8 +1138,8 @@ unsigned int gm_mtu(struct gm_port *port);
 unsigned int gm_num_send_tokens(struct gm_port *port);
 
 /**
- * Receive tokens free: buffers (and barrier buffers) the port can still provide. 0 for a NULL
- * port.
+ * The port's receive tokens (fixed for the life of the port): at most this many receive
+ * buffers (and barrier buffers) can be provided at once. 0 for a NULL port.
  *
  * # Safety
  * `port` is NULL or a port from gm_open.
@@ -875,13 +1147,51 @@ unsigned int gm_num_send_tokens(struct gm_port *port);
 unsigned int gm_num_receive_tokens(struct gm_port *port);
 
 /**
- * The smallest size class whose buffers hold `length` bytes; 0 (no size class) if the length
- * exceeds the largest message.
+ * Takes a free send token for a send to come: the port's next send uses it instead of a free
+ * one. Returns 1 if a token was free, 0 if not (or for a NULL port). `priority` is either
+ * priority: the port's tokens serve both.
+ *
+ * # Safety
+ * `port` is NULL or a port from gm_open.
+ */
+int gm_alloc_send_token(struct gm_port *port, unsigned int priority);
+
+/**
+ * Gives back a send token taken with gm_alloc_send_token and not used.
+ *
+ * # Safety
+ * `port` is NULL or a port from gm_open.
+ */
+void gm_free_send_token(struct gm_port *port, unsigned int priority);
+
+/**
+ * Gives back `count` send tokens taken with gm_alloc_send_token and not used.
+ *
+ * # Safety
+ * `port` is NULL or a port from gm_open.
+ */
+void gm_free_send_tokens(struct gm_port *port, unsigned int priority, unsigned int count);
+
+/**
+ * 1 if a send could start now (a token taken with gm_alloc_send_token, or a free one), else 0.
+ *
+ * # Safety
+ * `port` is NULL or a port from gm_open.
+ */
+int gm_send_token_available(struct gm_port *port, unsigned int priority);
+
+/**
+ * The smallest size class whose buffers hold `length` bytes, as GM computes it: 3 for an empty
+ * message, 4 for 1 to 8 bytes, ..., 13 for up to 8184 bytes. The NIC carries messages of at most
+ * gm_mtu() (4096) bytes: a size class above 13, or a longer message of class 13, is refused
+ * when sent.
  */
 unsigned int gm_min_size_for_length(gm_size_t length);
 
 /**
- * The longest message a buffer of size class `size` holds; 0 for a size class out of range.
+ * The longest message a buffer of size class `size` holds, as GM computes it: 2^size - 8
+ * (8184 for class 13); 0 below class 3 and above class 63. The NIC takes buffers of classes 3 to
+ * 13 and messages of at most gm_mtu() (4096) bytes.
  */
 gm_size_t gm_max_length_for_size(unsigned int size);
 
@@ -1022,6 +1332,151 @@ gm_recv_event_t *gm_blocking_receive_no_spin(struct gm_port *port);
  * copy of one).
  */
 void gm_unknown(struct gm_port *port, gm_recv_event_t *event);
+
+/**
+ * gm_send_with_callback without a callback (GM's older form): the send's end still comes as a
+ * GM_SENT_EVENT for gm_unknown(); a failure is reported in nicbar_last_error() only.
+ *
+ * # Safety
+ * As gm_send_with_callback.
+ */
+void gm_send(struct gm_port *port,
+             void *message,
+             unsigned int size,
+             gm_size_t length,
+             unsigned int priority,
+             unsigned int target_node_id,
+             unsigned int target_port_id);
+
+/**
+ * gm_send to the port with this port's id on `target_node_id` (GM's older form).
+ *
+ * # Safety
+ * As gm_send_with_callback.
+ */
+void gm_send_to_peer(struct gm_port *port,
+                     void *message,
+                     unsigned int size,
+                     gm_size_t length,
+                     unsigned int priority,
+                     unsigned int target_node_id);
+
+/**
+ * GM's unreliable send. Here it is gm_send_with_callback: the NIC delivers every message
+ * reliably and in order, which a datagram's sender may count on all the more; the callback
+ * gets GM_SUCCESS once the message is delivered, or why it was not.
+ *
+ * # Safety
+ * As gm_send_with_callback.
+ */
+void gm_datagram_send(struct gm_port *port,
+                      void *message,
+                      unsigned int size,
+                      gm_size_t length,
+                      unsigned int priority,
+                      unsigned int target_node_id,
+                      unsigned int target_port_id,
+                      gm_send_completion_callback_t callback,
+                      void *context);
+
+/**
+ * Says which size classes the program provides buffers for at `priority` (bit s of `mask` for
+ * class s). GM used it to drop other messages early; this NIC holds a message for a buffer of
+ * its class until its send times out, whatever the mask, so the call only checks its arguments.
+ * Returns GM_SUCCESS, or GM_INVALID_PARAMETER for a NULL port or a priority that is neither
+ * GM_LOW_PRIORITY nor GM_HIGH_PRIORITY.
+ *
+ * # Safety
+ * `port` is NULL or a port from gm_open.
+ */
+gm_status_t gm_set_acceptable_sizes(struct gm_port *port, unsigned int priority, gm_size_t mask);
+
+/**
+ * 1 if an event is waiting for gm_receive (a message, a send's end, an alarm due, ...), else 0.
+ * Never blocks.
+ *
+ * # Safety
+ * `port` is NULL or a port from gm_open.
+ */
+int gm_receive_pending(struct gm_port *port);
+
+/**
+ * The type of the next event, without taking it (0 if none is waiting); for a message, stores
+ * its sender's node id in `*sender` (if `sender` is not NULL). The next gm_receive returns that
+ * event. Never blocks.
+ *
+ * # Safety
+ * `port` is NULL or a port from gm_open; `sender` is NULL or points to a writable `gm_u16_t`.
+ */
+int gm_next_event_peek(struct gm_port *port, gm_u16_t *sender);
+
+/**
+ * Makes sure a received message is in `buffer`: copies `length` bytes from `message` to
+ * `buffer` unless they are the same address (as they are for every event of this library), and
+ * returns `buffer`.
+ *
+ * # Safety
+ * `message` and `buffer` each point to `length` bytes (readable, and writable respectively).
+ */
+void *gm_memorize_message(void *message, void *buffer, unsigned int length);
+
+/**
+ * Prepares `alarm`'s storage for gm_set_alarm (it is not set). NULL is ignored.
+ *
+ * # Safety
+ * `alarm` is NULL or points to writable storage for a struct gm_alarm that is not set.
+ */
+void gm_initialize_alarm(struct gm_alarm *alarm);
+
+/**
+ * Sets `alarm` (set again if it is set already) to fire `usecs` microseconds from now: then a
+ * receive call returns a GM_ALARM_EVENT, and gm_unknown() runs `callback(context)`. Alarms fire
+ * in the order they are due (those due at once in the order they were set). The alarm's
+ * storage must stay alive and unmoved until it fires or is cancelled.
+ *
+ * # Safety
+ * `port` is NULL or a port from gm_open; `alarm` is NULL or storage initialised with
+ * gm_initialize_alarm; `callback` is NULL or a function of that type.
+ */
+void gm_set_alarm(struct gm_port *port,
+                  struct gm_alarm *alarm,
+                  gm_u64_t usecs,
+                  gm_alarm_callback_t callback,
+                  void *context);
+
+/**
+ * Cancels `alarm` if it is set; its callback will not run. NULL, or an alarm not set, is
+ * ignored.
+ *
+ * # Safety
+ * `alarm` is NULL or storage initialised with gm_initialize_alarm.
+ */
+void gm_cancel_alarm(struct gm_alarm *alarm);
+
+/**
+ * The port's clock: ticks of 0.5 microseconds since the port opened (GM's LANai clock ticks
+ * at that rate). 0 for a NULL port.
+ *
+ * # Safety
+ * `port` is NULL or a port from gm_open.
+ */
+gm_u64_t gm_ticks(struct gm_port *port);
+
+/**
+ * Sleeps `seconds` seconds; returns 0.
+ */
+int gm_sleep(unsigned int seconds);
+
+/**
+ * Exits the process: with status 0 for GM_SUCCESS, otherwise with the status code (1 if it
+ * does not fit an exit status), after printing the status's text on standard error.
+ */
+void gm_exit(gm_status_t status);
+
+/**
+ * Aborts the process at once (no cleanup, a core dump where enabled).
+ */
+void gm_abort(void);
 
 /**
  * Provides the NIC with the receive token that one barrier's end takes (paper 5.2): call it

@@ -14,6 +14,8 @@
 // The header lists items in this order (blank lines keep rustfmt from sorting them).
 pub mod port;
 
+pub mod gm2;
+
 pub mod barrier;
 
 pub mod bytes;
@@ -193,8 +195,8 @@ impl OpenPort {
                 self.0.fetch_sub(1, Ordering::AcqRel);
             }
         }
-        let owed = match self.lock("gm_unknown") {
-            Ok(state) => state.completions.len(),
+        let (owed, alarms_owed) = match self.lock("gm_unknown") {
+            Ok(state) => (state.completions.len(), state.alarm_callbacks.len()),
             Err(_) => return false,
         };
         self.callbacks_running.fetch_add(1, Ordering::AcqRel);
@@ -211,6 +213,23 @@ impl OpenPort {
                 // SAFETY: the program gave this function for this purpose; the port's lock is
                 // not held, so it may call back into the library.
                 unsafe { callback(handle, completion.context as *mut c_void, completion.status) };
+            }
+        }
+        for _ in 0..alarms_owed {
+            let fired = match self.lock("gm_unknown") {
+                Ok(mut state) => state.alarm_callbacks.pop_front(),
+                Err(_) => None,
+            };
+            let Some((callback, context, alarm)) = fired else {
+                break;
+            };
+            let alarm = alarm as *mut gm_alarm;
+            // SAFETY: the alarm's storage stays alive until it fires (the API's rule); it fired,
+            // so it is free again before its callback runs (which may set it again).
+            unsafe { (&raw mut (*alarm).state).write(gm_alarm_state::GM_ALARM_FREE) };
+            if let Some(callback) = callback {
+                // SAFETY: the program gave this function for this alarm; no lock is held.
+                unsafe { callback(context as *mut c_void) };
             }
         }
         drop(running);
@@ -274,9 +293,10 @@ mod tests {
     use crate::events::{BufferInfo, barrier_event, receive_event};
 
     /// The edge's sources, by file name.
-    const SOURCES: [(&str, &str); 5] = [
+    const SOURCES: [(&str, &str); 6] = [
         ("ffi/mod.rs", include_str!("mod.rs")),
         ("ffi/port.rs", include_str!("port.rs")),
+        ("ffi/gm2.rs", include_str!("gm2.rs")),
         ("ffi/barrier.rs", include_str!("barrier.rs")),
         ("ffi/bytes.rs", include_str!("bytes.rs")),
         ("ffi/status.rs", include_str!("status.rs")),
@@ -333,6 +353,8 @@ mod tests {
             ("events.rs", include_str!("../events.rs")),
             ("status.rs", include_str!("../status.rs")),
             ("slab.rs", include_str!("../slab.rs")),
+            ("sizes.rs", include_str!("../sizes.rs")),
+            ("alarms.rs", include_str!("../alarms.rs")),
         ] {
             assert!(
                 !source.contains(&["no_", "mangle"].concat()),

@@ -1,12 +1,12 @@
 //! The exports of ports: opening and closing, DMA memory, sends, receive buffers, and events.
 
-use core::ffi::{c_char, c_uint, c_void};
+use core::ffi::{c_char, c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use nicbar_rs::{RawPort, WaitMode};
+use shared_abi::MTU_PAYLOAD;
 use shared_abi::ids::PORTS_PER_NIC;
-use shared_abi::{MTU_PAYLOAD, max_length_for_size, min_size_for_length};
 
 use super::{close_now, event_type, guard, no_event, port_ref, register, with_state};
 use crate::state::PortState;
@@ -187,8 +187,9 @@ pub unsafe extern "C" fn gm_mtu(port: *mut gm_port) -> c_uint {
     })
 }
 
-/// Send tokens free: sends the port can start now. Each send takes one; its callback's
-/// GM_SENT_EVENT gives it back. 0 for a NULL port.
+/// The port's send tokens (GM's count, fixed for the life of the port): at most this many sends
+/// (and barriers) can be under way at once. Each send takes one; its callback's GM_SENT_EVENT
+/// gives it back. 0 for a NULL port.
 ///
 /// # Safety
 /// `port` is NULL or a port from gm_open.
@@ -196,13 +197,13 @@ pub unsafe extern "C" fn gm_mtu(port: *mut gm_port) -> c_uint {
 pub unsafe extern "C" fn gm_num_send_tokens(port: *mut gm_port) -> c_uint {
     guard("gm_num_send_tokens", 0, || {
         with_state(port, "gm_num_send_tokens", 0, |state| {
-            state.raw.send_tokens()
+            state.raw.send_token_total()
         })
     })
 }
 
-/// Receive tokens free: buffers (and barrier buffers) the port can still provide. 0 for a NULL
-/// port.
+/// The port's receive tokens (fixed for the life of the port): at most this many receive
+/// buffers (and barrier buffers) can be provided at once. 0 for a NULL port.
 ///
 /// # Safety
 /// `port` is NULL or a port from gm_open.
@@ -210,28 +211,87 @@ pub unsafe extern "C" fn gm_num_send_tokens(port: *mut gm_port) -> c_uint {
 pub unsafe extern "C" fn gm_num_receive_tokens(port: *mut gm_port) -> c_uint {
     guard("gm_num_receive_tokens", 0, || {
         with_state(port, "gm_num_receive_tokens", 0, |state| {
-            state.raw.receive_tokens()
+            state.raw.receive_token_total()
         })
     })
 }
 
-/// The smallest size class whose buffers hold `length` bytes; 0 (no size class) if the length
-/// exceeds the largest message.
+/// Takes a free send token for a send to come: the port's next send uses it instead of a free
+/// one. Returns 1 if a token was free, 0 if not (or for a NULL port). `priority` is either
+/// priority: the port's tokens serve both.
+///
+/// # Safety
+/// `port` is NULL or a port from gm_open.
 #[unsafe(no_mangle)]
-pub extern "C" fn gm_min_size_for_length(length: gm_size_t) -> c_uint {
-    guard("gm_min_size_for_length", 0, || {
-        u32::try_from(length)
-            .ok()
-            .and_then(min_size_for_length)
-            .map_or(0, c_uint::from)
+pub unsafe extern "C" fn gm_alloc_send_token(port: *mut gm_port, priority: c_uint) -> c_int {
+    guard("gm_alloc_send_token", 0, || {
+        let _ = priority;
+        with_state(port, "gm_alloc_send_token", 0, |state| {
+            c_int::from(state.alloc_send_token())
+        })
     })
 }
 
-/// The longest message a buffer of size class `size` holds; 0 for a size class out of range.
+/// Gives back a send token taken with gm_alloc_send_token and not used.
+///
+/// # Safety
+/// `port` is NULL or a port from gm_open.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gm_free_send_token(port: *mut gm_port, priority: c_uint) {
+    guard("gm_free_send_token", (), || {
+        let _ = priority;
+        with_state(port, "gm_free_send_token", (), |state| {
+            state.free_send_tokens(1);
+        });
+    });
+}
+
+/// Gives back `count` send tokens taken with gm_alloc_send_token and not used.
+///
+/// # Safety
+/// `port` is NULL or a port from gm_open.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gm_free_send_tokens(port: *mut gm_port, priority: c_uint, count: c_uint) {
+    guard("gm_free_send_tokens", (), || {
+        let _ = priority;
+        with_state(port, "gm_free_send_tokens", (), |state| {
+            state.free_send_tokens(count);
+        });
+    });
+}
+
+/// 1 if a send could start now (a token taken with gm_alloc_send_token, or a free one), else 0.
+///
+/// # Safety
+/// `port` is NULL or a port from gm_open.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gm_send_token_available(port: *mut gm_port, priority: c_uint) -> c_int {
+    guard("gm_send_token_available", 0, || {
+        let _ = priority;
+        with_state(port, "gm_send_token_available", 0, |state| {
+            c_int::from(state.send_token_available())
+        })
+    })
+}
+
+/// The smallest size class whose buffers hold `length` bytes, as GM computes it: 3 for an empty
+/// message, 4 for 1 to 8 bytes, ..., 13 for up to 8184 bytes. The NIC carries messages of at most
+/// gm_mtu() (4096) bytes: a size class above 13, or a longer message of class 13, is refused
+/// when sent.
+#[unsafe(no_mangle)]
+pub extern "C" fn gm_min_size_for_length(length: gm_size_t) -> c_uint {
+    guard("gm_min_size_for_length", 0, || {
+        crate::sizes::min_size_for_gm_length(length)
+    })
+}
+
+/// The longest message a buffer of size class `size` holds, as GM computes it: 2^size - 8
+/// (8184 for class 13); 0 below class 3 and above class 63. The NIC takes buffers of classes 3 to
+/// 13 and messages of at most gm_mtu() (4096) bytes.
 #[unsafe(no_mangle)]
 pub extern "C" fn gm_max_length_for_size(size: c_uint) -> gm_size_t {
     guard("gm_max_length_for_size", 0, || {
-        u8::try_from(size).map_or(0, max_length_for_size).into()
+        crate::sizes::max_length_for_size(size) as gm_size_t
     })
 }
 
