@@ -499,6 +499,52 @@ fn mistakes_come_back_as_statuses_events_and_callbacks() {
 }
 
 #[test]
+fn gm2_calls_behave_as_gm_documents_them() {
+    let scratch = Scratch::new("gm2");
+    let emulator = daemon(&scratch, 2);
+    let finished = finish(
+        vec![start(
+            "gm2",
+            &example("gm2", Link::Dynamic),
+            &args(&[&0]),
+            emulator.socket(),
+        )],
+        RUN_LIMIT,
+    );
+    finished[0].assert_success();
+    let checks = finished[0]
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("ok: "))
+        .count();
+    assert!(
+        checks >= 33,
+        "only {checks} checks ran:\n{}",
+        finished[0].stdout
+    );
+    assert!(finished[0].stdout.contains("gm2: 0 check(s) failed"));
+}
+
+#[test]
+fn gm_exit_exits_with_the_status() {
+    let scratch = Scratch::new("gm2-exit");
+    let finished = finish(
+        vec![start(
+            "gm2 --exit",
+            &example("gm2", Link::Dynamic),
+            &args(&[&"--exit"]),
+            &scratch.path().join("unused.sock"),
+        )],
+        RUN_LIMIT,
+    );
+    assert_eq!(finished[0].status.code(), Some(15), "{finished:#?}");
+    assert!(
+        finished[0].stderr.contains("send timed out"),
+        "{finished:#?}"
+    );
+}
+
+#[test]
 fn opening_without_a_daemon_says_how_to_start_one() {
     let scratch = Scratch::new("nodaemon");
     let finished = finish(
