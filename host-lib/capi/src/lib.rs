@@ -62,5 +62,6 @@ mod group;
 mod receive;
 mod sizes;
 mod slab;
+mod stall;
 mod state;
 mod status;

@@ -200,6 +200,7 @@ impl PortState {
     /// A send ended: its callback is owed, and a GM_SENT_EVENT says so.
     fn finish_send(&mut self, context: u64, status: gm_status_t) -> Option<gm_recv_event> {
         let send = self.take_send(context)?;
+        self.send_ended(send.connection, status);
         self.complete(send.callback, send.context, status);
         self.unannounced = false;
         Some(simple_event(GM_SENT_EVENT))

@@ -24,6 +24,7 @@ use crate::alarms::Alarms;
 use crate::barrier::{BarrierEnd, BarrierRecords};
 use crate::events::{BufferInfo, receive_event};
 use crate::slab::Slab;
+use crate::stall::{Connection, HeldSend, Stalls};
 use crate::status::{from_error, set_last_error};
 use crate::types::*;
 
@@ -42,6 +43,8 @@ pub(crate) struct Allocation {
 pub(crate) struct PendingSend {
     pub(crate) callback: gm_send_completion_callback_t,
     pub(crate) context: usize,
+    /// Where it goes: a failure stalls this connection.
+    pub(crate) connection: Connection,
     /// The allocation sent from (its address).
     pub(crate) allocation: usize,
 }
@@ -93,6 +96,8 @@ pub(crate) struct PortState {
     pub(crate) alarms: Alarms,
     /// Alarms that fired, whose callbacks gm_unknown runs: (callback, context, alarm address).
     pub(crate) alarm_callbacks: VecDeque<(gm_alarm_callback_t, usize, usize)>,
+    /// Connections stalled by a failed send, and the sends they hold.
+    pub(crate) stalls: Stalls,
 }
 
 /// Why a send could not be posted: the status its callback gets, and the words.
@@ -116,6 +121,7 @@ impl PortState {
             reserved_send_tokens: 0,
             alarms: Alarms::new(),
             alarm_callbacks: VecDeque::new(),
+            stalls: Stalls::default(),
         }
     }
 
@@ -270,6 +276,22 @@ impl PortState {
         callback: gm_send_completion_callback_t,
         context: usize,
     ) {
+        let connection = Connection {
+            node,
+            port,
+            priority,
+        };
+        let held = HeldSend {
+            message,
+            size,
+            length: len,
+            callback,
+            context,
+        };
+        if self.stalls.hold(connection, held).is_none() {
+            // Held until gm_resume_sending or gm_drop_sends.
+            return;
+        }
         if let Err((status, why)) =
             self.try_send(message, size, len, priority, node, port, callback, context)
         {
@@ -335,9 +357,15 @@ impl PortState {
                 "no send token is free: wait for sends to complete".to_owned(),
             ));
         }
+        let connection = Connection {
+            node: u32::from(node),
+            port,
+            priority,
+        };
         let (slot, serial) = self.sends.insert(PendingSend {
             callback,
             context,
+            connection,
             allocation,
         });
         let token = SendToken {
@@ -431,6 +459,51 @@ impl PortState {
         }
         self.hold(allocation);
         Ok(())
+    }
+
+    /// A send to `connection` ended with `status`: a failure stalls the connection (GM's
+    /// behaviour; gm_resume_sending or gm_drop_sends ends the stall).
+    pub(crate) fn send_ended(&mut self, connection: Connection, status: gm_status_t) {
+        if status != GM_SUCCESS {
+            self.stalls.failed(connection);
+        }
+    }
+
+    /// gm_resume_sending: ends the stall of `connection`, sends what it held (in order), and owes
+    /// `callback` GM_SUCCESS.
+    pub(crate) fn resume_sending(
+        &mut self,
+        connection: Connection,
+        callback: gm_send_completion_callback_t,
+        context: usize,
+    ) {
+        for held in self.stalls.release(connection) {
+            self.send(
+                held.message,
+                held.size,
+                held.length,
+                connection.priority,
+                connection.node,
+                connection.port,
+                held.callback,
+                held.context,
+            );
+        }
+        self.complete(callback, context, GM_SUCCESS);
+    }
+
+    /// gm_drop_sends: ends the stall of `connection`, ending what it held with GM_SEND_DROPPED,
+    /// and owes `callback` GM_SUCCESS.
+    pub(crate) fn drop_sends(
+        &mut self,
+        connection: Connection,
+        callback: gm_send_completion_callback_t,
+        context: usize,
+    ) {
+        for held in self.stalls.release(connection) {
+            self.complete(held.callback, held.context, GM_SEND_DROPPED);
+        }
+        self.complete(callback, context, GM_SUCCESS);
     }
 
     /// gm_alloc_send_token: takes a free send token for a send to come (the next send uses it).

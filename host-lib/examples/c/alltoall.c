@@ -251,9 +251,12 @@ int main(int argc, char **argv)
                     continue;
                 if (send_status[peer] == GM_SEND_TARGET_PORT_CLOSED && round == 0 &&
                     now_seconds() < give_up) {
-                    /* The peer has not opened its port yet: send again. */
+                    /* The peer has not opened its port yet: resume the stalled connection (as
+                     * in GM, a failed send stalls it) and send again. */
                     struct timespec pause = {0, 5 * 1000 * 1000};
                     nanosleep(&pause, NULL);
+                    gm_resume_sending(port, GM_LOW_PRIORITY, peer, PORT_ID, NULL, NULL);
+                    gm_resume_sending(port, GM_HIGH_PRIORITY, peer, PORT_ID, NULL, NULL);
                     send_status[peer] = GM_SUCCESS;
                     send_to(peer, round);
                 } else if (send_status[peer] != GM_SUCCESS) {

@@ -75,11 +75,11 @@ static gm_recv_event_t *await_type(struct gm_port *port, unsigned int type)
 
 /* Sends and waits for the send's callback, running other events through gm_unknown. */
 static gm_status_t send_and_wait(struct gm_port *port, void *message, unsigned int size,
-                                 gm_size_t length, unsigned int node)
+                                 gm_size_t length, unsigned int node, unsigned int target_port)
 {
     int before = callbacks;
     long i;
-    gm_send_with_callback(port, message, size, length, GM_LOW_PRIORITY, node, PORT_ID,
+    gm_send_with_callback(port, message, size, length, GM_LOW_PRIORITY, node, target_port,
                           count_callback, NULL);
     for (i = 0; i < 2000000 && callbacks == before; i++)
         gm_unknown(port, gm_receive(port));
@@ -164,7 +164,7 @@ int main(int argc, char **argv)
 
     /* A zero-length message. */
     gm_provide_receive_buffer_with_tag(b, in, 3, GM_LOW_PRIORITY, 30);
-    status = send_and_wait(a, out, 3, 0, node_b);
+    status = send_and_wait(a, out, 3, 0, node_b, PORT_ID);
     check(status == GM_SUCCESS, "a zero-length message of size class 3 is sent");
     event = await_type(b, GM_FAST_PEER_RECV_EVENT);
     check(event != NULL && gm_ntoh_u32(event->recv.length) == 0 &&
@@ -175,6 +175,7 @@ int main(int argc, char **argv)
     /* A long message from the peer: a peer event, not a fast one, in the buffer. */
     memset(out, 0x5a, 1000);
     gm_provide_receive_buffer_with_tag(b, big, 10, GM_LOW_PRIORITY, 31);
+    callbacks = 0;
     gm_send_to_peer_with_callback(a, out, 10, 1000, GM_LOW_PRIORITY, node_b, count_callback,
                                   NULL);
     /* gm_receive_pending and gm_next_event_peek see it without taking it. */
@@ -193,6 +194,9 @@ int main(int argc, char **argv)
                   gm_ntoh_u32(event->recv.length) == 1000 && big[999] == 0x5a &&
                   gm_ntohp(event->recv.message) == big,
               "gm_receive returns the event peeked at");
+        for (i = 0; i < 2000000 && callbacks == 0; i++)
+            gm_unknown(a, gm_receive(a));
+        check(callbacks == 1 && last_status == GM_SUCCESS, "the peer send's callback ran");
     }
     check(gm_memorize_message(out, in, 16) == in && memcmp(in, out, 16) == 0,
           "gm_memorize_message copies a message that is elsewhere");
@@ -215,9 +219,62 @@ int main(int argc, char **argv)
     }
 
     /* The NIC's one packet: a size class 13 message longer than gm_mtu() is refused. */
-    status = send_and_wait(a, out, 13, gm_mtu(a) + 1, node_b);
+    status = send_and_wait(a, out, 13, gm_mtu(a) + 1, node_b, PORT_ID);
     check(status == GM_INVALID_PARAMETER && contains(nicbar_last_error(), "one-packet"),
           "a message longer than gm_mtu() is refused, saying why");
+
+    /* A failed send stalls its connection: later sends wait for gm_resume_sending or end with
+     * GM_SEND_DROPPED by gm_drop_sends. Port 3 of the other node is not open yet. */
+    {
+        struct gm_port *late = NULL;
+        unsigned char *late_buffer;
+        int before;
+        long i;
+        status = send_and_wait(a, out, 5, 10, node_b, 3);
+        check(status == GM_SEND_TARGET_PORT_CLOSED, "a send to a port not open fails");
+        if (status != GM_SEND_TARGET_PORT_CLOSED)
+            printf("  status %d\n", status);
+        callbacks = 0;
+        gm_send_with_callback(a, out, 5, 10, GM_LOW_PRIORITY, node_b, 3, count_callback, NULL);
+        for (i = 0; i < 200000; i++)
+            gm_unknown(a, gm_receive(a));
+        check(callbacks == 0, "the next send to that connection is held");
+        gm_drop_sends(a, GM_LOW_PRIORITY, node_b, 3, count_callback, NULL);
+        for (i = 0; i < 1000 && callbacks < 2; i++)
+            gm_unknown(a, gm_receive(a));
+        check(callbacks == 2 && last_status == GM_SUCCESS,
+              "gm_drop_sends ends the held send and calls its own callback");
+        /* The dropped send's callback ran first, with GM_SEND_DROPPED: check through a fresh
+         * stall. */
+        check(send_and_wait(a, out, 5, 10, node_b, 3) == GM_SEND_TARGET_PORT_CLOSED,
+              "after the drop, sends go again (and fail again here)");
+        callbacks = 0;
+        gm_send_with_callback(a, out, 5, 10, GM_LOW_PRIORITY, node_b, 3, count_callback, NULL);
+        gm_drop_sends(a, GM_LOW_PRIORITY, node_b, 3, NULL, NULL);
+        for (i = 0; i < 1000 && callbacks < 1; i++)
+            gm_unknown(a, gm_receive(a));
+        check(callbacks == 1 && last_status == GM_SEND_DROPPED,
+              "a dropped send's callback gets GM_SEND_DROPPED");
+        /* Stall it again, open the port, and resume: the held send goes. */
+        check(send_and_wait(a, out, 5, 10, node_b, 3) == GM_SEND_TARGET_PORT_CLOSED,
+              "the connection stalls again");
+        callbacks = 0;
+        gm_send_with_callback(a, out, 5, 10, GM_LOW_PRIORITY, node_b, 3, count_callback, NULL);
+        status = gm_open(&late, unit + 1, 3, "gm2", GM_API_VERSION);
+        check(status == GM_SUCCESS, "the target port opens");
+        if (late != NULL) {
+            late_buffer = gm_dma_malloc(late, 64);
+            gm_provide_receive_buffer(late, late_buffer, 5, GM_LOW_PRIORITY);
+            before = callbacks;
+            gm_resume_sending(a, GM_LOW_PRIORITY, node_b, 3, NULL, NULL);
+            for (i = 0; i < 2000000 && callbacks == before; i++)
+                gm_unknown(a, gm_receive(a));
+            check(callbacks == before + 1 && last_status == GM_SUCCESS,
+                  "gm_resume_sending sends the held message");
+            check(await_type(late, GM_FAST_RECV_EVENT) != NULL, "and it arrives");
+            gm_close(late);
+        }
+    }
 
     /* Alarms fire in the order they are due, from gm_unknown; a cancelled one never does. */
     {

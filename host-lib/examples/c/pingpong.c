@@ -140,6 +140,8 @@ static void send_and_wait(void *buffer, unsigned int peer)
             return;
         if (last_send_status != GM_SEND_TARGET_PORT_CLOSED || now_seconds() > give_up)
             fail("send", last_send_status);
+        /* As in GM, a failed send stalls the connection until the program resumes it. */
+        gm_resume_sending(port, GM_LOW_PRIORITY, peer, PORT_ID, NULL, NULL);
         {
             struct timespec pause = {0, 10 * 1000 * 1000};
             nanosleep(&pause, NULL);

@@ -1380,6 +1380,37 @@ void gm_datagram_send(struct gm_port *port,
                       void *context);
 
 /**
+ * Ends the stall that a failed send put on the connection to port `target_port_id` of node
+ * `target_node_id` at `priority`: after a send's callback reports an error, the port holds every
+ * later send to that connection (GM's behaviour) until this call, which sends them in order, or
+ * gm_drop_sends. `callback` (if not NULL) then runs from gm_unknown with `context` and
+ * GM_SUCCESS. A connection that is not stalled is left as it is (the callback still runs).
+ *
+ * # Safety
+ * `port` is NULL or a port from gm_open; `callback` is NULL or a function of that type.
+ */
+void gm_resume_sending(struct gm_port *port,
+                       unsigned int priority,
+                       unsigned int target_node_id,
+                       unsigned int target_port_id,
+                       gm_send_completion_callback_t callback,
+                       void *context);
+
+/**
+ * As gm_resume_sending, but the held sends are not sent: each one's callback gets
+ * GM_SEND_DROPPED (before `callback` gets GM_SUCCESS).
+ *
+ * # Safety
+ * As gm_resume_sending.
+ */
+void gm_drop_sends(struct gm_port *port,
+                   unsigned int priority,
+                   unsigned int target_node_id,
+                   unsigned int target_port_id,
+                   gm_send_completion_callback_t callback,
+                   void *context);
+
+/**
  * Says which size classes the program provides buffers for at `priority` (bit s of `mask` for
  * class s). GM used it to drop other messages early; this NIC holds a message for a buffer of
  * its class until its send times out, whatever the mask, so the call only checks its arguments.

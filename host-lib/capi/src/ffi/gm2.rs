@@ -5,6 +5,7 @@ use core::ffi::{c_int, c_uint, c_void};
 use std::time::{Duration, Instant};
 
 use super::{event_type, guard, with_state};
+use crate::stall::Connection;
 use crate::status::fail;
 use crate::types::*;
 
@@ -99,6 +100,61 @@ pub unsafe extern "C" fn gm_datagram_send(
                 callback,
                 context as usize,
             );
+        });
+    });
+}
+
+/// Ends the stall that a failed send put on the connection to port `target_port_id` of node
+/// `target_node_id` at `priority`: after a send's callback reports an error, the port holds every
+/// later send to that connection (GM's behaviour) until this call, which sends them in order, or
+/// gm_drop_sends. `callback` (if not NULL) then runs from gm_unknown with `context` and
+/// GM_SUCCESS. A connection that is not stalled is left as it is (the callback still runs).
+///
+/// # Safety
+/// `port` is NULL or a port from gm_open; `callback` is NULL or a function of that type.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gm_resume_sending(
+    port: *mut gm_port,
+    priority: c_uint,
+    target_node_id: c_uint,
+    target_port_id: c_uint,
+    callback: gm_send_completion_callback_t,
+    context: *mut c_void,
+) {
+    guard("gm_resume_sending", (), || {
+        with_state(port, "gm_resume_sending", (), |state| {
+            let connection = Connection {
+                node: target_node_id,
+                port: target_port_id,
+                priority,
+            };
+            state.resume_sending(connection, callback, context as usize);
+        });
+    });
+}
+
+/// As gm_resume_sending, but the held sends are not sent: each one's callback gets
+/// GM_SEND_DROPPED (before `callback` gets GM_SUCCESS).
+///
+/// # Safety
+/// As gm_resume_sending.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gm_drop_sends(
+    port: *mut gm_port,
+    priority: c_uint,
+    target_node_id: c_uint,
+    target_port_id: c_uint,
+    callback: gm_send_completion_callback_t,
+    context: *mut c_void,
+) {
+    guard("gm_drop_sends", (), || {
+        with_state(port, "gm_drop_sends", (), |state| {
+            let connection = Connection {
+                node: target_node_id,
+                port: target_port_id,
+                priority,
+            };
+            state.drop_sends(connection, callback, context as usize);
         });
     });
 }
