@@ -124,6 +124,40 @@ int main(int argc, char **argv)
         check(alarm.state == GM_ALARM_FREE, "gm_initialize_alarm leaves the alarm free");
     }
 
+    /* GM's utilities. */
+    {
+        char *copy = gm_strdup("nicbar");
+        unsigned char *memory = gm_calloc(16, 4);
+        void *page = gm_page_alloc();
+        void *pages = gm_alloc_pages(5000);
+        int first, again;
+        check(copy != NULL && gm_strlen(copy) == 6 && gm_strcmp(copy, "nicbar") == 0 &&
+                  gm_strncmp(copy, "nicXXX", 3) == 0 && gm_strncasecmp(copy, "NICBAR", 6) == 0,
+              "gm_strdup, gm_strlen, gm_strcmp, gm_strncmp, gm_strncasecmp");
+        check(memory != NULL && memory[63] == 0, "gm_calloc zeroes");
+        gm_memset(memory, 7, 8);
+        gm_bcopy(memory, memory + 8, 8);
+        check(memory[15] == 7 && gm_memcmp(memory, memory + 8, 8) == 0, "gm_memset, gm_bcopy");
+        gm_bzero(memory, 16);
+        check(memory[15] == 0, "gm_bzero");
+        check(page != NULL && ((uintptr_t)page % GM_PAGE_LEN) == 0 && pages != NULL &&
+                  ((uintptr_t)pages % GM_PAGE_LEN) == 0,
+              "gm_page_alloc and gm_alloc_pages are page-aligned");
+        check(gm_log2_roundup(1) == 0 && gm_log2_roundup(2) == 1 && gm_log2_roundup(5) == 3 &&
+                  gm_log2_roundup(4096) == 12,
+              "gm_log2_roundup");
+        gm_srand(42);
+        first = gm_rand();
+        gm_srand(42);
+        again = gm_rand();
+        check(first == again && first >= 0 && gm_rand_mod(10) < 10, "gm_srand, gm_rand");
+        check(gm_isprint('a') && !gm_isprint('\n') && gm_getpid() > 0, "gm_isprint, gm_getpid");
+        gm_free(copy);
+        gm_free(memory);
+        gm_page_free(page);
+        gm_free_pages(pages, 5000);
+    }
+
     /* Sizes as GM computes them. */
     check(gm_min_size_for_length(0) == 3 && gm_max_length_for_size(3) == 0,
           "an empty message is size class 3");

@@ -633,6 +633,11 @@ typedef struct gm_s64_n_t {
 } gm_s64_n_t;
 
 /**
+ * A process id (GM's `gm_pid_t`).
+ */
+typedef gm_u32_t gm_pid_t;
+
+/**
  * A pointer into another node's memory (GM's `gm_remote_ptr_t`: 64 bits on every host). No
  * call of this library takes one yet: directed sends and gets are not implemented.
  */
@@ -1051,6 +1056,11 @@ typedef struct gm_alarm gm_alarm_t;
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+/**
+ * The length of a memory page: what gm_page_alloc returns and gm_alloc_pages rounds up to.
+ */
+extern const unsigned long GM_PAGE_LEN;
 
 /**
  * Initialises the library. Optional (gm_open works without it); kept for GM programs. Always
@@ -1763,6 +1773,174 @@ void gm_perror(const char *message, gm_status_t status);
  * stays valid until the next failing call on this thread.
  */
 const char *nicbar_last_error(void);
+
+/**
+ * Copies `length` bytes from `from` to `to` (the ranges may overlap).
+ *
+ * # Safety
+ * `from` and `to` point to `length` bytes (readable, and writable respectively).
+ */
+void gm_bcopy(const void *from, void *to, gm_size_t length);
+
+/**
+ * Zeroes `length` bytes at `pointer`.
+ *
+ * # Safety
+ * `pointer` points to `length` writable bytes.
+ */
+void gm_bzero(void *pointer, gm_size_t length);
+
+/**
+ * Sets `length` bytes at `pointer` to `value`; returns `pointer`.
+ *
+ * # Safety
+ * `pointer` points to `length` writable bytes.
+ */
+void *gm_memset(void *pointer, int value, gm_size_t length);
+
+/**
+ * Compares `length` bytes as memcmp does.
+ *
+ * # Safety
+ * `a` and `b` point to `length` readable bytes.
+ */
+int gm_memcmp(const void *a, const void *b, gm_size_t length);
+
+/**
+ * Allocates `length` bytes of ordinary memory (not DMA memory); NULL if there is none. Free it
+ * with gm_free.
+ */
+void *gm_malloc(gm_size_t length);
+
+/**
+ * Allocates `count` elements of `length` bytes, zeroed (note GM's argument order); NULL if
+ * there is no memory. Free it with gm_free.
+ */
+void *gm_calloc(gm_size_t length, gm_size_t count);
+
+/**
+ * Frees memory from gm_malloc, gm_calloc or gm_strdup; NULL is ignored.
+ *
+ * # Safety
+ * `pointer` is NULL or memory from those calls, not freed yet.
+ */
+void gm_free(void *pointer);
+
+/**
+ * A page of memory, page-aligned and uninitialised (GM_PAGE_LEN bytes); NULL if there is none.
+ * Free it with gm_page_free.
+ */
+void *gm_page_alloc(void);
+
+/**
+ * Frees a page from gm_page_alloc; NULL is ignored.
+ *
+ * # Safety
+ * `pointer` is NULL or a page from gm_page_alloc, not freed yet.
+ */
+void gm_page_free(void *pointer);
+
+/**
+ * `length` bytes rounded up to whole pages, page-aligned and uninitialised; NULL if there is no
+ * memory. Free it with gm_free_pages.
+ */
+void *gm_alloc_pages(gm_size_t length);
+
+/**
+ * Frees pages from gm_alloc_pages; NULL is ignored.
+ *
+ * # Safety
+ * `pointer` is NULL or memory from gm_alloc_pages, not freed yet.
+ */
+void gm_free_pages(void *pointer, gm_size_t length);
+
+/**
+ * The length of a NUL-terminated string.
+ *
+ * # Safety
+ * `string` points to a NUL-terminated string.
+ */
+gm_size_t gm_strlen(const char *string);
+
+/**
+ * Compares two strings as strcmp does.
+ *
+ * # Safety
+ * `a` and `b` point to NUL-terminated strings.
+ */
+int gm_strcmp(const char *a, const char *b);
+
+/**
+ * Compares at most `length` characters of two strings as strncmp does.
+ *
+ * # Safety
+ * `a` and `b` point to strings NUL-terminated or at least `length` long.
+ */
+int gm_strncmp(const char *a, const char *b, int length);
+
+/**
+ * As gm_strncmp, ignoring the case of ASCII letters.
+ *
+ * # Safety
+ * As gm_strncmp.
+ */
+int gm_strncasecmp(const char *a, const char *b, int length);
+
+/**
+ * Copies at most `length` characters of `from` to `to` as strncpy does; returns `to`.
+ *
+ * # Safety
+ * `from` is a string NUL-terminated or at least `length` long; `to` has room for `length`.
+ */
+char *gm_strncpy(char *to, const char *from, int length);
+
+/**
+ * A copy of `string` from gm_malloc (free it with gm_free); NULL if there is no memory.
+ *
+ * # Safety
+ * `string` points to a NUL-terminated string.
+ */
+char *gm_strdup(const char *string);
+
+/**
+ * Nonzero if `c` is a printable ASCII character (space included), as isprint in the C locale.
+ */
+int gm_isprint(int c);
+
+/**
+ * The calling process's id.
+ */
+gm_pid_t gm_getpid(void);
+
+/**
+ * The base-2 logarithm of `n`, rounded up: the smallest k with 2^k >= n (0 for 0 and 1).
+ */
+unsigned long gm_log2_roundup(unsigned long n);
+
+/**
+ * Seeds gm_rand.
+ */
+void gm_srand(int seed);
+
+/**
+ * A pseudo-random number in 0..=0x7fffffff (a 64-bit linear congruential generator; the same
+ * seed gives the same numbers). Not for cryptography.
+ */
+int gm_rand(void);
+
+/**
+ * A pseudo-random number in 0..modulus (0 for modulus 0), from gm_rand.
+ */
+unsigned int gm_rand_mod(unsigned int modulus);
+
+/**
+ * Prints `length` bytes at `pointer` in hex on standard output, 16 to a line, each line led by
+ * its offset.
+ *
+ * # Safety
+ * `pointer` points to `length` readable bytes.
+ */
+void gm_hex_dump(const void *pointer, gm_size_t length);
 
 #ifdef __cplusplus
 }  // extern "C"
