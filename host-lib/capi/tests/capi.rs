@@ -518,7 +518,7 @@ fn gm2_calls_behave_as_gm_documents_them() {
         .filter(|l| l.starts_with("ok: "))
         .count();
     assert!(
-        checks >= 51,
+        checks >= 54,
         "only {checks} checks ran:\n{}",
         finished[0].stdout
     );
@@ -540,6 +540,11 @@ fn gm_exit_exits_with_the_status() {
     assert_eq!(finished[0].status.code(), Some(15), "{finished:#?}");
     assert!(
         finished[0].stderr.contains("send timed out"),
+        "{finished:#?}"
+    );
+    // gm_on_exit's callbacks ran, the last registered first, with the status.
+    assert!(
+        finished[0].stdout.contains("on_exit 2 15\non_exit 1 15\n"),
         "{finished:#?}"
     );
 }

@@ -52,6 +52,12 @@ static void count_callback(struct gm_port *port, void *context, gm_status_t stat
 static int fired[8];
 static int fired_count;
 
+static void on_exit_callback(gm_status_t status, void *arg)
+{
+    printf("on_exit %d %d\n", (int)(intptr_t)arg, (int)status);
+    fflush(stdout);
+}
+
 static void alarm_callback(void *context)
 {
     if (fired_count < 8)
@@ -95,6 +101,8 @@ int main(int argc, char **argv)
     gm_status_t status;
 
     if (argc > 1 && strcmp(argv[1], "--exit") == 0) {
+        gm_on_exit(on_exit_callback, (void *)(intptr_t)1);
+        gm_on_exit(on_exit_callback, (void *)(intptr_t)2);
         gm_exit(GM_SEND_TIMED_OUT);
         return 0; /* not reached */
     }
@@ -152,6 +160,15 @@ int main(int argc, char **argv)
         again = gm_rand();
         check(first == again && first >= 0 && gm_rand_mod(10) < 10, "gm_srand, gm_rand");
         check(gm_isprint('a') && !gm_isprint('\n') && gm_getpid() > 0, "gm_isprint, gm_getpid");
+        {
+            struct gm_mutex *mutex = gm_create_mutex();
+            check(mutex != NULL, "gm_create_mutex");
+            gm_mutex_enter(mutex);
+            gm_mutex_exit(mutex);
+            gm_mutex_enter(mutex);
+            gm_mutex_exit(mutex);
+            gm_destroy_mutex(mutex);
+        }
         gm_free(copy);
         gm_free(memory);
         gm_page_free(page);
@@ -174,6 +191,15 @@ int main(int argc, char **argv)
     }
     gm_get_node_id(a, &node_a);
     gm_get_node_id(b, &node_b);
+    {
+        unsigned int max = 0;
+        int node_type = -1;
+        check(gm_max_node_id(a, &max) == GM_SUCCESS && max == 65535 && node_b <= max,
+              "gm_max_node_id is the NIC's 16-bit limit");
+        check(gm_set_enable_nack_down(a, 1) == GM_NOT_SUPPORTED_ON_ARCH &&
+                  gm_get_node_type(a, &node_type) == GM_NOT_SUPPORTED_ON_ARCH && node_type == -1,
+              "calls without meaning here link and say so");
+    }
     check(gm_set_acceptable_sizes(a, GM_LOW_PRIORITY, 0x3ff8) == GM_SUCCESS &&
               gm_set_acceptable_sizes(a, 7, 0x3ff8) == GM_INVALID_PARAMETER,
           "gm_set_acceptable_sizes checks the priority");

@@ -232,6 +232,11 @@ typedef enum gm_priority {
 } gm_priority;
 
 /**
+ * A mutex (GM's `struct gm_mutex`). Opaque: from gm_create_mutex, freed by gm_destroy_mutex.
+ */
+typedef struct gm_mutex gm_mutex;
+
+/**
  * An open port (GM's `struct gm_port`). Opaque: C holds a pointer from gm_open and passes it
  * back; gm_close frees it.
  */
@@ -524,6 +529,11 @@ typedef struct gm_alarm {
      */
     gm_u64_t deadline;
 } gm_alarm;
+
+/**
+ * Called by gm_exit with its status and the argument given to gm_on_exit.
+ */
+typedef void (*gm_on_exit_callback_t)(gm_status_t status, void *arg);
 
 /**
  * A member of a barrier: a port on a node.
@@ -1509,10 +1519,48 @@ gm_u64_t gm_ticks(struct gm_port *port);
 int gm_sleep(unsigned int seconds);
 
 /**
- * Exits the process: with status 0 for GM_SUCCESS, otherwise with the status code (1 if it
- * does not fit an exit status), after printing the status's text on standard error.
+ * Registers `callback(status, arg)` to run in gm_exit, before the process exits; callbacks run
+ * in the reverse order of their registration. Returns GM_SUCCESS (GM_INVALID_PARAMETER for a
+ * NULL callback).
+ */
+gm_status_t gm_on_exit(gm_on_exit_callback_t callback, void *arg);
+
+/**
+ * Exits the process: runs the callbacks of gm_on_exit (last registered first), then exits with
+ * status 0 for GM_SUCCESS, otherwise with the status code (1 if it does not fit an exit status)
+ * after printing the status's text on standard error.
  */
 void gm_exit(gm_status_t status);
+
+/**
+ * Stores in `*node_id` the largest node id the NIC supports: 65535 (node ids are 16 bits; on
+ * this fabric node 0 is a node like any other). GM_INVALID_PARAMETER if a pointer is NULL or the
+ * port is not open.
+ *
+ * # Safety
+ * `port` is NULL or a port from gm_open; `node_id` is NULL or points to a writable `unsigned
+ * int`.
+ */
+gm_status_t gm_max_node_id(struct gm_port *port, unsigned int *node_id);
+
+/**
+ * Myrinet's switch between dropping and refusing packets for a closed port; this NIC always
+ * refuses them (a send to a closed port fails at once with GM_SEND_TARGET_PORT_CLOSED), so
+ * there is nothing to switch. Returns GM_NOT_SUPPORTED_ON_ARCH.
+ *
+ * # Safety
+ * `port` is NULL or a port from gm_open.
+ */
+gm_status_t gm_set_enable_nack_down(struct gm_port *port, int flag);
+
+/**
+ * Myrinet's node type (GM, MX, ...); this fabric has one kind of node. Returns
+ * GM_NOT_SUPPORTED_ON_ARCH and leaves `*node_type` alone.
+ *
+ * # Safety
+ * `port` is NULL or a port from gm_open.
+ */
+gm_status_t gm_get_node_type(struct gm_port *port, int *node_type);
 
 /**
  * Aborts the process at once (no cleanup, a core dump where enabled).
@@ -1941,6 +1989,35 @@ unsigned int gm_rand_mod(unsigned int modulus);
  * `pointer` points to `length` readable bytes.
  */
 void gm_hex_dump(const void *pointer, gm_size_t length);
+
+/**
+ * A new mutex, not held; NULL if there is no memory.
+ */
+struct gm_mutex *gm_create_mutex(void);
+
+/**
+ * Frees a mutex from gm_create_mutex; NULL is ignored.
+ *
+ * # Safety
+ * `mutex` is NULL or from gm_create_mutex, not held, used by no other thread, and not freed yet.
+ */
+void gm_destroy_mutex(struct gm_mutex *mutex);
+
+/**
+ * Takes the mutex, waiting while another thread holds it. Not recursive.
+ *
+ * # Safety
+ * `mutex` is from gm_create_mutex and not freed.
+ */
+void gm_mutex_enter(struct gm_mutex *mutex);
+
+/**
+ * Releases the mutex taken with gm_mutex_enter.
+ *
+ * # Safety
+ * `mutex` is from gm_create_mutex, not freed, and held by this thread.
+ */
+void gm_mutex_exit(struct gm_mutex *mutex);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -2,6 +2,7 @@
 //! sizes, peeking at events, alarms and the clock, and leaving the process.
 
 use core::ffi::{c_int, c_uint, c_void};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::{event_type, guard, with_state};
@@ -373,11 +374,46 @@ pub extern "C" fn gm_sleep(seconds: c_uint) -> c_int {
     })
 }
 
-/// Exits the process: with status 0 for GM_SUCCESS, otherwise with the status code (1 if it
-/// does not fit an exit status), after printing the status's text on standard error.
+/// What gm_on_exit registered: callbacks and their arguments, in the order registered.
+static ON_EXIT: Mutex<Vec<(gm_on_exit_callback_t, usize)>> = Mutex::new(Vec::new());
+
+/// Called by gm_exit with its status and the argument given to gm_on_exit.
+pub type gm_on_exit_callback_t =
+    Option<unsafe extern "C" fn(status: gm_status_t, arg: *mut c_void)>;
+
+/// Registers `callback(status, arg)` to run in gm_exit, before the process exits; callbacks run
+/// in the reverse order of their registration. Returns GM_SUCCESS (GM_INVALID_PARAMETER for a
+/// NULL callback).
+#[unsafe(no_mangle)]
+pub extern "C" fn gm_on_exit(callback: gm_on_exit_callback_t, arg: *mut c_void) -> gm_status_t {
+    guard("gm_on_exit", GM_INTERNAL_ERROR, || {
+        if callback.is_none() {
+            return fail(GM_INVALID_PARAMETER, "gm_on_exit: the callback is NULL");
+        }
+        ON_EXIT
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((callback, arg as usize));
+        GM_SUCCESS
+    })
+}
+
+/// Exits the process: runs the callbacks of gm_on_exit (last registered first), then exits with
+/// status 0 for GM_SUCCESS, otherwise with the status code (1 if it does not fit an exit status)
+/// after printing the status's text on standard error.
 #[unsafe(no_mangle)]
 pub extern "C" fn gm_exit(status: gm_status_t) {
     guard("gm_exit", (), || {
+        loop {
+            let next = ON_EXIT.lock().unwrap_or_else(PoisonError::into_inner).pop();
+            let Some((callback, arg)) = next else {
+                break;
+            };
+            if let Some(callback) = callback {
+                // SAFETY: the program registered this function for this purpose; no lock is held.
+                unsafe { callback(status, arg as *mut c_void) };
+            }
+        }
         if status == GM_SUCCESS {
             std::process::exit(0);
         }
@@ -393,6 +429,63 @@ pub extern "C" fn gm_exit(status: gm_status_t) {
         );
         std::process::exit(code);
     });
+}
+
+/// Stores in `*node_id` the largest node id the NIC supports: 65535 (node ids are 16 bits; on
+/// this fabric node 0 is a node like any other). GM_INVALID_PARAMETER if a pointer is NULL or the
+/// port is not open.
+///
+/// # Safety
+/// `port` is NULL or a port from gm_open; `node_id` is NULL or points to a writable `unsigned
+/// int`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gm_max_node_id(port: *mut gm_port, node_id: *mut c_uint) -> gm_status_t {
+    guard("gm_max_node_id", GM_INTERNAL_ERROR, || {
+        if node_id.is_null() {
+            return fail(GM_INVALID_PARAMETER, "gm_max_node_id: node_id is NULL");
+        }
+        with_state(port, "gm_max_node_id", GM_INVALID_PARAMETER, |_| {
+            // SAFETY: not NULL, and writable (the caller's promise).
+            unsafe { node_id.write(c_uint::from(u16::MAX)) };
+            GM_SUCCESS
+        })
+    })
+}
+
+/// Myrinet's switch between dropping and refusing packets for a closed port; this NIC always
+/// refuses them (a send to a closed port fails at once with GM_SEND_TARGET_PORT_CLOSED), so
+/// there is nothing to switch. Returns GM_NOT_SUPPORTED_ON_ARCH.
+///
+/// # Safety
+/// `port` is NULL or a port from gm_open.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gm_set_enable_nack_down(port: *mut gm_port, flag: c_int) -> gm_status_t {
+    guard("gm_set_enable_nack_down", GM_INTERNAL_ERROR, || {
+        let _ = (port, flag);
+        fail(
+            GM_NOT_SUPPORTED_ON_ARCH,
+            "gm_set_enable_nack_down: this NIC always refuses packets for a closed port",
+        )
+    })
+}
+
+/// Myrinet's node type (GM, MX, ...); this fabric has one kind of node. Returns
+/// GM_NOT_SUPPORTED_ON_ARCH and leaves `*node_type` alone.
+///
+/// # Safety
+/// `port` is NULL or a port from gm_open.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gm_get_node_type(
+    port: *mut gm_port,
+    node_type: *mut c_int,
+) -> gm_status_t {
+    guard("gm_get_node_type", GM_INTERNAL_ERROR, || {
+        let _ = (port, node_type);
+        fail(
+            GM_NOT_SUPPORTED_ON_ARCH,
+            "gm_get_node_type: this fabric has one kind of node",
+        )
+    })
 }
 
 /// Aborts the process at once (no cleanup, a core dump where enabled).

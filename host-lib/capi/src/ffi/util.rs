@@ -4,6 +4,7 @@
 
 use core::ffi::{c_char, c_int, c_uint, c_ulong, c_void};
 use std::io::Write as _;
+use std::sync::PoisonError;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use nix::libc;
@@ -322,5 +323,81 @@ pub unsafe extern "C" fn gm_hex_dump(pointer: *const c_void, length: gm_size_t) 
             let hex: Vec<String> = chunk.iter().map(|b| format!("{b:02x}")).collect();
             let _ = writeln!(out, "{:08x}: {}", line * 16, hex.join(" "));
         }
+    });
+}
+
+/// A mutex (GM's `struct gm_mutex`). Opaque: from gm_create_mutex, freed by gm_destroy_mutex.
+pub struct gm_mutex {
+    _opaque: [u8; 0],
+}
+
+/// What a `gm_mutex` handle points to.
+struct GmMutex {
+    held: std::sync::Mutex<bool>,
+    released: std::sync::Condvar,
+}
+
+/// A new mutex, not held; NULL if there is no memory.
+#[unsafe(no_mangle)]
+pub extern "C" fn gm_create_mutex() -> *mut gm_mutex {
+    guard("gm_create_mutex", core::ptr::null_mut(), || {
+        Box::into_raw(Box::new(GmMutex {
+            held: std::sync::Mutex::new(false),
+            released: std::sync::Condvar::new(),
+        }))
+        .cast()
+    })
+}
+
+/// Frees a mutex from gm_create_mutex; NULL is ignored.
+///
+/// # Safety
+/// `mutex` is NULL or from gm_create_mutex, not held, used by no other thread, and not freed yet.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gm_destroy_mutex(mutex: *mut gm_mutex) {
+    guard("gm_destroy_mutex", (), || {
+        if !mutex.is_null() {
+            // SAFETY: it came from gm_create_mutex's Box and no one uses it (the caller's
+            // promise).
+            drop(unsafe { Box::from_raw(mutex.cast::<GmMutex>()) });
+        }
+    });
+}
+
+/// Takes the mutex, waiting while another thread holds it. Not recursive.
+///
+/// # Safety
+/// `mutex` is from gm_create_mutex and not freed.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gm_mutex_enter(mutex: *mut gm_mutex) {
+    guard("gm_mutex_enter", (), || {
+        // SAFETY: a live mutex from gm_create_mutex (the caller's promise).
+        let Some(mutex) = (unsafe { mutex.cast::<GmMutex>().as_ref() }) else {
+            return;
+        };
+        let mut held = mutex.held.lock().unwrap_or_else(PoisonError::into_inner);
+        while *held {
+            held = mutex
+                .released
+                .wait(held)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        *held = true;
+    });
+}
+
+/// Releases the mutex taken with gm_mutex_enter.
+///
+/// # Safety
+/// `mutex` is from gm_create_mutex, not freed, and held by this thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gm_mutex_exit(mutex: *mut gm_mutex) {
+    guard("gm_mutex_exit", (), || {
+        // SAFETY: a live mutex from gm_create_mutex (the caller's promise).
+        let Some(mutex) = (unsafe { mutex.cast::<GmMutex>().as_ref() }) else {
+            return;
+        };
+        *mutex.held.lock().unwrap_or_else(PoisonError::into_inner) = false;
+        mutex.released.notify_one();
     });
 }
