@@ -15,6 +15,8 @@ use crate::state::PortState;
 use crate::status::{from_nic, message};
 use crate::types::*;
 
+/// Empty polls of gm_receive between yields of the core.
+const POLLS_PER_YIELD: u32 = 16;
 /// Empty polls of gm_receive between checks that the daemon is still there.
 const POLLS_PER_LIVENESS_CHECK: u32 = 1 << 14;
 
@@ -64,6 +66,12 @@ impl PortState {
                 }
                 Ok(None) => {
                     self.empty_polls = self.empty_polls.wrapping_add(1);
+                    if self.empty_polls % POLLS_PER_YIELD == 0 {
+                        // A program spinning on gm_receive lets the NIC (a thread of the daemon
+                        // here) have the core now and then: with more spinners than cores, a
+                        // spin that never yields only delays the event it waits for.
+                        std::thread::yield_now();
+                    }
                     if self.empty_polls % POLLS_PER_LIVENESS_CHECK == 0
                         && let Err(error) = self.raw.check_daemon_alive()
                     {
