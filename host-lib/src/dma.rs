@@ -13,64 +13,17 @@
     reason = "this module is the one place that turns arena memory into byte slices"
 )]
 
-use std::collections::BTreeMap;
 use std::ptr::NonNull;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
-use nicbar_control::Mapping;
-use shared_abi::region::RegionLayout;
-use shared_abi::ring::raw::RawMemory;
+use crate::error::Error;
+use crate::raw::region::Region;
 
-/// Allocations are rounded up to this many bytes, and start on a multiple of it (a cache line).
-pub const DMA_ALIGN: usize = 64;
-
-/// A port's mapped region and its arena allocator, shared by the port and its buffers (a buffer
-/// keeps the mapping alive after the port closes).
-#[derive(Debug)]
-pub(crate) struct Region {
-    mapping: Mapping,
-    layout: RegionLayout,
-    arena: Mutex<Arena>,
-}
-
-impl Region {
-    pub(crate) fn new(mapping: Mapping, layout: RegionLayout) -> Self {
-        let arena = Arena::new(layout.arena_len);
-        Self {
-            mapping,
-            layout,
-            arena: Mutex::new(arena),
-        }
-    }
-
-    pub(crate) fn memory(&self) -> &RawMemory {
-        self.mapping.memory()
-    }
-
-    pub(crate) fn arena_free(&self) -> usize {
-        self.arena
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .free_bytes()
-    }
-}
+pub use crate::arena::DMA_ALIGN;
 
 /// Allocates `len` bytes from `region`'s arena, or `None` if no free range is large enough.
 pub(crate) fn allocate(region: &Arc<Region>, len: usize) -> Option<DmaBuffer> {
-    let offset = region
-        .arena
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .allocate(len)?;
-    let region_offset = region.layout.arena_offset.checked_add(offset)?;
-    let Some(pointer) = region.mapping.pointer(region_offset, len) else {
-        region
-            .arena
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .free(offset, len);
-        return None;
-    };
+    let (offset, pointer) = region.take(len)?;
     Some(DmaBuffer {
         region: region.clone(),
         offset,
@@ -106,7 +59,7 @@ impl DmaBuffer {
     }
 
     /// Whether the buffer belongs to the arena of `region`.
-    pub(crate) fn belongs_to(&self, region: &Arc<Region>) -> bool {
+    pub fn belongs_to(&self, region: &Arc<Region>) -> bool {
         Arc::ptr_eq(&self.region, region)
     }
 }
@@ -133,98 +86,27 @@ impl std::ops::DerefMut for DmaBuffer {
 
 impl Drop for DmaBuffer {
     fn drop(&mut self) {
-        self.region
-            .arena
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .free(self.offset, self.len);
+        self.region.give_back(self.offset, self.len);
     }
 }
 
-/// A first-fit allocator over the arena's offsets, with free ranges merged on release.
+/// A send or a provide was refused; the buffer is the caller's again.
 #[derive(Debug)]
-pub(crate) struct Arena {
-    /// Free ranges: offset → length, disjoint and never adjacent.
-    free: BTreeMap<usize, usize>,
+pub struct BufferError {
+    /// Why.
+    pub error: Error,
+    /// The buffer handed in.
+    pub buffer: DmaBuffer,
 }
 
-impl Arena {
-    pub(crate) fn new(len: usize) -> Self {
-        let mut free = BTreeMap::new();
-        let usable = len - len % DMA_ALIGN;
-        if usable > 0 {
-            free.insert(0, usable);
-        }
-        Self { free }
-    }
-
-    fn rounded(len: usize) -> Option<usize> {
-        len.max(1).checked_next_multiple_of(DMA_ALIGN)
-    }
-
-    pub(crate) fn allocate(&mut self, len: usize) -> Option<usize> {
-        let size = Self::rounded(len)?;
-        let (&offset, &free) = self.free.iter().find(|(_, free)| **free >= size)?;
-        self.free.remove(&offset);
-        if free > size {
-            self.free.insert(offset + size, free - size);
-        }
-        Some(offset)
-    }
-
-    pub(crate) fn free(&mut self, offset: usize, len: usize) {
-        let Some(mut size) = Self::rounded(len) else {
-            return;
-        };
-        let mut start = offset;
-        if let Some(next) = self.free.remove(&(offset + size)) {
-            size += next;
-        }
-        if let Some((&before, &before_len)) = self.free.range(..offset).next_back()
-            && before + before_len == offset
-        {
-            self.free.remove(&before);
-            start = before;
-            size += before_len;
-        }
-        self.free.insert(start, size);
-    }
-
-    pub(crate) fn free_bytes(&self) -> usize {
-        self.free.values().sum()
+impl std::fmt::Display for BufferError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.error.fmt(f)
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn allocations_are_aligned_disjoint_and_merge_back() {
-        let mut arena = Arena::new(4096);
-        let a = arena.allocate(1).unwrap();
-        let b = arena.allocate(100).unwrap();
-        let c = arena.allocate(64).unwrap();
-        assert_eq!((a, b, c), (0, 64, 192));
-        assert_eq!(arena.free_bytes(), 4096 - 256);
-        arena.free(b, 100);
-        // First fit reuses the hole.
-        assert_eq!(arena.allocate(65), Some(64));
-        arena.free(64, 65);
-        arena.free(a, 1);
-        arena.free(c, 64);
-        assert_eq!(arena.free_bytes(), 4096);
-        assert_eq!(arena.free.len(), 1, "free ranges merge: {:?}", arena.free);
-        assert_eq!(arena.allocate(4096), Some(0));
-        assert_eq!(arena.allocate(1), None);
-    }
-
-    #[test]
-    fn impossible_sizes_fail_cleanly() {
-        let mut arena = Arena::new(1000);
-        assert_eq!(arena.free_bytes(), 960);
-        assert_eq!(arena.allocate(961), None);
-        assert_eq!(arena.allocate(usize::MAX), None);
-        assert_eq!(Arena::new(10).allocate(1), None);
+impl std::error::Error for BufferError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
     }
 }

@@ -3,10 +3,7 @@
 use std::io;
 use std::path::PathBuf;
 
-use nicbar_control::ControlError;
 use shared_abi::ring::RingError;
-
-use crate::dma::DmaBuffer;
 
 /// An operation on a port failed.
 #[derive(Debug)]
@@ -51,7 +48,7 @@ pub enum Error {
         /// The owner's process id.
         owner_pid: u32,
     },
-    /// The daemon refused for another reason, which it gave.
+    /// The daemon refused for another reason (its words).
     Refused(String),
     /// The daemon answered something this library does not expect.
     Protocol(String),
@@ -168,46 +165,5 @@ impl From<io::Error> for Error {
 impl From<nix::errno::Errno> for Error {
     fn from(error: nix::errno::Errno) -> Self {
         Self::Io(error.into())
-    }
-}
-
-impl Error {
-    /// The error a process sees for the daemon's refusal `error`.
-    pub(crate) fn refused(error: ControlError) -> Self {
-        match error {
-            ControlError::PortBusy {
-                unit,
-                port,
-                owner_pid,
-            } => Self::PortBusy {
-                unit,
-                port,
-                owner_pid,
-            },
-            ControlError::NoSuchUnit { unit, units } => Self::NoSuchUnit { unit, units },
-            ControlError::NoSuchPort { port, .. } => Self::NoSuchPort { port },
-            other => Self::Refused(other.to_string()),
-        }
-    }
-}
-
-/// A send or a provide was refused; the buffer is the caller's again.
-#[derive(Debug)]
-pub struct BufferError {
-    /// Why.
-    pub error: Error,
-    /// The buffer handed in.
-    pub buffer: DmaBuffer,
-}
-
-impl std::fmt::Display for BufferError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.error.fmt(f)
-    }
-}
-
-impl std::error::Error for BufferError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.error)
     }
 }

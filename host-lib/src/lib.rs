@@ -16,29 +16,41 @@
 //! ([`Port::barrier`], or start/test/wait for a fuzzy barrier), and the host-based baseline that
 //! runs the same schedule over messages ([`Port::host_barrier`]).
 //!
-//! The library stands on the ABI (`shared_abi`), the schedule compiler (`nicbar_schedule`) and the
-//! control protocol (`nicbar_control`) alone — never on a NIC backend, the firmware or the
-//! driver's tools: a port looks the same whichever backend serves it (`nicctl emulate`, QEMU
-//! NICs). `unsafe` code lives in one module, [`dma`]'s views of buffer bytes; the mapping itself
-//! is the control protocol's.
+//! # Layers
+//!
+//! Each module uses only those below it:
+//!
+//! - [`raw`]: the port at the level of its rings — open and close over the control socket, the
+//!   mapped region, tokens posted as given (contexts and tags the caller's), raw events, waits.
+//!   The C API (crate `nicbar-capi`) stands on it directly. Its `control` module is the one place
+//!   that uses the daemon's code.
+//! - [`dma`]: DMA buffers from a port's arena, the one module with `unsafe` code (the views of a
+//!   buffer's bytes).
+//! - `endpoint`: sends and receive buffers as [`DmaBuffer`]s the port holds while the NIC uses
+//!   them, and raw events turned into [`Event`]s.
+//! - [`Port`]: the endpoint with waiting, and the events the barrier code keeps for later.
+//! - [`barrier`]: groups, the NIC-based barrier and the host-based baseline, as calls of [`Port`].
 #![deny(unsafe_code)]
 
+mod arena;
 pub mod barrier;
-pub mod capi;
 pub mod dma;
+mod endpoint;
 mod error;
 mod event;
 mod port;
+pub mod raw;
 
 pub use barrier::{
     BarrierError, BarrierOptions, DEFAULT_HOST_TIMEOUT, FailureReason, Group, GroupError,
     HOST_BARRIER_PRIORITY, HOST_BARRIER_SIZE, HOST_RETRY_INTERVAL, PendingBarrier,
 };
-pub use dma::DmaBuffer;
-pub use error::{BufferError, Error};
+pub use dma::{BufferError, DmaBuffer};
+pub use error::Error;
 pub use event::Event;
 pub use nicbar_schedule::{Algorithm, Member, ScheduleError};
-pub use port::{Port, PortCounters, WaitMode};
+pub use port::Port;
+pub use raw::{PortCounters, RawEvent, RawPort, WaitMode};
 pub use shared_abi::event::Status;
 pub use shared_abi::ids::{NodeId, PortId};
 pub use shared_abi::schedule::{Step, StepOp};

@@ -1,7 +1,8 @@
 //! `cargo xtask capi`: the C API's header, and installing the library for C programs.
 //!
-//! - `cargo xtask capi header` regenerates `host-lib/include/nicbar/gm.h` from host-lib's `capi`
-//!   module with cbindgen (configured by `host-lib/cbindgen.toml`); `--check` instead fails if
+//! - `cargo xtask capi header` regenerates `host-lib/include/nicbar/gm.h` from the C API's crate
+//!   (`host-lib/capi`) with cbindgen (configured by `host-lib/capi/cbindgen.toml`); `--check`
+//!   instead fails if
 //!   the checked-in header differs from what the Rust code generates (CI runs the same check as
 //!   a test of this crate).
 //! - `cargo xtask capi install --prefix DIR` builds `libnicbar.so`, `libnicbar.a` and `nicctl`,
@@ -17,10 +18,12 @@ use crate::{Result, target_dir, workspace_root};
 
 /// The header, relative to the workspace root.
 const HEADER: &str = "host-lib/include/nicbar/gm.h";
-/// The C API's source, relative to the workspace root (its `mod.rs`).
-const SOURCE: &str = "host-lib/src/capi/mod.rs";
+/// The C API's source, relative to the workspace root (its crate root).
+const SOURCE: &str = "host-lib/capi/src/lib.rs";
 /// cbindgen's configuration, relative to the workspace root.
-const CONFIG: &str = "host-lib/cbindgen.toml";
+const CONFIG: &str = "host-lib/capi/cbindgen.toml";
+/// The C API's package.
+const PACKAGE: &str = "nicbar-capi";
 /// The pkg-config template, relative to the workspace root.
 const PC_TEMPLATE: &str = "host-lib/nicbar.pc.in";
 /// The profile `install` builds with by default: release, but with unwinding (so that the C
@@ -75,7 +78,7 @@ pub(crate) fn run_capi(args: Args) -> Result<()> {
     }
 }
 
-/// The header cbindgen generates from the module whose `mod.rs` is `source`, with `config`.
+/// The header cbindgen generates from the crate whose root is `source`, with `config`.
 pub(crate) fn generate(source: &Path, config: &Path) -> Result<String> {
     let config = cbindgen::Config::from_file(config)
         .map_err(|error| format!("reading {}: {error}", config.display()))?;
@@ -169,7 +172,7 @@ fn install(root: &Path, prefix: &Path, profile: &str) -> Result<()> {
     }
     build.args([
         "-p",
-        "host-lib",
+        PACKAGE,
         "--lib",
         "-p",
         "host-driver",
@@ -237,13 +240,23 @@ mod tests {
         dir
     }
 
+    /// Copies the tree `from` into `into`.
+    fn copy_tree(from: &Path, into: &Path) {
+        std::fs::create_dir_all(into).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let path = entry.unwrap().path();
+            let to = into.join(path.file_name().unwrap());
+            if path.is_dir() {
+                copy_tree(&path, &to);
+            } else {
+                std::fs::copy(&path, &to).unwrap();
+            }
+        }
+    }
+
     fn copy_source(into: &Path) {
         let source = workspace_root().join(SOURCE);
-        let dir = source.parent().unwrap();
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            std::fs::copy(&path, into.join(path.file_name().unwrap())).unwrap();
-        }
+        copy_tree(source.parent().unwrap(), into);
     }
 
     #[test]
@@ -272,7 +285,7 @@ mod tests {
         let root = workspace_root();
         let dir = scratch("capi-drift");
         copy_source(&dir);
-        let port = dir.join("port.rs");
+        let port = dir.join("ffi").join("port.rs");
         let original = std::fs::read_to_string(&port).unwrap();
         // A new export the header does not have.
         std::fs::write(
@@ -283,7 +296,7 @@ mod tests {
             ),
         )
         .unwrap();
-        let header = generate(&dir.join("mod.rs"), &root.join(CONFIG)).unwrap();
+        let header = generate(&dir.join("lib.rs"), &root.join(CONFIG)).unwrap();
         assert!(header.contains("gm_drift_probe"));
         let error = check(&header, &root.join(HEADER)).unwrap_err().to_string();
         assert!(error.contains("cargo xtask capi header"), "{error}");
@@ -297,7 +310,7 @@ mod tests {
             "gm_mtu's signature moved: update this test"
         );
         std::fs::write(&port, changed).unwrap();
-        let header = generate(&dir.join("mod.rs"), &root.join(CONFIG)).unwrap();
+        let header = generate(&dir.join("lib.rs"), &root.join(CONFIG)).unwrap();
         assert!(check(&header, &root.join(HEADER)).is_err());
         let _ = std::fs::remove_dir_all(&dir);
     }

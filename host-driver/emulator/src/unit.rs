@@ -23,8 +23,9 @@ use std::time::Duration;
 
 use firmware::{Instant, Nic, OpenError};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
+use shared_abi::event::Event;
 use shared_abi::ids::{Generation, NodeId, PORTS_PER_NIC, PortId};
-use shared_abi::ring::Consumer;
+use shared_abi::ring::{Consumer, Producer};
 use shared_abi::token::{ReceiveToken, SendToken};
 
 use super::fabric::FabricMap;
@@ -286,9 +287,12 @@ impl Units {
             if timeout == Some(Duration::ZERO) {
                 continue;
             }
-            if last_busy.elapsed() < self.linger {
-                // Recently busy: stay awake a little without the sleeping flags, so a process
-                // that posts again soon needs no doorbell (io_uring's SQPOLL idle time).
+            if last_busy.elapsed() < self.linger && self.hosts_asleep() {
+                // Recently busy, and every process sleeps on its event ring: stay awake a little
+                // without the sleeping flags, so a process that wakes to an event and posts again
+                // soon needs no doorbell (io_uring's SQPOLL idle time). A process that spins on
+                // its event ring instead would only compete with this spin for the cores: then
+                // sleep at once, and let its next post ring the doorbell.
                 let _ = self.epoll.wait(&mut events, EpollTimeout::ZERO);
                 std::thread::yield_now();
                 continue;
@@ -311,6 +315,14 @@ impl Units {
                 unit.set_sleeping(false);
             }
         }
+    }
+
+    /// Whether every open port's process sleeps on its event ring (none spins on it).
+    fn hosts_asleep(&self) -> bool {
+        self.units
+            .iter()
+            .filter(|unit| !unit.stopped)
+            .all(UnitLoop::hosts_asleep)
     }
 
     /// Runs every unit until none has anything to do (bounded, to serve commands): a packet one
@@ -498,6 +510,17 @@ impl UnitLoop {
             (t, None) => t,
             (None, r) => r,
         }
+    }
+
+    /// Whether the process of every open port sleeps on its event ring (its sleeping flag is
+    /// up: it asked for the doorbell).
+    fn hosts_asleep(&self) -> bool {
+        self.nic.hal().ports.iter().flatten().all(|attached| {
+            let events = Producer::<Event>::new(attached.layout.event_ring, 0);
+            events
+                .consumer_wants_doorbell(attached.mapping.memory())
+                .unwrap_or(true)
+        })
     }
 
     /// Raises or lowers the sleeping flag of every open port's send and receive ring (the NIC is

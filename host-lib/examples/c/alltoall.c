@@ -161,12 +161,24 @@ static void check_message(const unsigned char *message, unsigned int length, uns
 static void handle_next_event(unsigned int round)
 {
     gm_recv_event_t *event = gm_blocking_receive(port);
-    switch (GM_RECV_EVENT_TYPE(event)) {
+    unsigned int type = GM_RECV_EVENT_TYPE(event);
+    switch (type) {
     case GM_RECV_EVENT:
-    case GM_HIGH_RECV_EVENT: {
-        unsigned char *message = gm_ntohp(event->recv.buffer);
-        unsigned int priority =
-            GM_RECV_EVENT_TYPE(event) == GM_HIGH_RECV_EVENT ? GM_HIGH_PRIORITY : GM_LOW_PRIORITY;
+    case GM_HIGH_RECV_EVENT:
+    case GM_PEER_RECV_EVENT:
+    case GM_HIGH_PEER_RECV_EVENT:
+    case GM_FAST_RECV_EVENT:
+    case GM_FAST_HIGH_RECV_EVENT:
+    case GM_FAST_PEER_RECV_EVENT:
+    case GM_FAST_HIGH_PEER_RECV_EVENT: {
+        unsigned char *message =
+            gm_memorize_message(gm_ntohp(event->recv.message), gm_ntohp(event->recv.buffer),
+                                gm_ntoh_u32(event->recv.length));
+        unsigned int priority = type == GM_HIGH_RECV_EVENT || type == GM_HIGH_PEER_RECV_EVENT ||
+                                        type == GM_FAST_HIGH_RECV_EVENT ||
+                                        type == GM_FAST_HIGH_PEER_RECV_EVENT
+                                    ? GM_HIGH_PRIORITY
+                                    : GM_LOW_PRIORITY;
         check_message(message, gm_ntoh_u32(event->recv.length),
                       gm_ntoh_u16(event->recv.sender_node_id), priority, round);
         if (gm_ntoh_u8(event->recv.sender_port_id) != PORT_ID)
@@ -239,9 +251,12 @@ int main(int argc, char **argv)
                     continue;
                 if (send_status[peer] == GM_SEND_TARGET_PORT_CLOSED && round == 0 &&
                     now_seconds() < give_up) {
-                    /* The peer has not opened its port yet: send again. */
+                    /* The peer has not opened its port yet: resume the stalled connection (as
+                     * in GM, a failed send stalls it) and send again. */
                     struct timespec pause = {0, 5 * 1000 * 1000};
                     nanosleep(&pause, NULL);
+                    gm_resume_sending(port, GM_LOW_PRIORITY, peer, PORT_ID, NULL, NULL);
+                    gm_resume_sending(port, GM_HIGH_PRIORITY, peer, PORT_ID, NULL, NULL);
                     send_status[peer] = GM_SUCCESS;
                     send_to(peer, round);
                 } else if (send_status[peer] != GM_SUCCESS) {

@@ -141,14 +141,16 @@ int main(int argc, char **argv)
     check(strcmp(gm_strerror(GM_SEND_TARGET_PORT_CLOSED), "send target port closed") == 0,
           "gm_strerror names GM_SEND_TARGET_PORT_CLOSED");
     check(gm_strerror(-7) != NULL && gm_strerror(1000) != NULL, "gm_strerror of nonsense");
-    check(gm_max_length_for_size(4) == 8 && gm_max_length_for_size(10) == 1016,
-          "gm_max_length_for_size is 2^size - 8");
+    check(gm_max_length_for_size(4) == 8 && gm_max_length_for_size(10) == 1016 &&
+              gm_max_length_for_size(13) == 8184 && gm_max_length_for_size(3) == 0,
+          "gm_max_length_for_size is 2^size - 8, as in GM");
     check(gm_max_length_for_size(0) == 0 && gm_max_length_for_size(99) == 0,
           "gm_max_length_for_size of a size class out of range is 0");
-    check(gm_min_size_for_length(1) == 4 && gm_min_size_for_length(1016) == 10 &&
-              gm_min_size_for_length(1017) == 11,
+    check(gm_min_size_for_length(0) == 3 && gm_min_size_for_length(1) == 4 &&
+              gm_min_size_for_length(1016) == 10 && gm_min_size_for_length(1017) == 11,
           "gm_min_size_for_length");
-    check(gm_min_size_for_length(4097) == 0, "no size class holds more than the MTU");
+    check(gm_min_size_for_length(4097) == 13 && gm_min_size_for_length(8185) == 14,
+          "gm_min_size_for_length past the MTU is GM's class");
     {
         gm_u32_n_t n = gm_hton_u32(0x01020304u);
         unsigned char bytes[4];
@@ -214,10 +216,10 @@ int main(int argc, char **argv)
         memcpy(buffer, "twelve bytes", 12);
         gm_send_with_callback(port, buffer, size, 12, GM_HIGH_PRIORITY, node, 3, count_callback,
                               NULL);
-        event = await_type(other, GM_HIGH_RECV_EVENT);
-        check(event != NULL, "a high-priority message is a GM_HIGH_RECV_EVENT");
+        event = await_type(other, GM_FAST_HIGH_RECV_EVENT);
+        check(event != NULL, "a small high-priority message is a GM_FAST_HIGH_RECV_EVENT");
         if (event != NULL) {
-            check(gm_ntohp(event->recv.buffer) == into &&
+            check(gm_ntohp(event->recv.buffer) == into && gm_ntohp(event->recv.message) == into &&
                       gm_ntoh_u32(event->recv.length) == 12 &&
                       memcmp(into, "twelve bytes", 12) == 0,
                   "the message is in the buffer provided");

@@ -99,12 +99,22 @@ static void handle_next_event(void)
     switch (GM_RECV_EVENT_TYPE(event)) {
     case GM_RECV_EVENT:
     case GM_HIGH_RECV_EVENT:
+    case GM_PEER_RECV_EVENT:
+    case GM_HIGH_PEER_RECV_EVENT:
+    case GM_FAST_RECV_EVENT:
+    case GM_FAST_HIGH_RECV_EVENT:
+    case GM_FAST_PEER_RECV_EVENT:
+    case GM_FAST_HIGH_PEER_RECV_EVENT:
         if (arrived.present) {
             fprintf(stderr, "pingpong: a second message arrived before the first was read\n");
             exit(1);
         }
         arrived.present = 1;
-        arrived.data = gm_ntohp(event->recv.buffer);
+        /* A fast event's message is at recv.message; gm_memorize_message puts it in the buffer
+         * (a no-op when it is there already), as GM programs do. */
+        arrived.data = gm_memorize_message(gm_ntohp(event->recv.message),
+                                           gm_ntohp(event->recv.buffer),
+                                           gm_ntoh_u32(event->recv.length));
         arrived.length = gm_ntoh_u32(event->recv.length);
         arrived.sender = gm_ntoh_u16(event->recv.sender_node_id);
         arrived.sender_port = gm_ntoh_u8(event->recv.sender_port_id);
@@ -130,6 +140,8 @@ static void send_and_wait(void *buffer, unsigned int peer)
             return;
         if (last_send_status != GM_SEND_TARGET_PORT_CLOSED || now_seconds() > give_up)
             fail("send", last_send_status);
+        /* As in GM, a failed send stalls the connection until the program resumes it. */
+        gm_resume_sending(port, GM_LOW_PRIORITY, peer, PORT_ID, NULL, NULL);
         {
             struct timespec pause = {0, 10 * 1000 * 1000};
             nanosleep(&pause, NULL);

@@ -122,10 +122,54 @@ pub const GM_API_VERSION_1_4: c_uint = 0x104;
 pub const GM_API_VERSION_1_5: c_uint = 0x105;
 /// GM API version 1.6.
 pub const GM_API_VERSION_1_6: c_uint = 0x106;
-/// GM API version 2.0: the version this library implements.
+/// GM API version 2.0.
 pub const GM_API_VERSION_2_0: c_uint = 0x200;
-/// The API version a program compiled against this header asks for in gm_open.
-pub const GM_API_VERSION: c_uint = GM_API_VERSION_2_0;
+/// GM API version 2.0.6.
+pub const GM_API_VERSION_2_0_6: c_uint = 0x20006;
+/// GM API version 2.0.12.
+pub const GM_API_VERSION_2_0_12: c_uint = 0x2000c;
+/// GM API version 2.0.16: the newest, and the one this library implements. `GM_API_VERSION`
+/// (the last argument of gm_open) is this one unless the program defines it first.
+pub const GM_API_VERSION_2_0_16: c_uint = 0x20010;
+
+/// The API versions gm_open accepts, by name (GM's `enum gm_api_version`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum gm_api_version {
+    /// GM 1.0.
+    _GM_API_VERSION_1_0 = 0x100,
+    /// GM 1.1.
+    _GM_API_VERSION_1_1 = 0x101,
+    /// GM 1.2.
+    _GM_API_VERSION_1_2 = 0x102,
+    /// GM 1.3.
+    _GM_API_VERSION_1_3 = 0x103,
+    /// GM 1.4.
+    _GM_API_VERSION_1_4 = 0x104,
+    /// GM 1.5.
+    _GM_API_VERSION_1_5 = 0x105,
+    /// GM 1.6.
+    _GM_API_VERSION_1_6 = 0x106,
+    /// GM 2.0.
+    _GM_API_VERSION_2_0 = 0x200,
+    /// GM 2.0.6.
+    _GM_API_VERSION_2_0_6 = 0x20006,
+    /// GM 2.0.12.
+    _GM_API_VERSION_2_0_12 = 0x2000c,
+    /// GM 2.0.16.
+    _GM_API_VERSION_2_0_16 = 0x20010,
+}
+
+/// A pointer into another node's memory (GM's `gm_remote_ptr_t`: 64 bits on every host). No
+/// call of this library takes one yet: directed sends and gets are not implemented.
+pub type gm_remote_ptr_t = u64;
+
+/// The longest host name gm_get_host_name and gm_node_id_to_host_name give (without the NUL).
+pub const GM_MAX_HOST_NAME_LEN: c_uint = 128;
+/// The longest port name gm_open takes.
+pub const GM_MAX_PORT_NAME_LEN: c_uint = 32;
+/// The node id no node has.
+pub const GM_NO_SUCH_NODE_ID: c_uint = 0;
 
 // ---------------------------------------------------------------------------------------------
 // Status codes (gm_status_t). GM 2's numbering.
@@ -233,31 +277,90 @@ pub const GM_NUM_STATUS_CODES: gm_status_t = 48;
 // ---------------------------------------------------------------------------------------------
 // Priorities.
 
-/// Low priority (GM's default).
-pub const GM_LOW_PRIORITY: c_uint = 0;
-/// High priority.
-pub const GM_HIGH_PRIORITY: c_uint = 1;
-/// How many priorities there are.
-pub const GM_NUM_PRIORITIES: c_uint = 2;
+/// A message's priority (GM's `enum gm_priority`): messages of one priority arrive in order;
+/// high-priority messages may overtake low-priority ones. Receive buffers are provided per
+/// priority.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum gm_priority {
+    /// Low priority (GM's default).
+    GM_LOW_PRIORITY = 0,
+    /// High priority.
+    GM_HIGH_PRIORITY = 1,
+    /// How many priorities there are.
+    GM_NUM_PRIORITIES = 2,
+}
+
+/// How many priorities there are, as an unsigned number.
+pub(crate) const PRIORITIES: c_uint = gm_priority::GM_NUM_PRIORITIES as c_uint;
 
 // ---------------------------------------------------------------------------------------------
 // Event types (the `type` byte of every member of gm_recv_event_t).
 
 /// No event is waiting (gm_receive only).
 pub const GM_NO_RECV_EVENT: gm_u8_t = 0;
+/// GM 1's report of failed sends; never produced (sends end through their callbacks).
+pub const GM_SENDS_FAILED_EVENT: gm_u8_t = 1;
+/// An alarm set with gm_set_alarm is due: pass the event to gm_unknown(), which runs the
+/// alarm's callback.
+pub const GM_ALARM_EVENT: gm_u8_t = 2;
 /// Sends (or barriers) have finished: pass the event to gm_unknown(), which runs their callbacks.
 pub const GM_SENT_EVENT: gm_u8_t = 3;
+/// Never produced (GM's raw receives have no counterpart here).
+pub const GM_RAW_RECV_EVENT: gm_u8_t = 5;
+/// Never produced.
+pub const GM_BAD_SEND_DETECTED_EVENT: gm_u8_t = 6;
+/// Never produced.
+pub const GM_SEND_TOKEN_VIOLATION_EVENT: gm_u8_t = 7;
+/// Never produced.
+pub const GM_RECV_TOKEN_VIOLATION_EVENT: gm_u8_t = 8;
 /// A receive buffer came back unused: the program gave a bad pointer, size or priority, or the
 /// NIC refused it. `recv.buffer` and `recv.tag` name it. gm_unknown() reports it and exits.
 pub const GM_BAD_RECV_TOKEN_EVENT: gm_u8_t = 9;
-/// A message of low priority arrived: `recv.buffer`, `recv.length`, `recv.sender_node_id`,
-/// `recv.sender_port_id`, `recv.tag` and `recv.size` describe it.
+/// Never produced.
+pub const GM_ALARM_VIOLATION_EVENT: gm_u8_t = 10;
+/// A message of low priority arrived: `recv.buffer` (where it is), `recv.length`,
+/// `recv.sender_node_id`, `recv.sender_port_id`, `recv.tag` and `recv.size` describe it.
 pub const GM_RECV_EVENT: gm_u8_t = 11;
 /// A message of high priority arrived; as GM_RECV_EVENT.
 pub const GM_HIGH_RECV_EVENT: gm_u8_t = 12;
+/// As GM_RECV_EVENT, from a port with this port's id (a peer: gm_send_to_peer's target).
+pub const GM_PEER_RECV_EVENT: gm_u8_t = 13;
+/// As GM_HIGH_RECV_EVENT, from a peer.
+pub const GM_HIGH_PEER_RECV_EVENT: gm_u8_t = 14;
+/// A small message (at most NICBAR_FAST_RECV_MAX bytes) of low priority arrived: read it at
+/// `recv.message` (GM's fast path; here the NIC wrote it into the receive buffer, so `message` is
+/// `buffer` and gm_memorize_message copies nothing). The buffer is the program's again.
+pub const GM_FAST_RECV_EVENT: gm_u8_t = 15;
+/// As GM_FAST_RECV_EVENT, of high priority.
+pub const GM_FAST_HIGH_RECV_EVENT: gm_u8_t = 16;
+/// As GM_FAST_RECV_EVENT, from a peer.
+pub const GM_FAST_PEER_RECV_EVENT: gm_u8_t = 17;
+/// As GM_FAST_HIGH_RECV_EVENT, from a peer.
+pub const GM_FAST_HIGH_PEER_RECV_EVENT: gm_u8_t = 18;
+/// Never produced (a refused send ends through its callback).
+pub const GM_REJECTED_SEND_EVENT: gm_u8_t = 19;
+/// Never produced.
+pub const GM_ORPHANED_SEND_EVENT: gm_u8_t = 20;
+/// Never produced.
+pub const GM_BAD_RESEND_DETECTED_EVENT: gm_u8_t = 24;
+/// Never produced (a dropped send ends through its callback with GM_SEND_DROPPED).
+pub const GM_DROPPED_SEND_EVENT: gm_u8_t = 25;
+/// Never produced.
+pub const GM_BAD_SEND_VMA_EVENT: gm_u8_t = 26;
+/// Never produced.
+pub const GM_BAD_RECV_VMA_EVENT: gm_u8_t = 27;
+/// Never produced.
+pub const GM_SENT_TOKENS_EVENT: gm_u8_t = 29;
+/// Never produced.
+pub const GM_IGNORE_RECV_EVENT: gm_u8_t = 30;
+/// Never produced (no Ethernet on this NIC).
+pub const GM_ETHERNET_RECV_EVENT: gm_u8_t = 31;
 /// The port can go no further: the NIC daemon went away or broke the port's event ring.
 /// `fatal_firmware_error.status` says which. gm_unknown() reports it and exits the process.
 pub const GM_FATAL_FIRMWARE_ERROR_EVENT: gm_u8_t = 32;
+/// The longest message that arrives as a GM_FAST_*_RECV_EVENT.
+pub const NICBAR_FAST_RECV_MAX: c_uint = 128;
 /// A barrier completed (paper 5.2). `barrier.context` is the context given when it started.
 pub const GM_BARRIER_COMPLETED_EVENT: gm_u8_t = 48;
 /// A barrier ended without completing. `barrier.status` says why (GM_TIMED_OUT,
@@ -414,13 +517,10 @@ impl Default for gm_recv_event {
     }
 }
 
-impl gm_recv_event {
-    /// The event's type byte, which every member keeps in the same place.
-    pub(crate) fn event_type(&self) -> u8 {
-        // SAFETY: every member is plain bytes with `type` at offset 63 (asserted above), so
-        // reading the `recv` view of any member is reading initialised bytes.
-        unsafe { self.recv.r#type.n }
-    }
+/// An open port (GM's `struct gm_port`). Opaque: C holds a pointer from gm_open and passes it
+/// back; gm_close frees it.
+pub struct gm_port {
+    _opaque: [u8; 0],
 }
 
 /// Called from gm_unknown() when a send ends: `context` is the one given with the send, `status`
@@ -428,13 +528,47 @@ impl gm_recv_event {
 /// GM_SEND_TARGET_NODE_UNREACHABLE, GM_SEND_REJECTED, GM_INVALID_PARAMETER, GM_TRY_AGAIN, ...).
 /// The callback may send, provide buffers and free DMA memory; it may close the port (the close
 /// then happens when gm_unknown() returns).
-pub type gm_send_completion_callback_t = Option<
-    unsafe extern "C" fn(
-        port: *mut super::port::gm_port,
-        context: *mut c_void,
-        status: gm_status_t,
-    ),
->;
+pub type gm_send_completion_callback_t =
+    Option<unsafe extern "C" fn(port: *mut gm_port, context: *mut c_void, status: gm_status_t)>;
+
+// ---------------------------------------------------------------------------------------------
+// Alarms.
+
+/// An alarm's state (the `state` field of struct gm_alarm).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum gm_alarm_state {
+    /// Not set (after gm_initialize_alarm, when it fired, or when cancelled).
+    GM_ALARM_FREE = 0,
+    /// Set: its callback runs from gm_unknown() once it is due.
+    GM_ALARM_SET = 1,
+}
+
+/// An alarm (GM's `struct gm_alarm`): storage the program owns, initialised with
+/// gm_initialize_alarm, set with gm_set_alarm. Keep it alive and unmoved while it is set; do not
+/// write its fields.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gm_alarm {
+    /// Reserved.
+    pub next: *mut gm_alarm,
+    /// GM_ALARM_FREE or GM_ALARM_SET.
+    pub state: gm_alarm_state,
+    /// The port it is set on.
+    pub port: *mut gm_port,
+    /// What runs when it fires.
+    pub callback: gm_alarm_callback_t,
+    /// The callback's argument.
+    pub context: *mut c_void,
+    /// When it is due, in gm_ticks() of its port.
+    pub deadline: gm_u64_t,
+}
+
+/// GM's name for struct gm_alarm.
+pub type gm_alarm_t = gm_alarm;
+
+/// What runs when an alarm fires (from gm_unknown()), with the context given to gm_set_alarm.
+pub type gm_alarm_callback_t = Option<unsafe extern "C" fn(context: *mut c_void)>;
 
 // ---------------------------------------------------------------------------------------------
 // Barriers.

@@ -1,15 +1,15 @@
-//! Status codes, the per-thread error message, and the panic boundary every export goes through.
+//! Status codes: GM's for the library's errors and the NIC's statuses, their texts, and the
+//! per-thread message saying what went wrong last.
 
-use core::ffi::c_char;
 use std::cell::RefCell;
 use std::ffi::{CStr, CString};
 use std::io::Write as _;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use shared_abi::event::Status;
 
-use super::types::*;
-use crate::Error;
+use nicbar_rs::Error;
+
+use crate::types::*;
 
 thread_local! {
     /// What went wrong last on this thread, for nicbar_last_error().
@@ -28,25 +28,6 @@ pub(crate) fn set_last_error(message: impl Into<String>) {
 pub(crate) fn fail(status: gm_status_t, message: impl Into<String>) -> gm_status_t {
     set_last_error(message);
     status
-}
-
-/// Runs `body`, turning a panic into `on_panic` (and a last error saying so) instead of letting it
-/// unwind into C. Every exported function goes through here.
-pub(crate) fn guard<T>(function: &str, on_panic: T, body: impl FnOnce() -> T) -> T {
-    match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(value) => value,
-        Err(payload) => {
-            let what = payload
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a panic".to_owned());
-            set_last_error(format!(
-                "{function}: internal error in the nicbar library: {what}"
-            ));
-            on_panic
-        }
-    }
 }
 
 /// The GM status for a NIC completion status.
@@ -149,45 +130,10 @@ pub(crate) fn message(status: gm_status_t) -> &'static CStr {
         .unwrap_or(c"unknown status code")
 }
 
-/// A short text for a status code: "send target port closed". Never NULL; unknown codes give
-/// "unknown status code". The string is static: do not modify or free it.
-#[unsafe(no_mangle)]
-pub extern "C" fn gm_strerror(status: gm_status_t) -> *mut c_char {
-    guard("gm_strerror", c"internal error".as_ptr(), || {
-        message(status).as_ptr()
-    })
-    .cast_mut()
-}
-
-/// Prints `message`, a colon and the text of `status` on standard error, as perror() does.
-/// `message` may be NULL.
-///
-/// # Safety
-/// `message` is NULL or a NUL-terminated string.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gm_perror(message: *const c_char, status: gm_status_t) {
-    guard("gm_perror", (), || {
-        let text = self::message(status).to_string_lossy();
-        let prefix = if message.is_null() {
-            String::new()
-        } else {
-            // SAFETY: the caller passes NULL (handled above) or a NUL-terminated string.
-            let prefix = unsafe { CStr::from_ptr(message) };
-            format!("{}: ", prefix.to_string_lossy())
-        };
-        let _ = writeln!(std::io::stderr(), "{prefix}{text}");
-    });
-}
-
-/// What went wrong last on the calling thread, in words and with the values involved (which
-/// socket no daemon answers on, which process owns a busy port, ...). Every function that fails
-/// sets it; successful calls leave it alone. Never NULL (empty if nothing failed yet). The string
-/// stays valid until the next failing call on this thread.
-#[unsafe(no_mangle)]
-pub extern "C" fn nicbar_last_error() -> *const c_char {
-    guard("nicbar_last_error", c"".as_ptr(), || {
-        LAST_ERROR.with(|last| last.borrow().as_ptr())
-    })
+/// What went wrong last on this thread (empty if nothing failed yet), valid until the next
+/// failure on this thread.
+pub(crate) fn last_error() -> *const core::ffi::c_char {
+    LAST_ERROR.with(|last| last.borrow().as_ptr())
 }
 
 /// Exits the process after printing `message` on standard error: what gm_unknown() does with
@@ -211,21 +157,6 @@ mod tests {
         );
         assert_eq!(message(-1), c"unknown status code");
         assert_eq!(message(GM_NUM_STATUS_CODES), c"unknown status code");
-    }
-
-    #[test]
-    fn a_panic_becomes_the_fallback_and_a_message() {
-        let status = guard("test_function", GM_INTERNAL_ERROR, || -> gm_status_t {
-            panic!("boom")
-        });
-        assert_eq!(status, GM_INTERNAL_ERROR);
-        // SAFETY: nicbar_last_error returns a NUL-terminated string owned by this thread.
-        let text = unsafe { CStr::from_ptr(nicbar_last_error()) };
-        let text = text.to_str().unwrap();
-        assert!(
-            text.contains("test_function") && text.contains("boom"),
-            "{text}"
-        );
     }
 
     #[test]

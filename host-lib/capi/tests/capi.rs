@@ -1,5 +1,6 @@
-//! The C API as C programs see it: the examples in `examples/c/` are compiled with `cc` against
-//! the checked-in header and `libnicbar` (the cdylib, and once the staticlib) from this build,
+//! The C API as C programs see it: the examples in `host-lib/examples/c/` are compiled with `cc`
+//! against the checked-in header and `libnicbar` (the cdylib, and once the staticlib) from this
+//! build,
 //! and run as separate processes against an emulated NIC daemon ([`Emulator::spawn`] in this
 //! process, or `nicctl emulate` from an installed prefix). Each program checks its own data and
 //! exits non-zero on the first thing wrong; the tests check exit codes and output.
@@ -33,12 +34,16 @@ const STATIC_LIBS: [&str; 7] = [
     "-lc",
 ];
 
+/// `host-lib/`: the header (`include/`) and the C examples (`examples/c/`).
 fn crate_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let capi = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    capi.parent()
+        .expect("host-lib/capi has a parent")
+        .to_owned()
 }
 
 /// Held shared while this build's `libnicbar` is copied, exclusively while the install test runs
-/// cargo (which may build host-lib again with other features and replace the files).
+/// cargo (which may build the C library again and replace the files).
 static LIBRARY_FILES: RwLock<()> = RwLock::new(());
 
 /// A copy of this build's `libnicbar.so` and `libnicbar.a`, private to this test process: the
@@ -62,27 +67,30 @@ fn libraries() -> &'static Path {
             .iter()
             .any(|l| !built.join(l).exists())
         {
-            // `cargo test` builds the library for Rust tests only (an rlib): on a fresh tree the
-            // C library is not there yet. Build it, into the same directory, with the same
-            // profile (the test profile's output is the dev profile's).
+            // `cargo test` may not have built the C library yet (on a fresh tree, with a filter
+            // on the tests). Build it, into the same directory, with the same profile (the test
+            // profile's output is the dev profile's).
             let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
             let mut build = Command::new(cargo);
             build
                 .current_dir(crate_dir())
-                .args(["build", "--quiet", "-p", "host-lib", "--lib"]);
+                .args(["build", "--quiet", "-p", "nicbar-capi", "--lib"]);
             if built.file_name().is_some_and(|name| name != "debug") {
                 build
                     .arg("--profile")
                     .arg(built.file_name().unwrap_or_default());
             }
             let status = build.status().expect("running cargo to build libnicbar");
-            assert!(status.success(), "cargo build -p host-lib failed: {status}");
+            assert!(
+                status.success(),
+                "cargo build -p nicbar-capi failed: {status}"
+            );
         }
         for library in ["libnicbar.so", "libnicbar.a"] {
             let from = built.join(library);
             assert!(
                 from.exists(),
-                "{library} is missing from {}: host-lib's crate-type must include cdylib and \
+                "{library} is missing from {}: nicbar-capi's crate-type must include cdylib and \
                  staticlib",
                 built.display()
             );
@@ -488,6 +496,57 @@ fn mistakes_come_back_as_statuses_events_and_callbacks() {
         finished[0].stdout
     );
     assert!(finished[0].stdout.contains("errors: 0 check(s) failed"));
+}
+
+#[test]
+fn gm2_calls_behave_as_gm_documents_them() {
+    let scratch = Scratch::new("gm2");
+    let emulator = daemon(&scratch, 2);
+    let finished = finish(
+        vec![start(
+            "gm2",
+            &example("gm2", Link::Dynamic),
+            &args(&[&0]),
+            emulator.socket(),
+        )],
+        RUN_LIMIT,
+    );
+    finished[0].assert_success();
+    let checks = finished[0]
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("ok: "))
+        .count();
+    assert!(
+        checks >= 54,
+        "only {checks} checks ran:\n{}",
+        finished[0].stdout
+    );
+    assert!(finished[0].stdout.contains("gm2: 0 check(s) failed"));
+}
+
+#[test]
+fn gm_exit_exits_with_the_status() {
+    let scratch = Scratch::new("gm2-exit");
+    let finished = finish(
+        vec![start(
+            "gm2 --exit",
+            &example("gm2", Link::Dynamic),
+            &args(&[&"--exit"]),
+            &scratch.path().join("unused.sock"),
+        )],
+        RUN_LIMIT,
+    );
+    assert_eq!(finished[0].status.code(), Some(15), "{finished:#?}");
+    assert!(
+        finished[0].stderr.contains("send timed out"),
+        "{finished:#?}"
+    );
+    // gm_on_exit's callbacks ran, the last registered first, with the status.
+    assert!(
+        finished[0].stdout.contains("on_exit 2 15\non_exit 1 15\n"),
+        "{finished:#?}"
+    );
 }
 
 #[test]

@@ -4,8 +4,8 @@
 
 use core::ffi::c_void;
 
-use super::status::guard;
-use super::types::*;
+use super::guard;
+use crate::types::*;
 
 /// Reads a unsigned 8-bit field in network byte order.
 #[unsafe(no_mangle)]
@@ -177,16 +177,10 @@ pub extern "C" fn gm_ntohp(value: gm_up_n_t) -> *mut c_void {
     })
 }
 
-/// Makes the network-order form of a pointer, as events carry it.
-pub(crate) fn hton_pointer(pointer: usize) -> gm_up_n_t {
-    gm_up_n_t {
-        n: (pointer as u64).to_be(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::events::hton_pointer;
 
     #[test]
     fn network_order_is_big_endian_and_round_trips() {

@@ -1,0 +1,577 @@
+//! What a C port holds, and the calls that give the NIC work: DMA memory, sends and receive
+//! buffers.
+//!
+//! A C program names DMA memory by pointers, not by `DmaBuffer`s, and may send from or receive
+//! into any part of it. So the port keeps every allocation itself, posts tokens that name arena
+//! offsets, and keeps its own record of each token it posted (a send's callback and context, a
+//! receive buffer's address and tag), named in the token's context or tag by a slot and a serial
+//! number ([`Slab`]): the NIC's event is matched against that record, never trusted for an
+//! address. An allocation the NIC still uses is freed only when the NIC hands it back.
+//!
+//! The port's token contexts are this layer's alone (it owns the raw port): a send's context
+//! names a record of `sends`, a barrier's a record of the barrier records; the event's kind says
+//! which.
+
+use core::ffi::{c_uint, c_void};
+use std::collections::{BTreeMap, VecDeque};
+
+use nicbar_rs::{DmaBuffer, Error, RawPort};
+use shared_abi::ids::{NodeId, PORTS_PER_NIC, PortId};
+use shared_abi::token::{Priority, ReceiveKind, ReceiveToken, SendKind, SendToken};
+use shared_abi::{MAX_SIZE_CLASS, max_length_for_size};
+
+use crate::alarms::Alarms;
+use crate::barrier::{BarrierEnd, BarrierRecords};
+use crate::events::{BufferInfo, receive_event};
+use crate::slab::Slab;
+use crate::stall::{Connection, HeldSend, Stalls};
+use crate::status::{from_error, set_last_error};
+use crate::types::*;
+
+/// DMA memory the C program allocated.
+#[derive(Debug)]
+pub(crate) struct Allocation {
+    buffer: DmaBuffer,
+    /// Tokens the NIC holds that name this memory.
+    in_flight: u32,
+    /// gm_dma_free was called while the NIC held it: freed when the last token comes back.
+    freed: bool,
+}
+
+/// A send the NIC holds.
+#[derive(Debug)]
+pub(crate) struct PendingSend {
+    pub(crate) callback: gm_send_completion_callback_t,
+    pub(crate) context: usize,
+    /// Where it goes: a failure stalls this connection.
+    pub(crate) connection: Connection,
+    /// The allocation sent from (its address).
+    pub(crate) allocation: usize,
+}
+
+/// A receive buffer the NIC holds.
+#[derive(Debug)]
+pub(crate) struct ProvidedBuffer {
+    pub(crate) info: BufferInfo,
+    pub(crate) arena_offset: u64,
+    pub(crate) allocation: usize,
+    pub(crate) priority: Priority,
+}
+
+/// A callback owed to the program, run by gm_unknown.
+#[derive(Debug)]
+pub(crate) struct Completion {
+    pub(crate) callback: gm_send_completion_callback_t,
+    pub(crate) context: usize,
+    pub(crate) status: gm_status_t,
+}
+
+/// Everything a port holds, behind its lock.
+pub(crate) struct PortState {
+    pub(crate) raw: RawPort,
+    /// Set once the port can go no further: the status and what happened.
+    pub(crate) fatal: Option<(gm_status_t, String)>,
+    /// The last receive buffer refused, in words, for gm_unknown to report.
+    pub(crate) bad_receive: Option<String>,
+    /// DMA memory by start address.
+    allocations: BTreeMap<usize, Allocation>,
+    pub(crate) sends: Slab<PendingSend>,
+    pub(crate) receives: Slab<ProvidedBuffer>,
+    /// Callbacks owed; gm_unknown runs them.
+    pub(crate) completions: VecDeque<Completion>,
+    /// Completions were queued without a GM_SENT_EVENT saying so yet.
+    pub(crate) unannounced: bool,
+    /// Events taken while the library waited for something else (a blocking barrier), or made
+    /// without the NIC (a refused buffer, a barrier ended at once), to be returned by the next
+    /// receive calls, in order.
+    pub(crate) deferred: VecDeque<gm_recv_event>,
+    /// Barriers posted, barrier buffers provided, and the barrier timeout.
+    pub(crate) barriers: BarrierRecords,
+    /// The end of the barrier nicbar_barrier waits for, when it has come.
+    pub(crate) library_barrier_end: Option<BarrierEnd>,
+    pub(crate) empty_polls: u32,
+    /// Send tokens the program took with gm_alloc_send_token and has not used or given back.
+    pub(crate) reserved_send_tokens: u32,
+    /// The alarms set, and the clock.
+    pub(crate) alarms: Alarms,
+    /// Alarms that fired, whose callbacks gm_unknown runs: (callback, context, alarm address).
+    pub(crate) alarm_callbacks: VecDeque<(gm_alarm_callback_t, usize, usize)>,
+    /// Connections stalled by a failed send, and the sends they hold.
+    pub(crate) stalls: Stalls,
+}
+
+/// Why a send could not be posted: the status its callback gets, and the words.
+pub(crate) type Refusal = (gm_status_t, String);
+
+impl PortState {
+    pub(crate) fn new(raw: RawPort) -> Self {
+        Self {
+            raw,
+            fatal: None,
+            bad_receive: None,
+            allocations: BTreeMap::new(),
+            sends: Slab::new(32),
+            receives: Slab::new(16),
+            completions: VecDeque::new(),
+            unannounced: false,
+            deferred: VecDeque::new(),
+            barriers: BarrierRecords::new(),
+            library_barrier_end: None,
+            empty_polls: 0,
+            reserved_send_tokens: 0,
+            alarms: Alarms::new(),
+            alarm_callbacks: VecDeque::new(),
+            stalls: Stalls::default(),
+        }
+    }
+
+    /// Closes the NIC's port (peers' sends to it then end with GM_SEND_TARGET_PORT_CLOSED)
+    /// before the DMA memory is released.
+    pub(crate) fn close(self) {
+        let Self {
+            raw, allocations, ..
+        } = self;
+        let _ = raw.close();
+        drop(allocations);
+    }
+
+    /// Finds the allocation holding `[address, address + len)`: its start and the arena offset
+    /// of `address`.
+    pub(crate) fn locate(&self, address: usize, len: usize) -> Result<(usize, u64), String> {
+        let end = address
+            .checked_add(len)
+            .ok_or_else(|| format!("{address:#x} + {len} bytes wraps around"))?;
+        let found = self.allocations.range(..=address).next_back();
+        match found {
+            Some((&start, allocation))
+                if !allocation.freed
+                    && end <= start + allocation.buffer.len()
+                    && (address < start + allocation.buffer.len() || len == 0) =>
+            {
+                let offset = allocation.buffer.arena_offset() + (address - start) as u64;
+                Ok((start, offset))
+            }
+            _ => Err(format!(
+                "{len} bytes at {address:#x} are not inside DMA memory of this port from \
+                 gm_dma_malloc"
+            )),
+        }
+    }
+
+    pub(crate) fn hold(&mut self, allocation: usize) {
+        if let Some(allocation) = self.allocations.get_mut(&allocation) {
+            allocation.in_flight += 1;
+        }
+    }
+
+    /// The NIC gave back a token naming `allocation`; frees it if the program already did.
+    pub(crate) fn release(&mut self, allocation: usize) {
+        if let Some(entry) = self.allocations.get_mut(&allocation) {
+            entry.in_flight = entry.in_flight.saturating_sub(1);
+            if entry.freed && entry.in_flight == 0 {
+                self.allocations.remove(&allocation);
+            }
+        }
+    }
+
+    /// Queues a callback for gm_unknown, and a GM_SENT_EVENT to say so.
+    pub(crate) fn complete(
+        &mut self,
+        callback: gm_send_completion_callback_t,
+        context: usize,
+        status: gm_status_t,
+    ) {
+        self.completions.push_back(Completion {
+            callback,
+            context,
+            status,
+        });
+        self.unannounced = true;
+    }
+
+    /// Marks the port dead: every later receive returns GM_FATAL_FIRMWARE_ERROR_EVENT.
+    pub(crate) fn die(&mut self, error: &Error) {
+        if self.fatal.is_none() {
+            self.fatal = Some((from_error(error), error.to_string()));
+        }
+    }
+
+    /// The status and words of the port's death, if it is dead.
+    pub(crate) fn dead(&self) -> Option<Refusal> {
+        self.fatal.clone()
+    }
+
+    /// Allocates `length` bytes of DMA memory (zeroed if asked); NULL with the last error set if
+    /// the arena has no room.
+    pub(crate) fn allocate(&mut self, length: gm_size_t, zeroed: bool) -> *mut c_void {
+        let Ok(length) = usize::try_from(length) else {
+            set_last_error(format!("gm_dma_malloc: {length} bytes is more than memory"));
+            return core::ptr::null_mut();
+        };
+        let mut buffer = match self.raw.dma_alloc(length.max(1)) {
+            Ok(buffer) => buffer,
+            Err(error) => {
+                set_last_error(format!("gm_dma_malloc: {error}"));
+                return core::ptr::null_mut();
+            }
+        };
+        if zeroed {
+            buffer.fill(0);
+        }
+        // From here on the program writes the bytes through this pointer; the library never
+        // views them again (it only names them to the NIC by offset).
+        let pointer = buffer.as_mut_ptr();
+        self.allocations.insert(
+            pointer as usize,
+            Allocation {
+                buffer,
+                in_flight: 0,
+                freed: false,
+            },
+        );
+        pointer.cast()
+    }
+
+    /// Frees the DMA memory starting at `address`, now or when the NIC gives it back.
+    pub(crate) fn free(&mut self, address: usize) {
+        match self.allocations.get_mut(&address) {
+            Some(allocation) if !allocation.freed => {
+                if allocation.in_flight == 0 {
+                    self.allocations.remove(&address);
+                } else {
+                    allocation.freed = true;
+                }
+            }
+            _ => set_last_error(format!(
+                "gm_dma_free: {address:#x} is not DMA memory of this port from gm_dma_malloc"
+            )),
+        }
+    }
+
+    /// Records a receive buffer that came back unused, and the event that says so.
+    pub(crate) fn refused_receive(&mut self, buffer: BufferInfo, why: String) -> gm_recv_event {
+        let message = format!(
+            "the receive buffer at {:#x} (tag {}, size {}) came back unused: {why}",
+            buffer.address, buffer.tag, buffer.size
+        );
+        set_last_error(message.clone());
+        self.bad_receive = Some(message);
+        receive_event(GM_BAD_RECV_TOKEN_EVENT, buffer, 0, 0, 0)
+    }
+
+    /// Posts a send token for `len` bytes at `message`; on any refusal the callback is owed
+    /// with the reason instead.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "gm_send_with_callback's arguments, passed through"
+    )]
+    pub(crate) fn send(
+        &mut self,
+        message: usize,
+        size: c_uint,
+        len: gm_size_t,
+        priority: c_uint,
+        node: c_uint,
+        port: c_uint,
+        callback: gm_send_completion_callback_t,
+        context: usize,
+    ) {
+        let connection = Connection {
+            node,
+            port,
+            priority,
+        };
+        let held = HeldSend {
+            message,
+            size,
+            length: len,
+            callback,
+            context,
+        };
+        if self.stalls.hold(connection, held).is_none() {
+            // Held until gm_resume_sending or gm_drop_sends.
+            return;
+        }
+        if let Err((status, why)) =
+            self.try_send(message, size, len, priority, node, port, callback, context)
+        {
+            set_last_error(format!("gm_send_with_callback: {why}"));
+            self.complete(callback, context, status);
+        }
+    }
+
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "gm_send_with_callback's arguments, passed through"
+    )]
+    fn try_send(
+        &mut self,
+        message: usize,
+        size: c_uint,
+        len: gm_size_t,
+        priority: c_uint,
+        node: c_uint,
+        port: c_uint,
+        callback: gm_send_completion_callback_t,
+        context: usize,
+    ) -> Result<(), Refusal> {
+        let invalid = |why: String| Err((GM_INVALID_PARAMETER, why));
+        if let Some(death) = self.dead() {
+            return Err(death);
+        }
+        let Some(size_class) = size_class(size) else {
+            return invalid(format!(
+                "size class {size} is not within 3..={MAX_SIZE_CLASS}"
+            ));
+        };
+        #[allow(
+            clippy::useless_conversion,
+            reason = "gm_size_t is an unsigned long, 32 bits on some hosts"
+        )]
+        if let Some(why) = crate::sizes::refuse_length(size, u64::from(len)) {
+            return invalid(why);
+        }
+        if priority >= PRIORITIES {
+            return invalid(format!(
+                "priority {priority} is neither GM_LOW_PRIORITY nor GM_HIGH_PRIORITY"
+            ));
+        }
+        let Ok(node) = u16::try_from(node) else {
+            return invalid(format!("node id {node} is out of range"));
+        };
+        let target_port = u8::try_from(port)
+            .ok()
+            .filter(|p| usize::from(*p) < PORTS_PER_NIC);
+        let Some(target_port) = target_port else {
+            return invalid(format!(
+                "port id {port} is not a port of a NIC (0..{PORTS_PER_NIC})"
+            ));
+        };
+        let (allocation, offset) = self
+            .locate(message, len as usize)
+            .map_err(|why| (GM_INVALID_PARAMETER, why))?;
+        let reserved = self.reserved_send_tokens > 0;
+        if !reserved && self.raw.send_tokens() <= self.reserved_send_tokens {
+            return Err((
+                GM_TRY_AGAIN,
+                "no send token is free: wait for sends to complete".to_owned(),
+            ));
+        }
+        let connection = Connection {
+            node: u32::from(node),
+            port,
+            priority,
+        };
+        let (slot, serial) = self.sends.insert(PendingSend {
+            callback,
+            context,
+            connection,
+            allocation,
+        });
+        let token = SendToken {
+            kind: SendKind::DATA,
+            priority: Priority(priority as u8),
+            size: size_class,
+            target_node: NodeId::new(node),
+            target_port: PortId(target_port),
+            length: (len as u32).into(),
+            buffer: offset.into(),
+            context: name(slot, serial).into(),
+            ..SendToken::default()
+        };
+        if let Err(error) = self.raw.post_send(&token) {
+            self.sends.remove(slot, serial);
+            return Err((from_error(&error), error.to_string()));
+        }
+        if reserved {
+            self.reserved_send_tokens -= 1;
+        }
+        self.hold(allocation);
+        Ok(())
+    }
+
+    /// Posts a receive token for the buffer at `address`; on any refusal a
+    /// GM_BAD_RECV_TOKEN_EVENT is queued instead.
+    pub(crate) fn provide(&mut self, address: usize, size: c_uint, priority: c_uint, tag: u32) {
+        if let Err(why) = self.try_provide(address, size, priority, tag) {
+            let info = BufferInfo {
+                address,
+                tag,
+                size: size.min(255) as u8,
+            };
+            let event = self.refused_receive(info, why);
+            self.deferred.push_back(event);
+        }
+    }
+
+    fn try_provide(
+        &mut self,
+        address: usize,
+        size: c_uint,
+        priority: c_uint,
+        tag: u32,
+    ) -> Result<(), String> {
+        if let Some((_, why)) = self.dead() {
+            return Err(why);
+        }
+        let Some(size_class) = size_class(size) else {
+            return Err(format!(
+                "size class {size} is not within 3..={MAX_SIZE_CLASS}"
+            ));
+        };
+        if priority >= PRIORITIES {
+            return Err(format!(
+                "priority {priority} is neither GM_LOW_PRIORITY nor GM_HIGH_PRIORITY"
+            ));
+        }
+        let needed = max_length_for_size(size_class) as usize;
+        let (allocation, arena_offset) = self.locate(address, needed)?;
+        if self.raw.receive_tokens() == 0 {
+            return Err("no receive token is free".to_owned());
+        }
+        let (slot, serial) = self.receives.insert(ProvidedBuffer {
+            info: BufferInfo {
+                address,
+                tag,
+                size: size_class,
+            },
+            arena_offset,
+            allocation,
+            priority: Priority(priority as u8),
+        });
+        if slot > 0xffff {
+            self.receives.remove(slot, serial);
+            return Err("too many receive buffers outstanding".to_owned());
+        }
+        // The token's tag names the record (16 bits of slot, 16 of serial); the program's tag
+        // stays in the record.
+        let token = ReceiveToken {
+            kind: ReceiveKind::BUFFER,
+            priority: Priority(priority as u8),
+            size: size_class,
+            tag: (serial << 16 | slot).into(),
+            buffer: arena_offset.into(),
+            ..ReceiveToken::default()
+        };
+        if let Err(error) = self.raw.post_receive(&token) {
+            self.receives.remove(slot, serial);
+            return Err(error.to_string());
+        }
+        self.hold(allocation);
+        Ok(())
+    }
+
+    /// A send to `connection` ended with `status`: a failure stalls the connection (GM's
+    /// behaviour; gm_resume_sending or gm_drop_sends ends the stall).
+    pub(crate) fn send_ended(&mut self, connection: Connection, status: gm_status_t) {
+        if status != GM_SUCCESS {
+            self.stalls.failed(connection);
+        }
+    }
+
+    /// gm_resume_sending: ends the stall of `connection`, sends what it held (in order), and owes
+    /// `callback` GM_SUCCESS.
+    pub(crate) fn resume_sending(
+        &mut self,
+        connection: Connection,
+        callback: gm_send_completion_callback_t,
+        context: usize,
+    ) {
+        for held in self.stalls.release(connection) {
+            self.send(
+                held.message,
+                held.size,
+                held.length,
+                connection.priority,
+                connection.node,
+                connection.port,
+                held.callback,
+                held.context,
+            );
+        }
+        self.complete(callback, context, GM_SUCCESS);
+    }
+
+    /// gm_drop_sends: ends the stall of `connection`, ending what it held with GM_SEND_DROPPED,
+    /// and owes `callback` GM_SUCCESS.
+    pub(crate) fn drop_sends(
+        &mut self,
+        connection: Connection,
+        callback: gm_send_completion_callback_t,
+        context: usize,
+    ) {
+        for held in self.stalls.release(connection) {
+            self.complete(held.callback, held.context, GM_SEND_DROPPED);
+        }
+        self.complete(callback, context, GM_SUCCESS);
+    }
+
+    /// gm_alloc_send_token: takes a free send token for a send to come (the next send uses it).
+    /// Whether there was one.
+    pub(crate) fn alloc_send_token(&mut self) -> bool {
+        if self.raw.send_tokens() > self.reserved_send_tokens {
+            self.reserved_send_tokens += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// gm_free_send_tokens: gives back `count` tokens taken and not used.
+    pub(crate) fn free_send_tokens(&mut self, count: u32) {
+        self.reserved_send_tokens = self.reserved_send_tokens.saturating_sub(count);
+    }
+
+    /// Whether a send could take a token now (gm_send_token_available).
+    pub(crate) fn send_token_available(&self) -> bool {
+        self.reserved_send_tokens > 0 || self.raw.send_tokens() > 0
+    }
+
+    /// Takes the record of the receive buffer a token's tag names, releasing its memory.
+    pub(crate) fn take_receive(&mut self, tag: u32) -> Option<ProvidedBuffer> {
+        let provided = self.receives.remove(tag & 0xffff, tag >> 16)?;
+        self.release(provided.allocation);
+        Some(provided)
+    }
+
+    /// Takes the record of the send a token's context names, releasing its memory.
+    pub(crate) fn take_send(&mut self, context: u64) -> Option<PendingSend> {
+        let (slot, serial) = unname(context);
+        let send = self.sends.remove(slot, serial)?;
+        self.release(send.allocation);
+        Some(send)
+    }
+}
+
+/// The token context that names record `slot` with `serial`.
+pub(crate) fn name(slot: u32, serial: u32) -> u64 {
+    u64::from(serial) << 32 | u64::from(slot)
+}
+
+/// The record a token context names.
+pub(crate) fn unname(context: u64) -> (u32, u32) {
+    (
+        (context & u64::from(u32::MAX)) as u32,
+        (context >> 32) as u32,
+    )
+}
+
+/// The size class `size` names, if it is one the NIC takes buffers of.
+pub(crate) fn size_class(size: c_uint) -> Option<u8> {
+    crate::sizes::nic_size_class(size)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_names_round_trip_and_size_classes_are_the_nics() {
+        assert_eq!(unname(name(7, 0xdead_beef)), (7, 0xdead_beef));
+        assert_eq!(unname(name(u32::MAX, 1)), (u32::MAX, 1));
+        assert_eq!(size_class(3), Some(3));
+        assert_eq!(size_class(13), Some(13));
+        assert_eq!(size_class(2), None);
+        assert_eq!(size_class(300), None);
+    }
+}

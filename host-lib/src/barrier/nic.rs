@@ -1,0 +1,235 @@
+//! The NIC-based barrier (paper §5.2): GM's two calls, and a group's barrier run in the NIC,
+//! whole or fuzzy (start, then test or wait).
+
+use std::time::{Duration, Instant};
+
+use shared_abi::schedule::Step;
+
+use super::failure::BarrierError;
+use super::group::{BarrierOptions, Group};
+use super::state::Running;
+use crate::error::Error;
+use crate::port::Port;
+
+/// How long past its own timeout a NIC-based barrier may go unreported before
+/// [`Port::barrier_wait`] gives up on the NIC ([`BarrierError::NoReport`]).
+const REPORT_GRACE: Duration = Duration::from_secs(2);
+/// High bits of the contexts of barriers started by [`Port::barrier_start`].
+const GROUP_CONTEXT: u64 = 0x4e42_6261_0000_0000;
+
+/// A barrier started by [`Port::barrier_start`]: pass it to [`Port::barrier_test`] and
+/// [`Port::barrier_wait`] of the same port.
+#[derive(Debug)]
+#[must_use = "a started barrier ends with Port::barrier_wait"]
+pub struct PendingBarrier {
+    /// The token's context; `None` for a group of one, complete at once.
+    context: Option<u64>,
+    /// When the NIC should have reported the end at the latest.
+    report_by: Option<Instant>,
+    started: Instant,
+}
+
+impl Port {
+    /// Provides the NIC with the receive token that one barrier's end uses (GM's
+    /// `gm_provide_barrier_buffer`, paper §5.2). Counts against the receive tokens; the end event
+    /// of the barrier returns it. The NIC holds a few at once (four); more wait in the receive
+    /// ring, ahead of later receive buffers.
+    ///
+    /// # Errors
+    /// [`Error::NoReceiveTokens`].
+    pub fn provide_barrier_buffer(&mut self) -> Result<(), Error> {
+        self.endpoint.provide_barrier_buffer()
+    }
+
+    /// Starts a barrier that runs `steps` in the NIC (GM's `gm_barrier_send_with_callback`,
+    /// paper §5.2): writes the schedule into a buffer of the arena, which the port holds until the
+    /// barrier ends, and posts the barrier send token. The end comes out of [`Port::receive`] as
+    /// [`crate::Event::BarrierCompleted`] or [`crate::Event::BarrierFailed`] with `context`; a
+    /// refusal as [`crate::Event::SendRejected`] (`BARRIER_BUSY` if a barrier runs or no barrier
+    /// buffer was provided, `BAD_SCHEDULE` for an empty, too long or malformed schedule). The NIC
+    /// fails the barrier after `timeout` (`None`: its default).
+    ///
+    /// # Errors
+    /// [`Error::ArenaFull`], [`Error::NoSendTokens`].
+    pub fn barrier_send(
+        &mut self,
+        steps: &[Step],
+        context: u64,
+        timeout: Option<Duration>,
+    ) -> Result<(), Error> {
+        self.endpoint.barrier_send(steps, context, timeout)
+    }
+
+    /// Runs a barrier of `group` in the NIC with the group's options and waits for its end.
+    ///
+    /// # Errors
+    /// [`BarrierError`]: this port is not a member, the schedule does not compile, a barrier is
+    /// running, or the barrier failed (naming the member it waited for and why).
+    pub fn barrier(&mut self, group: &Group) -> Result<(), BarrierError> {
+        let pending = self.barrier_start(group)?;
+        self.barrier_wait(pending)
+    }
+
+    /// As [`Port::barrier`], with `options` instead of the group's.
+    ///
+    /// # Errors
+    /// As [`Port::barrier`].
+    pub fn barrier_with(
+        &mut self,
+        group: &Group,
+        options: &BarrierOptions,
+    ) -> Result<(), BarrierError> {
+        let pending = self.barrier_start_with(group, options)?;
+        self.barrier_wait(pending)
+    }
+
+    /// Starts a barrier of `group` in the NIC and returns at once (the fuzzy barrier): compute,
+    /// then [`Port::barrier_test`] or [`Port::barrier_wait`]. A group of one member completes
+    /// at once without the NIC. Provides the barrier buffer if none is.
+    ///
+    /// # Errors
+    /// [`BarrierError::NotAMember`], [`BarrierError::Schedule`], [`BarrierError::Busy`],
+    /// [`BarrierError::Port`].
+    pub fn barrier_start(&mut self, group: &Group) -> Result<PendingBarrier, BarrierError> {
+        let options = group.options;
+        self.barrier_start_with(group, &options)
+    }
+
+    /// As [`Port::barrier_start`], with `options` instead of the group's.
+    ///
+    /// # Errors
+    /// As [`Port::barrier_start`].
+    pub fn barrier_start_with(
+        &mut self,
+        group: &Group,
+        options: &BarrierOptions,
+    ) -> Result<PendingBarrier, BarrierError> {
+        let started = Instant::now();
+        let rank = group.rank_of_port(self.node_id(), self.port_id())?;
+        if group.len() == 1 {
+            return Ok(PendingBarrier {
+                context: None,
+                report_by: None,
+                started,
+            });
+        }
+        if self.endpoint.barrier_tokens.in_flight > 0 || self.barrier.running.is_some() {
+            return Err(BarrierError::Busy);
+        }
+        let steps = self
+            .barrier
+            .schedule(group, options.algorithm, rank)
+            .map_err(BarrierError::Schedule)?;
+        self.barrier.outcome = None;
+        if self.endpoint.barrier_tokens.buffers == 0 {
+            self.provide_barrier_buffer()?;
+        }
+        self.barrier.next_serial = self.barrier.next_serial.wrapping_add(1);
+        let context = GROUP_CONTEXT | u64::from(self.barrier.next_serial);
+        self.barrier_send(&steps, context, options.timeout)?;
+        self.barrier.running = Some(Running {
+            context,
+            steps,
+            members: group.members.clone(),
+            timeout: options.timeout,
+            reposts: 0,
+            repost_at: None,
+        });
+        Ok(PendingBarrier {
+            context: Some(context),
+            report_by: options
+                .timeout
+                .map(|timeout| started + timeout + REPORT_GRACE),
+            started,
+        })
+    }
+
+    /// Whether the barrier has ended (completed or failed; [`Port::barrier_wait`] then returns at
+    /// once with how). Takes the events waiting, keeping those that are not the barrier's for
+    /// [`Port::receive`]. Never blocks.
+    ///
+    /// # Errors
+    /// [`BarrierError::Port`] if the event ring is broken; [`BarrierError::NotRunning`].
+    pub fn barrier_test(&mut self, pending: &PendingBarrier) -> Result<bool, BarrierError> {
+        let Some(context) = pending.context else {
+            return Ok(true);
+        };
+        loop {
+            if self.barrier.has_ended(context) {
+                return Ok(true);
+            }
+            if !self.barrier.is_running(context) {
+                return Err(BarrierError::NotRunning);
+            }
+            self.repost_if_due()?;
+            match self.next_from_ring()? {
+                Some(event) => self.keep_unless_absorbed(event),
+                None => return Ok(false),
+            }
+        }
+    }
+
+    /// Waits for the barrier's end, keeping the events that are not the barrier's for
+    /// [`Port::receive`] (in order).
+    ///
+    /// # Errors
+    /// [`BarrierError::Failed`] names the member the NIC waited for and why;
+    /// [`BarrierError::Refused`], [`BarrierError::NoReport`], [`BarrierError::Port`],
+    /// [`BarrierError::NotRunning`].
+    pub fn barrier_wait(&mut self, pending: PendingBarrier) -> Result<(), BarrierError> {
+        let Some(context) = pending.context else {
+            return Ok(());
+        };
+        loop {
+            if let Some(outcome) = self.barrier.take_outcome(context) {
+                return outcome;
+            }
+            if !self.barrier.is_running(context) {
+                return Err(BarrierError::NotRunning);
+            }
+            let repost_at = self.repost_if_due()?;
+            let until = match (pending.report_by, repost_at) {
+                (Some(report_by), Some(at)) => Some(report_by.min(at)),
+                (report_by, at) => report_by.or(at),
+            };
+            match self.wait_from_ring(until)? {
+                Some(event) => self.keep_unless_absorbed(event),
+                None if pending
+                    .report_by
+                    .is_some_and(|report_by| Instant::now() >= report_by) =>
+                {
+                    return Err(BarrierError::NoReport {
+                        waited: pending.started.elapsed(),
+                    });
+                }
+                None => {}
+            }
+        }
+    }
+
+    /// Posts the running group barrier again if it was refused as busy and its wait is over;
+    /// returns when it is due otherwise. A failure to post ends the barrier with it.
+    fn repost_if_due(&mut self) -> Result<Option<Instant>, BarrierError> {
+        let Some(running) = self.barrier.running.as_mut() else {
+            return Ok(None);
+        };
+        let Some(at) = running.repost_at else {
+            return Ok(None);
+        };
+        if Instant::now() < at {
+            return Ok(Some(at));
+        }
+        running.repost_at = None;
+        let (steps, context, timeout) = (running.steps.clone(), running.context, running.timeout);
+        let posted = if self.endpoint.barrier_tokens.buffers == 0 {
+            self.provide_barrier_buffer()
+        } else {
+            Ok(())
+        }
+        .and_then(|()| self.barrier_send(&steps, context, timeout));
+        if let Err(error) = posted {
+            self.barrier.finish(Err(BarrierError::Port(error)));
+        }
+        Ok(None)
+    }
+}

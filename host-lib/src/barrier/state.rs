@@ -1,0 +1,373 @@
+//! What the port keeps for barriers, and the filter that takes the barrier code's events out of
+//! the port's stream: the running group barrier's end (or refusal), and the host-based barrier's
+//! messages and sends.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nicbar_schedule::{self, Algorithm, Member, ScheduleError};
+use shared_abi::event::Status;
+use shared_abi::schedule::Step;
+use shared_abi::token::{Priority, SendKind};
+
+use super::failure::{BarrierError, FailureReason};
+use super::group::Group;
+use crate::dma::DmaBuffer;
+use crate::endpoint::Endpoint;
+use crate::event::Event;
+
+/// Size class of the host-based barrier's messages (8-byte messages), reserved with
+/// [`HOST_BARRIER_PRIORITY`] on ports that run host-based barriers (see the module docs).
+pub const HOST_BARRIER_SIZE: u8 = 4;
+/// Priority of the host-based barrier's messages.
+pub const HOST_BARRIER_PRIORITY: Priority = Priority::HIGH;
+/// How often the host-based barrier sends again a message its target refused (the NIC's retry
+/// interval for barrier packets).
+pub const HOST_RETRY_INTERVAL: Duration = Duration::from_micros(500);
+/// The host-based barrier's timeout when the options give none (the NIC's default).
+pub const DEFAULT_HOST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The first bytes of a host-based barrier message.
+pub(crate) const HOST_MAGIC: [u8; 4] = *b"NBhb";
+/// A host-based barrier message: the magic, the round, three reserved bytes.
+pub(crate) const HOST_MESSAGE_LENGTH: usize = 8;
+/// The tag of the host-based barrier's receive buffers (for `nicctl status` readers; the port
+/// tells its buffers by their arena offsets).
+pub(crate) const HOST_TAG: u32 = u32::from_le_bytes(HOST_MAGIC);
+/// How many times a barrier refused as busy (its barrier buffer not yet taken by the NIC: it
+/// waits in the receive ring behind buffers the NIC has no room for) is posted again before the
+/// refusal is reported.
+const MAX_REPOSTS: u32 = 200;
+/// The first wait before a barrier refused as busy is posted again; it doubles with each refusal
+/// up to 64 times this.
+const REPOST_BACKOFF: Duration = Duration::from_micros(20);
+
+/// The schedule compiled last: the same group and algorithm compile to it again.
+#[derive(Debug)]
+struct CachedSchedule {
+    members: Arc<[Member]>,
+    algorithm: Algorithm,
+    rank: usize,
+    steps: Arc<[Step]>,
+}
+
+/// The group barrier running in the NIC.
+#[derive(Debug)]
+pub(crate) struct Running {
+    pub(crate) context: u64,
+    pub(crate) steps: Arc<[Step]>,
+    pub(crate) members: Arc<[Member]>,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) reposts: u32,
+    /// Refused as busy: post it again then.
+    pub(crate) repost_at: Option<Instant>,
+}
+
+/// What the port keeps for barriers (a field of [`crate::Port`]); the barrier tokens themselves
+/// are the endpoint's ([`crate::endpoint::BarrierTokens`]).
+#[derive(Debug, Default)]
+pub(crate) struct BarrierState {
+    cache: Option<CachedSchedule>,
+    pub(crate) running: Option<Running>,
+    /// The end of the group barrier with this context, kept for [`crate::Port::barrier_wait`].
+    pub(crate) outcome: Option<(u64, Result<(), BarrierError>)>,
+    pub(crate) next_serial: u32,
+    pub(crate) host: HostState,
+}
+
+impl BarrierState {
+    /// The schedule of `rank` in `group` under `algorithm`, compiled or from the cache.
+    pub(crate) fn schedule(
+        &mut self,
+        group: &Group,
+        algorithm: Algorithm,
+        rank: usize,
+    ) -> Result<Arc<[Step]>, ScheduleError> {
+        if let Some(cache) = &self.cache
+            && Arc::ptr_eq(&cache.members, &group.members)
+            && cache.algorithm == algorithm
+            && cache.rank == rank
+        {
+            return Ok(cache.steps.clone());
+        }
+        let mut steps =
+            vec![Step::default(); nicbar_schedule::steps_needed(algorithm, group.len())?];
+        let count = nicbar_schedule::compile(algorithm, &group.members, rank, &mut steps)?;
+        steps.truncate(count);
+        let steps: Arc<[Step]> = steps.into();
+        self.cache = Some(CachedSchedule {
+            members: group.members.clone(),
+            algorithm,
+            rank,
+            steps: steps.clone(),
+        });
+        Ok(steps)
+    }
+
+    pub(crate) fn is_running(&self, context: u64) -> bool {
+        self.running.as_ref().is_some_and(|r| r.context == context)
+    }
+
+    pub(crate) fn has_ended(&self, context: u64) -> bool {
+        self.outcome.as_ref().is_some_and(|(c, _)| *c == context)
+    }
+
+    pub(crate) fn take_outcome(&mut self, context: u64) -> Option<Result<(), BarrierError>> {
+        if self.has_ended(context) {
+            self.outcome.take().map(|(_, outcome)| outcome)
+        } else {
+            None
+        }
+    }
+
+    /// The running group barrier ended with `outcome`.
+    pub(crate) fn finish(&mut self, outcome: Result<(), BarrierError>) {
+        if let Some(running) = self.running.take() {
+            self.outcome = Some((running.context, outcome));
+        }
+    }
+}
+
+/// Takes the events the barrier code owns out of the stream: the running group barrier's end (or
+/// refusal) and the host-based barrier's messages and sends. Returns the others.
+pub(crate) fn absorb(
+    endpoint: &mut Endpoint,
+    state: &mut BarrierState,
+    event: Event,
+) -> Option<Event> {
+    match event {
+        Event::BarrierCompleted { context } if state.is_running(context) => {
+            state.finish(Ok(()));
+            provide_ahead(endpoint);
+            None
+        }
+        Event::BarrierFailed {
+            context,
+            status,
+            waiting_for: (node, peer_port),
+        } if state.is_running(context) => {
+            let waiting_for = Member::new(node, peer_port);
+            let rank = state
+                .running
+                .as_ref()
+                .and_then(|r| r.members.iter().position(|m| *m == waiting_for));
+            state.finish(Err(BarrierError::Failed {
+                waiting_for,
+                rank,
+                reason: FailureReason::from_status(status),
+            }));
+            provide_ahead(endpoint);
+            None
+        }
+        Event::SendRejected {
+            context,
+            status,
+            kind,
+            ..
+        } if kind == SendKind::BARRIER.0 && state.is_running(context) => {
+            let in_flight = endpoint.barrier_tokens.in_flight;
+            match state.running.as_mut() {
+                // Busy with no barrier of ours in the NIC: the barrier buffer has not reached the
+                // NIC (it waits in the receive ring behind buffers the NIC has no room for yet).
+                // Post it again a little later.
+                Some(running)
+                    if status == Status::BARRIER_BUSY
+                        && in_flight == 0
+                        && running.reposts < MAX_REPOSTS =>
+                {
+                    let backoff = REPOST_BACKOFF * (1 << running.reposts.min(6));
+                    running.reposts += 1;
+                    running.repost_at = Some(Instant::now() + backoff);
+                }
+                _ => state.finish(Err(BarrierError::Refused { status })),
+            }
+            None
+        }
+        Event::Received { ref buffer, .. }
+            if state.host.buffers.contains(&buffer.arena_offset()) =>
+        {
+            host_received(endpoint, state, event)
+        }
+        Event::Sent { ref buffer, .. }
+            if state.host.sending.contains_key(&buffer.arena_offset()) =>
+        {
+            host_sent(state, event);
+            None
+        }
+        Event::ReceiveRejected {
+            buffer: Some(buffer),
+            ..
+        } if state.host.buffers.contains(&buffer.arena_offset()) => {
+            // Never for a buffer of the reserved class; forget it, the next barrier provides
+            // another.
+            state.host.buffers.remove(&buffer.arena_offset());
+            None
+        }
+        other => Some(other),
+    }
+}
+
+/// Provides the next barrier's buffer as soon as one ends, so it is in the NIC before the next
+/// barrier token. Best effort: [`crate::Port::barrier_start`] provides it if this could not.
+fn provide_ahead(endpoint: &mut Endpoint) {
+    if endpoint.barrier_tokens.buffers == 0 {
+        let _ = endpoint.provide_barrier_buffer();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The host-based barrier.
+
+/// A host-based barrier message whose send failed, to send again.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Resend {
+    pub(crate) peer: Member,
+    pub(crate) round: u8,
+    pub(crate) at: Instant,
+    pub(crate) until: Instant,
+}
+
+/// The host-based barrier's record, buffers and sends.
+#[derive(Debug, Default)]
+pub(crate) struct HostState {
+    /// Messages arrived and not yet consumed, per (sender, round): the host's unexpected-barrier
+    /// record (at most two: this barrier's and the next one's).
+    pub(crate) record: HashMap<(Member, u8), u32>,
+    /// Arena offsets of the receive buffers provided for the messages.
+    pub(crate) buffers: HashSet<u64>,
+    /// Buffers back from the NIC that could not be provided again yet (no receive token).
+    pub(crate) unprovided: Vec<DmaBuffer>,
+    /// Send buffers not in use.
+    pub(crate) spare: Vec<DmaBuffer>,
+    /// Messages the NIC holds: buffer offset → (target, round).
+    pub(crate) sending: HashMap<u64, (Member, u8)>,
+    pub(crate) resends: Vec<Resend>,
+    /// The last failure of a send to each member since a message from it or a send to it got
+    /// through.
+    pub(crate) failures: HashMap<Member, Status>,
+    /// Until when failed sends are sent again: the deadline of the latest host-based barrier.
+    pub(crate) deadline: Option<Instant>,
+}
+
+/// A message arrived in one of the host-based barrier's buffers: count it and provide the buffer
+/// again. A message that is not the barrier's is the caller's.
+fn host_received(endpoint: &mut Endpoint, state: &mut BarrierState, event: Event) -> Option<Event> {
+    let Event::Received {
+        ref buffer,
+        length,
+        sender_node,
+        sender_port,
+        status,
+        ..
+    } = event
+    else {
+        return Some(event);
+    };
+    let offset = buffer.arena_offset();
+    let round = buffer.get(4).copied().unwrap_or(u8::MAX);
+    let ours = status == Status::SUCCESS
+        && length == HOST_MESSAGE_LENGTH
+        && buffer.get(..4) == Some(&HOST_MAGIC[..])
+        && round < shared_abi::schedule::MAX_ROUNDS;
+    let host = &mut state.host;
+    host.buffers.remove(&offset);
+    if !ours && status == Status::SUCCESS {
+        // Someone else's message of the reserved class: it is the caller's, buffer and all.
+        return Some(event);
+    }
+    if ours {
+        let sender = Member::new(sender_node, sender_port);
+        *host.record.entry((sender, round)).or_insert(0) += 1;
+        host.failures.remove(&sender);
+    }
+    let Event::Received { buffer, .. } = event else {
+        return None;
+    };
+    match endpoint.provide_receive_buffer(
+        buffer,
+        HOST_BARRIER_SIZE,
+        HOST_BARRIER_PRIORITY,
+        HOST_TAG,
+    ) {
+        Ok(()) => {
+            state.host.buffers.insert(offset);
+        }
+        Err(refused) => state.host.unprovided.push(refused.buffer),
+    }
+    None
+}
+
+/// A host-based barrier message was sent, or failed: keep the buffer; on failure, send it again
+/// until the deadline (the target port may not be open yet, or had no buffer).
+fn host_sent(state: &mut BarrierState, event: Event) {
+    let Event::Sent { buffer, status, .. } = event else {
+        return;
+    };
+    let host = &mut state.host;
+    let Some((peer, round)) = host.sending.remove(&buffer.arena_offset()) else {
+        return;
+    };
+    host.spare.push(buffer);
+    if status == Status::SUCCESS {
+        host.failures.remove(&peer);
+        return;
+    }
+    host.failures.insert(peer, status);
+    let now = Instant::now();
+    if let Some(until) = host.deadline.filter(|until| *until > now) {
+        host.resends.push(Resend {
+            peer,
+            round,
+            at: now + HOST_RETRY_INTERVAL,
+            until,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shared_abi::ids::{NodeId, PortId};
+
+    #[test]
+    fn the_schedule_cache_answers_only_for_the_same_group_algorithm_and_rank() {
+        let mut state = BarrierState::default();
+        let group = Group::from_endpoints((0..8).map(|n| (NodeId::new(n), PortId(1)))).unwrap();
+        let pe = state
+            .schedule(&group, Algorithm::PairwiseExchange, 3)
+            .unwrap();
+        assert_eq!(pe.len(), 3);
+        let again = state
+            .schedule(&group, Algorithm::PairwiseExchange, 3)
+            .unwrap();
+        assert!(Arc::ptr_eq(&pe, &again));
+        let gb = state
+            .schedule(
+                &group,
+                Algorithm::GatherBroadcast {
+                    dimension: 2,
+                    root: 0,
+                },
+                3,
+            )
+            .unwrap();
+        assert!(!Arc::ptr_eq(&pe, &gb));
+        let other_rank = state
+            .schedule(&group, Algorithm::PairwiseExchange, 4)
+            .unwrap();
+        assert_ne!(&*pe, &*other_rank);
+        // The same members in another group object compile again, to the same steps.
+        let twin = Group::new(group.members().iter().copied()).unwrap();
+        let twin_pe = state
+            .schedule(&twin, Algorithm::PairwiseExchange, 3)
+            .unwrap();
+        assert_eq!(&*twin_pe, &*pe);
+        assert_eq!(
+            state
+                .schedule(&group, Algorithm::Dissemination { n: 8 }, 0)
+                .unwrap_err(),
+            ScheduleError::WaysOutOfRange { n: 8, members: 8 }
+        );
+    }
+}
