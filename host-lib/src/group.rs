@@ -7,7 +7,7 @@ use std::time::Duration;
 use shared_abi::ids::{NodeId, PortId};
 use shared_abi::schedule::compile::{self, Algorithm, Member};
 
-use super::failure::BarrierError;
+use crate::failure::BarrierError;
 
 /// How a group's barrier runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
