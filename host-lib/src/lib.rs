@@ -24,22 +24,28 @@
 //!   mapped region, tokens posted as given (contexts and tags the caller's), raw events, waits.
 //!   The C API (crate `nicbar-capi`) stands on it directly. Its `control` module is the one place
 //!   that uses the daemon's code.
-//! - [`dma`]: DMA buffers from a port's arena, the one module with `unsafe` code (the views of a
-//!   buffer's bytes).
+//! - [`dma`] (`raw::dma`): DMA buffers from a port's arena, the one module with `unsafe` code
+//!   (the views of a buffer's bytes).
 //! - `endpoint`: sends and receive buffers as [`DmaBuffer`]s the port holds while the NIC uses
 //!   them, and raw events turned into [`Event`]s.
-//! - [`Port`]: the endpoint with waiting, and the events the barrier code keeps for later.
-//! - [`barrier`]: groups, the NIC-based barrier and the host-based baseline, as calls of [`Port`].
+//! - `group` and `failure`: plain values — a barrier's members and options ([`Group`]), and how
+//!   a barrier fails ([`BarrierError`]).
+//! - [`Port`]: the endpoint with waiting, the events kept for later, and what the port keeps for
+//!   barriers with the filter that takes barrier events out of its stream (`port::barriers`).
+//! - [`barrier`]: the port's barrier calls — the NIC-based barrier and the host-based baseline.
 #![deny(unsafe_code)]
 
 mod arena;
 pub mod barrier;
-pub mod dma;
 mod endpoint;
 mod error;
 mod event;
+mod failure;
+mod group;
 mod port;
 pub mod raw;
+
+pub use raw::dma;
 
 pub use barrier::{
     BarrierError, BarrierOptions, DEFAULT_HOST_TIMEOUT, FailureReason, Group, GroupError,

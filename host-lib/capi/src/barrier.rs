@@ -131,7 +131,7 @@ impl BarrierRecords {
             waiter,
             reposts: 0,
         });
-        let name = crate::state::name(slot, serial);
+        let name = crate::slab::name(slot, serial);
         if let Err(error) = self.post(raw, name) {
             self.posted.remove(slot, serial);
             return Err(error);
@@ -141,7 +141,7 @@ impl BarrierRecords {
 
     /// Posts (again) the barrier of record `name`.
     fn post(&mut self, raw: &mut RawPort, name: u64) -> Result<(), Error> {
-        let (slot, serial) = crate::state::unname(name);
+        let (slot, serial) = crate::slab::unname(name);
         let timeout_us = self.timeout.map_or(0, |timeout| {
             u32::try_from(timeout.as_micros())
                 .unwrap_or(u32::MAX)
@@ -181,7 +181,7 @@ impl BarrierRecords {
             self.buffers = self.buffers.saturating_sub(1);
         }
         let name = event.context.get();
-        let (slot, serial) = crate::state::unname(name);
+        let (slot, serial) = crate::slab::unname(name);
         if refused && event.status == Status::BARRIER_BUSY {
             // Busy with none of the port's barriers in the NIC: the barrier buffer was still in
             // the receive ring when the NIC read the barrier token. Post it again.

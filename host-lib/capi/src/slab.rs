@@ -68,6 +68,19 @@ impl<T> Slab<T> {
     }
 }
 
+/// The token context that names record `slot` with `serial`.
+pub(crate) fn name(slot: u32, serial: u32) -> u64 {
+    u64::from(serial) << 32 | u64::from(slot)
+}
+
+/// The record a token context names.
+pub(crate) fn unname(context: u64) -> (u32, u32) {
+    (
+        (context & u64::from(u32::MAX)) as u32,
+        (context >> 32) as u32,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

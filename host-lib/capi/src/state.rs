@@ -23,7 +23,7 @@ use shared_abi::{MAX_SIZE_CLASS, max_length_for_size};
 use crate::alarms::Alarms;
 use crate::barrier::{BarrierEnd, BarrierRecords};
 use crate::events::{BufferInfo, receive_event};
-use crate::slab::Slab;
+use crate::slab::{Slab, name, unname};
 use crate::stall::{Connection, HeldSend, Stalls};
 use crate::status::{from_error, set_last_error};
 use crate::types::*;
@@ -541,19 +541,6 @@ impl PortState {
         self.release(send.allocation);
         Some(send)
     }
-}
-
-/// The token context that names record `slot` with `serial`.
-pub(crate) fn name(slot: u32, serial: u32) -> u64 {
-    u64::from(serial) << 32 | u64::from(slot)
-}
-
-/// The record a token context names.
-pub(crate) fn unname(context: u64) -> (u32, u32) {
-    (
-        (context & u64::from(u32::MAX)) as u32,
-        (context >> 32) as u32,
-    )
 }
 
 /// The size class `size` names, if it is one the NIC takes buffers of.

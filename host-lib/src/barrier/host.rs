@@ -8,14 +8,14 @@ use shared_abi::event::Status;
 use shared_abi::max_length_for_size;
 use shared_abi::schedule::StepOp;
 
-use super::failure::{BarrierError, FailureReason};
-use super::group::{BarrierOptions, Group};
-use super::state::{
+use crate::error::Error;
+use crate::failure::{BarrierError, FailureReason};
+use crate::group::{BarrierOptions, Group};
+use crate::port::Port;
+use crate::port::barriers::{
     DEFAULT_HOST_TIMEOUT, HOST_BARRIER_PRIORITY, HOST_BARRIER_SIZE, HOST_MAGIC,
     HOST_MESSAGE_LENGTH, HOST_TAG,
 };
-use crate::error::Error;
-use crate::port::Port;
 
 /// Most receive buffers the host-based barrier keeps provided.
 const MAX_HOST_BUFFERS: usize = 32;

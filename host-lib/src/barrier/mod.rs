@@ -38,20 +38,18 @@
 //!
 //! # Modules
 //!
-//! [`group`] (who takes part, and how) and [`failure`] (how a barrier fails) are plain values;
-//! the state the port keeps for barriers, and the filter that takes barrier events out of the
-//! port's stream, are `state`'s; the port's calls are `nic` (the NIC-based barrier) and `host`
-//! (the host-based baseline).
+//! Who takes part and how ([`Group`], [`BarrierOptions`]) and how a barrier fails
+//! ([`BarrierError`]) are plain values below the port; the state the port keeps for barriers, and
+//! the filter that takes barrier events out of its stream, are the port's (`port::barriers`); the
+//! port's barrier calls are here: `nic` (the NIC-based barrier) and `host` (the host-based
+//! baseline).
 
-pub mod failure;
-pub mod group;
 mod host;
 mod nic;
-pub(crate) mod state;
 
-pub use failure::{BarrierError, FailureReason};
-pub use group::{BarrierOptions, Group, GroupError};
-pub use nic::PendingBarrier;
-pub use state::{
+pub use crate::failure::{BarrierError, FailureReason};
+pub use crate::group::{BarrierOptions, Group, GroupError};
+pub use crate::port::barriers::{
     DEFAULT_HOST_TIMEOUT, HOST_BARRIER_PRIORITY, HOST_BARRIER_SIZE, HOST_RETRY_INTERVAL,
 };
+pub use nic::PendingBarrier;

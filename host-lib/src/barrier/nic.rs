@@ -5,11 +5,11 @@ use std::time::{Duration, Instant};
 
 use shared_abi::schedule::Step;
 
-use super::failure::BarrierError;
-use super::group::{BarrierOptions, Group};
-use super::state::Running;
 use crate::error::Error;
+use crate::failure::BarrierError;
+use crate::group::{BarrierOptions, Group};
 use crate::port::Port;
+use crate::port::barriers::Running;
 
 /// How long past its own timeout a NIC-based barrier may go unreported before
 /// [`Port::barrier_wait`] gives up on the NIC ([`BarrierError::NoReport`]).

@@ -11,6 +11,7 @@
 //! the meaning the layers above give to contexts and tags.
 
 pub(crate) mod control;
+pub mod dma;
 pub mod region;
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -28,9 +29,9 @@ use shared_abi::ring::{Consumer, Producer, RingError, SharedMemory};
 use shared_abi::token::{ReceiveToken, SendToken};
 use zerocopy::{FromZeros, IntoBytes};
 
-use crate::dma::{self, DmaBuffer};
 use crate::error::Error;
 use control::Mapping;
+use dma::DmaBuffer;
 use region::Region;
 
 /// An event as the NIC writes it into the event ring.

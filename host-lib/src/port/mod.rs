@@ -1,5 +1,7 @@
 //! A port: one endpoint on a NIC, owned by this process, reached through its mapped region.
 
+pub(crate) mod barriers;
+
 use std::collections::VecDeque;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -7,12 +9,12 @@ use std::time::{Duration, Instant};
 use shared_abi::ids::{Generation, NodeId, PortId};
 use shared_abi::token::Priority;
 
-use crate::barrier::state::{self, BarrierState};
 use crate::dma::{BufferError, DmaBuffer};
 use crate::endpoint::Endpoint;
 use crate::error::Error;
 use crate::event::Event;
 use crate::raw::{PortCounters, RawPort, WaitMode};
+use barriers::BarrierState;
 
 /// An open port (GM's `gm_port`). Sends, receive buffers and events go through the mapped rings;
 /// no system call per message, except a doorbell when the NIC asked for one.
@@ -185,7 +187,7 @@ impl Port {
             return Ok(Some(event));
         }
         while let Some(event) = self.endpoint.next_event()? {
-            if let Some(event) = state::absorb(&mut self.endpoint, &mut self.barrier, event) {
+            if let Some(event) = barriers::absorb(&mut self.endpoint, &mut self.barrier, event) {
                 return Ok(Some(event));
             }
         }
@@ -204,7 +206,7 @@ impl Port {
     /// Passes `event` through the barrier code; what it does not take waits for
     /// [`Port::receive`].
     pub(crate) fn keep_unless_absorbed(&mut self, event: Event) {
-        if let Some(event) = state::absorb(&mut self.endpoint, &mut self.barrier, event) {
+        if let Some(event) = barriers::absorb(&mut self.endpoint, &mut self.barrier, event) {
             self.deferred.push_back(event);
         }
     }

@@ -16,8 +16,8 @@
 use std::ptr::NonNull;
 use std::sync::Arc;
 
+use super::region::Region;
 use crate::error::Error;
-use crate::raw::region::Region;
 
 pub use crate::arena::DMA_ALIGN;
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use nicbar_schedule::{self, Algorithm, Member};
 use shared_abi::ids::{NodeId, PortId};
 
-use super::failure::BarrierError;
+use crate::failure::BarrierError;
 
 /// How a group's barrier runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

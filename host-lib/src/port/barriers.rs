@@ -11,11 +11,11 @@ use shared_abi::event::Status;
 use shared_abi::schedule::Step;
 use shared_abi::token::{Priority, SendKind};
 
-use super::failure::{BarrierError, FailureReason};
-use super::group::Group;
 use crate::dma::DmaBuffer;
 use crate::endpoint::Endpoint;
 use crate::event::Event;
+use crate::failure::{BarrierError, FailureReason};
+use crate::group::Group;
 
 /// Size class of the host-based barrier's messages (8-byte messages), reserved with
 /// [`HOST_BARRIER_PRIORITY`] on ports that run host-based barriers (see the module docs).
