@@ -48,6 +48,8 @@ pub mod bytes;
 
 pub mod status;
 
+pub mod coll;
+
 #[cfg(test)]
 mod tests {
     /// The module's sources, by file name.
