@@ -5,6 +5,7 @@
 #include "coll_nicbar.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "opal/mca/base/mca_base_var.h"
@@ -86,7 +87,9 @@ static int nicbar_register(void)
                  "1: say why the component is off and how many barriers went through the NIC; "
                  "2: one line per communicator",
                  &C.verbose);
-    register_int("unit", "NIC unit of the local daemon (-1: the first free port of any unit)",
+    register_int("unit",
+                 "NIC unit of the local daemon (-1: the first free port, filling unit 0 first; "
+                 "-2: spread the host's processes over the units by local rank)",
                  &C.unit);
     register_int("spin",
                  "Polls of a blocking barrier before it sleeps on the port between polls",
@@ -129,7 +132,14 @@ int mca_coll_nicbar_init_query(bool enable_progress_threads, bool enable_mpi_thr
     if (C.priority < 0) {
         return OMPI_ERR_NOT_AVAILABLE;
     }
-    C.endpoint = nicbar_coll_open(C.unit, error, sizeof error);
+    if (-2 == C.unit) {
+        /* Spread this host's processes over the daemon's units, from unit local-rank on. */
+        const char *local_rank = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+        C.endpoint = nicbar_coll_open(-1 - (NULL != local_rank ? atoi(local_rank) : 0), error,
+                                      sizeof error);
+    } else {
+        C.endpoint = nicbar_coll_open(C.unit < 0 ? -1 : C.unit, error, sizeof error);
+    }
     if (NULL != C.endpoint) {
         address.node = nicbar_coll_node_id(C.endpoint);
         address.port = nicbar_coll_port_id(C.endpoint);

@@ -1335,9 +1335,10 @@ const char *nicbar_last_error(void);
 
 /**
  * Opens a port of the local daemon (its socket: `$NICBAR_SOCKET`, else the default): the first
- * free port, from port 1 on, of NIC `unit`, or with `unit` negative of the daemon's first unit
- * that has one. Returns NULL when none opens, with the reason in `error` (`error_length` bytes,
- * NUL-terminated; `error` may be NULL).
+ * free port, from port 1 on, of NIC `unit`; or, with `unit` negative, of the first unit that
+ * has one, starting from unit `-1 - unit` (modulo the daemon's units: -1 fills unit 0 first,
+ * `-1 - local_rank` spreads a host's processes over its units). Returns NULL when none opens,
+ * with the reason in `error` (`error_length` bytes, NUL-terminated; `error` may be NULL).
  *
  * # Safety
  * `error` is NULL or valid for writes of `error_length` bytes.

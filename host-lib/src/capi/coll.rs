@@ -97,9 +97,8 @@ impl nicbar_coll_endpoint {
         let mut ended = 0;
         loop {
             if let Some((_, pending)) = &self.running {
-                match self.port.barrier_test(pending) {
-                    Ok(false) => return ended,
-                    Ok(true) | Err(_) => {}
+                if let Ok(false) = self.port.barrier_test(pending) {
+                    return ended;
                 }
                 if let Some((ticket, pending)) = self.running.take() {
                     let outcome = self.port.barrier_wait(pending);
@@ -141,9 +140,10 @@ impl nicbar_coll_endpoint {
 }
 
 /// Opens a port of the local daemon (its socket: `$NICBAR_SOCKET`, else the default): the first
-/// free port, from port 1 on, of NIC `unit`, or with `unit` negative of the daemon's first unit
-/// that has one. Returns NULL when none opens, with the reason in `error` (`error_length` bytes,
-/// NUL-terminated; `error` may be NULL).
+/// free port, from port 1 on, of NIC `unit`; or, with `unit` negative, of the first unit that
+/// has one, starting from unit `-1 - unit` (modulo the daemon's units: -1 fills unit 0 first,
+/// `-1 - local_rank` spreads a host's processes over its units). Returns NULL when none opens,
+/// with the reason in `error` (`error_length` bytes, NUL-terminated; `error` may be NULL).
 ///
 /// # Safety
 /// `error` is NULL or valid for writes of `error_length` bytes.
@@ -153,14 +153,16 @@ pub unsafe extern "C" fn nicbar_coll_open(
     error: *mut c_char,
     error_length: usize,
 ) -> *mut nicbar_coll_endpoint {
-    let opened = boundary(Err("a panic in the nicbar library".to_owned()), || {
-        let units = match u8::try_from(unit) {
-            Ok(unit) => unit..=unit,
-            Err(_) if unit < 0 => 0..=u8::MAX,
-            Err(_) => return Err(format!("no NIC unit {unit}")),
-        };
-        open_first_free(units)
-    });
+    let opened = boundary(
+        Err("a panic in the nicbar library".to_owned()),
+        || match u8::try_from(unit) {
+            Ok(unit) => open_first_free(unit)
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| format!("every port of NIC unit {unit} is busy")),
+            Err(_) if unit < 0 => open_any(unit.unsigned_abs() - 1),
+            Err(_) => Err(format!("no NIC unit {unit}")),
+        },
+    );
     match opened {
         Ok(port) => Box::into_raw(Box::new(nicbar_coll_endpoint {
             port,
@@ -305,31 +307,41 @@ pub unsafe extern "C" fn nicbar_coll_group_new(
     }
 }
 
-/// Opens the first free port of the first unit in `units` that has one.
-fn open_first_free(units: std::ops::RangeInclusive<u8>) -> Result<Port, String> {
+/// The first free port of `unit` (`None` if all are busy).
+fn open_first_free(unit: u8) -> Result<Option<Port>, Error> {
     let ports = u8::try_from(PORTS_PER_NIC).unwrap_or(u8::MAX);
-    let (first, last) = (*units.start(), *units.end());
-    for unit in units {
-        for port in (1..ports).chain([0]) {
-            match Port::open(unit, port) {
-                Ok(port) => return Ok(port),
-                Err(Error::PortBusy { .. }) => {}
-                // Past the daemon's last unit: every port of every unit before it is busy.
-                Err(Error::NoSuchUnit { .. }) if unit > first => {
-                    return Err(format!(
-                        "every port of NIC units {first}..{} is busy",
-                        unit - 1
-                    ));
-                }
-                Err(other) => return Err(other.to_string()),
-            }
+    for port in (1..ports).chain([0]) {
+        match Port::open(unit, port) {
+            Ok(port) => return Ok(Some(port)),
+            Err(Error::PortBusy { .. }) => {}
+            Err(other) => return Err(other),
         }
     }
-    Err(if first == last {
-        format!("every port of NIC unit {first} is busy")
-    } else {
-        format!("every port of NIC units {first}..={last} is busy")
-    })
+    Ok(None)
+}
+
+/// The first free port of the daemon's units, from unit `start` (modulo their number) on.
+fn open_any(start: u32) -> Result<Port, String> {
+    // Ask for a unit past the daemon's last: the refusal says how many it runs.
+    let units = match Port::open(u8::MAX, 1) {
+        Err(Error::NoSuchUnit { units, .. }) => units,
+        Ok(port) => return Ok(port),
+        Err(other) => return Err(other.to_string()),
+    };
+    if units == 0 {
+        return Err("the NIC daemon runs no units".to_owned());
+    }
+    let first = u8::try_from(start % u32::from(units)).unwrap_or(0);
+    for offset in 0..units {
+        let unit =
+            u8::try_from((u32::from(first) + u32::from(offset)) % u32::from(units)).unwrap_or(0);
+        if let Some(port) = open_first_free(unit).map_err(|e| e.to_string())? {
+            return Ok(port);
+        }
+    }
+    Err(format!(
+        "every port of the daemon's {units} NIC unit(s) is busy"
+    ))
 }
 
 /// Frees a group. Takes NULL. Barriers started on it keep running.
