@@ -14,6 +14,7 @@ mod capi;
 mod command;
 mod demo;
 mod image;
+mod mpi;
 mod qemu;
 mod sim;
 mod test;
@@ -50,6 +51,9 @@ enum Task {
     /// The C API: regenerate or check its header (`header [--check]`), or install the library,
     /// header, nicbar.pc and nicctl under a prefix (`install --prefix DIR`).
     Capi(capi::Args),
+    /// The Open MPI collective component coll/nicbar: `build`, `install [--prefix DIR]
+    /// [--components DIR]`, `test` (installs Debian's Open MPI, gfortran and mpi4py if missing).
+    Mpi(mpi::Args),
 }
 
 fn main() -> ExitCode {
@@ -62,6 +66,7 @@ fn main() -> ExitCode {
         Task::Bench(args) => bench::run_bench(args),
         Task::Sim(args) => sim::run(args),
         Task::Capi(args) => capi::run_capi(args),
+        Task::Mpi(args) => mpi::run_mpi(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
