@@ -5,7 +5,6 @@
 #include "coll_nicbar.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "opal/mca/base/mca_base_var.h"
@@ -14,6 +13,7 @@
 #include "opal/util/output.h"
 #include "ompi/mca/coll/base/base.h"
 #include "ompi/proc/proc.h"
+#include "orte/util/proc_info.h"
 
 static int nicbar_register(void);
 static int nicbar_open(void);
@@ -134,9 +134,10 @@ int mca_coll_nicbar_init_query(bool enable_progress_threads, bool enable_mpi_thr
     }
     if (-2 == C.unit) {
         /* Spread this host's processes over the daemon's units, from unit local-rank on. */
-        const char *local_rank = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-        C.endpoint = nicbar_coll_open(-1 - (NULL != local_rank ? atoi(local_rank) : 0), error,
-                                      sizeof error);
+        int local_rank = ORTE_LOCAL_RANK_INVALID == orte_process_info.my_local_rank
+                             ? 0
+                             : (int) orte_process_info.my_local_rank;
+        C.endpoint = nicbar_coll_open(-1 - local_rank, error, sizeof error);
     } else {
         C.endpoint = nicbar_coll_open(C.unit < 0 ? -1 : C.unit, error, sizeof error);
     }

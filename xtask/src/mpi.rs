@@ -453,6 +453,16 @@ fn barriers_through_nic(text: &str) -> u64 {
         .sum()
 }
 
+/// How many distinct NICs (`node N` in the count lines) the processes used.
+fn nodes_used(text: &str) -> usize {
+    let nodes: std::collections::BTreeSet<&str> = text
+        .lines()
+        .filter(|line| line.contains(COUNT_LINE))
+        .filter_map(|line| line.split("(node ").nth(1)?.split_whitespace().next())
+        .collect();
+    nodes.len()
+}
+
 // ---------------------------------------------------------------------------------------------
 // The checks.
 
@@ -556,6 +566,14 @@ pub(crate) fn run_tests(args: &TestArgs) -> Result<()> {
             return Err(format!("the concurrent barriers failed (fault seed {seed})").into());
         }
         expect_through_nic(&text, 4 * 800)?;
+        let nodes = nodes_used(&text);
+        if nodes < 4 {
+            return Err(format!(
+                "the processes used {nodes} NIC(s), not 4: the barriers did not all cross the \
+                 faulty wire"
+            )
+            .into());
+        }
     }
 
     let daemon = Daemon::start(&nicctl, &run_dir.join("plain"), 4, &[])?;
@@ -762,6 +780,7 @@ mod tests {
                     [vm:2] coll:nicbar: rank 1: 3944 barriers went through the NIC (node 0 port 1)\n";
         assert_eq!(barriers_through_nic(text), 7888);
         assert_eq!(barriers_through_nic("nothing here"), 0);
+        assert_eq!(nodes_used(text), 1);
     }
 
     #[test]
