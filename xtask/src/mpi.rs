@@ -3,10 +3,11 @@
 //! Open MPI finds components, checked, and measured.
 //!
 //! - `mpi build` installs libnicbar and nicctl under `target/coll-nicbar/prefix` (through
-//!   `cargo xtask capi install`) and compiles `mca_coll_nicbar.so` with gcc against Open MPI's
-//!   headers (found with `mpicc --showme:incdirs`) into `target/coll-nicbar/components`.
-//! - `mpi install [--prefix DIR] [--components DIR]` installs libnicbar under `DIR` (default
-//!   `~/.local`) and the component, linked to it, into Open MPI's per-user component directory
+//!   `cargo xtask capi install`), compiles `mca_coll_nicbar.so` with gcc against Open MPI's
+//!   headers (found with `mpicc --showme:incdirs`) into `target/coll-nicbar/components`, and
+//!   `nicbar-fabric` (which starts one daemon per host of a job) into the prefix's `bin/`.
+//! - `mpi install [--prefix DIR] [--components DIR]` installs libnicbar, nicctl and
+//!   nicbar-fabric under `DIR` (default `~/.local`) and the component, linked to it, into Open MPI's per-user component directory
 //!   (default `~/.openmpi/components`, on Open MPI's default `mca_base_component_path`).
 //! - `mpi test` (a stage of `cargo xtask test`) installs Debian's `openmpi-bin`,
 //!   `libopenmpi-dev`, `gfortran` and `python3-mpi4py` when missing, builds the component, and
@@ -223,6 +224,11 @@ fn build(prefix: &Path) -> Result<PathBuf> {
     }
     gcc.args(["-lmpi", "-lopen-pal"]);
     run(&mut gcc)?;
+    // The tool that forms a fabric across hosts from an MPI job and starts their daemons.
+    run(Command::new("mpicc")
+        .args(["-O2", "-Wall", "-Werror", "-o"])
+        .arg(prefix.join("bin/nicbar-fabric"))
+        .arg(sources.join("tools/nicbar_fabric.c")))?;
     Ok(component)
 }
 
@@ -367,6 +373,9 @@ fn mpirun(
 ) -> Result<Command> {
     let mut command = Command::new("mpirun");
     command
+        // Cargo points the library path at its own build of libnicbar, which would win over
+        // the component's run path to the one `build` installed.
+        .env_remove("LD_LIBRARY_PATH")
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         .env("NICBAR_SOCKET", socket)
