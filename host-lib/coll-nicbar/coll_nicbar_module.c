@@ -40,14 +40,18 @@ static size_t outstanding_count, outstanding_capacity;
 static int failure_code(ompi_communicator_t *comm, const char *operation, int failed_rank,
                         const char *reason)
 {
-    char text[MPI_MAX_ERROR_STRING];
+    char text[MPI_MAX_ERROR_STRING], name[MPI_MAX_OBJECT_NAME + 32];
     int code;
-    if (failed_rank >= 0) {
-        snprintf(text, sizeof text, "%s on %s: rank %d is missing (%s)", operation,
-                 comm->c_name, failed_rank, reason);
+    if ('\0' != comm->c_name[0]) {
+        snprintf(name, sizeof name, "%s", comm->c_name);
     } else {
-        snprintf(text, sizeof text, "%s on %s failed in the NIC: %s", operation, comm->c_name,
-                 reason);
+        snprintf(name, sizeof name, "communicator %u", (unsigned) comm->c_contextid);
+    }
+    if (failed_rank >= 0) {
+        snprintf(text, sizeof text, "%s on %s: rank %d is missing (%s)", operation, name,
+                 failed_rank, reason);
+    } else {
+        snprintf(text, sizeof text, "%s on %s failed in the NIC: %s", operation, name, reason);
     }
     if (C.verbose >= 1) {
         opal_output(0, "coll:nicbar: rank %u: %s", OMPI_PROC_MY_NAME->vpid, text);
