@@ -688,11 +688,17 @@ pub(crate) struct BenchArgs {
     /// Where to write bench-mpi.csv.
     #[arg(long, default_value = "target")]
     out: PathBuf,
+    /// Also measure across this many network namespaces on a bridge (one host each, one
+    /// daemon and one process per namespace, the fabric formed by nicbar-fabric); needs root.
+    #[arg(long, value_delimiter = ',')]
+    namespaces: Vec<usize>,
 }
 
 /// One measurement: what served the barrier, over which transport, how many processes.
 struct Measurement {
     barrier: &'static str,
+    /// "one host", or how many namespaces.
+    hosts: String,
     processes: usize,
     barrier_us: f64,
     ibarrier_us: f64,
@@ -727,47 +733,49 @@ pub(crate) fn run_bench(args: BenchArgs) -> Result<()> {
                 .arg(programs.join("barrier_bench"))
                 .arg(args.iterations.to_string());
             let (text, ok) = run_captured(&mut command, Duration::from_secs(600))?;
-            let line = text
-                .lines()
-                .find(|l| l.starts_with("result "))
-                .filter(|_| ok);
-            let Some(line) = line else {
+            let Some((barrier_us, ibarrier_us, overlap_pct)) = parse_result(&text).filter(|_| ok)
+            else {
                 return Err(format!("{barrier} at {processes} processes gave no result").into());
-            };
-            let field = |name: &str| -> f64 {
-                line.split_whitespace()
-                    .find_map(|f| f.strip_prefix(name))
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(f64::NAN)
             };
             if priority > 0 && barriers_through_nic(&text) == 0 {
                 return Err("the component ran no barrier: is the NIC daemon reachable?".into());
             }
             results.push(Measurement {
                 barrier,
+                hosts: "one host".to_owned(),
                 processes,
-                barrier_us: field("barrier_us="),
-                ibarrier_us: field("ibarrier_pure_us="),
-                overlap_pct: field("overlap_pct="),
+                barrier_us,
+                ibarrier_us,
+                overlap_pct,
             });
         }
     }
+    drop(daemon);
+    for &hosts in &args.namespaces {
+        results.extend(bench_namespaces(
+            &prefix,
+            &components,
+            &programs,
+            hosts,
+            args.iterations,
+        )?);
+    }
     println!(
-        "\nMPI_Barrier mean µs and MPI_Ibarrier overlap (OSU), {} iterations, one host, one \
-         emulated NIC per process:\n",
+        "\nMPI_Barrier mean µs and MPI_Ibarrier overlap (OSU), {} iterations; on one host one \
+         emulated NIC per process, across namespaces one daemon and one process each:\n",
         args.iterations
     );
-    println!("| processes | barrier | MPI_Barrier µs | MPI_Ibarrier µs | overlap % |");
-    println!("|---|---|---|---|---|");
-    let mut csv = String::from("processes,barrier,barrier_us,ibarrier_us,overlap_pct\n");
+    println!("| hosts | processes | barrier | MPI_Barrier µs | MPI_Ibarrier µs | overlap % |");
+    println!("|---|---|---|---|---|---|");
+    let mut csv = String::from("hosts,processes,barrier,barrier_us,ibarrier_us,overlap_pct\n");
     for m in &results {
         println!(
-            "| {} | {} | {:.1} | {:.1} | {:.0} |",
-            m.processes, m.barrier, m.barrier_us, m.ibarrier_us, m.overlap_pct
+            "| {} | {} | {} | {:.1} | {:.1} | {:.0} |",
+            m.hosts, m.processes, m.barrier, m.barrier_us, m.ibarrier_us, m.overlap_pct
         );
         csv.push_str(&format!(
-            "{},{},{:.2},{:.2},{:.1}\n",
-            m.processes, m.barrier, m.barrier_us, m.ibarrier_us, m.overlap_pct
+            "{},{},{},{:.2},{:.2},{:.1}\n",
+            m.hosts, m.processes, m.barrier, m.barrier_us, m.ibarrier_us, m.overlap_pct
         ));
     }
     let out = workspace_root().join(&args.out);
@@ -776,6 +784,181 @@ pub(crate) fn run_bench(args: BenchArgs) -> Result<()> {
     std::fs::write(&path, csv)?;
     println!("\nwrote {}", path.display());
     Ok(())
+}
+
+/// The bridge and the namespaces' names and addresses.
+const BRIDGE: &str = "nbmpibr0";
+/// Namespace `i` is this prefix and `i`.
+const NAMESPACE_PREFIX: &str = "nbmpi";
+/// The namespaces are hosts `SUBNET.1..`; the bridge is `SUBNET.254`.
+const SUBNET: &str = "10.77.0";
+
+/// Network namespaces on a bridge standing in for hosts (`SUBNET.1..=count`), removed on drop.
+struct Namespaces {
+    count: usize,
+}
+
+impl Namespaces {
+    fn create(count: usize) -> Result<Self> {
+        let ip = |args: &[&str]| run(Command::new("ip").args(args));
+        let mut namespaces = Self { count: 0 };
+        ip(&["link", "add", BRIDGE, "type", "bridge"])?;
+        ip(&["addr", "add", &format!("{SUBNET}.254/24"), "dev", BRIDGE])?;
+        ip(&["link", "set", BRIDGE, "up"])?;
+        for index in 0..count {
+            let name = format!("{NAMESPACE_PREFIX}{index}");
+            let veth = format!("{NAMESPACE_PREFIX}v{index}");
+            ip(&["netns", "add", &name])?;
+            namespaces.count = index + 1;
+            ip(&[
+                "link", "add", &veth, "type", "veth", "peer", "name", "eth0", "netns", &name,
+            ])?;
+            ip(&["link", "set", &veth, "master", BRIDGE, "up"])?;
+            let inside = |args: &[&str]| {
+                let mut all = vec!["netns", "exec", name.as_str(), "ip"];
+                all.extend_from_slice(args);
+                ip(&all)
+            };
+            inside(&[
+                "addr",
+                "add",
+                &format!("{SUBNET}.{}/24", index + 1),
+                "dev",
+                "eth0",
+            ])?;
+            inside(&["link", "set", "eth0", "up"])?;
+            inside(&["link", "set", "lo", "up"])?;
+        }
+        Ok(namespaces)
+    }
+}
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        for index in 0..self.count {
+            let _ = Command::new("ip")
+                .args(["netns", "del", &format!("{NAMESPACE_PREFIX}{index}")])
+                .status();
+        }
+        let _ = Command::new("ip").args(["link", "del", BRIDGE]).status();
+    }
+}
+
+/// `mpirun` of one process per namespace of `hosts`, reached through the netns agent.
+fn mpirun_namespaces(components: &Path, run_dir: &Path, hosts: usize) -> Result<Command> {
+    let hostfile = run_dir.join("hosts");
+    let lines: String = (1..=hosts)
+        .map(|host| format!("{SUBNET}.{host} slots=1\n"))
+        .collect();
+    std::fs::write(&hostfile, lines)?;
+    let subnet = format!("{SUBNET}.0/24");
+    let mut command = Command::new("mpirun");
+    command
+        .env_remove("LD_LIBRARY_PATH")
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("NICBAR_NETNS_PREFIX", NAMESPACE_PREFIX)
+        .env("NICBAR_NETNS_RUN", run_dir)
+        .args(["--allow-run-as-root", "--hostfile"])
+        .arg(&hostfile)
+        .args(["--map-by", "ppr:1:node", "-np", &hosts.to_string()])
+        .args(["--mca", "plm_rsh_agent"])
+        .arg(workspace_root().join(SOURCES).join("tools/netns_rsh.sh"))
+        .args(["--mca", "oob_tcp_if_include", &subnet])
+        .args([
+            "--mca",
+            "btl",
+            "self,tcp",
+            "--mca",
+            "btl_tcp_if_include",
+            &subnet,
+        ])
+        .args(["--mca", "mca_base_component_path"])
+        .arg(format!(
+            "{}:{}",
+            system_component_dir()?,
+            components.display()
+        ))
+        .args(["--mca", "coll_nicbar_verbose", "1"]);
+    Ok(command)
+}
+
+/// The component and Open MPI over TCP across `hosts` namespaces.
+fn bench_namespaces(
+    prefix: &Path,
+    components: &Path,
+    programs: &Path,
+    hosts: usize,
+    iterations: usize,
+) -> Result<Vec<Measurement>> {
+    println!("\n-- across {hosts} network namespaces");
+    let _namespaces = Namespaces::create(hosts)?;
+    let run_dir = scratch().join("run").join(format!("netns-{hosts}"));
+    std::fs::create_dir_all(&run_dir)?;
+    let stop = || {
+        for index in 0..hosts {
+            let pidfile = run_dir.join(index.to_string()).join("daemon.pid");
+            if let Some(pid) = std::fs::read_to_string(pidfile)
+                .ok()
+                .and_then(|text| text.trim().parse::<i32>().ok())
+            {
+                let _ = Command::new("kill").arg(pid.to_string()).status();
+            }
+        }
+    };
+    let mut fabric = mpirun_namespaces(components, &run_dir, hosts)?;
+    fabric
+        .arg(prefix.join("bin/nicbar-fabric"))
+        .args(["--interface", "eth0", "--nicctl"])
+        .arg(prefix.join("bin/nicctl"));
+    let started = run_captured(&mut fabric, Duration::from_secs(120));
+    if !started.is_ok_and(|(text, ok)| ok && text.contains("one daemon each")) {
+        stop();
+        return Err(
+            format!("nicbar-fabric did not start the daemons of {hosts} namespaces").into(),
+        );
+    }
+    let mut results = Vec::new();
+    for (barrier, priority) in [("nicbar (NIC)", 100), ("Open MPI TCP", -1)] {
+        let mut command = mpirun_namespaces(components, &run_dir, hosts)?;
+        command
+            .args(["--mca", "coll_nicbar_priority", &priority.to_string()])
+            .args(["--mca", "mpi_yield_when_idle", "1"])
+            .arg(programs.join("barrier_bench"))
+            .arg(iterations.to_string());
+        let measured = run_captured(&mut command, Duration::from_secs(600))
+            .ok()
+            .and_then(|(text, ok)| parse_result(&text).filter(|_| ok));
+        let Some((barrier_us, ibarrier_us, overlap_pct)) = measured else {
+            stop();
+            return Err(format!("{barrier} across {hosts} namespaces gave no result").into());
+        };
+        results.push(Measurement {
+            barrier,
+            hosts: format!("{hosts} namespaces"),
+            processes: hosts,
+            barrier_us,
+            ibarrier_us,
+            overlap_pct,
+        });
+    }
+    stop();
+    Ok(results)
+}
+
+/// The benchmark program's `result` line: barrier µs, Ibarrier µs, overlap %.
+fn parse_result(text: &str) -> Option<(f64, f64, f64)> {
+    let line = text.lines().find(|l| l.starts_with("result "))?;
+    let field = |name: &str| -> Option<f64> {
+        line.split_whitespace()
+            .find_map(|f| f.strip_prefix(name))
+            .and_then(|v| v.parse().ok())
+    };
+    Some((
+        field("barrier_us=")?,
+        field("ibarrier_pure_us=")?,
+        field("overlap_pct=")?,
+    ))
 }
 
 #[cfg(test)]
@@ -790,6 +973,13 @@ mod tests {
         assert_eq!(barriers_through_nic(text), 7888);
         assert_eq!(barriers_through_nic("nothing here"), 0);
         assert_eq!(nodes_used(text), 1);
+    }
+
+    #[test]
+    fn the_result_line_is_read() {
+        let text = "noise\nresult barrier_us=12.50 ibarrier_pure_us=20.00 overlap_pct=95.5\n";
+        assert_eq!(parse_result(text), Some((12.5, 20.0, 95.5)));
+        assert_eq!(parse_result("result barrier_us=1"), None);
     }
 
     #[test]
