@@ -928,6 +928,7 @@ fn bench_namespaces(
             .arg(iterations.to_string());
         let measured = run_captured(&mut command, Duration::from_secs(600))
             .ok()
+            .filter(|(text, _)| priority < 0 || barriers_through_nic(text) > 0)
             .and_then(|(text, ok)| parse_result(&text).filter(|_| ok));
         let Some((barrier_us, ibarrier_us, overlap_pct)) = measured else {
             stop();
