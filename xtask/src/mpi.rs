@@ -803,6 +803,7 @@ impl Namespaces {
     fn create(count: usize) -> Result<Self> {
         let ip = |args: &[&str]| run(Command::new("ip").args(args));
         let mut namespaces = Self { count: 0 };
+        Self::remove(count);
         ip(&["link", "add", BRIDGE, "type", "bridge"])?;
         ip(&["addr", "add", &format!("{SUBNET}.254/24"), "dev", BRIDGE])?;
         ip(&["link", "set", BRIDGE, "up"])?;
@@ -834,14 +835,25 @@ impl Namespaces {
     }
 }
 
+impl Namespaces {
+    /// Removes namespaces, veth pairs and the bridge of `count` hosts, whatever exists of them.
+    /// A namespace lives on while a process in it does; deleting its veth pair at once frees the
+    /// names for the next set.
+    fn remove(count: usize) {
+        let quiet = |args: &[&str]| {
+            let _ = Command::new("ip").args(args).stderr(Stdio::null()).status();
+        };
+        for index in 0..count {
+            quiet(&["link", "del", &format!("{NAMESPACE_PREFIX}v{index}")]);
+            quiet(&["netns", "del", &format!("{NAMESPACE_PREFIX}{index}")]);
+        }
+        quiet(&["link", "del", BRIDGE]);
+    }
+}
+
 impl Drop for Namespaces {
     fn drop(&mut self) {
-        for index in 0..self.count {
-            let _ = Command::new("ip")
-                .args(["netns", "del", &format!("{NAMESPACE_PREFIX}{index}")])
-                .status();
-        }
-        let _ = Command::new("ip").args(["link", "del", BRIDGE]).status();
+        Self::remove(self.count);
     }
 }
 
