@@ -981,9 +981,9 @@ mod tests {
 
     #[test]
     fn the_count_lines_are_summed() {
-        let text = "[vm:1] coll:nicbar: rank 0: 3944 barriers went through the NIC (node 0 port 2)\n\
+        let text = "[node-a:1] coll:nicbar: rank 0: 3944 barriers went through the NIC (node 0 port 2)\n\
                     other line 12\n\
-                    [vm:2] coll:nicbar: rank 1: 3944 barriers went through the NIC (node 0 port 1)\n";
+                    [node-a:2] coll:nicbar: rank 1: 3944 barriers went through the NIC (node 0 port 1)\n";
         assert_eq!(barriers_through_nic(text), 7888);
         assert_eq!(barriers_through_nic("nothing here"), 0);
         assert_eq!(nodes_used(text), 1);
