@@ -48,6 +48,9 @@ enum Bench {
         #[arg(long)]
         spin: bool,
     },
+    /// MPI_Barrier latency and MPI_Ibarrier overlap (OSU's definition) through the coll/nicbar
+    /// component beside Open MPI's own collectives over shared memory and TCP (table, CSV).
+    Mpi(crate::mpi::BenchArgs),
 }
 
 /// Builds the benchmark program with the fast release profile and runs it.
@@ -81,6 +84,7 @@ pub(crate) fn run_bench(args: Args) -> Result<()> {
             }
             run(&mut command)
         }
+        Bench::Mpi(args) => crate::mpi::run_bench(args),
     }
 }
 

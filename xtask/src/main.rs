@@ -15,6 +15,7 @@ mod capi;
 mod command;
 mod demo;
 mod image;
+mod mpi;
 mod qemu;
 mod sim;
 mod test;
@@ -51,6 +52,9 @@ enum Task {
     /// The C API: regenerate or check its header (`header [--check]`), or install the library,
     /// header, nicbar.pc and nicctl under a prefix (`install --prefix DIR`).
     Capi(capi::Args),
+    /// The Open MPI collective component coll/nicbar: `build`, `install [--prefix DIR]
+    /// [--components DIR]`, `test` (installs Debian's Open MPI, gfortran and mpi4py if missing).
+    Mpi(mpi::Args),
 }
 
 fn main() -> ExitCode {
@@ -63,6 +67,7 @@ fn main() -> ExitCode {
         Task::Bench(args) => bench::run_bench(args),
         Task::Sim(args) => sim::run(args),
         Task::Capi(args) => capi::run_capi(args),
+        Task::Mpi(args) => mpi::run_mpi(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

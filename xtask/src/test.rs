@@ -25,6 +25,9 @@ pub(crate) struct Args {
     /// Seeds per simulation campaign (CI runs the default; thousands are a flag away).
     #[arg(long, default_value_t = 200)]
     sim_seeds: u64,
+    /// Skip the Open MPI stage (the coll/nicbar component, C, Fortran and mpi4py's suite).
+    #[arg(long)]
+    no_mpi: bool,
 }
 
 /// Runs the checks.
@@ -70,6 +73,12 @@ pub(crate) fn run_tests(args: Args) -> Result<()> {
     } else {
         section("the flashable image under QEMU");
         crate::qemu::run_check(crate::qemu::Args::for_ci())?;
+    }
+    if args.no_mpi {
+        println!("\n(the Open MPI stage was skipped: --no-mpi)");
+    } else {
+        section("Open MPI: the coll/nicbar component");
+        crate::mpi::run_tests(&crate::mpi::TestArgs::for_ci())?;
     }
     Ok(())
 }

@@ -148,6 +148,50 @@
 #define NICBAR_BARRIER_MAX_STEPS 128
 
 /**
+ * nicbar_coll_group_new()'s `algorithm`: the library's default for the group's size
+ * (pairwise exchange for a power of two, else one-way dissemination).
+ */
+#define NICBAR_COLL_ALGORITHM_DEFAULT 0
+
+/**
+ * nicbar_coll_group_new()'s `algorithm`: pairwise exchange (paper §5.1).
+ */
+#define NICBAR_COLL_ALGORITHM_PAIRWISE_EXCHANGE 1
+
+/**
+ * nicbar_coll_group_new()'s `algorithm`: gather-broadcast; `parameter` is the tree's dimension
+ * (0: 2), capped at members - 1.
+ */
+#define NICBAR_COLL_ALGORITHM_GATHER_BROADCAST 2
+
+/**
+ * nicbar_coll_group_new()'s `algorithm`: n-way dissemination; `parameter` is n (0: 1), capped at
+ * members - 1.
+ */
+#define NICBAR_COLL_ALGORITHM_DISSEMINATION 3
+
+/**
+ * nicbar_coll_barrier_test(): the barrier has not ended yet.
+ */
+#define NICBAR_COLL_PENDING 0
+
+/**
+ * nicbar_coll_barrier_test(): the barrier completed.
+ */
+#define NICBAR_COLL_COMPLETED 1
+
+/**
+ * nicbar_coll_barrier_test(): the barrier failed; `failed_rank` and `message` say why.
+ */
+#define NICBAR_COLL_FAILED -1
+
+/**
+ * nicbar_coll_barrier_test(): no barrier has this ticket (never started, or its end already
+ * taken), or a handle is NULL.
+ */
+#define NICBAR_COLL_UNKNOWN -2
+
+/**
  * An alarm's state (the `state` field of struct gm_alarm).
  */
 typedef enum gm_alarm_state {
@@ -241,6 +285,17 @@ typedef struct gm_mutex gm_mutex;
  * back; gm_close frees it.
  */
 typedef struct gm_port gm_port;
+
+/**
+ * One process's port, with the barriers it has queued, the one running in the NIC, and the
+ * ends not yet taken.
+ */
+typedef struct nicbar_coll_endpoint nicbar_coll_endpoint;
+
+/**
+ * The members of a barrier, by rank (a communicator's ranks), and how its barriers run.
+ */
+typedef struct nicbar_coll_group nicbar_coll_group;
 
 /**
  * How an operation ended: `GM_SUCCESS` or one of the `GM_*` status codes below. The values are
@@ -2018,6 +2073,126 @@ void gm_mutex_enter(struct gm_mutex *mutex);
  * `mutex` is from gm_create_mutex, not freed, and held by this thread.
  */
 void gm_mutex_exit(struct gm_mutex *mutex);
+
+/**
+ * Opens a port of the local daemon (its socket: `$NICBAR_SOCKET`, else the default): the first
+ * free port, from port 1 on, of NIC `unit`; or, with `unit` negative, of the first unit that
+ * has one, starting from unit `-1 - unit` (modulo the daemon's units: -1 fills unit 0 first,
+ * `-1 - local_rank` spreads a host's processes over its units). Returns NULL when none opens,
+ * with the reason in `error` (`error_length` bytes, NUL-terminated; `error` may be NULL).
+ *
+ * # Safety
+ * `error` is NULL or valid for writes of `error_length` bytes.
+ */
+struct nicbar_coll_endpoint *nicbar_coll_open(int32_t unit, char *error, size_t error_length);
+
+/**
+ * Closes the endpoint's port (peers' barriers waiting for it fail, naming it) and frees it.
+ * Takes NULL.
+ *
+ * # Safety
+ * `endpoint` is NULL or from nicbar_coll_open() and not closed yet.
+ */
+void nicbar_coll_close(struct nicbar_coll_endpoint *endpoint);
+
+/**
+ * The node id of the endpoint's NIC (0 for NULL).
+ *
+ * # Safety
+ * `endpoint` is NULL or a live endpoint.
+ */
+uint16_t nicbar_coll_node_id(const struct nicbar_coll_endpoint *endpoint);
+
+/**
+ * The endpoint's port id (0 for NULL).
+ *
+ * # Safety
+ * `endpoint` is NULL or a live endpoint.
+ */
+uint8_t nicbar_coll_port_id(const struct nicbar_coll_endpoint *endpoint);
+
+/**
+ * How many barriers completed through this endpoint's NIC (failed ones not counted).
+ *
+ * # Safety
+ * `endpoint` is NULL or a live endpoint.
+ */
+uint64_t nicbar_coll_completed(const struct nicbar_coll_endpoint *endpoint);
+
+/**
+ * A group of `members` ports, rank `i` being port `ports[i]` of node `nodes[i]`, whose
+ * barriers run `algorithm` (a `NICBAR_COLL_ALGORITHM_*`, with its `parameter`) and fail after
+ * `timeout_ms` milliseconds (0: the NIC's default). Returns NULL with the reason in `error`
+ * for no members, a port named twice, or an unknown algorithm.
+ *
+ * # Safety
+ * `nodes` and `ports` are valid for reads of `members` elements; `error` is NULL or valid for
+ * writes of `error_length` bytes.
+ */
+struct nicbar_coll_group *nicbar_coll_group_new(const uint16_t *nodes,
+                                                const uint8_t *ports,
+                                                size_t members,
+                                                int32_t algorithm_id,
+                                                uint32_t parameter,
+                                                uint32_t timeout_ms,
+                                                char *error,
+                                                size_t error_length);
+
+/**
+ * Frees a group. Takes NULL. Barriers started on it keep running.
+ *
+ * # Safety
+ * `group` is NULL or from nicbar_coll_group_new() and not freed yet.
+ */
+void nicbar_coll_group_free(struct nicbar_coll_group *group);
+
+/**
+ * Starts a barrier of `group` on the endpoint and returns its ticket (never 0; 0 for a NULL
+ * handle). The barrier goes to the NIC at once if the port is free, else when the barriers
+ * started before it on this endpoint have ended. Follow it with nicbar_coll_barrier_test().
+ *
+ * # Safety
+ * `endpoint` and `group` are NULL or live handles.
+ */
+uint64_t nicbar_coll_barrier_start(struct nicbar_coll_endpoint *endpoint,
+                                   const struct nicbar_coll_group *group);
+
+/**
+ * Takes the ends the NIC has reported and posts queued barriers; never blocks. Returns how many
+ * barriers ended in this call (-1 for NULL). Call it from the progress loop while barriers are
+ * outstanding.
+ *
+ * # Safety
+ * `endpoint` is NULL or a live endpoint.
+ */
+int32_t nicbar_coll_progress(struct nicbar_coll_endpoint *endpoint);
+
+/**
+ * Sleeps until the NIC reports an event to the endpoint or `timeout_us` microseconds pass, then
+ * progresses as nicbar_coll_progress() and returns what it returns. Returns at once if no
+ * barrier is outstanding.
+ *
+ * # Safety
+ * `endpoint` is NULL or a live endpoint.
+ */
+int32_t nicbar_coll_wait(struct nicbar_coll_endpoint *endpoint, uint32_t timeout_us);
+
+/**
+ * Whether the barrier with `ticket` has ended: `NICBAR_COLL_PENDING`, `NICBAR_COLL_COMPLETED`,
+ * or `NICBAR_COLL_FAILED` with the rank of the member the NIC waited for in `failed_rank` (-1
+ * when the failure is not a member's) and the reason in `message` (`message_length` bytes,
+ * NUL-terminated). The end is taken: the same ticket then gives `NICBAR_COLL_UNKNOWN`.
+ * Progresses first, as nicbar_coll_progress().
+ *
+ * # Safety
+ * `endpoint` is NULL or a live endpoint; `failed_rank` is NULL or writable; `message` is NULL
+ * or valid for writes of `message_length` bytes.
+ */
+int32_t nicbar_coll_barrier_test(struct nicbar_coll_endpoint *endpoint,
+                                 uint64_t ticket,
+                                 int32_t *failed_rank,
+                                 char *message,
+                                 size_t message_length);
 
 #ifdef __cplusplus
 }  // extern "C"

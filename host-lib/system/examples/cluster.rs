@@ -2,7 +2,8 @@
 //! with one NIC per process and runs this example once per rank.
 //!
 //! Every rank opens port 1 of the NIC whose unit number is its rank (node ids `0..N`, as
-//! `nicctl emulate --units N` gives them), then:
+//! `nicctl emulate --units N` gives them), or, when its daemon runs fewer units (one daemon of one
+//! unit per host), of unit rank modulo their number; its node id must be its rank. Then:
 //!
 //! 1. ranks 0 and 1 ping-pong 64-byte messages; rank 0 prints the one-way latency (half the round
 //!    trip), p50;
@@ -28,7 +29,8 @@ cluster: one process of the nicbar quick start (cargo xtask demo runs one per ra
 
 usage: cluster --rank R --nodes N [--socket PATH] [--barriers K] [--round-trips M] [--spin]
 
-  --rank R          this process's rank: it opens port 1 of NIC unit R
+  --rank R          this process's rank: it opens port 1 of NIC unit R (R modulo the
+                    daemon's units if it runs fewer), whose node id must be R
   --nodes N         how many processes (and NICs) the cluster has
   --socket PATH     the daemon's control socket (default: $NICBAR_SOCKET, else the default path)
   --barriers K      barriers timed per algorithm and side (default 3000)
@@ -113,12 +115,22 @@ fn main() -> std::process::ExitCode {
 
 fn run(options: &Options) -> Result {
     let rank = options.rank;
-    let unit = u8::try_from(rank)?;
-    let mut port = match &options.socket {
+    let open = |unit: u8| match &options.socket {
         Some(socket) => Port::open_at(socket, unit, PORT),
         None => Port::open(unit, PORT),
+    };
+    // Unit `rank` of a daemon that runs one NIC per rank; with fewer units (one daemon of one
+    // unit per host, across hosts), unit `rank` modulo the daemon's units.
+    let mut unit = u8::try_from(rank)?;
+    let mut opened = open(unit);
+    if let Err(nicbar::Error::NoSuchUnit { units, .. }) = opened
+        && units > 0
+    {
+        unit = u8::try_from(rank % usize::from(units))?;
+        opened = open(unit);
     }
-    .map_err(|error| format!("cannot open port {PORT} of unit {unit}: {error}"))?;
+    let mut port =
+        opened.map_err(|error| format!("cannot open port {PORT} of unit {unit}: {error}"))?;
     port.set_wait_mode(if options.spin {
         WaitMode::Spin
     } else {
@@ -127,7 +139,8 @@ fn run(options: &Options) -> Result {
     if usize::from(port.node_id().get()) != rank {
         return Err(format!(
             "unit {unit} is {}, not node {rank}: start the daemon with \
-             `nicctl emulate --units {}`",
+             `nicctl emulate --units {}`, or across hosts give rank {rank}'s daemon \
+             `--node {rank}` on the fabric map",
             port.node_id(),
             options.nodes
         )

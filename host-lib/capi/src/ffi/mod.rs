@@ -24,6 +24,8 @@ pub mod status;
 
 pub mod util;
 
+pub mod coll;
+
 use core::ffi::c_void;
 use std::cell::UnsafeCell;
 use std::collections::HashSet;

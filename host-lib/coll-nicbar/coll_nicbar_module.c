@@ -1,0 +1,222 @@
+/*
+ * coll/nicbar: the module of one communicator: MPI_Barrier, MPI_Ibarrier, the progress function
+ * that completes the non-blocking ones, and the errors that name a missing rank.
+ */
+#include "coll_nicbar.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "opal/runtime/opal_progress.h"
+#include "opal/util/output.h"
+#include "ompi/proc/proc.h"
+
+#define C mca_coll_nicbar_component
+
+static void module_construct(mca_coll_nicbar_module_t *module)
+{
+    module->group = NULL;
+}
+
+static void module_destruct(mca_coll_nicbar_module_t *module)
+{
+    nicbar_coll_group_free(module->group);
+    module->group = NULL;
+}
+
+OBJ_CLASS_INSTANCE(mca_coll_nicbar_module_t, mca_coll_base_module_t, module_construct,
+                   module_destruct);
+OBJ_CLASS_INSTANCE(mca_coll_nicbar_request_t, ompi_request_t, NULL, NULL);
+
+/* The non-blocking barriers not yet complete, in start order. Guarded by C.lock. */
+static mca_coll_nicbar_request_t **outstanding;
+static size_t outstanding_count, outstanding_capacity;
+
+/*
+ * The MPI error code for a failed barrier: a code of the component's error class whose string
+ * is `message` (so MPI_Error_string names the missing rank).
+ */
+static int failure_code(ompi_communicator_t *comm, const char *operation, int failed_rank,
+                        const char *reason)
+{
+    char text[MPI_MAX_ERROR_STRING], name[MPI_MAX_OBJECT_NAME + 32];
+    int code;
+    if ('\0' != comm->c_name[0]) {
+        snprintf(name, sizeof name, "%s", comm->c_name);
+    } else {
+        snprintf(name, sizeof name, "communicator %u", (unsigned) comm->c_contextid);
+    }
+    if (failed_rank >= 0) {
+        snprintf(text, sizeof text, "%s on %s: rank %d is missing (%s)", operation, name,
+                 failed_rank, reason);
+    } else {
+        snprintf(text, sizeof text, "%s on %s failed in the NIC: %s", operation, name, reason);
+    }
+    if (C.verbose >= 1) {
+        opal_output(0, "coll:nicbar: rank %u: %s", OMPI_PROC_MY_NAME->vpid, text);
+    }
+    if (MPI_UNDEFINED == C.error_class && MPI_SUCCESS != MPI_Add_error_class(&C.error_class)) {
+        C.error_class = MPI_UNDEFINED;
+        return MPI_ERR_OTHER;
+    }
+    if (MPI_SUCCESS != MPI_Add_error_code(C.error_class, &code)) {
+        return MPI_ERR_OTHER;
+    }
+    (void) MPI_Add_error_string(code, text);
+    return code;
+}
+
+int mca_coll_nicbar_barrier(struct ompi_communicator_t *comm, mca_coll_base_module_t *module)
+{
+    mca_coll_nicbar_module_t *self = (mca_coll_nicbar_module_t *) module;
+    char reason[MPI_MAX_ERROR_STRING] = "";
+    int failed_rank = -1, state;
+    uint64_t ticket;
+
+    pthread_mutex_lock(&C.lock);
+    ticket = nicbar_coll_barrier_start(C.endpoint, self->group);
+    pthread_mutex_unlock(&C.lock);
+    if (0 == ticket) {
+        return MPI_ERR_INTERN;
+    }
+    for (int polls = 0;; polls++) {
+        pthread_mutex_lock(&C.lock);
+        state = nicbar_coll_barrier_test(C.endpoint, ticket, &failed_rank, reason, sizeof reason);
+        if (NICBAR_COLL_PENDING == state && polls >= C.spin) {
+            /* Sleep on the port until the NIC reports (the end wakes it at once), but not so
+             * long that other traffic of this process starves: it needs opal_progress. */
+            (void) nicbar_coll_wait(C.endpoint, 200);
+        }
+        pthread_mutex_unlock(&C.lock);
+        if (NICBAR_COLL_COMPLETED == state) {
+            return MPI_SUCCESS;
+        }
+        if (NICBAR_COLL_FAILED == state) {
+            return failure_code(comm, "MPI_Barrier", failed_rank, reason);
+        }
+        if (NICBAR_COLL_UNKNOWN == state) {
+            return MPI_ERR_INTERN;
+        }
+        opal_progress();
+    }
+}
+
+static int request_free(ompi_request_t **request)
+{
+    if (!REQUEST_COMPLETE(*request)) {
+        return MPI_ERR_REQUEST;
+    }
+    OMPI_REQUEST_FINI(*request);
+    OBJ_RELEASE(*request);
+    *request = MPI_REQUEST_NULL;
+    return MPI_SUCCESS;
+}
+
+static int request_cancel(ompi_request_t *request, int complete)
+{
+    (void) request;
+    (void) complete;
+    return MPI_ERR_REQUEST; /* collectives cannot be cancelled */
+}
+
+int mca_coll_nicbar_ibarrier(struct ompi_communicator_t *comm, ompi_request_t **request,
+                             mca_coll_base_module_t *module)
+{
+    mca_coll_nicbar_module_t *self = (mca_coll_nicbar_module_t *) module;
+    mca_coll_nicbar_request_t *barrier = OBJ_NEW(mca_coll_nicbar_request_t);
+    if (NULL == barrier) {
+        return MPI_ERR_NO_MEM;
+    }
+    OMPI_REQUEST_INIT(&barrier->super, false);
+    barrier->super.req_type = OMPI_REQUEST_COLL;
+    barrier->super.req_state = OMPI_REQUEST_ACTIVE;
+    barrier->super.req_free = request_free;
+    barrier->super.req_cancel = request_cancel;
+    barrier->super.req_mpi_object.comm = comm;
+    barrier->super.req_status.MPI_SOURCE = MPI_ANY_SOURCE;
+    barrier->super.req_status.MPI_TAG = MPI_ANY_TAG;
+    barrier->super.req_status.MPI_ERROR = MPI_SUCCESS;
+    barrier->super.req_status._cancelled = 0;
+    barrier->super.req_status._ucount = 0;
+
+    pthread_mutex_lock(&C.lock);
+    if (outstanding_count == outstanding_capacity) {
+        size_t capacity = outstanding_capacity ? 2 * outstanding_capacity : 16;
+        void *grown = realloc(outstanding, capacity * sizeof *outstanding);
+        if (NULL == grown) {
+            pthread_mutex_unlock(&C.lock);
+            OBJ_RELEASE(barrier);
+            return MPI_ERR_NO_MEM;
+        }
+        outstanding = grown;
+        outstanding_capacity = capacity;
+    }
+    barrier->ticket = nicbar_coll_barrier_start(C.endpoint, self->group);
+    if (0 == barrier->ticket) {
+        pthread_mutex_unlock(&C.lock);
+        OBJ_RELEASE(barrier);
+        return MPI_ERR_INTERN;
+    }
+    outstanding[outstanding_count++] = barrier;
+    pthread_mutex_unlock(&C.lock);
+    *request = &barrier->super;
+    return MPI_SUCCESS;
+}
+
+/*
+ * Registered with opal_progress: takes the NIC's barrier ends and completes their requests, so
+ * MPI_Test and MPI_Wait work and the barrier runs while the program computes.
+ */
+int mca_coll_nicbar_progress(void)
+{
+    char reason[MPI_MAX_ERROR_STRING];
+    mca_coll_nicbar_request_t *ended[64];
+    int codes[64], count = 0;
+
+    if (0 == outstanding_count || 0 != pthread_mutex_trylock(&C.lock)) {
+        return 0;
+    }
+    for (size_t i = 0; i < outstanding_count && count < 64;) {
+        mca_coll_nicbar_request_t *barrier = outstanding[i];
+        int failed_rank = -1;
+        int state = nicbar_coll_barrier_test(C.endpoint, barrier->ticket, &failed_rank, reason,
+                                             sizeof reason);
+        if (NICBAR_COLL_PENDING == state) {
+            i++;
+            continue;
+        }
+        codes[count] = MPI_SUCCESS;
+        if (NICBAR_COLL_FAILED == state) {
+            codes[count] = failure_code(barrier->super.req_mpi_object.comm, "MPI_Ibarrier",
+                                        failed_rank, reason);
+        } else if (NICBAR_COLL_UNKNOWN == state) {
+            codes[count] = MPI_ERR_INTERN;
+        }
+        ended[count++] = barrier;
+        memmove(&outstanding[i], &outstanding[i + 1],
+                (outstanding_count - i - 1) * sizeof *outstanding);
+        outstanding_count--;
+    }
+    pthread_mutex_unlock(&C.lock);
+    for (int i = 0; i < count; i++) {
+        ended[i]->super.req_status.MPI_ERROR = codes[i];
+        ompi_request_complete(&ended[i]->super, true);
+    }
+    return count;
+}
+
+/* At close: requests never waited for are completed, so nothing is left to the NIC. */
+void mca_coll_nicbar_finalize_requests(void)
+{
+    while (outstanding_count > 0) {
+        if (0 == mca_coll_nicbar_progress()) {
+            pthread_mutex_lock(&C.lock);
+            (void) nicbar_coll_wait(C.endpoint, 1000);
+            pthread_mutex_unlock(&C.lock);
+        }
+    }
+    free(outstanding);
+    outstanding = NULL;
+    outstanding_capacity = 0;
+}

@@ -1,0 +1,1009 @@
+//! `cargo xtask mpi`: the Open MPI collective component coll/nicbar (`host-lib/coll-nicbar`),
+//! built against the installed Open MPI's development headers and libnicbar, installed where
+//! Open MPI finds components, checked, and measured.
+//!
+//! - `mpi build` installs libnicbar and nicctl under `target/coll-nicbar/prefix` (through
+//!   `cargo xtask capi install`), compiles `mca_coll_nicbar.so` with gcc against Open MPI's
+//!   headers (found with `mpicc --showme:incdirs`) into `target/coll-nicbar/components`, and
+//!   `nicbar-fabric` (which starts one daemon per host of a job) into the prefix's `bin/`.
+//! - `mpi install [--prefix DIR] [--components DIR]` installs libnicbar, nicctl and
+//!   nicbar-fabric under `DIR` (default `~/.local`) and the component, linked to it, into Open MPI's per-user component directory
+//!   (default `~/.openmpi/components`, on Open MPI's default `mca_base_component_path`).
+//! - `mpi test` (a stage of `cargo xtask test`) installs Debian's `openmpi-bin`,
+//!   `libopenmpi-dev`, `gfortran` and `python3-mpi4py` when missing, builds the component, and
+//!   runs with it forced: a C program running barriers and non-blocking barriers on split and
+//!   dup communicators concurrently through the emulator's fault injector (a printed seed), a
+//!   Fortran program, a program one of whose ranks is killed (the others' errors must name it),
+//!   and mpi4py's own test suite (from the `mpi4py==3.1.4` source distribution, with Debian's
+//!   python3-mpi4py under /usr/bin/python3) at 2 and 4 processes, printing how many barriers
+//!   went through the NIC.
+//! - `bench mpi` (run through `cargo xtask bench mpi`): MPI_Barrier latency and MPI_Ibarrier
+//!   overlap (OSU's definition) with the component beside Open MPI's own collectives over
+//!   shared memory and over TCP, at 2, 4, 8 and 16 processes; a table and a CSV.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use clap::{Args as ClapArgs, Subcommand};
+
+use crate::command::run;
+use crate::{Result, target_dir, workspace_root};
+
+/// The component's sources, relative to the workspace root.
+const SOURCES: &str = "host-lib/coll-nicbar";
+/// The Debian packages the component and its checks need.
+const PACKAGES: [&str; 4] = [
+    "openmpi-bin",
+    "libopenmpi-dev",
+    "gfortran",
+    "python3-mpi4py",
+];
+/// mpi4py's version whose test suite CI runs (Debian 12's python3-mpi4py is this version).
+const MPI4PY: &str = "3.1.4";
+/// The system Python, which imports Debian's python3-mpi4py (a pyenv shim cannot).
+const SYSTEM_PYTHON: &str = "/usr/bin/python3";
+/// What the component prints at MPI_Finalize under `coll_nicbar_verbose 1`.
+const COUNT_LINE: &str = "barriers went through the NIC";
+
+/// Options of `cargo xtask mpi`.
+#[derive(ClapArgs)]
+pub(crate) struct Args {
+    #[command(subcommand)]
+    command: MpiCommand,
+}
+
+#[derive(Subcommand)]
+enum MpiCommand {
+    /// Build libnicbar and the component under target/coll-nicbar.
+    Build,
+    /// Install libnicbar under --prefix and the component where Open MPI looks for components.
+    Install {
+        /// Where libnicbar, its header and nicctl go (lib/, include/, bin/).
+        #[arg(long)]
+        prefix: Option<PathBuf>,
+        /// Where mca_coll_nicbar.so goes [default: ~/.openmpi/components].
+        #[arg(long)]
+        components: Option<PathBuf>,
+    },
+    /// The CI checks with Open MPI (installs Debian's Open MPI, gfortran and mpi4py if missing).
+    Test(TestArgs),
+}
+
+/// Options of `cargo xtask mpi test`.
+#[derive(ClapArgs)]
+pub(crate) struct TestArgs {
+    /// Do not install missing Debian packages: fail instead.
+    #[arg(long)]
+    no_install: bool,
+    /// Runs of the concurrent-barrier program through the fault injector.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Skip mpi4py's test suite (it takes a few minutes).
+    #[arg(long)]
+    no_mpi4py: bool,
+}
+
+impl TestArgs {
+    /// What `cargo xtask test` runs.
+    pub(crate) fn for_ci() -> Self {
+        Self {
+            no_install: false,
+            runs: 3,
+            no_mpi4py: false,
+        }
+    }
+}
+
+/// Runs `cargo xtask mpi`.
+pub(crate) fn run_mpi(args: Args) -> Result<()> {
+    match args.command {
+        MpiCommand::Build => {
+            let built = build(&scratch().join("prefix"))?;
+            println!("built {}", built.display());
+            Ok(())
+        }
+        MpiCommand::Install { prefix, components } => {
+            let home = PathBuf::from(std::env::var_os("HOME").ok_or("HOME is not set")?);
+            let prefix = prefix.unwrap_or_else(|| home.join(".local"));
+            let components = components.unwrap_or_else(|| home.join(".openmpi/components"));
+            let prefix = absolute(&prefix)?;
+            let built = build(&prefix)?;
+            std::fs::create_dir_all(&components)?;
+            let target = components.join("mca_coll_nicbar.so");
+            std::fs::copy(&built, &target)
+                .map_err(|error| format!("copying to {}: {error}", target.display()))?;
+            println!("installed {}", target.display());
+            println!(
+                "run: {}/bin/nicctl emulate --units 2 &   then   mpirun{} ./program",
+                prefix.display(),
+                if components == home.join(".openmpi/components") {
+                    String::new()
+                } else {
+                    format!(
+                        " --mca mca_base_component_path {}:{}",
+                        system_component_dir()?,
+                        components.display()
+                    )
+                }
+            );
+            Ok(())
+        }
+        MpiCommand::Test(args) => run_tests(&args),
+    }
+}
+
+/// Where the build and the checks put their files.
+fn scratch() -> PathBuf {
+    target_dir().join("coll-nicbar")
+}
+
+fn absolute(path: &Path) -> Result<PathBuf> {
+    Ok(if path.is_absolute() {
+        path.to_owned()
+    } else {
+        std::env::current_dir()?.join(path)
+    })
+}
+
+/// Output of `program args`, trimmed, if it ran and succeeded.
+fn output_of(program: &str, args: &[&str]) -> Option<String> {
+    let output = Command::new(program).args(args).output().ok()?;
+    output
+        .status
+        .success()
+        .then(|| String::from_utf8_lossy(&output.stdout).trim().to_owned())
+}
+
+/// Open MPI's own component directory (the first entry of its default component path).
+fn system_component_dir() -> Result<String> {
+    let libdir = output_of("mpicc", &["--showme:libdirs"]).ok_or("mpicc does not run")?;
+    let libdir = libdir.split_whitespace().next().unwrap_or_default();
+    for name in ["openmpi3", "openmpi"] {
+        let dir = Path::new(libdir).join(name);
+        if dir.join("mca_coll_tuned.so").exists() {
+            return Ok(dir.display().to_string());
+        }
+    }
+    Err(format!("no mca_coll_tuned.so under {libdir}: where are Open MPI's components?").into())
+}
+
+/// Installs libnicbar and nicctl under `prefix` and compiles the component against them;
+/// returns the component's path.
+fn build(prefix: &Path) -> Result<PathBuf> {
+    let root = workspace_root();
+    // `cargo xtask capi install`, run by this very program.
+    run(Command::new(std::env::current_exe()?)
+        .current_dir(&root)
+        .args(["capi", "install", "--prefix"])
+        .arg(prefix))?;
+    let include_dirs = output_of("mpicc", &["--showme:incdirs"])
+        .ok_or("mpicc does not run: install libopenmpi-dev (or run `cargo xtask mpi test`)")?;
+    let include_dirs: Vec<&str> = include_dirs.split_whitespace().collect();
+    if !include_dirs
+        .iter()
+        .any(|dir| Path::new(dir).join("ompi/mca/coll/coll.h").exists())
+    {
+        return Err(format!(
+            "Open MPI's development headers (ompi/mca/coll/coll.h) are not under {include_dirs:?}: \
+             this Open MPI was built without them"
+        )
+        .into());
+    }
+    let lib_dirs = output_of("mpicc", &["--showme:libdirs"]).unwrap_or_default();
+    let out = scratch().join("components");
+    std::fs::create_dir_all(&out)?;
+    let component = out.join("mca_coll_nicbar.so");
+    let sources = root.join(SOURCES);
+    let lib = prefix.join("lib");
+    let mut gcc = Command::new("gcc");
+    gcc.args([
+        "-shared",
+        "-fPIC",
+        "-O2",
+        "-std=gnu11",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        "-Wno-unused-parameter",
+    ]);
+    for dir in &include_dirs {
+        gcc.arg(format!("-I{dir}"));
+    }
+    gcc.arg(format!("-I{}", prefix.join("include").display()))
+        .arg("-o")
+        .arg(&component)
+        .arg(sources.join("coll_nicbar_component.c"))
+        .arg(sources.join("coll_nicbar_module.c"))
+        .arg(format!("-L{}", lib.display()))
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .arg("-lnicbar");
+    for dir in lib_dirs.split_whitespace() {
+        gcc.arg(format!("-L{dir}"));
+    }
+    gcc.args(["-lmpi", "-lopen-pal"]);
+    run(&mut gcc)?;
+    // The tool that forms a fabric across hosts from an MPI job and starts their daemons.
+    run(Command::new("mpicc")
+        .args(["-O2", "-Wall", "-Werror", "-o"])
+        .arg(prefix.join("bin/nicbar-fabric"))
+        .arg(sources.join("tools/nicbar_fabric.c")))?;
+    Ok(component)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Debian's packages.
+
+/// Whether everything the checks need is installed.
+fn packages_present() -> bool {
+    output_of("mpicc", &["--showme:version"]).is_some()
+        && output_of("mpifort", &["--showme:version"]).is_some()
+        && output_of("mpirun", &["--version"]).is_some()
+        && output_of(SYSTEM_PYTHON, &["-c", "import mpi4py"]).is_some()
+}
+
+/// Installs the Debian packages the checks need when one is missing (as root, or through
+/// `sudo -n`), as `cargo xtask qemu` installs QEMU.
+fn ensure_packages(install: bool) -> Result<()> {
+    if packages_present() {
+        println!("Open MPI, gfortran, mpi4py: installed");
+        return Ok(());
+    }
+    if !install {
+        return Err(format!(
+            "a package the MPI checks need is missing (and --no-install was given): apt-get \
+             install {}",
+            PACKAGES.join(" ")
+        )
+        .into());
+    }
+    let uid = std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|line| line.strip_prefix("Uid:"))
+        .and_then(|ids| ids.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_default();
+    let sudo: &[&str] = if uid == "0" {
+        &[]
+    } else if output_of("sudo", &["-n", "true"]).is_some() {
+        &["sudo", "-n"]
+    } else {
+        return Err(format!(
+            "installing {} needs root (this is uid {uid}, and sudo -n does not work)",
+            PACKAGES.join(" ")
+        )
+        .into());
+    };
+    let command = |args: &[&str]| {
+        let mut all: Vec<&str> = sudo.to_vec();
+        all.extend_from_slice(args);
+        let mut command = Command::new(all[0]);
+        command
+            .args(&all[1..])
+            .env("DEBIAN_FRONTEND", "noninteractive");
+        command
+    };
+    println!(
+        "Open MPI, gfortran or mpi4py missing: installing {}",
+        PACKAGES.join(" ")
+    );
+    run(&mut command(&["apt-get", "update"]))?;
+    let mut install = vec!["apt-get", "install", "-y", "--no-install-recommends"];
+    install.extend(PACKAGES);
+    run(&mut command(&install))?;
+    if !packages_present() {
+        return Err("Open MPI, gfortran or mpi4py still missing after apt-get install".into());
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The emulated NIC daemon and mpirun.
+
+/// A `nicctl emulate` daemon on its own socket, stopped on drop.
+struct Daemon {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl Daemon {
+    /// Starts `nicctl emulate --units units` with `extra` arguments on a fresh socket under
+    /// `dir`, and waits until it listens.
+    fn start(nicctl: &Path, dir: &Path, units: usize, extra: &[String]) -> Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let socket = dir.join("control.sock");
+        let _ = std::fs::remove_file(&socket);
+        let mut child = Command::new(nicctl)
+            .arg("emulate")
+            .arg("--socket")
+            .arg(&socket)
+            .arg("--units")
+            .arg(units.to_string())
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|error| format!("starting {}: {error}", nicctl.display()))?;
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        let mut lines = BufReader::new(stdout).lines();
+        loop {
+            match lines.next() {
+                Some(Ok(line)) => {
+                    println!("{line}");
+                    if line.contains("listening on") {
+                        break;
+                    }
+                }
+                _ => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err("nicctl emulate exited before it listened".into());
+                }
+            }
+        }
+        // Keep draining its output so that it never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Ok(Self { child, socket })
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The transport Open MPI's own point-to-point (and own collectives) use.
+#[derive(Clone, Copy, PartialEq)]
+enum Transport {
+    SharedMemory,
+    Tcp,
+}
+
+/// `mpirun` of `processes` with the component on the path, `priority` for it (-1: off), and
+/// the daemon's socket.
+fn mpirun(
+    components: &Path,
+    socket: &Path,
+    processes: usize,
+    priority: i32,
+    transport: Transport,
+) -> Result<Command> {
+    let mut command = Command::new("mpirun");
+    command
+        // Cargo points the library path at its own build of libnicbar, which would win over
+        // the component's run path to the one `build` installed.
+        .env_remove("LD_LIBRARY_PATH")
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("NICBAR_SOCKET", socket)
+        .args(["--allow-run-as-root", "--oversubscribe", "-np"])
+        .arg(processes.to_string())
+        .args(["--mca", "mca_base_component_path"])
+        .arg(format!(
+            "{}:{}",
+            system_component_dir()?,
+            components.display()
+        ))
+        .args(["--mca", "coll_nicbar_priority", &priority.to_string()])
+        .args(["--mca", "coll_nicbar_verbose", "1"])
+        // One NIC per process where the daemon has enough units.
+        .args(["--mca", "coll_nicbar_unit", "-2"]);
+    match transport {
+        Transport::SharedMemory => command.args(["--mca", "btl", "self,vader"]),
+        Transport::Tcp => command.args([
+            "--mca",
+            "btl",
+            "self,tcp",
+            "--mca",
+            "btl_tcp_if_include",
+            "lo",
+        ]),
+    };
+    Ok(command)
+}
+
+/// Runs `command` with a deadline; returns its standard output and error, printed as it goes,
+/// and whether it succeeded.
+fn run_captured(command: &mut Command, limit: Duration) -> Result<(String, bool)> {
+    println!("running: {command:?}");
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|error| format!("starting mpirun: {error}"))?;
+    let (stdout, stderr) = (
+        child.stdout.take().ok_or("no stdout")?,
+        child.stderr.take().ok_or("no stderr")?,
+    );
+    let collect = |stream: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            for line in BufReader::new(stream).lines().map_while(|l| l.ok()) {
+                println!("  {line}");
+                text.push_str(&line);
+                text.push('\n');
+            }
+            text
+        })
+    };
+    let (out, err) = (collect(Box::new(stdout)), collect(Box::new(stderr)));
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break Some(status);
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let text = out.join().unwrap_or_default() + &err.join().unwrap_or_default();
+    match status {
+        Some(status) => Ok((text, status.success())),
+        None => Err(format!("timed out after {limit:?}: {command:?}").into()),
+    }
+}
+
+/// The barriers the component's processes report having run through the NIC.
+fn barriers_through_nic(text: &str) -> u64 {
+    text.lines()
+        .filter_map(|line| {
+            let before = line.split(COUNT_LINE).next()?;
+            if !line.contains(COUNT_LINE) {
+                return None;
+            }
+            before.split_whitespace().last()?.parse::<u64>().ok()
+        })
+        .sum()
+}
+
+/// How many distinct NICs (`node N` in the count lines) the processes used.
+fn nodes_used(text: &str) -> usize {
+    let nodes: std::collections::BTreeSet<&str> = text
+        .lines()
+        .filter(|line| line.contains(COUNT_LINE))
+        .filter_map(|line| line.split("(node ").nth(1)?.split_whitespace().next())
+        .collect();
+    nodes.len()
+}
+
+// ---------------------------------------------------------------------------------------------
+// The checks.
+
+/// Compiles the test and benchmark programs with mpicc and mpifort into `dir`.
+fn compile_programs(dir: &Path) -> Result<()> {
+    let sources = workspace_root().join(SOURCES);
+    std::fs::create_dir_all(dir)?;
+    for (compiler, source, name) in [
+        ("mpicc", "tests/barrier_concurrent.c", "barrier_concurrent"),
+        ("mpicc", "tests/barrier_kill.c", "barrier_kill"),
+        ("mpifort", "tests/barrier.f90", "barrier_fortran"),
+        ("mpicc", "bench/barrier_bench.c", "barrier_bench"),
+    ] {
+        run(Command::new(compiler)
+            .args(["-O2", "-Wall", "-o"])
+            .arg(dir.join(name))
+            .arg(sources.join(source)))?;
+    }
+    Ok(())
+}
+
+/// mpi4py's test directory from its source distribution, downloaded once with pip.
+fn mpi4py_tests() -> Result<PathBuf> {
+    let dir = scratch().join("mpi4py");
+    let tests = dir.join(format!("mpi4py-{MPI4PY}")).join("test");
+    if tests.join("runtests.py").exists() {
+        return Ok(tests);
+    }
+    std::fs::create_dir_all(&dir)?;
+    let pip = if output_of("pip", &["--version"]).is_some() {
+        vec!["pip"]
+    } else {
+        vec![SYSTEM_PYTHON, "-m", "pip"]
+    };
+    run(Command::new(pip[0])
+        .args(&pip[1..])
+        .args(["download", "--no-deps", "--no-binary", ":all:"])
+        .arg(format!("mpi4py=={MPI4PY}"))
+        .arg("-d")
+        .arg(&dir))?;
+    run(Command::new("tar")
+        .arg("-xzf")
+        .arg(dir.join(format!("mpi4py-{MPI4PY}.tar.gz")))
+        .arg("-C")
+        .arg(&dir))?;
+    Ok(tests)
+}
+
+/// Runs the checks; fails on the first that fails.
+pub(crate) fn run_tests(args: &TestArgs) -> Result<()> {
+    ensure_packages(!args.no_install)?;
+    let prefix = scratch().join("prefix");
+    let component = build(&prefix)?;
+    let components = component.parent().ok_or("no directory")?.to_owned();
+    let nicctl = prefix.join("bin/nicctl");
+    let programs = scratch().join("programs");
+    compile_programs(&programs)?;
+    let run_dir = scratch().join("run");
+
+    // The component is listed by ompi_info with the component path.
+    let listed = Command::new("ompi_info")
+        .env_remove("LD_LIBRARY_PATH")
+        .env(
+            "OMPI_MCA_mca_base_component_path",
+            format!("{}:{}", system_component_dir()?, components.display()),
+        )
+        .output()?;
+    let listing = String::from_utf8_lossy(&listed.stdout);
+    match listing
+        .lines()
+        .find(|line| line.contains("MCA coll: nicbar"))
+    {
+        Some(line) => println!("ompi_info: {}", line.trim()),
+        None => return Err("ompi_info does not list coll/nicbar".into()),
+    }
+
+    // Concurrent barriers on dup and split communicators through the fault injector: four
+    // processes, each on its own NIC, so that every barrier crosses the faulty wire.
+    for attempt in 0..args.runs {
+        let seed = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64 & 0xffff_ffff);
+        println!("\n-- concurrent barriers through the fault injector, run {attempt}, seed {seed}");
+        let faults: Vec<String> = [
+            "--loss",
+            "0.05",
+            "--duplicate",
+            "0.05",
+            "--reorder",
+            "0.05",
+            "--seed",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .chain([seed.to_string()])
+        .collect();
+        let daemon = Daemon::start(&nicctl, &run_dir.join("faulty"), 4, &faults)?;
+        let mut command = mpirun(&components, &daemon.socket, 4, 100, Transport::SharedMemory)?;
+        command.arg(programs.join("barrier_concurrent")).arg("200");
+        let (text, ok) = run_captured(&mut command, Duration::from_secs(120))?;
+        if !ok || !text.contains("concurrent: 200 rounds ok") {
+            return Err(format!("the concurrent barriers failed (fault seed {seed})").into());
+        }
+        expect_through_nic(&text, 4 * 800)?;
+        let nodes = nodes_used(&text);
+        if nodes < 4 {
+            return Err(format!(
+                "the processes used {nodes} NIC(s), not 4: the barriers did not all cross the \
+                 faulty wire"
+            )
+            .into());
+        }
+    }
+
+    let daemon = Daemon::start(&nicctl, &run_dir.join("plain"), 4, &[])?;
+
+    println!("\n-- Fortran");
+    let mut command = mpirun(&components, &daemon.socket, 4, 100, Transport::SharedMemory)?;
+    command.arg(programs.join("barrier_fortran"));
+    let (text, ok) = run_captured(&mut command, Duration::from_secs(60))?;
+    if !ok || !text.contains("fortran: 100 barriers ok") {
+        return Err("the Fortran program failed".into());
+    }
+    expect_through_nic(&text, 4 * 100)?;
+
+    println!("\n-- a killed rank");
+    let victim = 2;
+    let mut command = mpirun(&components, &daemon.socket, 4, 100, Transport::SharedMemory)?;
+    command
+        .args(["--enable-recovery", "--mca", "coll_nicbar_timeout", "3000"])
+        .arg(programs.join("barrier_kill"))
+        .arg(victim.to_string());
+    let (text, _) = run_captured(&mut command, Duration::from_secs(60))?;
+    check_kill_report(&text, 4, victim)?;
+
+    if args.no_mpi4py {
+        println!("\n(mpi4py's test suite skipped: --no-mpi4py)");
+    } else {
+        let tests = mpi4py_tests()?;
+        for processes in [2, 4] {
+            println!("\n-- mpi4py {MPI4PY}'s test suite, {processes} processes");
+            let mut command = mpirun(
+                &components,
+                &daemon.socket,
+                processes,
+                100,
+                Transport::SharedMemory,
+            )?;
+            command
+                .current_dir(tests.parent().ok_or("no directory")?)
+                .arg(SYSTEM_PYTHON)
+                .arg(tests.join("runtests.py"))
+                .args(["-q", "-e", "spawn"]);
+            let (text, ok) = run_captured(&mut command, Duration::from_secs(900))?;
+            if !ok || text.contains("FAILED") {
+                return Err(format!("mpi4py's test suite failed at {processes} processes").into());
+            }
+            expect_through_nic(&text, 1)?;
+        }
+    }
+    println!("\nMPI checks passed");
+    Ok(())
+}
+
+/// Fails unless at least `least` barriers went through the NIC; prints how many did.
+fn expect_through_nic(text: &str, least: u64) -> Result<()> {
+    let count = barriers_through_nic(text);
+    println!("barriers through the NIC (all processes): {count}");
+    if count < least {
+        return Err(format!("only {count} barriers went through the NIC, expected {least}").into());
+    }
+    Ok(())
+}
+
+/// Every survivor's barrier failed instead of hanging, each failure names a rank, and the
+/// processes whose schedule waits on the killed rank name it.
+fn check_kill_report(text: &str, processes: usize, victim: usize) -> Result<()> {
+    let failures: Vec<&str> = text
+        .lines()
+        .filter(|line| line.contains("MPI_Barrier failed:"))
+        .collect();
+    let naming = failures
+        .iter()
+        .filter(|line| line.contains(&format!("rank {victim} is missing")))
+        .count();
+    println!(
+        "{} of {} survivors reported a failed barrier; {naming} named rank {victim}",
+        failures.len(),
+        processes - 1
+    );
+    if failures.len() != processes - 1 {
+        return Err("a survivor's barrier did not fail".into());
+    }
+    if failures.iter().any(|line| !line.contains(" is missing")) {
+        return Err("a failure does not name a missing rank".into());
+    }
+    if naming == 0 {
+        return Err(format!("no survivor named the killed rank {victim}").into());
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The benchmark.
+
+/// Options of `cargo xtask bench mpi`.
+#[derive(ClapArgs)]
+pub(crate) struct BenchArgs {
+    /// Process counts.
+    #[arg(long, value_delimiter = ',', default_values_t = [2, 4, 8, 16])]
+    sizes: Vec<usize>,
+    /// Timed barriers per measurement.
+    #[arg(long, default_value_t = 1000)]
+    iterations: usize,
+    /// Where to write bench-mpi.csv.
+    #[arg(long, default_value = "target")]
+    out: PathBuf,
+    /// Also measure across this many network namespaces on a bridge (one host each, one
+    /// daemon and one process per namespace, the fabric formed by nicbar-fabric); needs root.
+    #[arg(long, value_delimiter = ',')]
+    namespaces: Vec<usize>,
+}
+
+/// One measurement: what served the barrier, over which transport, how many processes.
+struct Measurement {
+    barrier: &'static str,
+    /// "one host", or how many namespaces.
+    hosts: String,
+    processes: usize,
+    barrier_us: f64,
+    ibarrier_us: f64,
+    overlap_pct: f64,
+}
+
+/// Runs `cargo xtask bench mpi`.
+pub(crate) fn run_bench(args: BenchArgs) -> Result<()> {
+    ensure_packages(true)?;
+    let prefix = scratch().join("prefix");
+    let component = build(&prefix)?;
+    let components = component.parent().ok_or("no directory")?.to_owned();
+    let programs = scratch().join("programs");
+    compile_programs(&programs)?;
+    let largest = args.sizes.iter().copied().max().unwrap_or(1);
+    let daemon = Daemon::start(
+        &prefix.join("bin/nicctl"),
+        &scratch().join("run").join("bench"),
+        largest,
+        &[],
+    )?;
+    let mut results = Vec::new();
+    for &processes in &args.sizes {
+        for (barrier, priority, transport) in [
+            ("nicbar (NIC)", 100, Transport::SharedMemory),
+            ("Open MPI shm", -1, Transport::SharedMemory),
+            ("Open MPI TCP lo", -1, Transport::Tcp),
+        ] {
+            let mut command = mpirun(&components, &daemon.socket, processes, priority, transport)?;
+            command
+                .args(["--mca", "mpi_yield_when_idle", "1"])
+                .arg(programs.join("barrier_bench"))
+                .arg(args.iterations.to_string());
+            let (text, ok) = run_captured(&mut command, Duration::from_secs(600))?;
+            let Some((barrier_us, ibarrier_us, overlap_pct)) = parse_result(&text).filter(|_| ok)
+            else {
+                return Err(format!("{barrier} at {processes} processes gave no result").into());
+            };
+            if priority > 0 && barriers_through_nic(&text) == 0 {
+                return Err("the component ran no barrier: is the NIC daemon reachable?".into());
+            }
+            results.push(Measurement {
+                barrier,
+                hosts: "one host".to_owned(),
+                processes,
+                barrier_us,
+                ibarrier_us,
+                overlap_pct,
+            });
+        }
+    }
+    drop(daemon);
+    for &hosts in &args.namespaces {
+        results.extend(bench_namespaces(
+            &prefix,
+            &components,
+            &programs,
+            hosts,
+            args.iterations,
+        )?);
+    }
+    println!(
+        "\nMPI_Barrier mean µs and MPI_Ibarrier overlap (OSU), {} iterations; on one host one \
+         emulated NIC per process, across namespaces one daemon and one process each:\n",
+        args.iterations
+    );
+    println!("| hosts | processes | barrier | MPI_Barrier µs | MPI_Ibarrier µs | overlap % |");
+    println!("|---|---|---|---|---|---|");
+    let mut csv = String::from("hosts,processes,barrier,barrier_us,ibarrier_us,overlap_pct\n");
+    for m in &results {
+        println!(
+            "| {} | {} | {} | {:.1} | {:.1} | {:.0} |",
+            m.hosts, m.processes, m.barrier, m.barrier_us, m.ibarrier_us, m.overlap_pct
+        );
+        csv.push_str(&format!(
+            "{},{},{},{:.2},{:.2},{:.1}\n",
+            m.hosts, m.processes, m.barrier, m.barrier_us, m.ibarrier_us, m.overlap_pct
+        ));
+    }
+    let out = workspace_root().join(&args.out);
+    std::fs::create_dir_all(&out)?;
+    let path = out.join("bench-mpi.csv");
+    std::fs::write(&path, csv)?;
+    println!("\nwrote {}", path.display());
+    Ok(())
+}
+
+/// The bridge and the namespaces' names and addresses.
+const BRIDGE: &str = "nbmpibr0";
+/// Namespace `i` is this prefix and `i`.
+const NAMESPACE_PREFIX: &str = "nbmpi";
+/// The namespaces are hosts `SUBNET.1..`; the bridge is `SUBNET.254`.
+const SUBNET: &str = "10.77.0";
+
+/// Network namespaces on a bridge standing in for hosts (`SUBNET.1..=count`), removed on drop.
+struct Namespaces {
+    count: usize,
+}
+
+impl Namespaces {
+    fn create(count: usize) -> Result<Self> {
+        let ip = |args: &[&str]| run(Command::new("ip").args(args));
+        let mut namespaces = Self { count: 0 };
+        Self::remove(count);
+        ip(&["link", "add", BRIDGE, "type", "bridge"])?;
+        ip(&["addr", "add", &format!("{SUBNET}.254/24"), "dev", BRIDGE])?;
+        ip(&["link", "set", BRIDGE, "up"])?;
+        for index in 0..count {
+            let name = format!("{NAMESPACE_PREFIX}{index}");
+            let veth = format!("{NAMESPACE_PREFIX}v{index}");
+            ip(&["netns", "add", &name])?;
+            namespaces.count = index + 1;
+            ip(&[
+                "link", "add", &veth, "type", "veth", "peer", "name", "eth0", "netns", &name,
+            ])?;
+            ip(&["link", "set", &veth, "master", BRIDGE, "up"])?;
+            let inside = |args: &[&str]| {
+                let mut all = vec!["netns", "exec", name.as_str(), "ip"];
+                all.extend_from_slice(args);
+                ip(&all)
+            };
+            inside(&[
+                "addr",
+                "add",
+                &format!("{SUBNET}.{}/24", index + 1),
+                "dev",
+                "eth0",
+            ])?;
+            inside(&["link", "set", "eth0", "up"])?;
+            inside(&["link", "set", "lo", "up"])?;
+        }
+        Ok(namespaces)
+    }
+}
+
+impl Namespaces {
+    /// Removes namespaces, veth pairs and the bridge of `count` hosts, whatever exists of them.
+    /// A namespace lives on while a process in it does; deleting its veth pair at once frees the
+    /// names for the next set.
+    fn remove(count: usize) {
+        let quiet = |args: &[&str]| {
+            let _ = Command::new("ip").args(args).stderr(Stdio::null()).status();
+        };
+        for index in 0..count {
+            quiet(&["link", "del", &format!("{NAMESPACE_PREFIX}v{index}")]);
+            quiet(&["netns", "del", &format!("{NAMESPACE_PREFIX}{index}")]);
+        }
+        quiet(&["link", "del", BRIDGE]);
+    }
+}
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        Self::remove(self.count);
+    }
+}
+
+/// `mpirun` of one process per namespace of `hosts`, reached through the netns agent.
+fn mpirun_namespaces(components: &Path, run_dir: &Path, hosts: usize) -> Result<Command> {
+    let hostfile = run_dir.join("hosts");
+    let lines: String = (1..=hosts)
+        .map(|host| format!("{SUBNET}.{host} slots=1\n"))
+        .collect();
+    std::fs::write(&hostfile, lines)?;
+    let subnet = format!("{SUBNET}.0/24");
+    let mut command = Command::new("mpirun");
+    command
+        .env_remove("LD_LIBRARY_PATH")
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("NICBAR_NETNS_PREFIX", NAMESPACE_PREFIX)
+        .env("NICBAR_NETNS_RUN", run_dir)
+        .args(["--allow-run-as-root", "--hostfile"])
+        .arg(&hostfile)
+        .args(["--map-by", "ppr:1:node", "-np", &hosts.to_string()])
+        .args(["--mca", "plm_rsh_agent"])
+        .arg(workspace_root().join(SOURCES).join("tools/netns_rsh.sh"))
+        .args(["--mca", "oob_tcp_if_include", &subnet])
+        .args([
+            "--mca",
+            "btl",
+            "self,tcp",
+            "--mca",
+            "btl_tcp_if_include",
+            &subnet,
+        ])
+        .args(["--mca", "mca_base_component_path"])
+        .arg(format!(
+            "{}:{}",
+            system_component_dir()?,
+            components.display()
+        ))
+        .args(["--mca", "coll_nicbar_verbose", "1"]);
+    Ok(command)
+}
+
+/// The component and Open MPI over TCP across `hosts` namespaces.
+fn bench_namespaces(
+    prefix: &Path,
+    components: &Path,
+    programs: &Path,
+    hosts: usize,
+    iterations: usize,
+) -> Result<Vec<Measurement>> {
+    println!("\n-- across {hosts} network namespaces");
+    let _namespaces = Namespaces::create(hosts)?;
+    let run_dir = scratch().join("run").join(format!("netns-{hosts}"));
+    std::fs::create_dir_all(&run_dir)?;
+    let stop = || {
+        for index in 0..hosts {
+            let pidfile = run_dir.join(index.to_string()).join("daemon.pid");
+            if let Some(pid) = std::fs::read_to_string(pidfile)
+                .ok()
+                .and_then(|text| text.trim().parse::<i32>().ok())
+            {
+                let _ = Command::new("kill").arg(pid.to_string()).status();
+            }
+        }
+    };
+    let mut fabric = mpirun_namespaces(components, &run_dir, hosts)?;
+    fabric
+        .arg(prefix.join("bin/nicbar-fabric"))
+        .args(["--interface", "eth0", "--nicctl"])
+        .arg(prefix.join("bin/nicctl"));
+    let started = run_captured(&mut fabric, Duration::from_secs(120));
+    if !started.is_ok_and(|(text, ok)| ok && text.contains("one daemon each")) {
+        stop();
+        return Err(
+            format!("nicbar-fabric did not start the daemons of {hosts} namespaces").into(),
+        );
+    }
+    let mut results = Vec::new();
+    for (barrier, priority) in [("nicbar (NIC)", 100), ("Open MPI TCP", -1)] {
+        let mut command = mpirun_namespaces(components, &run_dir, hosts)?;
+        command
+            .args(["--mca", "coll_nicbar_priority", &priority.to_string()])
+            .args(["--mca", "mpi_yield_when_idle", "1"])
+            .arg(programs.join("barrier_bench"))
+            .arg(iterations.to_string());
+        let measured = run_captured(&mut command, Duration::from_secs(600))
+            .ok()
+            .filter(|(text, _)| priority < 0 || barriers_through_nic(text) > 0)
+            .and_then(|(text, ok)| parse_result(&text).filter(|_| ok));
+        let Some((barrier_us, ibarrier_us, overlap_pct)) = measured else {
+            stop();
+            return Err(format!("{barrier} across {hosts} namespaces gave no result").into());
+        };
+        results.push(Measurement {
+            barrier,
+            hosts: format!("{hosts} namespaces"),
+            processes: hosts,
+            barrier_us,
+            ibarrier_us,
+            overlap_pct,
+        });
+    }
+    stop();
+    Ok(results)
+}
+
+/// The benchmark program's `result` line: barrier µs, Ibarrier µs, overlap %.
+fn parse_result(text: &str) -> Option<(f64, f64, f64)> {
+    let line = text.lines().find(|l| l.starts_with("result "))?;
+    let field = |name: &str| -> Option<f64> {
+        line.split_whitespace()
+            .find_map(|f| f.strip_prefix(name))
+            .and_then(|v| v.parse().ok())
+    };
+    Some((
+        field("barrier_us=")?,
+        field("ibarrier_pure_us=")?,
+        field("overlap_pct=")?,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_count_lines_are_summed() {
+        let text = "[node-a:1] coll:nicbar: rank 0: 3944 barriers went through the NIC (node 0 port 2)\n\
+                    other line 12\n\
+                    [node-a:2] coll:nicbar: rank 1: 3944 barriers went through the NIC (node 0 port 1)\n";
+        assert_eq!(barriers_through_nic(text), 7888);
+        assert_eq!(barriers_through_nic("nothing here"), 0);
+        assert_eq!(nodes_used(text), 1);
+    }
+
+    #[test]
+    fn the_result_line_is_read() {
+        let text = "noise\nresult barrier_us=12.50 ibarrier_pure_us=20.00 overlap_pct=95.5\n";
+        assert_eq!(parse_result(text), Some((12.5, 20.0, 95.5)));
+        assert_eq!(parse_result("result barrier_us=1"), None);
+    }
+
+    #[test]
+    fn a_kill_report_must_fail_every_survivor_and_name_the_victim() {
+        let good = "rank 0: MPI_Barrier failed: MPI_Barrier on MPI_COMM_WORLD: rank 2 is missing (x)\n\
+                    rank 1: MPI_Barrier failed: MPI_Barrier on MPI_COMM_WORLD: rank 3 is missing (x)\n\
+                    rank 3: MPI_Barrier failed: MPI_Barrier on MPI_COMM_WORLD: rank 2 is missing (x)\n";
+        assert!(check_kill_report(good, 4, 2).is_ok());
+        let short: String = good.lines().take(2).collect::<Vec<_>>().join("\n");
+        assert!(check_kill_report(&short, 4, 2).is_err());
+        assert!(check_kill_report(good, 4, 1).is_err());
+    }
+}
