@@ -14,14 +14,7 @@ use crate::{Algorithm, MAX_ROUNDS, Member, ScheduleError};
 pub fn rounds_needed(algorithm: Algorithm, members: usize) -> Result<usize, ScheduleError> {
     check_parameters(algorithm, members)?;
     let rounds = match algorithm {
-        Algorithm::PairwiseExchange => {
-            let exchanges = floor_log2(members);
-            if members.is_power_of_two() {
-                exchanges
-            } else {
-                exchanges + 2
-            }
-        }
+        Algorithm::PairwiseExchange => pairwise_exchange_rounds(members),
         Algorithm::GatherBroadcast { .. } => 2,
         Algorithm::Dissemination { n } => dissemination_rounds(members, n),
     };
@@ -29,6 +22,17 @@ pub fn rounds_needed(algorithm: Algorithm, members: usize) -> Result<usize, Sche
         return Err(ScheduleError::TooManyRounds { rounds });
     }
     Ok(rounds)
+}
+
+/// Pairwise exchange's `⌊log2 N⌋` exchange rounds, plus the fix-up's two when `N` is not a power
+/// of two; also the length of its busiest rank's schedule (one step per round).
+fn pairwise_exchange_rounds(members: usize) -> usize {
+    let exchanges = floor_log2(members);
+    if members.is_power_of_two() {
+        exchanges
+    } else {
+        exchanges + 2
+    }
 }
 
 /// The length of the longest schedule `algorithm` compiles to for any rank of a group of
@@ -43,14 +47,7 @@ pub fn steps_needed(algorithm: Algorithm, members: usize) -> Result<usize, Sched
     rounds_needed(algorithm, members)?;
     Ok(match algorithm {
         // The first `N - P` ranks add the fix-up's receive and send to the exchanges.
-        Algorithm::PairwiseExchange => {
-            let exchanges = floor_log2(members);
-            if members.is_power_of_two() {
-                exchanges
-            } else {
-                exchanges + 2
-            }
-        }
+        Algorithm::PairwiseExchange => pairwise_exchange_rounds(members),
         // The root gathers from and broadcasts to up to `dimension` children. Relative rank 1
         // has the most children of any other rank and two more steps for its parent.
         Algorithm::GatherBroadcast { dimension, .. } => {
