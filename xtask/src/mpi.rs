@@ -100,7 +100,7 @@ impl TestArgs {
 pub(crate) fn run_mpi(args: Args) -> Result<()> {
     match args.command {
         MpiCommand::Build => {
-            let built = build(&scratch().join("prefix"))?;
+            let built = build(&scratch().join("prefix"), "capi")?;
             println!("built {}", built.display());
             Ok(())
         }
@@ -109,7 +109,7 @@ pub(crate) fn run_mpi(args: Args) -> Result<()> {
             let prefix = prefix.unwrap_or_else(|| home.join(".local"));
             let components = components.unwrap_or_else(|| home.join(".openmpi/components"));
             let prefix = absolute(&prefix)?;
-            let built = build(&prefix)?;
+            let built = build(&prefix, "capi")?;
             std::fs::create_dir_all(&components)?;
             let target = components.join("mca_coll_nicbar.so");
             std::fs::copy(&built, &target)
@@ -169,14 +169,15 @@ fn system_component_dir() -> Result<String> {
     Err(format!("no mca_coll_tuned.so under {libdir}: where are Open MPI's components?").into())
 }
 
-/// Installs libnicbar and nicctl under `prefix` and compiles the component against them;
-/// returns the component's path.
-fn build(prefix: &Path) -> Result<PathBuf> {
+/// Installs libnicbar and nicctl under `prefix`, built with cargo profile `profile` (`capi`, the
+/// optimised install build, for users and benchmarks; `dev` for the checks, which reuses what the
+/// test stage built), and compiles the component against them; returns the component's path.
+fn build(prefix: &Path, profile: &str) -> Result<PathBuf> {
     let root = workspace_root();
     // `cargo xtask capi install`, run by this very program.
     run(Command::new(std::env::current_exe()?)
         .current_dir(&root)
-        .args(["capi", "install", "--prefix"])
+        .args(["capi", "install", "--profile", profile, "--prefix"])
         .arg(prefix))?;
     let include_dirs = output_of("mpicc", &["--showme:incdirs"])
         .ok_or("mpicc does not run: install libopenmpi-dev (or run `cargo xtask mpi test`)")?;
@@ -523,8 +524,8 @@ fn mpi4py_tests() -> Result<PathBuf> {
 /// Runs the checks; fails on the first that fails.
 pub(crate) fn run_tests(args: &TestArgs) -> Result<()> {
     ensure_packages(!args.no_install)?;
-    let prefix = scratch().join("prefix");
-    let component = build(&prefix)?;
+    let prefix = scratch().join("prefix-dev");
+    let component = build(&prefix, "dev")?;
     let components = component.parent().ok_or("no directory")?.to_owned();
     let nicctl = prefix.join("bin/nicctl");
     let programs = scratch().join("programs");
@@ -710,7 +711,7 @@ struct Measurement {
 pub(crate) fn run_bench(args: BenchArgs) -> Result<()> {
     ensure_packages(true)?;
     let prefix = scratch().join("prefix");
-    let component = build(&prefix)?;
+    let component = build(&prefix, "capi")?;
     let components = component.parent().ok_or("no directory")?.to_owned();
     let programs = scratch().join("programs");
     compile_programs(&programs)?;
