@@ -306,6 +306,7 @@ impl Emulator {
                 fabric.insert(unit.node, address);
             }
         }
+        let nodes = node_names(config, &fabric);
         let fabric = Arc::new(fabric);
         let wakes = config
             .units
@@ -359,6 +360,7 @@ impl Emulator {
             control::EmulatedUnits {
                 units,
                 region: config.region,
+                nodes,
                 fault_seed: config.faults.filter(FaultConfig::is_active).map(|f| f.seed),
             },
         )
@@ -416,6 +418,30 @@ impl Drop for EmulatorHandle {
     fn drop(&mut self) {
         self.shut_down();
     }
+}
+
+/// Every node the daemon knows, by node id, named by `nicbar_control::naming`: its units (those
+/// with a UDP address as the fabric map names them, the others `<host name>:<unit>`) and the
+/// map's other nodes.
+fn node_names(config: &EmulatorConfig, fabric: &FabricMap) -> Vec<nicbar_control::NodeName> {
+    let host = nicbar_control::naming::host_name();
+    let mut nodes = std::collections::BTreeMap::new();
+    for (node, address) in fabric.iter() {
+        nodes.insert(
+            node.get(),
+            nicbar_control::naming::fabric_node(node.get(), address, fabric.name(node)),
+        );
+    }
+    for (unit, config) in config.units.iter().enumerate() {
+        if config.address.is_none() {
+            let node = config.node.get();
+            nodes.insert(
+                node,
+                nicbar_control::naming::unit_node(&host, unit as u8, node),
+            );
+        }
+    }
+    nodes.into_values().collect()
 }
 
 #[cfg(test)]
