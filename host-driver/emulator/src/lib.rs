@@ -449,6 +449,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn nodes_are_named_by_the_map_their_address_or_host_and_unit() {
+        let map = FabricMap::parse("node 1 127.0.0.1:7401 alpha\nnode 2 127.0.0.2:7402\n").unwrap();
+        let mut config =
+            EmulatorConfig::on_fabric("/unused.sock", map.clone(), &[NodeId::new(1)]).unwrap();
+        config.units.push(UnitConfig {
+            node: NodeId::new(5),
+            address: None,
+        });
+        let host = nicbar_control::naming::host_name();
+        let names: Vec<(u16, String)> = node_names(&config, &map)
+            .into_iter()
+            .map(|node| (node.node, node.name))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                (1, "alpha".to_owned()),
+                (2, "127.0.0.2:7402".to_owned()),
+                (5, format!("{host}:1")),
+            ]
+        );
+    }
+
+    #[test]
     fn one_daemon_per_socket_and_foreign_files_are_left_alone() {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("sub").join("control.sock");
