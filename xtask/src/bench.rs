@@ -17,11 +17,16 @@ pub(crate) struct Args {
 enum Bench {
     /// One-way small-message latency through the emulated NIC (processes spinning and sleeping;
     /// in-process path and UDP between two daemons) beside a shared-memory flag handoff and a raw
-    /// UDP ping-pong between two processes, with the ratios.
+    /// UDP ping-pong between two processes, with the ratios; and GM's C ping-pong
+    /// (host-lib/examples/c/pingpong.c) against `nicctl emulate --units 2` with its defaults,
+    /// blocking in gm_blocking_receive and polling gm_receive, with their ratio.
     Pingpong {
         /// Round trips per measurement.
         #[arg(long, default_value_t = 20_000)]
         round_trips: usize,
+        /// Round trips of each C measurement.
+        #[arg(long, default_value_t = 5_000)]
+        c_round_trips: usize,
         /// Also write the results as CSV here.
         #[arg(long)]
         csv: Option<std::path::PathBuf>,
@@ -56,9 +61,19 @@ enum Bench {
 /// Builds the benchmark program with the fast release profile and runs it.
 pub(crate) fn run_bench(args: Args) -> Result<()> {
     match args.bench {
-        Bench::Pingpong { round_trips, csv } => {
+        Bench::Pingpong {
+            round_trips,
+            c_round_trips,
+            csv,
+        } => {
+            let (c_pingpong, nicctl) = c_pingpong()?;
             let mut command = example("bench_pingpong")?;
             command.arg("--round-trips").arg(round_trips.to_string());
+            command.arg("--c-pingpong").arg(c_pingpong);
+            command.arg("--nicctl").arg(nicctl);
+            command
+                .arg("--c-round-trips")
+                .arg(c_round_trips.to_string());
             if let Some(csv) = csv {
                 command.arg("--csv").arg(csv);
             }
@@ -86,6 +101,42 @@ pub(crate) fn run_bench(args: Args) -> Result<()> {
         }
         Bench::Mpi(args) => crate::mpi::run_bench(args),
     }
+}
+
+/// Builds `libnicbar` and `nicctl` with the `bench-fast` profile and compiles
+/// `host-lib/examples/c/pingpong.c` against them (`$CC`, else `cc`, at `-O2`); returns the
+/// program and `nicctl`.
+fn c_pingpong() -> Result<(std::path::PathBuf, std::path::PathBuf)> {
+    let root = crate::workspace_root();
+    run(cargo().current_dir(&root).args([
+        "build",
+        "--quiet",
+        "--profile",
+        "bench-fast",
+        "-p",
+        "nicbar-capi",
+        "--lib",
+        "-p",
+        "host-driver",
+        "--bin",
+        "nicctl",
+    ]))?;
+    let built = crate::target_dir().join("bench-fast");
+    let program = built.join("c").join("pingpong");
+    std::fs::create_dir_all(built.join("c"))?;
+    run(
+        std::process::Command::new(std::env::var_os("CC").unwrap_or_else(|| "cc".into()))
+            .args(["-std=c11", "-O2", "-I"])
+            .arg(root.join("host-lib/include"))
+            .arg(root.join("host-lib/examples/c/pingpong.c"))
+            .arg("-o")
+            .arg(&program)
+            .arg("-L")
+            .arg(&built)
+            .arg("-lnicbar")
+            .arg(format!("-Wl,-rpath,{}", built.display())),
+    )?;
+    Ok((program, built.join("nicctl")))
 }
 
 /// Builds the system crate's example `name` with the `bench-fast` profile; returns a command running it.

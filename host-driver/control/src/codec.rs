@@ -12,7 +12,7 @@
 use std::fmt;
 
 use crate::message::{
-    ConnectionReport, ControlError, NicReport, OpenedPort, PortReport, Reply, Request,
+    ConnectionReport, ControlError, NicReport, NodeName, OpenedPort, PortReport, Reply, Request,
     StatusReport, UnitStatus, WireCounters,
 };
 
@@ -252,6 +252,11 @@ wire_struct!(OpenedPort {
     generation,
     region_len
 });
+wire_struct!(NodeName {
+    node,
+    name,
+    unique_id
+});
 wire_struct!(StatusReport {
     daemon_pid,
     fault_seed,
@@ -325,6 +330,7 @@ impl Wire for Request {
             }
             Self::ClosePort => out.push(2),
             Self::Status => out.push(3),
+            Self::Nodes => out.push(4),
         }
     }
     fn take(input: &mut Reader<'_>) -> Result<Self, DecodeError> {
@@ -336,6 +342,7 @@ impl Wire for Request {
             }),
             2 => Ok(Self::ClosePort),
             3 => Ok(Self::Status),
+            4 => Ok(Self::Nodes),
             other => Err(input.error(DecodeProblem::UnknownTag(other))),
         }
     }
@@ -357,6 +364,10 @@ impl Wire for Reply {
                 out.push(4);
                 error.put(out);
             }
+            Self::Nodes(nodes) => {
+                out.push(5);
+                nodes.put(out);
+            }
         }
     }
     fn take(input: &mut Reader<'_>) -> Result<Self, DecodeError> {
@@ -365,6 +376,7 @@ impl Wire for Reply {
             2 => Ok(Self::Closed),
             3 => Ok(Self::Status(Wire::take(input)?)),
             4 => Ok(Self::Error(Wire::take(input)?)),
+            5 => Ok(Self::Nodes(Wire::take(input)?)),
             other => Err(input.error(DecodeProblem::UnknownTag(other))),
         }
     }
@@ -527,6 +539,19 @@ mod tests {
             }),
             Reply::Closed,
             Reply::Status(report()),
+            Reply::Nodes(Vec::new()),
+            Reply::Nodes(vec![
+                NodeName {
+                    node: 1,
+                    name: "alpha".to_owned(),
+                    unique_id: 0x0000_0211_2233_4455,
+                },
+                NodeName {
+                    node: 65535,
+                    name: "[::1]:7400".to_owned(),
+                    unique_id: 0xffff_ffff_ffff,
+                },
+            ]),
             Reply::Error(ControlError::NoSuchUnit { unit: 1, units: 2 }),
             Reply::Error(ControlError::NoSuchPort { port: 1, ports: 2 }),
             Reply::Error(ControlError::PortBusy {
@@ -567,6 +592,7 @@ mod tests {
             },
             Request::ClosePort,
             Request::Status,
+            Request::Nodes,
         ] {
             assert_eq!(
                 from_bytes::<Request>(&to_bytes(&request), "a request"),

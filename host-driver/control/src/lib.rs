@@ -8,6 +8,8 @@
 //! process and the NIC talk through the mapping alone.
 //!
 //! - [`message`]: what is asked and answered; [`codec`]: its bytes; [`frame`]: how it travels.
+//! - [`naming`]: the host names and unique ids of the fabric's nodes, the same rule for every
+//!   backend.
 //! - [`server`]: the one server every backend runs, over a [`server::PortBackend`].
 //! - [`sys`] (mapping a region, adopting passed descriptors) is the crate's one `unsafe` module.
 #![deny(unsafe_code)]
@@ -17,6 +19,7 @@ pub mod codec;
 pub mod doorbell;
 pub mod frame;
 pub mod message;
+pub mod naming;
 mod path;
 pub mod server;
 pub mod sys;
@@ -24,7 +27,7 @@ pub mod sys;
 pub use client::{ConnectError, connect, query_status};
 pub use frame::{MAX_FRAME, PROTOCOL_VERSION, call};
 pub use message::{
-    ConnectionReport, ControlError, NicReport, OpenedPort, PortReport, Reply, Request,
+    ConnectionReport, ControlError, NicReport, NodeName, OpenedPort, PortReport, Reply, Request,
     StatusReport, UnitStatus, WireCounters,
 };
 pub use path::{

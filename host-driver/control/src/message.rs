@@ -30,6 +30,9 @@ pub enum Request {
     ClosePort,
     /// Report the units, their open ports and their connections' counters.
     Status,
+    /// Name every node of the fabric this daemon knows: its node id, host name and unique id
+    /// (what GM's `gm_host_name_to_node_id` and `gm_unique_id` answer from). Needs no port.
+    Nodes,
 }
 
 /// What the daemon answers.
@@ -42,6 +45,8 @@ pub enum Reply {
     Closed,
     /// The daemon's state.
     Status(StatusReport),
+    /// The fabric's nodes, by node id.
+    Nodes(Vec<NodeName>),
     /// The request was refused.
     Error(ControlError),
 }
@@ -59,6 +64,20 @@ pub struct OpenedPort {
     pub generation: u32,
     /// Length of the region in bytes.
     pub region_len: u64,
+}
+
+/// One node of the fabric as the fabric names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeName {
+    /// Its node id.
+    pub node: u16,
+    /// Its host name: the fabric map's name for it, else one derived from its UDP address, or
+    /// `<host name>:<unit>` for a unit of one daemon without an address
+    /// ([`crate::naming`]). At most [`crate::naming::MAX_NAME_LEN`] bytes, no whitespace.
+    pub name: String,
+    /// Its unique id (GM's 6-byte board id) in the low 48 bits, the same from every daemon of
+    /// the fabric.
+    pub unique_id: u64,
 }
 
 /// Why the daemon refused a request. Each variant names the values involved.

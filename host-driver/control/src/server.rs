@@ -29,7 +29,9 @@ use nix::sys::socket::{getsockopt, sockopt};
 use shared_abi::ids::{PORTS_PER_NIC, PortId};
 
 use crate::frame::{self, FrameReader};
-use crate::message::{ControlError, OpenedPort, Reply, Request, StatusReport, UnitStatus};
+use crate::message::{
+    ControlError, NodeName, OpenedPort, Reply, Request, StatusReport, UnitStatus,
+};
 
 /// How long a process may leave a reply unread before it is disconnected.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -79,6 +81,10 @@ pub trait PortBackend {
     /// Every unit's status, with each open port's owner taken from `owners` (indexed by unit,
     /// then port).
     fn unit_status(&self, owners: &[PortOwners]) -> Vec<UnitStatus>;
+
+    /// Every node of the fabric the backend knows — its own units and the nodes of the fabric map
+    /// — by node id, named by [`crate::naming`]'s rules. Fixed for the server's life.
+    fn node_names(&self) -> Vec<NodeName>;
 
     /// The fault injector's seed, if one is on.
     fn fault_seed(&self) -> Option<u64>;
@@ -507,6 +513,7 @@ impl<B: PortBackend> ControlServer<B> {
                 Err(error) => (Reply::Error(error), Vec::new()),
             },
             Request::Status => (Reply::Status(self.status()), Vec::new()),
+            Request::Nodes => (Reply::Nodes(self.backend.node_names()), Vec::new()),
         }
     }
 

@@ -15,7 +15,7 @@ use super::unit::{Command, UnitHandle};
 use nicbar_control::Mapping;
 use nicbar_control::doorbell;
 use nicbar_control::server::{PortBackend, PortOwners};
-use nicbar_control::{ControlError, OpenedPort, UnitStatus};
+use nicbar_control::{ControlError, NodeName, OpenedPort, UnitStatus};
 
 /// How long the control thread waits for a NIC thread to answer.
 const UNIT_REPLY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -24,6 +24,8 @@ const UNIT_REPLY_TIMEOUT: Duration = Duration::from_secs(5);
 pub(crate) struct EmulatedUnits {
     pub(crate) units: Vec<UnitHandle>,
     pub(crate) region: RegionShape,
+    /// The fabric's nodes as this daemon names them.
+    pub(crate) nodes: Vec<NodeName>,
     pub(crate) fault_seed: Option<u64>,
 }
 
@@ -138,6 +140,10 @@ impl PortBackend for EmulatedUnits {
             units.push(status);
         }
         units
+    }
+
+    fn node_names(&self) -> Vec<NodeName> {
+        self.nodes.clone()
     }
 
     fn fault_seed(&self) -> Option<u64> {

@@ -6,12 +6,15 @@
 //! ```text
 //! # nicbar fabric map
 //! node 0 127.0.0.1:7400
-//! node 1 127.0.0.2:7400   # a comment may follow an entry
+//! node 1 127.0.0.2:7400 alpha   # a comment may follow an entry
 //! ```
 //!
-//! `node <id> <ip>:<port>`: the id is a decimal `u16`, the address an IPv4 or IPv6 socket address
-//! (`[::1]:7400`). `#` starts a comment; blank lines are ignored. Node ids and addresses are unique.
-//! Every daemon of a fabric reads the same map; each binds the addresses of the nodes it runs.
+//! `node <id> <ip>:<port> [<name>]`: the id is a decimal `u16`, the address an IPv4 or IPv6 socket
+//! address (`[::1]:7400`), the optional name the node's host name on the fabric (what GM's
+//! `gm_host_name_to_node_id` looks up; up to 127 printable ASCII characters, no spaces; without
+//! one the node is called by its address: `nicbar_control::naming`). `#` starts a comment; blank
+//! lines are ignored. Node ids, addresses and names are unique. Every daemon of a fabric reads
+//! the same map; each binds the addresses of the nodes it runs.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -23,6 +26,7 @@ use shared_abi::ids::NodeId;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FabricMap {
     nodes: BTreeMap<u16, SocketAddr>,
+    names: BTreeMap<u16, String>,
 }
 
 /// Why a fabric map was refused.
@@ -56,6 +60,13 @@ pub enum FabricError {
         /// The address.
         address: SocketAddr,
     },
+    /// A name appears twice.
+    DuplicateName {
+        /// 1-based line number of the second entry.
+        line: usize,
+        /// The name.
+        name: String,
+    },
 }
 
 impl std::fmt::Display for FabricError {
@@ -71,6 +82,9 @@ impl std::fmt::Display for FabricError {
                     f,
                     "fabric map line {line}: address {address} is listed twice"
                 )
+            }
+            Self::DuplicateName { line, name } => {
+                write!(f, "fabric map line {line}: name `{name}` is listed twice")
             }
         }
     }
@@ -115,8 +129,12 @@ impl FabricMap {
                 Some(other) => return Err(syntax(format!("expected `node`, found `{other}`"))),
                 None => continue,
             }
-            let (Some(id), Some(address), None) = (words.next(), words.next(), words.next()) else {
-                return Err(syntax("expected `node <id> <ip>:<port>`".to_owned()));
+            let (Some(id), Some(address), name, None) =
+                (words.next(), words.next(), words.next(), words.next())
+            else {
+                return Err(syntax(
+                    "expected `node <id> <ip>:<port> [<name>]`".to_owned(),
+                ));
             };
             let node: u16 = id
                 .parse()
@@ -129,6 +147,21 @@ impl FabricMap {
             }
             if map.nodes.values().any(|known| *known == address) {
                 return Err(FabricError::DuplicateAddress { line, address });
+            }
+            if let Some(name) = name {
+                if !nicbar_control::naming::valid_name(name) {
+                    return Err(syntax(format!(
+                        "`{name}` is not a host name (1 to {} printable ASCII characters)",
+                        nicbar_control::naming::MAX_NAME_LEN
+                    )));
+                }
+                if map.names.values().any(|known| known == name) {
+                    return Err(FabricError::DuplicateName {
+                        line,
+                        name: name.to_owned(),
+                    });
+                }
+                map.names.insert(node, name.to_owned());
             }
             map.nodes.insert(node, address);
         }
@@ -143,6 +176,11 @@ impl FabricMap {
     /// The address of `node`, if the map names it.
     pub fn address(&self, node: NodeId) -> Option<SocketAddr> {
         self.nodes.get(&node.get()).copied()
+    }
+
+    /// The name the map gives `node`, if it gives one.
+    pub fn name(&self, node: NodeId) -> Option<&str> {
+        self.names.get(&node.get()).map(String::as_str)
     }
 
     /// The node listening on `address`, if any.
@@ -162,9 +200,12 @@ impl FabricMap {
 
     /// The map as text in the format [`FabricMap::parse`] reads.
     pub fn to_text(&self) -> String {
-        let mut text = String::from("# nicbar fabric map: node <id> <ip>:<port>\n");
+        let mut text = String::from("# nicbar fabric map: node <id> <ip>:<port> [<name>]\n");
         for (node, address) in self.iter() {
-            text.push_str(&format!("node {} {address}\n", node.get()));
+            match self.name(node) {
+                Some(name) => text.push_str(&format!("node {} {address} {name}\n", node.get())),
+                None => text.push_str(&format!("node {} {address}\n", node.get())),
+            }
         }
         text
     }
@@ -177,9 +218,11 @@ mod tests {
     #[test]
     fn parses_entries_comments_and_blank_lines() {
         let map = FabricMap::parse(
-            "# two nodes\n\nnode 0 127.0.0.1:7400\n  node 7 [::1]:9 # trailing comment\n",
+            "# two nodes\n\nnode 0 127.0.0.1:7400\n  node 7 [::1]:9 beta # trailing comment\n",
         )
         .unwrap();
+        assert_eq!(map.name(NodeId::new(0)), None);
+        assert_eq!(map.name(NodeId::new(7)), Some("beta"));
         assert_eq!(
             map.address(NodeId::new(0)),
             Some("127.0.0.1:7400".parse().unwrap())
@@ -212,9 +255,24 @@ mod tests {
             Err(FabricError::Syntax { line: 1, .. })
         ));
         assert!(matches!(
-            FabricMap::parse("node 1 127.0.0.1:1 extra"),
+            FabricMap::parse("node 1 127.0.0.1:1 name extra"),
             Err(FabricError::Syntax { line: 1, .. })
         ));
+        let long = "n".repeat(nicbar_control::naming::MAX_NAME_LEN + 1);
+        assert!(matches!(
+            FabricMap::parse(&format!("node 1 127.0.0.1:1 {long}")),
+            Err(FabricError::Syntax { line: 1, .. })
+        ));
+        assert!(matches!(
+            FabricMap::parse("node 1 127.0.0.1:1 na\u{e9}me"),
+            Err(FabricError::Syntax { line: 1, .. })
+        ));
+        assert_eq!(
+            FabricMap::parse("node 1 127.0.0.1:1 a\nnode 2 127.0.0.1:2 a")
+                .unwrap_err()
+                .to_string(),
+            "fabric map line 2: name `a` is listed twice"
+        );
         assert!(matches!(
             FabricMap::parse("node 1 127.0.0.1:1\nnode 1 127.0.0.1:2"),
             Err(FabricError::DuplicateNode { line: 2, node: 1 })

@@ -306,6 +306,7 @@ impl Emulator {
                 fabric.insert(unit.node, address);
             }
         }
+        let nodes = node_names(config, &fabric);
         let fabric = Arc::new(fabric);
         let wakes = config
             .units
@@ -359,6 +360,7 @@ impl Emulator {
             control::EmulatedUnits {
                 units,
                 region: config.region,
+                nodes,
                 fault_seed: config.faults.filter(FaultConfig::is_active).map(|f| f.seed),
             },
         )
@@ -418,9 +420,57 @@ impl Drop for EmulatorHandle {
     }
 }
 
+/// Every node the daemon knows, by node id, named by `nicbar_control::naming`: its units (those
+/// with a UDP address as the fabric map names them, the others `<host name>:<unit>`) and the
+/// map's other nodes.
+fn node_names(config: &EmulatorConfig, fabric: &FabricMap) -> Vec<nicbar_control::NodeName> {
+    let host = nicbar_control::naming::host_name();
+    let mut nodes = std::collections::BTreeMap::new();
+    for (node, address) in fabric.iter() {
+        nodes.insert(
+            node.get(),
+            nicbar_control::naming::fabric_node(node.get(), address, fabric.name(node)),
+        );
+    }
+    for (unit, config) in config.units.iter().enumerate() {
+        if config.address.is_none() {
+            let node = config.node.get();
+            nodes.insert(
+                node,
+                nicbar_control::naming::unit_node(&host, unit as u8, node),
+            );
+        }
+    }
+    nodes.into_values().collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nodes_are_named_by_the_map_their_address_or_host_and_unit() {
+        let map = FabricMap::parse("node 1 127.0.0.1:7401 alpha\nnode 2 127.0.0.2:7402\n").unwrap();
+        let mut config =
+            EmulatorConfig::on_fabric("/unused.sock", map.clone(), &[NodeId::new(1)]).unwrap();
+        config.units.push(UnitConfig {
+            node: NodeId::new(5),
+            address: None,
+        });
+        let host = nicbar_control::naming::host_name();
+        let names: Vec<(u16, String)> = node_names(&config, &map)
+            .into_iter()
+            .map(|node| (node.node, node.name))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                (1, "alpha".to_owned()),
+                (2, "127.0.0.2:7402".to_owned()),
+                (5, format!("{host}:1")),
+            ]
+        );
+    }
 
     #[test]
     fn one_daemon_per_socket_and_foreign_files_are_left_alone() {

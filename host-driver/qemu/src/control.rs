@@ -10,7 +10,9 @@ use std::sync::Arc;
 
 use super::machine::{Machine, region_layout};
 use nicbar_control::server::{PortBackend, PortOwners};
-use nicbar_control::{ControlError, NicReport, OpenedPort, PortReport, UnitStatus, WireCounters};
+use nicbar_control::{
+    ControlError, NicReport, NodeName, OpenedPort, PortReport, UnitStatus, WireCounters,
+};
 
 /// A QEMU fabric's NICs, as the control server sees them.
 pub(crate) struct QemuMachines {
@@ -107,6 +109,21 @@ impl PortBackend for QemuMachines {
                 }
             })
             .collect()
+    }
+
+    /// The fabric's NICs, all of this host: `<host name>:<unit>`, as units of one daemon.
+    fn node_names(&self) -> Vec<NodeName> {
+        let host = nicbar_control::naming::host_name();
+        let mut nodes: Vec<NodeName> = self
+            .machines
+            .iter()
+            .enumerate()
+            .map(|(unit, machine)| {
+                nicbar_control::naming::unit_node(&host, unit as u8, machine.node)
+            })
+            .collect();
+        nodes.sort_by_key(|node| node.node);
+        nodes
     }
 
     fn fault_seed(&self) -> Option<u64> {

@@ -29,8 +29,9 @@ pub struct EmulateArgs {
     /// With --fabric, each must be on the map; the NIC binds its address.
     #[arg(long = "node", value_delimiter = ',')]
     pub nodes: Vec<u16>,
-    /// The fabric map: lines `node <id> <ip>:<port>`, `#` comments. Nodes on it that this
-    /// daemon does not run are reached over UDP.
+    /// The fabric map: lines `node <id> <ip>:<port> [<host name>]`, `#` comments. Nodes on it
+    /// that this daemon does not run are reached over UDP; a node's name (else its address) is
+    /// its host name on the fabric.
     #[arg(long)]
     pub fabric: Option<PathBuf>,
     /// Fault injector: probability that a packet is lost.

@@ -42,6 +42,7 @@
 //! - `state`: what a port holds — DMA memory, sends, receive buffers — and posting them;
 //! - `receive`: raw events into C events, settling the records they close;
 //! - `group`: barriers started from C, and nicbar_barrier's wait;
+//! - `names`: the fabric's host names, node ids and unique ids, asked of the daemon once;
 //! - `ffi`: every `extern "C"` export, pointer checks, the handle registry and the panic
 //!   boundary — the one module with `unsafe` code.
 #![deny(unsafe_code)]
@@ -59,6 +60,7 @@ mod alarms;
 mod barrier;
 mod events;
 mod group;
+mod names;
 mod receive;
 mod sizes;
 mod slab;

@@ -98,6 +98,8 @@ pub(crate) struct PortState {
     pub(crate) alarm_callbacks: VecDeque<(gm_alarm_callback_t, usize, usize)>,
     /// Connections stalled by a failed send, and the sends they hold.
     pub(crate) stalls: Stalls,
+    /// The fabric's names, once asked for (`names`).
+    pub(crate) names: Option<crate::names::FabricNames>,
 }
 
 /// Why a send could not be posted: the status its callback gets, and the words.
@@ -122,6 +124,7 @@ impl PortState {
             alarms: Alarms::new(),
             alarm_callbacks: VecDeque::new(),
             stalls: Stalls::default(),
+            names: None,
         }
     }
 

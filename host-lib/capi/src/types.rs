@@ -164,11 +164,14 @@ pub enum gm_api_version {
 /// call of this library takes one yet: directed sends and gets are not implemented.
 pub type gm_remote_ptr_t = u64;
 
-/// The longest host name gm_get_host_name and gm_node_id_to_host_name give (without the NUL).
+/// The size of gm_get_host_name's buffer: a host name is at most GM_MAX_HOST_NAME_LEN - 1 bytes,
+/// so it fits with its NUL (and gm_node_id_to_host_name_ex's buffer has room for one more).
 pub const GM_MAX_HOST_NAME_LEN: c_uint = 128;
 /// The longest port name gm_open takes.
 pub const GM_MAX_PORT_NAME_LEN: c_uint = 32;
-/// The node id no node has.
+/// What gm_host_name_to_node_id returns for a name no node has. Node ids start at 0 on this
+/// fabric (GM's at 1), so node 0's name also gives 0 there: gm_host_name_to_node_id_ex tells the
+/// two apart.
 pub const GM_NO_SUCH_NODE_ID: c_uint = 0;
 
 // ---------------------------------------------------------------------------------------------

@@ -525,6 +525,227 @@ fn gm2_calls_behave_as_gm_documents_them() {
     assert!(finished[0].stdout.contains("gm2: 0 check(s) failed"));
 }
 
+/// `nicctl` of this build (`target/<profile>/nicctl`), built first so it is current.
+fn nicctl() -> PathBuf {
+    static NICCTL: OnceLock<PathBuf> = OnceLock::new();
+    NICCTL
+        .get_or_init(|| {
+            let exe = std::env::current_exe().expect("the test's own path");
+            let profile_dir = exe
+                .parent()
+                .and_then(Path::parent)
+                .expect("the test runs from target/<profile>/deps");
+            let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
+                Some("debug") | None => "dev",
+                Some(other) => other,
+            };
+            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+            run_to_success(
+                Command::new(cargo)
+                    .current_dir(crate_dir())
+                    .args(["build", "--quiet", "-p", "host-driver", "--bin", "nicctl"])
+                    .args(["--profile", profile]),
+                "cargo build -p host-driver --bin nicctl",
+            );
+            profile_dir.join("nicctl")
+        })
+        .clone()
+}
+
+/// A directory only this user may enter (mode 0700), for a daemon's socket.
+fn private_dir(scratch: &Scratch, name: &str) -> PathBuf {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = scratch.path().join(name);
+    std::fs::DirBuilder::new().mode(0o700).create(&dir).unwrap();
+    dir
+}
+
+/// A UDP port free on `ip` now.
+fn free_udp_port(ip: &str) -> u16 {
+    std::net::UdpSocket::bind((ip, 0))
+        .and_then(|socket| socket.local_addr())
+        .map(|address| address.port())
+        .expect("a free UDP port")
+}
+
+/// A `nicctl emulate` process, killed when dropped.
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `nicctl emulate` with `arguments` on `socket` and waits until it answers there.
+fn nicctl_emulate(socket: &Path, arguments: &[&std::ffi::OsStr]) -> Daemon {
+    let child = Command::new(nicctl())
+        .arg("emulate")
+        .arg("--socket")
+        .arg(socket)
+        .args(arguments)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("nicctl emulate starts");
+    let mut daemon = Daemon(child);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while query_status(socket).is_err() {
+        if let Ok(Some(status)) = daemon.0.try_wait() {
+            panic!("nicctl emulate exited ({status}) before it listened");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nicctl emulate did not listen on {}",
+            socket.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    daemon
+}
+
+/// The 6 bytes a names program printed after `unique <which> `.
+fn unique_line(finished: &Finished, which: &str) -> String {
+    let prefix = format!("unique {which} ");
+    finished
+        .stdout
+        .lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .unwrap_or_else(|| {
+            panic!(
+                "{} printed no {prefix:?} line:\n{}",
+                finished.name, finished.stdout
+            )
+        })
+        .to_owned()
+}
+
+/// Two daemons on one UDP fabric whose map names nodes 1 and 2 and leaves node 3 unnamed (no
+/// daemon runs it): each node's program finds the other by its name and by its unique id, node 3
+/// by its address, and a message sent to the node found by its name arrives from it. Both
+/// daemons give each node the same unique id.
+#[test]
+fn host_names_come_from_the_fabric_map_across_two_daemons() {
+    let scratch = Scratch::new("names-udp");
+    let map = scratch.path().join("fabric.map");
+    let unnamed = format!("127.0.0.3:{}", free_udp_port("127.0.0.3"));
+    std::fs::write(
+        &map,
+        format!(
+            "# two daemons, one named node each, and a node known by its address\n\
+             node 1 127.0.0.1:{} alpha\n\
+             node 2 127.0.0.2:{} beta.example\n\
+             node 3 {unnamed}\n",
+            free_udp_port("127.0.0.1"),
+            free_udp_port("127.0.0.2"),
+        ),
+    )
+    .unwrap();
+    let key = scratch.path().join("fabric.key");
+    run_to_success(
+        Command::new(nicctl()).arg("keygen").arg(&key),
+        "nicctl keygen",
+    );
+    let sockets = [
+        private_dir(&scratch, "alpha").join("control.sock"),
+        private_dir(&scratch, "beta").join("control.sock"),
+    ];
+    let _daemons: Vec<Daemon> = [(1, &sockets[0]), (2, &sockets[1])]
+        .into_iter()
+        .map(|(node, socket): (u16, &PathBuf)| {
+            let node = node.to_string();
+            nicctl_emulate(
+                socket,
+                &[
+                    "--fabric".as_ref(),
+                    map.as_os_str(),
+                    "--fabric-key".as_ref(),
+                    key.as_os_str(),
+                    "--node".as_ref(),
+                    node.as_ref(),
+                ],
+            )
+        })
+        .collect();
+    let program = example("names", Link::Dynamic);
+    let finished = finish(
+        vec![
+            start(
+                "names on alpha",
+                &program,
+                &args(&[&0, &"alpha", &"beta.example", &2, &unnamed, &3, &3]),
+                &sockets[0],
+            ),
+            start(
+                "names on beta",
+                &program,
+                &args(&[&0, &"beta.example", &"alpha", &1, &unnamed, &3, &3]),
+                &sockets[1],
+            ),
+        ],
+        RUN_LIMIT,
+    );
+    for program in &finished {
+        program.assert_success();
+        let checks = program
+            .stdout
+            .lines()
+            .filter(|l| l.starts_with("ok: "))
+            .count();
+        assert!(
+            checks >= 35,
+            "only {checks} checks ran:\n{}",
+            program.stdout
+        );
+    }
+    assert_eq!(
+        unique_line(&finished[0], "own"),
+        unique_line(&finished[1], "peer"),
+        "the daemons give node 1 different unique ids"
+    );
+    assert_eq!(
+        unique_line(&finished[1], "own"),
+        unique_line(&finished[0], "peer"),
+        "the daemons give node 2 different unique ids"
+    );
+}
+
+/// The units of one daemon without a fabric map are `<host name>:<unit>`, as GM names the
+/// second board of a host.
+#[test]
+fn host_names_of_one_daemons_units_are_host_and_unit() {
+    let scratch = Scratch::new("names-local");
+    let emulator = daemon(&scratch, 2);
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .expect("the host name")
+        .trim()
+        .to_owned();
+    let (zero, one) = (format!("{host}:0"), format!("{host}:1"));
+    let program = example("names", Link::Dynamic);
+    let finished = finish(
+        vec![
+            start(
+                "names on unit 0",
+                &program,
+                &args(&[&0, &zero, &one, &1, &one, &1, &1]),
+                emulator.socket(),
+            ),
+            start(
+                "names on unit 1",
+                &program,
+                &args(&[&1, &one, &zero, &0, &zero, &0, &1]),
+                emulator.socket(),
+            ),
+        ],
+        RUN_LIMIT,
+    );
+    for program in &finished {
+        program.assert_success();
+    }
+}
+
 #[test]
 fn gm_exit_exits_with_the_status() {
     let scratch = Scratch::new("gm2-exit");

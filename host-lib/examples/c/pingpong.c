@@ -2,13 +2,15 @@
  * pingpong.c: two processes bounce a message back and forth through the nicbar NIC, as a GM
  * program would.
  *
- *     pingpong UNIT PEER_NODE [ROUND_TRIPS [poll]]
+ *     pingpong UNIT PEER_NODE [ROUND_TRIPS [poll|block [times]]]
  *
  * Opens port 2 of NIC UNIT and exchanges ROUND_TRIPS (default 1000) 64-byte messages with port 2
  * of node PEER_NODE: the process on the lower node id sends first and measures, the other
  * answers. Each message carries its round number and a pattern; the answer carries the pattern
  * inverted, and both sides check every byte. Exits 0 when every round trip came back intact.
- * Events are waited for with gm_blocking_receive, or with "poll" by spinning on gm_receive.
+ * Events are waited for with gm_blocking_receive, or with "poll" by spinning on gm_receive. With
+ * "times", the measuring side also prints each round trip after the first, in nanoseconds, one
+ * per line (for `cargo xtask bench pingpong`).
  *
  * Build: cc -o pingpong pingpong.c $(pkg-config --cflags --libs nicbar)
  * Run:   nicctl emulate --units 2 &   then   ./pingpong 0 1 & ./pingpong 1 0
@@ -175,9 +177,11 @@ int main(int argc, char **argv)
     unsigned int unit, peer, round_trips = 1000, me, i;
     gm_status_t status;
     unsigned char *send_buffer;
+    int print_times;
+    double *times = NULL;
 
     if (argc < 3) {
-        fprintf(stderr, "usage: pingpong UNIT PEER_NODE [ROUND_TRIPS [poll]]\n");
+        fprintf(stderr, "usage: pingpong UNIT PEER_NODE [ROUND_TRIPS [poll|block [times]]]\n");
         return 2;
     }
     unit = (unsigned int)strtoul(argv[1], NULL, 0);
@@ -185,6 +189,9 @@ int main(int argc, char **argv)
     if (argc > 3)
         round_trips = (unsigned int)strtoul(argv[3], NULL, 0);
     polling = argc > 4 && strcmp(argv[4], "poll") == 0;
+    print_times = argc > 5 && strcmp(argv[5], "times") == 0;
+    if (print_times && (times = calloc(round_trips > 0 ? round_trips : 1, sizeof *times)) == NULL)
+        fail("calloc", GM_OUT_OF_MEMORY);
 
     if ((status = gm_init()) != GM_SUCCESS)
         fail("gm_init", status);
@@ -208,11 +215,18 @@ int main(int argc, char **argv)
     if (me < peer) {
         double started = 0;
         for (i = 0; i < round_trips; i++) {
+            double round_started = now_seconds();
             if (i == 1)
-                started = now_seconds(); /* the first round trip waits for the peer to open */
+                started = round_started; /* the first round trip waits for the peer to open */
             fill(send_buffer, i, 0);
             send_and_wait(send_buffer, peer);
             receive_round(peer, i, 1);
+            if (times != NULL)
+                times[i] = (now_seconds() - round_started) * 1e9;
+        }
+        if (times != NULL) {
+            for (i = 1; i < round_trips; i++)
+                printf("%.0f\n", times[i]);
         }
         if (round_trips > 1) {
             double mean = (now_seconds() - started) / (round_trips - 1) * 1e6;
@@ -230,6 +244,7 @@ int main(int argc, char **argv)
         }
         printf("pingpong: node %u answered %u messages from node %u\n", me, round_trips, peer);
     }
+    free(times);
     gm_dma_free(port, send_buffer);
     gm_close(port);
     gm_finalize();

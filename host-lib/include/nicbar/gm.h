@@ -97,7 +97,8 @@
 #define GM_API_VERSION_2_0_16 131088
 
 /**
- * The longest host name gm_get_host_name and gm_node_id_to_host_name give (without the NUL).
+ * The size of gm_get_host_name's buffer: a host name is at most GM_MAX_HOST_NAME_LEN - 1 bytes,
+ * so it fits with its NUL (and gm_node_id_to_host_name_ex's buffer has room for one more).
  */
 #define GM_MAX_HOST_NAME_LEN 128
 
@@ -107,7 +108,9 @@
 #define GM_MAX_PORT_NAME_LEN 32
 
 /**
- * The node id no node has.
+ * What gm_host_name_to_node_id returns for a name no node has. Node ids start at 0 on this
+ * fabric (GM's at 1), so node 0's name also gives 0 there: gm_host_name_to_node_id_ex tells the
+ * two apart.
  */
 #define GM_NO_SUCH_NODE_ID 0
 
@@ -1621,6 +1624,152 @@ gm_status_t gm_get_node_type(struct gm_port *port, int *node_type);
  * Aborts the process at once (no cleanup, a core dump where enabled).
  */
 void gm_abort(void);
+
+/**
+ * Stores this node's host name, with its NUL, in `name` (GM_MAX_HOST_NAME_LEN bytes; a name
+ * is at most GM_MAX_HOST_NAME_LEN - 1 bytes). GM_INVALID_PARAMETER if `name` is NULL or the
+ * port is not open; GM_TIMED_OUT or GM_FAILURE if the daemon did not answer.
+ *
+ * # Safety
+ * `port` is NULL or a port from gm_open; `name` is NULL or points to GM_MAX_HOST_NAME_LEN
+ * writable bytes.
+ */
+gm_status_t gm_get_host_name(struct gm_port *port, char *name);
+
+/**
+ * The node id of the node called `host_name` (compared byte for byte), or GM_NO_SUCH_NODE_ID
+ * (0) if no node of the fabric is called so, the name is NULL, the port is not open or the
+ * daemon did not answer. Node ids start at 0 on this fabric (GM's at 1), so node 0 reads as
+ * GM_NO_SUCH_NODE_ID here: gm_host_name_to_node_id_ex tells the two apart.
+ *
+ * # Safety
+ * `port` is NULL or a port from gm_open; `host_name` is NULL or a NUL-terminated string.
+ */
+unsigned int gm_host_name_to_node_id(struct gm_port *port, char *host_name);
+
+/**
+ * Stores in `*node_id` the node id of the node called `host_name` (compared byte for byte).
+ * GM_NO_MATCH if no node of the fabric is called so; GM_INVALID_PARAMETER for a NULL pointer or
+ * a port not open; GM_TIMED_OUT or GM_FAILURE if the daemon did not answer. `timeout_usecs` is
+ * not used: the daemon answers from the fabric map it read at start, within the control
+ * protocol's own bound.
+ *
+ * # Safety
+ * `port` is NULL or a port from gm_open; `host_name` is NULL or a NUL-terminated string;
+ * `node_id` is NULL or points to a writable `unsigned int`.
+ */
+gm_status_t gm_host_name_to_node_id_ex(struct gm_port *port,
+                                       unsigned int timeout_usecs,
+                                       const char *host_name,
+                                       unsigned int *node_id);
+
+/**
+ * The host name of node `node_id`, or NULL if the fabric has no such node, the port is not
+ * open or the daemon did not answer. The string belongs to the port and stays valid until
+ * gm_close.
+ *
+ * # Safety
+ * `port` is NULL or a port from gm_open.
+ */
+char *gm_node_id_to_host_name(struct gm_port *port, unsigned int node_id);
+
+/**
+ * Stores the host name of node `node_id`, with its NUL, in `*name`. GM_NO_MATCH if the fabric
+ * has no such node; GM_INVALID_PARAMETER for a NULL `name` or a port not open; GM_TIMED_OUT or
+ * GM_FAILURE if the daemon did not answer. `timeout_usecs` is not used (see
+ * gm_host_name_to_node_id_ex).
+ *
+ * # Safety
+ * `port` is NULL or a port from gm_open; `name` is NULL or points to a writable
+ * `char[GM_MAX_HOST_NAME_LEN + 1]`.
+ */
+gm_status_t gm_node_id_to_host_name_ex(struct gm_port *port,
+                                       unsigned int timeout_usecs,
+                                       unsigned int node_id,
+                                       char (*name)[129]);
+
+/**
+ * Stores this node's unique id (GM's 6-byte board id, the same from every daemon of the
+ * fabric) in `unique`. GM_INVALID_PARAMETER for a NULL `unique` or a port not open;
+ * GM_TIMED_OUT or GM_FAILURE if the daemon did not answer.
+ *
+ * # Safety
+ * `port` is NULL or a port from gm_open; `unique` is NULL or points to 6 writable bytes.
+ */
+gm_status_t gm_unique_id(struct gm_port *port, char *unique);
+
+/**
+ * gm_unique_id under GM's other name for it: this NIC's board id.
+ *
+ * # Safety
+ * As gm_unique_id.
+ */
+gm_status_t gm_get_unique_board_id(struct gm_port *port, char *unique);
+
+/**
+ * Stores the unique id of node `n` in `unique`. GM_NO_MATCH if the fabric has no such node;
+ * GM_INVALID_PARAMETER for a NULL `unique` or a port not open; GM_TIMED_OUT or GM_FAILURE if
+ * the daemon did not answer.
+ *
+ * # Safety
+ * `port` is NULL or a port from gm_open; `unique` is NULL or points to 6 writable bytes.
+ */
+gm_status_t gm_node_id_to_unique_id(struct gm_port *port, unsigned int n, char *unique);
+
+/**
+ * Stores in `*node_id` the node id of the node whose unique id is `unique`. GM_NO_MATCH if no
+ * node of the fabric has it; GM_INVALID_PARAMETER for a NULL pointer or a port not open;
+ * GM_TIMED_OUT or GM_FAILURE if the daemon did not answer.
+ *
+ * # Safety
+ * `port` is NULL or a port from gm_open; `unique` is NULL or points to 6 readable bytes;
+ * `node_id` is NULL or points to a writable `unsigned int`.
+ */
+gm_status_t gm_unique_id_to_node_id(struct gm_port *port, char *unique, unsigned int *node_id);
+
+/**
+ * Stores in `*n` the largest node id of the fabric this port's daemon knows (its own nodes and
+ * those of its fabric map). GM_INVALID_PARAMETER for a NULL `n` or a port not open;
+ * GM_TIMED_OUT or GM_FAILURE if the daemon did not answer.
+ *
+ * # Safety
+ * `port` is NULL or a port from gm_open; `n` is NULL or points to a writable `unsigned int`.
+ */
+gm_status_t gm_max_node_id_in_use(struct gm_port *port, unsigned int *n);
+
+/**
+ * gm_max_node_id_in_use under GM's older name.
+ *
+ * # Safety
+ * As gm_max_node_id_in_use.
+ */
+gm_status_t gm_max_node_id_inuse(struct gm_port *port, unsigned int *n);
+
+/**
+ * Stores in `*node_id` the node id of the node with global id `global_id`. A node's id is
+ * the same from everywhere on this fabric (GM 2's node ids are per-NIC connection ids), so
+ * the two are equal: GM_NO_MATCH if the fabric has no such node; GM_INVALID_PARAMETER for a
+ * NULL `node_id` or a port not open.
+ *
+ * # Safety
+ * `port` is NULL or a port from gm_open; `node_id` is NULL or points to a writable
+ * `unsigned int`.
+ */
+gm_status_t gm_global_id_to_node_id(struct gm_port *port,
+                                    unsigned int global_id,
+                                    unsigned int *node_id);
+
+/**
+ * Stores in `*global_id` the global id of node `node_id`: the same number on this fabric (see
+ * gm_global_id_to_node_id).
+ *
+ * # Safety
+ * `port` is NULL or a port from gm_open; `global_id` is NULL or points to a writable
+ * `unsigned int`.
+ */
+gm_status_t gm_node_id_to_global_id(struct gm_port *port,
+                                    unsigned int node_id,
+                                    unsigned int *global_id);
 
 /**
  * Provides the NIC with the receive token that one barrier's end takes (paper 5.2): call it

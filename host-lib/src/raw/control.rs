@@ -79,6 +79,19 @@ pub(crate) fn close_port(control: &UnixStream) -> Result<(), Error> {
     }
 }
 
+/// Asks the daemon on `control` for the fabric's nodes: (node id, host name, unique id), by node
+/// id.
+pub(crate) fn nodes(control: &UnixStream) -> Result<Vec<(u16, String, u64)>, Error> {
+    match nicbar_control::call(control, &Request::Nodes, CONTROL_TIMEOUT)?.0 {
+        Reply::Nodes(nodes) => Ok(nodes
+            .into_iter()
+            .map(|node| (node.node, node.name, node.unique_id))
+            .collect()),
+        Reply::Error(error) => Err(refused(error)),
+        other => Err(Error::Protocol(format!("{other:?} to a nodes request"))),
+    }
+}
+
 /// Rings a doorbell.
 pub(crate) fn ring(doorbell: &impl AsFd) {
     doorbell::ring(doorbell);

@@ -122,6 +122,18 @@ pub fn is_receive_rejection(event: &RawEvent) -> bool {
         && event.detail.get() & RECEIVE_TOKEN_DETAIL != 0
 }
 
+/// A node of the fabric as the fabric names it ([`RawPort::fabric_nodes`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FabricNode {
+    /// Its node id.
+    pub node: NodeId,
+    /// Its host name: the fabric map's name for it, else its UDP address, or
+    /// `<host name>:<unit>` for a unit of one daemon. At most 127 bytes of printable ASCII.
+    pub name: String,
+    /// Its unique id (GM's 6-byte board id), the same from every daemon of the fabric.
+    pub unique_id: [u8; 6],
+}
+
 /// An open port at the level of its rings (GM's `gm_port` without the library's meaning).
 ///
 /// Dropping it closes the port (the daemon sees the connection close). Buffers still held keep
@@ -212,6 +224,26 @@ impl RawPort {
     /// [`Error::DaemonGone`] or a protocol error; the port is closed either way.
     pub fn close(self) -> Result<(), Error> {
         control::close_port(&self.control)
+    }
+
+    /// Every node of the fabric the daemon knows, by node id, with its host name and unique id,
+    /// asked of the daemon over the control connection (the fabric's naming is the daemon's: it
+    /// reads the fabric map).
+    ///
+    /// # Errors
+    /// [`Error::DaemonGone`], a timeout, or a protocol error.
+    pub fn fabric_nodes(&self) -> Result<Vec<FabricNode>, Error> {
+        Ok(control::nodes(&self.control)?
+            .into_iter()
+            .map(|(node, name, unique_id)| {
+                let [_, _, id @ ..] = unique_id.to_be_bytes();
+                FabricNode {
+                    node: NodeId::new(node),
+                    name,
+                    unique_id: id,
+                }
+            })
+            .collect())
     }
 
     /// This NIC's node id.

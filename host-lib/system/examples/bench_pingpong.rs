@@ -3,7 +3,10 @@
 //! ping-pong on loopback.
 //!
 //! `cargo xtask bench pingpong` builds and runs it; `--help` lists the options. Every figure is a
-//! round trip between two real processes, halved; the emulator (the NIC) runs in this process.
+//! round trip between two real processes, halved; the emulator (the NIC) runs in this process,
+//! except for the GM C programs' pair (`--c-pingpong`), which run against `nicctl emulate
+//! --units 2` with its default settings, waiting with gm_blocking_receive and then polling
+//! gm_receive.
 #![allow(
     unsafe_code,
     reason = "the shared-memory reference maps a file and spins on atomics in it"
@@ -31,10 +34,16 @@ bench_pingpong: one-way latency of 64-byte messages through the emulated NIC, be
 shared-memory flag handoff and a raw UDP ping-pong, measured in the same run.
 
 usage: bench_pingpong [--round-trips N] [--csv FILE]
+                      [--c-pingpong PROGRAM --nicctl NICCTL [--c-round-trips N]]
 
-  --round-trips N   round trips per measurement (default 20000; the shared-memory
-                    reference runs 10x as many)
-  --csv FILE        also write the results as CSV
+  --round-trips N    round trips per measurement (default 20000; the shared-memory
+                     reference runs 10x as many)
+  --csv FILE         also write the results as CSV
+  --c-pingpong PROGRAM
+                     also measure host-lib/examples/c/pingpong.c built as PROGRAM, against
+                     `NICCTL emulate --units 2` (default settings): blocking on
+                     gm_blocking_receive, then spinning on gm_receive, with their ratio
+  --c-round-trips N  round trips of each C measurement (default 5000)
 ";
 
 fn main() -> Result {
@@ -68,6 +77,9 @@ impl Measured {
 fn orchestrate(args: &[String]) -> Result {
     let mut round_trips = 20_000usize;
     let mut csv: Option<PathBuf> = None;
+    let mut c_pingpong: Option<PathBuf> = None;
+    let mut nicctl: Option<PathBuf> = None;
+    let mut c_round_trips = 5_000usize;
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
         match arg.as_str() {
@@ -75,6 +87,16 @@ fn orchestrate(args: &[String]) -> Result {
                 round_trips = rest.next().ok_or("--round-trips needs a value")?.parse()?
             }
             "--csv" => csv = Some(rest.next().ok_or("--csv needs a file")?.into()),
+            "--c-pingpong" => {
+                c_pingpong = Some(rest.next().ok_or("--c-pingpong needs a program")?.into())
+            }
+            "--nicctl" => nicctl = Some(rest.next().ok_or("--nicctl needs a program")?.into()),
+            "--c-round-trips" => {
+                c_round_trips = rest
+                    .next()
+                    .ok_or("--c-round-trips needs a value")?
+                    .parse()?
+            }
             other => return Err(format!("unknown argument {other:?}; see --help").into()),
         }
     }
@@ -189,6 +211,24 @@ fn orchestrate(args: &[String]) -> Result {
         drop((e0, e1));
     }
 
+    if let Some(program) = &c_pingpong {
+        let nicctl = nicctl
+            .as_deref()
+            .ok_or("--c-pingpong needs --nicctl to start the daemon")?;
+        println!(
+            "[C] GM ping-pong (pingpong.c, {c_round_trips} round trips) against `nicctl emulate \
+             --units 2`, default settings: gm_blocking_receive, then polling gm_receive"
+        );
+        let socket = dir.join("gm.sock");
+        let _daemon = start_nicctl(nicctl, &socket)?;
+        for (name, mode) in [
+            ("GM C, gm_blocking_receive", "block"),
+            ("GM C, polling gm_receive", "poll"),
+        ] {
+            results.push(c_pair(name, program, &socket, mode, c_round_trips)?);
+        }
+    }
+
     println!(
         "\n{:<26} {:>12} {:>12} {:>12}",
         "one-way latency", "p50 (µs)", "mean (µs)", "p99 (µs)"
@@ -221,6 +261,20 @@ fn orchestrate(args: &[String]) -> Result {
         println!(
             "  {name:<24} / raw UDP loopback      = {:>8.2}x    (target: within 1.5x)",
             p50(name) / udp
+        );
+    }
+    if c_pingpong.is_some() {
+        let (blocking, polling) = (
+            p50("GM C, gm_blocking_receive"),
+            p50("GM C, polling gm_receive"),
+        );
+        println!(
+            "  {:<24} / gm_blocking_receive   = {:>8.2}x    (target: within 2x; {:.2} µs \
+             against {:.2} µs)",
+            "GM C, polling gm_receive",
+            polling / blocking,
+            polling / 1e3,
+            blocking / 1e3
         );
     }
     let key = FabricKey::new([0x5a; 32]);
@@ -288,6 +342,84 @@ fn pair(name: &'static str, b: &[&str], a: &[&str]) -> Result<Measured> {
     let mut one_way_ns: Vec<f64> = text
         .lines()
         .filter_map(|l| l.trim().parse::<f64>().ok())
+        .map(|rtt| rtt / 2.0)
+        .collect();
+    if one_way_ns.is_empty() {
+        return Err(format!("{name}: the initiator reported nothing").into());
+    }
+    one_way_ns.sort_by(f64::total_cmp);
+    Ok(Measured { name, one_way_ns })
+}
+
+/// A `nicctl emulate` daemon, stopped when dropped.
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `nicctl emulate --units 2` with its default settings on `socket`, and waits until it
+/// answers there.
+fn start_nicctl(nicctl: &Path, socket: &Path) -> Result<Daemon> {
+    let mut daemon = Daemon(
+        Command::new(nicctl)
+            .args(["emulate", "--units", "2", "--socket"])
+            .arg(socket)
+            .stdout(Stdio::null())
+            .spawn()?,
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while nicbar_control::query_status(socket).is_err() {
+        if let Some(status) = daemon.0.try_wait()? {
+            return Err(format!("nicctl emulate exited ({status}) before it listened").into());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("nicctl emulate did not listen on {}", socket.display()).into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(daemon)
+}
+
+/// Runs the C ping-pong between units 1 (the responder) and 0 (which measures and prints each
+/// round trip in nanoseconds) of the daemon on `socket`, both waiting as `mode` says (`block` or
+/// `poll`); the first tenth of the round trips is the warm-up.
+fn c_pair(
+    name: &'static str,
+    program: &Path,
+    socket: &Path,
+    mode: &str,
+    round_trips: usize,
+) -> Result<Measured> {
+    let trips = round_trips.to_string();
+    let mut responder = Command::new(program)
+        .args(["1", "0", &trips, mode])
+        .env("NICBAR_SOCKET", socket)
+        .stdout(Stdio::null())
+        .spawn()?;
+    let initiator = Command::new(program)
+        .args(["0", "1", &trips, mode, "times"])
+        .env("NICBAR_SOCKET", socket)
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let output = wait_output(initiator, Duration::from_secs(600));
+    if output.is_err() {
+        let _ = responder.kill();
+    }
+    let responder_done = wait_with_timeout(&mut responder, Duration::from_secs(30));
+    let output = output?;
+    responder_done?;
+    let text = String::from_utf8(output)?;
+    let round_trips_ns: Vec<f64> = text
+        .lines()
+        .filter_map(|l| l.trim().parse::<f64>().ok())
+        .collect();
+    let mut one_way_ns: Vec<f64> = round_trips_ns
+        .iter()
+        .skip(warm_up(round_trips_ns.len()))
         .map(|rtt| rtt / 2.0)
         .collect();
     if one_way_ns.is_empty() {
@@ -465,8 +597,15 @@ fn nic(role: &str, socket: &Path, unit: u8, peer: u16, mode: &str, round_trips: 
     } else {
         for i in 0..total {
             let start = Instant::now();
-            send(&mut port, &mut spare, peer)?;
-            await_message(&mut port, &mut spare)?;
+            if i == 0 {
+                // The responder may not have opened its port yet.
+                if !first_ping(&mut port, &mut spare, peer)? {
+                    await_message(&mut port, &mut spare)?;
+                }
+            } else {
+                send(&mut port, &mut spare, peer)?;
+                await_message(&mut port, &mut spare)?;
+            }
             if i >= warm_up(round_trips) {
                 out += &format!("{}\n", start.elapsed().as_nanos());
             }
@@ -478,6 +617,37 @@ fn nic(role: &str, socket: &Path, unit: u8, peer: u16, mode: &str, round_trips: 
     }
     print!("{out}");
     Ok(())
+}
+
+/// Sends the first ping until it is delivered, again after each TARGET_PORT_CLOSED while the
+/// responder opens its port (for 30 s at most); returns whether the answer came too.
+fn first_ping(port: &mut Port, spare: &mut Vec<DmaBuffer>, to: NodeId) -> Result<bool> {
+    let give_up = Instant::now() + Duration::from_secs(30);
+    let mut answered = false;
+    loop {
+        send(port, spare, to)?;
+        loop {
+            match port.blocking_receive()? {
+                Event::Received { buffer, .. } => {
+                    port.provide_receive_buffer(buffer, SIZE, Priority::LOW, 0)
+                        .map_err(|e| e.error)?;
+                    answered = true;
+                }
+                Event::Sent { buffer, status, .. } => {
+                    spare.push(buffer);
+                    if status == Status::SUCCESS {
+                        return Ok(answered);
+                    }
+                    if status != Status::TARGET_PORT_CLOSED || Instant::now() > give_up {
+                        return Err(format!("the first ping failed: {status:?}").into());
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                    break;
+                }
+                other => return Err(format!("unexpected event {other:?}").into()),
+            }
+        }
+    }
 }
 
 fn await_message(port: &mut Port, spare: &mut Vec<DmaBuffer>) -> Result {

@@ -16,6 +16,8 @@ pub mod port;
 
 pub mod gm2;
 
+pub mod names;
+
 pub mod barrier;
 
 pub mod bytes;
