@@ -58,6 +58,14 @@ pub(crate) trait PortBackend {
     /// The reply the process gets instead, naming what failed.
     fn close_port(&self, unit: u8, port: u8) -> Result<(), ControlError>;
 
+    /// Closes `port` of `unit` because its owner asked to, answering through `done` once the NIC
+    /// has closed it — for an orderly close, once it has finished what the process posted, which
+    /// may take a while: the server serves others meanwhile. By default, [`PortBackend::close_port`]
+    /// and answer at once.
+    fn close_port_later(&self, unit: u8, port: u8, done: CloseReply) {
+        done.send(self.close_port(unit, port));
+    }
+
     /// Closes `port` of `unit` because its owner's connection ended; nobody waits for the answer.
     fn abandon_port(&self, unit: u8, port: u8);
 
@@ -70,6 +78,42 @@ pub(crate) trait PortBackend {
 
     /// Called once as the server ends, after the stop doorbell `stop` rang (or epoll failed).
     fn shut_down(&mut self, stop: &OwnedFd);
+}
+
+/// The answer to a close request, to be written when the close is done (from any thread). Dropped
+/// unsent, it answers with an internal error, so a process never waits for nothing.
+#[derive(Debug)]
+pub(crate) struct CloseReply {
+    stream: Option<UnixStream>,
+}
+
+impl CloseReply {
+    /// Writes `result` to the process that asked (with the server's write deadline).
+    pub(crate) fn send(mut self, result: Result<(), ControlError>) {
+        self.write(result);
+    }
+
+    fn write(&mut self, result: Result<(), ControlError>) {
+        let Some(stream) = self.stream.take() else {
+            return;
+        };
+        let reply = match result {
+            Ok(()) => Reply::Closed,
+            Err(error) => Reply::Error(error),
+        };
+        if let Ok(frame) = protocol::encode(&reply) {
+            // The process may be gone by now; then nobody is left to tell.
+            let _ = protocol::write_frame(&stream, &frame, &[], Instant::now() + WRITE_TIMEOUT);
+        }
+    }
+}
+
+impl Drop for CloseReply {
+    fn drop(&mut self) {
+        self.write(Err(ControlError::Internal(
+            "the NIC stopped before the port finished closing".to_owned(),
+        )));
+    }
 }
 
 /// Who holds an open port, and which incarnation of it.
@@ -216,7 +260,10 @@ impl<B: PortBackend> ControlServer<B> {
         }
         for request in requests {
             let (reply, fds) = match request {
-                Ok(request) => self.handle(token, request),
+                Ok(request) => match self.handle(token, request) {
+                    Some(answer) => answer,
+                    None => continue,
+                },
                 Err(error) => (
                     Reply::Error(ControlError::BadRequest(error.to_string())),
                     Vec::new(),
@@ -249,8 +296,9 @@ impl<B: PortBackend> ControlServer<B> {
         .is_ok()
     }
 
-    fn handle(&mut self, token: u64, request: Request) -> (Reply, Vec<OwnedFd>) {
-        match request {
+    /// Serves `request`: the reply to write now, or `None` if the backend writes it later.
+    fn handle(&mut self, token: u64, request: Request) -> Option<(Reply, Vec<OwnedFd>)> {
+        Some(match request {
             Request::OpenPort {
                 unit,
                 port,
@@ -260,11 +308,12 @@ impl<B: PortBackend> ControlServer<B> {
                 Err(error) => (Reply::Error(error), Vec::new()),
             },
             Request::ClosePort => match self.close(token) {
-                Ok(()) => (Reply::Closed, Vec::new()),
+                // The backend answers when the NIC has closed the port.
+                Ok(()) => return None,
                 Err(error) => (Reply::Error(error), Vec::new()),
             },
             Request::Status => (Reply::Status(self.status()), Vec::new()),
-        }
+        })
     }
 
     fn open(
@@ -317,14 +366,27 @@ impl<B: PortBackend> ControlServer<B> {
         Ok((opened, fds))
     }
 
+    /// Has the backend close the port `token` owns; the backend answers the process.
     fn close(&mut self, token: u64) -> Result<(), ControlError> {
-        let (unit, port) = self
+        let client = self
             .clients
             .get_mut(&token)
-            .and_then(|client| client.port.take())
             .ok_or(ControlError::NoPortOwned)?;
+        let (unit, port) = client.port.ok_or(ControlError::NoPortOwned)?;
+        let stream = client
+            .stream
+            .try_clone()
+            .map_err(|error| ControlError::Internal(format!("cannot answer later: {error}")))?;
+        client.port = None;
         self.free(unit, port);
-        self.backend.close_port(unit, port)
+        self.backend.close_port_later(
+            unit,
+            port,
+            CloseReply {
+                stream: Some(stream),
+            },
+        );
+        Ok(())
     }
 
     /// Frees the port in the owner table.

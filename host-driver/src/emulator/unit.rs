@@ -32,6 +32,7 @@ use super::fabric::FabricMap;
 use super::fault::{FaultConfig, FaultInjector};
 use super::hal::{AttachedPort, UnitHal};
 use super::protocol::{ConnectionReport, PortReport, UnitStatus};
+use super::server::CloseReply;
 use super::wire::{self, Inbox, LocalFabric, Wire};
 
 /// Rounds of (packets in, poll, loopback) a unit runs before it looks at its commands again.
@@ -61,14 +62,24 @@ pub(crate) enum Command {
         reply: Sender<Result<Generation, OpenError>>,
     },
     /// Close `port` (its owner closed it or died) and unmap its region.
-    Close {
-        port: PortId,
-        reply: Option<Sender<()>>,
-    },
+    Close { port: PortId, how: CloseHow },
     /// Report.
     Status { reply: Sender<UnitStatus> },
     /// End the thread.
     Stop,
+}
+
+/// How a port closes, and who hears when it has.
+#[derive(Debug)]
+pub(crate) enum CloseHow {
+    /// Its process closed it: the NIC first finishes what the process posted
+    /// ([`Nic::begin_close`]), then answers.
+    Orderly(CloseReply),
+    /// At once, dropping what is unsent; `reply` hears when it is done.
+    Now(Sender<()>),
+    /// Its process is gone (its connection ended): at once, unless an orderly close it asked for
+    /// is under way — that one is finished.
+    Abandoned,
 }
 
 /// Everything a unit thread starts from.
@@ -217,6 +228,8 @@ pub(crate) fn spawn_all(setups: Vec<UnitSetup>) -> io::Result<Vec<UnitHandle>> {
                         inbox,
                         origin,
                         arrivals: VecDeque::new(),
+                        closing: Default::default(),
+                        waiting_opens: Default::default(),
                         stale_rounds: 0,
                         stale_reported: false,
                         stopped: false,
@@ -345,7 +358,14 @@ struct UnitLoop {
     stale_reported: bool,
     /// Told to stop: its ports are closed and it runs no more.
     stopped: bool,
+    /// Ports finishing an orderly close, with the answer their process waits for.
+    closing: [Option<CloseReply>; PORTS_PER_NIC],
+    /// Opens of a port that was still finishing an orderly close: served when it has.
+    waiting_opens: [Option<WaitingOpen>; PORTS_PER_NIC],
 }
+
+/// An open request waiting for the port's orderly close to finish.
+type WaitingOpen = (AttachedPort, Sender<Result<Generation, OpenError>>);
 
 impl UnitLoop {
     fn now(&self) -> Instant {
@@ -381,25 +401,84 @@ impl UnitLoop {
                 attached,
                 reply,
             } => {
+                if self.nic.is_closing(port)
+                    && let Some(waiting) = port
+                        .index()
+                        .and_then(|index| self.waiting_opens.get_mut(index))
+                    && waiting.is_none()
+                {
+                    // The port's last process closed it and the NIC is finishing what it
+                    // posted (bounded by the close limit): open it once that is done.
+                    *waiting = Some((attached, reply));
+                    return;
+                }
                 let _ = reply.send(self.open(port, attached, now));
             }
-            Command::Close { port, reply } => {
-                self.nic.close_port(port, now);
-                if let Some(slot) = port
-                    .index()
-                    .and_then(|index| self.nic.hal_mut().ports.get_mut(index))
-                {
-                    // The NIC has let go of the region; unmapping it is safe now.
-                    *slot = None;
+            Command::Close { port, how } => match how {
+                CloseHow::Orderly(done) => {
+                    let Some(index) = port.index() else {
+                        done.send(Ok(()));
+                        return;
+                    };
+                    if self.nic.begin_close(port, now).is_some() {
+                        if let Some(slot) = self.closing.get_mut(index) {
+                            *slot = Some(done);
+                        }
+                    } else {
+                        self.unmap(port);
+                        done.send(Ok(()));
+                    }
+                    self.finish_closes(now);
                 }
-                if let Some(reply) = reply {
+                CloseHow::Now(reply) => {
+                    self.nic.close_port(port, now);
+                    self.unmap(port);
+                    self.finish_closes(now);
                     let _ = reply.send(());
                 }
-            }
+                CloseHow::Abandoned => {
+                    if !self.nic.is_closing(port) {
+                        self.nic.close_port(port, now);
+                        self.unmap(port);
+                    }
+                    self.finish_closes(now);
+                }
+            },
             Command::Status { reply } => {
                 let _ = reply.send(self.status());
             }
             Command::Stop => {}
+        }
+    }
+
+    /// Unmaps `port`'s region: the NIC has let go of it.
+    fn unmap(&mut self, port: PortId) {
+        if let Some(slot) = port
+            .index()
+            .and_then(|index| self.nic.hal_mut().ports.get_mut(index))
+        {
+            *slot = None;
+        }
+    }
+
+    /// Ports whose orderly close finished: unmap them, answer their processes, and serve opens
+    /// that waited for them.
+    fn finish_closes(&mut self, now: Instant) {
+        let finished = self.nic.take_finished_closes();
+        if finished == 0 {
+            return;
+        }
+        for index in (0..PORTS_PER_NIC).filter(|index| finished & (1 << index) != 0) {
+            let port = PortId(index as u8);
+            self.unmap(port);
+            if let Some(done) = self.closing.get_mut(index).and_then(Option::take) {
+                done.send(Ok(()));
+            }
+            if let Some((attached, reply)) =
+                self.waiting_opens.get_mut(index).and_then(Option::take)
+            {
+                let _ = reply.send(self.open(port, attached, now));
+            }
         }
     }
 
@@ -451,6 +530,7 @@ impl UnitLoop {
                 self.nic.on_packet(&packet, now);
                 busy = true;
             }
+            self.finish_closes(now);
             busy
         }
     }

@@ -278,21 +278,23 @@ impl World {
     /// process posted, then lets go of the region ([`World::is_closing`] says when it has).
     pub fn close_port_orderly(&mut self, node: usize, port: usize) {
         let now = self.now();
-        let sim_node = &mut self.nodes[node];
-        sim_node.nic.close_port(PortId(port as u8), now);
-        sim_node.nic.hal_mut().set_region(port, None);
+        self.nodes[node].nic.begin_close(PortId(port as u8), now);
         self.after_nic(node);
     }
 
     /// Whether `port` of `node` is still finishing an orderly close.
     pub fn is_closing(&self, node: usize, port: usize) -> bool {
-        let _ = (node, port);
-        false
+        self.nodes[node].nic.is_closing(PortId(port as u8))
     }
 
     /// Moves what the NIC transmitted onto the wire (through the fault plan) and schedules its
     /// next timer.
     fn after_nic(&mut self, node: usize) {
+        let finished = self.nodes[node].nic.take_finished_closes();
+        for port in (0..8).filter(|port| finished & (1 << port) != 0) {
+            // The NIC has let go of the region of a port it finished closing.
+            self.nodes[node].nic.hal_mut().set_region(port, None);
+        }
         let outbox = std::mem::take(&mut self.nodes[node].nic.hal_mut().outbox);
         for (destination, bytes) in outbox {
             self.wire_counts[0] += 1;
