@@ -67,8 +67,8 @@ struct PendingSend {
 /// An open port (GM's `gm_port`). Sends, receive buffers and events go through the mapped rings;
 /// no system call per message, except a doorbell when the NIC asked for one.
 ///
-/// Dropping the port closes it (the daemon sees the connection close). Buffers still held keep
-/// the mapping alive.
+/// Dropping the port closes it as [`Port::close`] does (waiting until what it posted is done).
+/// Buffers still held keep the mapping alive.
 #[derive(Debug)]
 pub struct Port {
     control: UnixStream,
@@ -96,6 +96,15 @@ pub struct Port {
     /// The barrier code's state: barrier tokens held by the NIC, the running barrier, and the
     /// host-based barrier's record and buffers ([`crate::barrier`]).
     pub(crate) barrier: BarrierState,
+    /// The daemon has been asked to close the port (by [`Port::close`] or the drop).
+    closed: bool,
+}
+
+impl Drop for Port {
+    fn drop(&mut self) {
+        // Nothing to report to: a daemon that is gone closed the port already.
+        let _ = self.close_in_order();
+    }
 }
 
 impl Port {
@@ -185,15 +194,28 @@ impl Port {
             counters: PortCounters::default(),
             deferred: VecDeque::new(),
             barrier: BarrierState::default(),
+            closed: false,
         })
     }
 
-    /// Closes the port and waits until the NIC has closed it (dropping the port closes it
-    /// without waiting). Peers' sends to it then end with `TARGET_PORT_CLOSED`.
+    /// Closes the port in order: the NIC first sends everything posted before — messages and
+    /// barrier packets — and the close returns once each message has been acknowledged by its
+    /// receiver or has failed for good (its events are not reported any more). That takes at most
+    /// the NIC's give-up time plus its receiver-not-ready time (2 s each by default); what is left
+    /// then is dropped. Peers' sends to the port then end with `TARGET_PORT_CLOSED`. Dropping the
+    /// port does the same. A process that dies instead (killed) loses what the NIC had not sent;
+    /// its peers are told the port closed.
     ///
     /// # Errors
     /// [`Error::DaemonGone`] or a protocol error; the port is closed either way.
-    pub fn close(self) -> Result<(), Error> {
+    pub fn close(mut self) -> Result<(), Error> {
+        self.close_in_order()
+    }
+
+    fn close_in_order(&mut self) -> Result<(), Error> {
+        if std::mem::replace(&mut self.closed, true) {
+            return Ok(());
+        }
         match protocol::call(&self.control, &Request::ClosePort, CONTROL_TIMEOUT)?.0 {
             Reply::Closed => Ok(()),
             Reply::Error(error) => Err(error.into()),
