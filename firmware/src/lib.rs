@@ -129,10 +129,28 @@ pub struct PortStatus {
     pub receive_buffers: usize,
     /// Whether a barrier is running.
     pub barrier_running: bool,
+    /// Where the running barrier is, if one runs.
+    pub barrier: Option<BarrierProgress>,
+    /// Whether the port is finishing an orderly close ([`Nic::begin_close`]).
+    pub closing: bool,
     /// Events waiting for room in the event ring.
     pub pending_events: usize,
     /// Set if the host broke the port's rings.
     pub faulted: Option<Status>,
+}
+
+/// Where a running barrier is (for `nicctl status`): a stuck barrier names whom it waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BarrierProgress {
+    /// The schedule step being worked on (the paper's node index), from 0.
+    pub step: usize,
+    /// Steps in the schedule.
+    pub steps: usize,
+    /// The current step's peer node, port and round: the member whose packet it waits for (or,
+    /// if `sending`, to whom its packet has not gone out yet).
+    pub waiting_for: Option<(NodeId, PortId, u8)>,
+    /// The current step's packet has not been sent yet (no room, or its target is not open).
+    pub sending: bool,
 }
 
 /// NIC-wide counters.
@@ -234,6 +252,8 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
             held_sends: open.held_sends(),
             receive_buffers: open.receive_buffers.len(),
             barrier_running: open.barrier.is_some(),
+            barrier: open.barrier.as_ref().map(barrier::BarrierRun::progress),
+            closing: open.closing.is_some(),
             pending_events: open.pending_events.len(),
             faulted: open.faulted,
         })

@@ -31,7 +31,7 @@ use super::doorbell;
 use super::fabric::FabricMap;
 use super::fault::{FaultConfig, FaultInjector};
 use super::hal::{AttachedPort, UnitHal};
-use super::protocol::{ConnectionReport, PortReport, UnitStatus};
+use super::protocol::{BarrierReport, ConnectionReport, PortReport, UnitStatus};
 use super::server::CloseReply;
 use super::wire::{self, Inbox, LocalFabric, Wire};
 
@@ -602,6 +602,8 @@ impl UnitLoop {
                 held_sends: status.held_sends,
                 receive_buffers: status.receive_buffers,
                 barrier_running: status.barrier_running,
+                barrier: status.barrier.as_ref().map(BarrierReport::new),
+                closing: status.closing,
                 pending_events: status.pending_events,
                 faulted: status.faulted.map(|s| s.0),
             })
