@@ -135,7 +135,9 @@ fn a_barrier_packet_from_a_dead_process_does_not_complete_its_successor_s_peer()
     );
     let status = net[1].nic.port_status(PortId(1)).unwrap();
     assert!(status.barrier_running);
-    let progress = status.barrier.expect("the status shows the running barrier");
+    let progress = status
+        .barrier
+        .expect("the status shows the running barrier");
     assert_eq!((progress.step, progress.steps), (0, 1));
     assert_eq!(
         progress.waiting_for,
