@@ -44,7 +44,7 @@ pub use connection::ConnectionCounters;
 pub use hal::{Hal, TransmitError};
 pub use time::Instant;
 
-use connection::Connection;
+use connection::{Body, Connection};
 use port::{OpenPort, PortSlot};
 use record::UnexpectedBarrierRecord;
 
@@ -350,7 +350,8 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
     /// the process posted to the send ring before the close, sends every message and barrier
     /// packet of it, and closes the port (as [`Nic::close_port`]) once every message has been
     /// acknowledged by its receiver or has failed for good, the running barrier (if any) has
-    /// ended, and no barrier packet waits to be sent again. Events are no longer written: the
+    /// ended, and every barrier packet of the port has been acknowledged (none waits to be sent
+    /// again). Events are no longer written: the
     /// process is not reading them.
     ///
     /// Bounded: each message ends within the give-up time (an unreachable node) or the
@@ -409,10 +410,19 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
                 .hal
                 .port_memory(index)
                 .is_none_or(|memory| !matches!(open.send_ring.peek(memory), Ok(Some(_))));
+            // A barrier packet still queued or unacknowledged may yet be refused (its target
+            // not open yet) and need the port's retry list: wait until every one is through.
+            let barrier_packets_out = self.connections.iter().any(|connection| {
+                let ours =
+                    |body: &Body| matches!(body, Body::Barrier { port, .. } if usize::from(*port) == index);
+                connection.queue.iter().any(ours)
+                    || connection.sent.iter().any(|descriptor| ours(&descriptor.body))
+            });
             let drained = ring_empty
                 && open.held_sends() == 0
                 && open.barrier.is_none()
-                && open.barrier_retries.is_empty();
+                && open.barrier_retries.is_empty()
+                && !barrier_packets_out;
             if drained || now >= deadline {
                 self.close_port(PortId(index as u8), now);
             }
