@@ -16,6 +16,7 @@ mod demo;
 mod image;
 mod qemu;
 mod sim;
+mod soak;
 mod test;
 
 /// What every task returns: an error is printed and the task exits non-zero.
@@ -47,6 +48,9 @@ enum Task {
     Bench(bench::Args),
     /// Models: `sim barrier` predicts barrier latency from the paper's costs, to 65,536 nodes.
     Sim(sim::Args),
+    /// Real processes on the emulated NIC for a while: every barrier kind, messages, changing
+    /// groups, exits and kills, the fault injector; checks barrier safety and delivery.
+    Soak(soak::Args),
     /// The C API: regenerate or check its header (`header [--check]`), or install the library,
     /// header, nicbar.pc and nicctl under a prefix (`install --prefix DIR`).
     Capi(capi::Args),
@@ -62,6 +66,7 @@ fn main() -> ExitCode {
         Task::Bench(args) => bench::run_bench(args),
         Task::Sim(args) => sim::run(args),
         Task::Capi(args) => capi::run_capi(args),
+        Task::Soak(args) => soak::run_soak(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
