@@ -205,9 +205,7 @@ fn soak(nicctl: &Path, worker: &Path, dir: &Path, seed: u64, minutes: f64) -> Re
         } else {
             &udp_places
         };
-        let outcome = run_epoch(worker, dir, places, seed, epoch, &mut rng, &mut totals);
-        if let Err(error) = outcome {
-            eprintln!("soak: epoch {epoch} (seed {seed}): {error}");
+        let show_status = || {
             for daemon in daemons {
                 eprintln!("soak: nicctl status --socket {}", daemon.socket.display());
                 let _ = Command::new(nicctl)
@@ -216,6 +214,19 @@ fn soak(nicctl: &Path, worker: &Path, dir: &Path, seed: u64, minutes: f64) -> Re
                     .arg(&daemon.socket)
                     .status();
             }
+        };
+        let outcome = run_epoch(
+            worker,
+            dir,
+            places,
+            (seed, epoch),
+            &mut rng,
+            &mut totals,
+            &show_status,
+        );
+        if let Err(error) = outcome {
+            eprintln!("soak: epoch {epoch} (seed {seed}): {error}");
+            show_status();
             return Err(format!(
                 "the soak failed in epoch {epoch}; replay: cargo xtask soak --seed {seed}"
             )
@@ -267,14 +278,16 @@ enum Ending {
     Exited(i32, String),
 }
 
+/// Runs one epoch; `show_status` prints the daemons' status (on a hang, before the processes are
+/// stopped, so each port still shows its running barrier).
 fn run_epoch(
     worker: &Path,
     dir: &Path,
     places: &[Place],
-    seed: u64,
-    epoch: u64,
+    (seed, epoch): (u64, u64),
     rng: &mut Rng,
     totals: &mut Totals,
+    show_status: &dyn Fn(),
 ) -> Result<()> {
     let counters = dir.join("counters");
     std::fs::write(&counters, vec![0u8; 8 * places.len()])?;
@@ -341,6 +354,8 @@ fn run_epoch(
             break;
         }
         if started.elapsed() > EPOCH_LIMIT {
+            eprintln!("soak: epoch {epoch} (seed {seed}) hangs; the ports as they are:");
+            show_status();
             for child in children.iter_mut().flatten() {
                 let _ = child.kill();
                 let _ = child.wait();
