@@ -477,7 +477,13 @@ impl UnitLoop {
             if let Some((attached, reply)) =
                 self.waiting_opens.get_mut(index).and_then(Option::take)
             {
-                let _ = reply.send(self.open(port, attached, now));
+                let opened = self.open(port, attached, now);
+                if reply.send(opened).is_err() && opened.is_ok() {
+                    // The control thread stopped waiting (the close took longer than it waits):
+                    // nobody owns the port, so it must not stay open.
+                    self.nic.close_port(port, now);
+                    self.unmap(port);
+                }
             }
         }
     }
