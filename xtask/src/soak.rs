@@ -44,6 +44,10 @@ pub(crate) struct Args {
     /// The seed of every choice [default: drawn from the clock, and printed].
     #[arg(long)]
     seed: Option<u64>,
+    /// Start at this epoch of the seed's sequence (to replay a failure without the epochs
+    /// before it).
+    #[arg(long, default_value_t = 0)]
+    first_epoch: u64,
 }
 
 impl Args {
@@ -52,6 +56,7 @@ impl Args {
         Self {
             minutes,
             seed: None,
+            first_epoch: 0,
         }
     }
 }
@@ -128,12 +133,24 @@ pub(crate) fn run_soak(args: Args) -> Result<()> {
     let worker = built.join("examples").join("soak_worker");
     let dir = std::env::temp_dir().join(format!("nicbar-soak-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let result = soak(&nicctl, &worker, &dir, seed, args.minutes);
+    let result = soak(
+        &nicctl,
+        &worker,
+        &dir,
+        (seed, args.first_epoch),
+        args.minutes,
+    );
     let _ = std::fs::remove_dir_all(&dir);
     result
 }
 
-fn soak(nicctl: &Path, worker: &Path, dir: &Path, seed: u64, minutes: f64) -> Result<()> {
+fn soak(
+    nicctl: &Path,
+    worker: &Path,
+    dir: &Path,
+    (seed, first_epoch): (u64, u64),
+    minutes: f64,
+) -> Result<()> {
     let faults = |seed: u64| {
         [
             "--loss".to_owned(),
@@ -199,7 +216,11 @@ fn soak(nicctl: &Path, worker: &Path, dir: &Path, seed: u64, minutes: f64) -> Re
     let mut rng = Rng(seed);
     let mut totals = Totals::default();
     let mut epoch = 0u64;
-    while Instant::now() < until || epoch == 0 {
+    while epoch < first_epoch {
+        draw_epoch(&mut rng, RANKS);
+        epoch += 1;
+    }
+    while Instant::now() < until || epoch == first_epoch {
         let places = if epoch % 2 == 0 {
             &single_places
         } else {
@@ -228,13 +249,14 @@ fn soak(nicctl: &Path, worker: &Path, dir: &Path, seed: u64, minutes: f64) -> Re
             eprintln!("soak: epoch {epoch} (seed {seed}): {error}");
             show_status();
             return Err(format!(
-                "the soak failed in epoch {epoch}; replay: cargo xtask soak --seed {seed}"
+                "the soak failed in epoch {epoch}; replay: cargo xtask soak --seed {seed} \
+                 --first-epoch {epoch}"
             )
             .into());
         }
         epoch += 1;
     }
-    totals.epochs = epoch;
+    totals.epochs = epoch - first_epoch;
     println!(
         "soak: {} epochs, {} barriers completed, {} messages checked, {} processes killed, {} \
          barriers failed naming a member that was gone, {} violations (seed {seed})",
@@ -272,6 +294,18 @@ fn start_daemon(nicctl: &Path, socket: &Path, args: &[String]) -> Result<Daemon>
     Ok(daemon)
 }
 
+/// An epoch's rounds, and the rank to kill and when (in half the epochs).
+fn draw_epoch(rng: &mut Rng, ranks: usize) -> (u64, Option<(usize, Duration)>) {
+    let rounds = 10 + rng.below(40);
+    let kill = (rng.below(2) == 0).then(|| {
+        (
+            rng.below(ranks as u64) as usize,
+            Duration::from_millis(5 + rng.below(400)),
+        )
+    });
+    (rounds, kill)
+}
+
 /// How a worker ended.
 enum Ending {
     Killed,
@@ -291,15 +325,9 @@ fn run_epoch(
 ) -> Result<()> {
     let counters = dir.join("counters");
     std::fs::write(&counters, vec![0u8; 8 * places.len()])?;
-    let rounds = 10 + rng.below(40);
+    let (rounds, kill) = draw_epoch(rng, places.len());
     let nodes: Vec<String> = places.iter().map(|p| p.node.to_string()).collect();
     let nodes = nodes.join(",");
-    let kill = (rng.below(2) == 0).then(|| {
-        (
-            rng.below(places.len() as u64) as usize,
-            Duration::from_millis(5 + rng.below(400)),
-        )
-    });
     let started = Instant::now();
     let mut children: Vec<Option<Child>> = Vec::new();
     for (rank, place) in places.iter().enumerate() {
