@@ -81,6 +81,20 @@ impl BarrierRun {
         })
     }
 
+    /// Where the barrier is, for status displays.
+    pub(crate) fn progress(&self) -> crate::BarrierProgress {
+        let current = self.steps.get(self.index);
+        crate::BarrierProgress {
+            step: self.index,
+            steps: self.steps.len(),
+            waiting_for: current.map(|step| (step.node, step.port, step.round)),
+            sending: current.is_some_and(|step| {
+                step.op == shared_abi::schedule::StepOp::SEND
+                    || (step.op == shared_abi::schedule::StepOp::EXCHANGE && !self.sent_current)
+            }),
+        }
+    }
+
     fn current_peer(&self) -> (NodeId, PortId) {
         self.steps
             .get(self.index)

@@ -45,7 +45,7 @@ pub use connection::ConnectionCounters;
 pub use hal::{Hal, TransmitError};
 pub use time::Instant;
 
-use connection::Connection;
+use connection::{Body, Connection};
 use port::{OpenPort, PortSlot};
 use record::UnexpectedBarrierRecord;
 
@@ -134,10 +134,28 @@ pub struct PortStatus {
     pub receive_buffers: usize,
     /// Whether a barrier is running.
     pub barrier_running: bool,
+    /// Where the running barrier is, if one runs.
+    pub barrier: Option<BarrierProgress>,
+    /// Whether the port is finishing an orderly close ([`Nic::begin_close`]).
+    pub closing: bool,
     /// Events waiting for room in the event ring.
     pub pending_events: usize,
     /// Set if the host broke the port's rings.
     pub faulted: Option<Status>,
+}
+
+/// Where a running barrier is (for `nicctl status`): a stuck barrier names whom it waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BarrierProgress {
+    /// The schedule step being worked on (the paper's node index), from 0.
+    pub step: usize,
+    /// Steps in the schedule.
+    pub steps: usize,
+    /// The current step's peer node, port and round: the member whose packet it waits for (or,
+    /// if `sending`, to whom its packet has not gone out yet).
+    pub waiting_for: Option<(NodeId, PortId, u8)>,
+    /// The current step's packet has not been sent yet (no room, or its target is not open).
+    pub sending: bool,
 }
 
 /// NIC-wide counters.
@@ -171,6 +189,8 @@ pub struct Nic<H: Hal, const CONNECTIONS: usize = DEFAULT_CONNECTIONS> {
     local_record: UnexpectedBarrierRecord,
     /// Ports whose barrier engine should run again (bit per port).
     advance_pending: u8,
+    /// Ports whose orderly close finished since the board last asked (bit per port).
+    finished_closes: u8,
     epoch_counter: u32,
     counters: NicCounters,
     scratch: [u8; shared_abi::packet::MAX_WIRE_LEN],
@@ -191,6 +211,7 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
             connections: Vec::new(),
             local_record: UnexpectedBarrierRecord::default(),
             advance_pending: 0,
+            finished_closes: 0,
             // 4 ms of boot time per 4096 epochs: a boot started 4 ms or more after another begins
             // past every epoch the other used, unless it made over 4096 connections per 4 ms.
             epoch_counter: (boot_stamp >> 2) << 12,
@@ -238,6 +259,8 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
             held_sends: open.held_sends(),
             receive_buffers: open.receive_buffers.len(),
             barrier_running: open.barrier.is_some(),
+            barrier: open.barrier.as_ref().map(barrier::BarrierRun::progress),
+            closing: open.closing.is_some(),
             pending_events: open.pending_events.len(),
             faulted: open.faulted,
         })
@@ -298,9 +321,17 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
     /// is told, after those, that this generation is dead (paper §3.2).
     /// Takes the caller's clock like every entry point; closing starts no timer (`_now` unused).
     /// Returns the generation that closed, or `None` if the port was not open.
+    ///
+    /// This is the abrupt close (the process died): what the NIC had not yet taken from the send
+    /// ring, and messages not yet acknowledged, are dropped. [`Nic::begin_close`] is the orderly
+    /// one. Closing a port that is finishing an orderly close ends it now (and counts as finished
+    /// for [`Nic::take_finished_closes`]).
     pub fn close_port(&mut self, port: PortId, _now: Instant) -> Option<Generation> {
         let index = port.index()?;
         let open = self.ports.get_mut(index)?.open.take()?;
+        if open.closing.is_some() {
+            self.finished_closes |= 1 << index;
+        }
         let generation = open.generation;
         for connection in self.connections.iter_mut() {
             sdma::cancel_port_data(connection, index as u8);
@@ -320,6 +351,89 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
         self.forget_records_for(index);
         self.local_port_closed(index, generation);
         Some(generation)
+    }
+
+    /// Begins an orderly close of `port` (its process closed it): the NIC goes on taking what
+    /// the process posted to the send ring before the close, sends every message and barrier
+    /// packet of it, and closes the port (as [`Nic::close_port`]) once every message has been
+    /// acknowledged by its receiver or has failed for good, the running barrier (if any) has
+    /// ended, and every barrier packet of the port has been acknowledged (none waits to be sent
+    /// again). Events are no longer written: the
+    /// process is not reading them.
+    ///
+    /// Bounded: each message ends within the give-up time (an unreachable node) or the
+    /// receiver-not-ready time (no buffer) after it was sent, and the close happens at the latest
+    /// `give_up_after + receiver_not_ready_timeout` after it began, dropping whatever is left then.
+    /// A port whose rings the host broke closes at once.
+    ///
+    /// The board learns that the close finished — and that it may unmap the port's region — from
+    /// [`Nic::take_finished_closes`] after a [`Nic::poll`] (or at once, for a port with nothing
+    /// left to do). Returns the closing generation, or `None` if the port was not open.
+    pub fn begin_close(&mut self, port: PortId, now: Instant) -> Option<Generation> {
+        let index = port.index()?;
+        let limit = self
+            .config
+            .give_up_after
+            .saturating_add(self.config.receiver_not_ready_timeout);
+        let open = self.ports.get_mut(index)?.open.as_mut()?;
+        let generation = open.generation;
+        if open.closing.is_none() {
+            open.closing = Some(now.saturating_add(limit));
+            open.pending_events.clear();
+        }
+        if open.faulted.is_some() {
+            self.close_port(port, now);
+            return Some(generation);
+        }
+        self.poll_send_ring(index, now);
+        self.finish_closes(now);
+        Some(generation)
+    }
+
+    /// Whether `port` is finishing an orderly close.
+    pub fn is_closing(&self, port: PortId) -> bool {
+        port.index()
+            .and_then(|index| self.ports.get(index))
+            .and_then(|slot| slot.open.as_ref())
+            .is_some_and(|open| open.closing.is_some())
+    }
+
+    /// The ports (bit per port index) whose orderly close finished since the last call: the NIC
+    /// has let go of their regions.
+    pub fn take_finished_closes(&mut self) -> u8 {
+        core::mem::take(&mut self.finished_closes)
+    }
+
+    /// Closes every closing port that has finished (or whose close deadline passed).
+    fn finish_closes(&mut self, now: Instant) {
+        for index in 0..PORTS_PER_NIC {
+            let Some(open) = self.ports.get(index).and_then(|slot| slot.open.as_ref()) else {
+                continue;
+            };
+            let Some(deadline) = open.closing else {
+                continue;
+            };
+            let ring_empty = self
+                .hal
+                .port_memory(index)
+                .is_none_or(|memory| !matches!(open.send_ring.peek(memory), Ok(Some(_))));
+            // A barrier packet still queued or unacknowledged may yet be refused (its target
+            // not open yet) and need the port's retry list: wait until every one is through.
+            let barrier_packets_out = self.connections.iter().any(|connection| {
+                let ours =
+                    |body: &Body| matches!(body, Body::Barrier { port, .. } if usize::from(*port) == index);
+                connection.queue.iter().any(ours)
+                    || connection.sent.iter().any(|descriptor| ours(&descriptor.body))
+            });
+            let drained = ring_empty
+                && open.held_sends() == 0
+                && open.barrier.is_none()
+                && open.barrier_retries.is_empty()
+                && !barrier_packets_out;
+            if drained || now >= deadline {
+                self.close_port(PortId(index as u8), now);
+            }
+        }
     }
 
     fn forget_records_for(&mut self, port: usize) {
@@ -346,6 +460,7 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
         for index in 0..PORTS_PER_NIC {
             self.flush_events(index);
         }
+        self.finish_closes(now);
         busy
     }
 
@@ -366,6 +481,7 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
             for retry in open.barrier_retries.iter() {
                 at = time::earliest(at, Some(retry.next_attempt()));
             }
+            at = time::earliest(at, open.closing);
         }
         at
     }
@@ -404,6 +520,10 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
         let Some(open) = self.ports.get_mut(port).and_then(|slot| slot.open.as_mut()) else {
             return;
         };
+        if open.closing.is_some() {
+            // The process closed the port and reads no more events.
+            return;
+        }
         if open.pending_events.push_back(event).is_err() {
             // Unreachable by construction (`OpenPort::can_take_token`): every event answers a
             // held token. Count it rather than crash if the accounting is ever wrong.
@@ -421,7 +541,7 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
         let Some(open) = self.ports.get_mut(port).and_then(|slot| slot.open.as_mut()) else {
             return;
         };
-        if open.faulted.is_some() {
+        if open.faulted.is_some() || open.closing.is_some() {
             return;
         }
         let mut wrote = false;

@@ -48,6 +48,9 @@ pub(crate) struct OpenPort {
     pub(crate) barrier_retries: heapless::Vec<Retry, RETRIES>,
     /// Set when the host broke its event ring: the port stops until it is closed.
     pub(crate) faulted: Option<Status>,
+    /// Set by an orderly close ([`crate::Nic::begin_close`]): the port finishes what its process
+    /// posted, writes no more events, and closes when done or at this deadline.
+    pub(crate) closing: Option<crate::time::Instant>,
 }
 
 impl OpenPort {
@@ -65,6 +68,7 @@ impl OpenPort {
             barrier: None,
             barrier_retries: heapless::Vec::new(),
             faulted: None,
+            closing: None,
         }
     }
 

@@ -18,6 +18,7 @@ mod image;
 mod mpi;
 mod qemu;
 mod sim;
+mod soak;
 mod test;
 
 /// What every task returns: an error is printed and the task exits non-zero.
@@ -49,6 +50,9 @@ enum Task {
     Bench(bench::Args),
     /// Models: `sim barrier` predicts barrier latency from the paper's costs, to 65,536 nodes.
     Sim(sim::Args),
+    /// Real processes on the emulated NIC for a while: every barrier kind, messages, changing
+    /// groups, exits and kills, the fault injector; checks barrier safety and delivery.
+    Soak(soak::Args),
     /// The C API: regenerate or check its header (`header [--check]`), or install the library,
     /// header, nicbar.pc and nicctl under a prefix (`install --prefix DIR`).
     Capi(capi::Args),
@@ -68,6 +72,7 @@ fn main() -> ExitCode {
         Task::Sim(args) => sim::run(args),
         Task::Capi(args) => capi::run_capi(args),
         Task::Mpi(args) => mpi::run_mpi(args),
+        Task::Soak(args) => soak::run_soak(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

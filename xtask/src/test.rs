@@ -3,7 +3,8 @@
 //! It installs what it needs first (the firmware's embedded target through rustup, since these
 //! machines do not install targets on their own), then checks formatting and lints, builds the
 //! firmware for the embedded target, runs every test of the workspace and the ring under Miri,
-//! then builds the flashable image and runs it as NICs under QEMU (which prints its section sizes).
+//! a short soak of real processes (`cargo xtask soak`, about a minute), then builds the flashable
+//! image and runs it as NICs under QEMU (which prints its section sizes).
 
 use clap::Args as ClapArgs;
 
@@ -28,6 +29,9 @@ pub(crate) struct Args {
     /// Skip the Open MPI stage (the coll/nicbar component, C, Fortran and mpi4py's suite).
     #[arg(long)]
     no_mpi: bool,
+    /// Minutes of the soak on real processes (0 skips it).
+    #[arg(long, default_value_t = 1.0)]
+    soak_minutes: f64,
 }
 
 /// Runs the checks.
@@ -68,6 +72,10 @@ pub(crate) fn run_tests(args: Args) -> Result<()> {
         .current_dir(&root)
         .args(["test", "--workspace", "--doc"]))?;
     miri(&root)?;
+    if args.soak_minutes > 0.0 {
+        section("a short soak: real processes, every barrier kind, exits and kills, faults");
+        crate::soak::run_soak(crate::soak::Args::short(args.soak_minutes))?;
+    }
     if args.no_qemu {
         println!("\n(the QEMU stage was skipped: --no-qemu)");
     } else {

@@ -133,7 +133,17 @@ fn a_barrier_packet_from_a_dead_process_does_not_complete_its_successor_s_peer()
         [0u64; 0],
         "B' must wait for A'"
     );
-    assert!(net[1].nic.port_status(PortId(1)).unwrap().barrier_running);
+    let status = net[1].nic.port_status(PortId(1)).unwrap();
+    assert!(status.barrier_running);
+    let progress = status
+        .barrier
+        .expect("the status shows the running barrier");
+    assert_eq!((progress.step, progress.steps), (0, 1));
+    assert_eq!(
+        progress.waiting_for,
+        Some((NodeId::new(0), PortId(1), 0)),
+        "the status names the member the barrier waits for"
+    );
 
     net[0].start_barrier(1, &[exchange(1, 1, 0)], 0xa2, 0);
     net.run_for(Duration::from_millis(50));

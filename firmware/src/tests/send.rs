@@ -243,3 +243,58 @@ fn a_packet_the_wire_would_not_take_goes_on_a_later_poll_that_poll_at_asks_for()
         [(EventKind::SENT, Status::SUCCESS, 4)]
     );
 }
+
+#[test]
+fn an_orderly_close_sends_what_the_nic_had_not_taken_yet_then_closes() {
+    let mut net = Net::new(2);
+    net.open(0, 1);
+    net.open(1, 2);
+    provide_buffers(&mut net, (1, 2), 20);
+    // Posted, and the port closed before the NIC looked at its send ring.
+    for n in 0..20 {
+        send_message(&mut net, (0, 1), (1, 2), n, 16 + usize::from(n));
+    }
+    let now = net.now;
+    assert!(net[0].nic.begin_close(PortId(1), now).is_some());
+    assert!(net[0].nic.is_closing(PortId(1)));
+    assert_eq!(net[0].nic.take_finished_closes(), 0, "not done yet");
+
+    net.run();
+
+    let received = of_kind(&net[1].events(2), EventKind::RECEIVED);
+    assert_eq!(
+        received.len(),
+        20,
+        "every message posted before the close arrived"
+    );
+    assert_eq!(
+        net[0].nic.take_finished_closes(),
+        1 << 1,
+        "then the port closed"
+    );
+    assert!(net[0].nic.port_status(PortId(1)).is_none());
+    assert!(
+        net[0].events(1).is_empty(),
+        "a closing port's process reads no events; none are written"
+    );
+}
+
+#[test]
+fn an_orderly_close_ends_within_its_bound_when_the_receiver_takes_nothing() {
+    let mut net = Net::new(2);
+    net.open(0, 1);
+    net.open(1, 2); // provides no buffer: every message is refused for want of one
+    for n in 0..4 {
+        send_message(&mut net, (0, 1), (1, 2), n, 16);
+    }
+    let now = net.now;
+    net[0].nic.begin_close(PortId(1), now);
+    let config = *net[0].nic.config();
+    net.run_for(config.receiver_not_ready_timeout / 2);
+    assert!(net[0].nic.is_closing(PortId(1)), "still trying to deliver");
+
+    net.run_for(config.receiver_not_ready_timeout + config.give_up_after);
+
+    assert_eq!(net[0].nic.take_finished_closes(), 1 << 1);
+    assert!(net[0].nic.port_status(PortId(1)).is_none());
+}

@@ -12,8 +12,8 @@
 use std::fmt;
 
 use crate::message::{
-    ConnectionReport, ControlError, NicReport, NodeName, OpenedPort, PortReport, Reply, Request,
-    StatusReport, UnitStatus, WireCounters,
+    BarrierReport, ConnectionReport, ControlError, NicReport, NodeName, OpenedPort, PortReport,
+    Reply, Request, StatusReport, UnitStatus, WireCounters,
 };
 
 /// Why bytes did not decode to a message.
@@ -278,8 +278,18 @@ wire_struct!(PortReport {
     held_sends,
     receive_buffers,
     barrier_running,
+    barrier,
+    closing,
     pending_events,
     faulted
+});
+wire_struct!(BarrierReport {
+    step,
+    steps,
+    waiting_node,
+    waiting_port,
+    round,
+    sending
 });
 wire_struct!(ConnectionReport {
     peer,
@@ -499,6 +509,15 @@ mod tests {
                     held_sends: 2,
                     receive_buffers: 5,
                     barrier_running: true,
+                    barrier: Some(BarrierReport {
+                        step: 1,
+                        steps: 4,
+                        waiting_node: 2,
+                        waiting_port: 3,
+                        round: 1,
+                        sending: true,
+                    }),
+                    closing: true,
                     pending_events: 0,
                     faulted: Some(4),
                 }],

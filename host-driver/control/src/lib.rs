@@ -27,8 +27,8 @@ pub mod sys;
 pub use client::{ConnectError, connect, query_status};
 pub use frame::{MAX_FRAME, PROTOCOL_VERSION, call};
 pub use message::{
-    ConnectionReport, ControlError, NicReport, NodeName, OpenedPort, PortReport, Reply, Request,
-    StatusReport, UnitStatus, WireCounters,
+    BarrierReport, ConnectionReport, ControlError, NicReport, NodeName, OpenedPort, PortReport,
+    Reply, Request, StatusReport, UnitStatus, WireCounters,
 };
 pub use path::{
     ListenError, SOCKET_ENV, default_socket_path, listen, share_with_group, socket_path,

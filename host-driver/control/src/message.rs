@@ -238,10 +238,33 @@ pub struct PortReport {
     pub receive_buffers: usize,
     /// Whether a barrier runs.
     pub barrier_running: bool,
+    /// Where the running NIC-based barrier is, if one runs.
+    pub barrier: Option<BarrierReport>,
+    /// Whether the port is finishing an orderly close (its process asked to close it).
+    pub closing: bool,
     /// Events waiting for room in the event ring.
     pub pending_events: usize,
     /// The status that stopped the port, if the host broke its rings.
     pub faulted: Option<u8>,
+}
+
+/// A running NIC-based barrier (the firmware's `BarrierProgress`): how far it got and whom it
+/// waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BarrierReport {
+    /// The schedule step being worked on, from 0.
+    pub step: u32,
+    /// Steps in the schedule.
+    pub steps: u32,
+    /// The member the current step waits for: node, port, and the round of its packet.
+    pub waiting_node: u16,
+    /// See `waiting_node`.
+    pub waiting_port: u8,
+    /// See `waiting_node`.
+    pub round: u8,
+    /// The current step's own packet has not gone out yet (no room, or its target port is not
+    /// open): the barrier waits to send to that member rather than to hear from it.
+    pub sending: bool,
 }
 
 /// One connection's counters (the firmware's `ConnectionCounters`).

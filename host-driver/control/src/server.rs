@@ -75,6 +75,14 @@ pub trait PortBackend {
     /// The reply the process gets instead, naming what failed.
     fn close_port(&self, unit: u8, port: u8) -> Result<(), ControlError>;
 
+    /// Closes `port` of `unit` because its owner asked to, answering through `done` once the NIC
+    /// has closed it — for an orderly close, once it has finished what the process posted, which
+    /// may take a while: the server serves others meanwhile. By default, [`PortBackend::close_port`]
+    /// and answer at once.
+    fn close_port_later(&self, unit: u8, port: u8, done: CloseReply) {
+        done.send(self.close_port(unit, port));
+    }
+
     /// Closes `port` of `unit` because its owner's connection ended; nobody waits for the answer.
     fn abandon_port(&self, unit: u8, port: u8);
 
@@ -91,6 +99,42 @@ pub trait PortBackend {
 
     /// Called once as the server ends, after the stop doorbell `stop` rang (or epoll failed).
     fn shut_down(&mut self, stop: &OwnedFd);
+}
+
+/// The answer to a close request, to be written when the close is done (from any thread). Dropped
+/// unsent, it answers with an internal error, so a process never waits for nothing.
+#[derive(Debug)]
+pub struct CloseReply {
+    stream: Option<UnixStream>,
+}
+
+impl CloseReply {
+    /// Writes `result` to the process that asked (within the server's write deadline).
+    pub fn send(mut self, result: Result<(), ControlError>) {
+        self.write(result);
+    }
+
+    fn write(&mut self, result: Result<(), ControlError>) {
+        let Some(stream) = self.stream.take() else {
+            return;
+        };
+        let reply = match result {
+            Ok(()) => Reply::Closed,
+            Err(error) => Reply::Error(error),
+        };
+        if let Ok(frame) = frame::encode(&reply) {
+            // The process may be gone by now; then nobody is left to tell.
+            let _ = frame::write_frame(&stream, &frame, &[], Instant::now() + WRITE_TIMEOUT);
+        }
+    }
+}
+
+impl Drop for CloseReply {
+    fn drop(&mut self) {
+        self.write(Err(ControlError::Internal(
+            "the NIC stopped before the port finished closing".to_owned(),
+        )));
+    }
 }
 
 /// Who holds an open port, and which incarnation of it.
@@ -420,7 +464,11 @@ impl<B: PortBackend> ControlServer<B> {
                 break;
             }
             let (reply, fds) = match request {
-                Ok(request) => self.handle(token, request),
+                Ok(request) => match self.handle(token, request) {
+                    Some(answer) => answer,
+                    // The backend answers later (an orderly close).
+                    None => continue,
+                },
                 Err(error) => {
                     if let Some(client) = self.clients.get_mut(&token) {
                         client.closing = true;
@@ -498,8 +546,9 @@ impl<B: PortBackend> ControlServer<B> {
         true
     }
 
-    fn handle(&mut self, token: u64, request: Request) -> (Reply, Vec<OwnedFd>) {
-        match request {
+    /// Serves `request`: the reply to queue now, or `None` if the backend writes it later.
+    fn handle(&mut self, token: u64, request: Request) -> Option<(Reply, Vec<OwnedFd>)> {
+        Some(match request {
             Request::OpenPort {
                 unit,
                 port,
@@ -509,12 +558,13 @@ impl<B: PortBackend> ControlServer<B> {
                 Err(error) => (Reply::Error(error), Vec::new()),
             },
             Request::ClosePort => match self.close(token) {
-                Ok(()) => (Reply::Closed, Vec::new()),
+                // The backend answers when the NIC has closed the port.
+                Ok(()) => return None,
                 Err(error) => (Reply::Error(error), Vec::new()),
             },
             Request::Status => (Reply::Status(self.status()), Vec::new()),
             Request::Nodes => (Reply::Nodes(self.backend.node_names()), Vec::new()),
-        }
+        })
     }
 
     fn open(
@@ -567,14 +617,27 @@ impl<B: PortBackend> ControlServer<B> {
         Ok((opened, fds))
     }
 
+    /// Has the backend close the port `token` owns; the backend answers the process.
     fn close(&mut self, token: u64) -> Result<(), ControlError> {
-        let (unit, port) = self
+        let client = self
             .clients
             .get_mut(&token)
-            .and_then(|client| client.port.take())
             .ok_or(ControlError::NoPortOwned)?;
+        let (unit, port) = client.port.ok_or(ControlError::NoPortOwned)?;
+        let stream = client
+            .stream
+            .try_clone()
+            .map_err(|error| ControlError::Internal(format!("cannot answer later: {error}")))?;
+        client.port = None;
         self.free(unit, port);
-        self.backend.close_port(unit, port)
+        self.backend.close_port_later(
+            unit,
+            port,
+            CloseReply {
+                stream: Some(stream),
+            },
+        );
+        Ok(())
     }
 
     /// Frees the port in the owner table.

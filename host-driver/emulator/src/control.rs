@@ -11,10 +11,10 @@ use shared_abi::region::RegionLayout;
 
 use super::RegionShape;
 use super::hal::AttachedPort;
-use super::unit::{Command, UnitHandle};
+use super::unit::{CloseHow, Command, UnitHandle};
 use nicbar_control::Mapping;
 use nicbar_control::doorbell;
-use nicbar_control::server::{PortBackend, PortOwners};
+use nicbar_control::server::{CloseReply, PortBackend, PortOwners};
 use nicbar_control::{ControlError, NodeName, OpenedPort, UnitStatus};
 
 /// How long the control thread waits for a NIC thread to answer.
@@ -30,12 +30,12 @@ pub(crate) struct EmulatedUnits {
 }
 
 impl EmulatedUnits {
-    /// Tells the unit's NIC to close the port; `reply`, if given, hears when it has.
-    fn send_close(&self, unit: u8, port: u8, reply: Option<mpsc::Sender<()>>) {
+    /// Tells the unit's NIC to close the port, `how`.
+    fn send_close(&self, unit: u8, port: u8, how: CloseHow) {
         if let Some(handle) = self.units.get(usize::from(unit)) {
             handle.send(Command::Close {
                 port: PortId(port),
-                reply,
+                how,
             });
         }
     }
@@ -109,14 +109,21 @@ impl PortBackend for EmulatedUnits {
         let (reply, answer) = mpsc::channel();
         // The reply sender moves into the command, so a unit that has stopped answers at once,
         // by dropping it.
-        self.send_close(unit, port, Some(reply));
+        self.send_close(unit, port, CloseHow::Now(reply));
         answer
             .recv_timeout(UNIT_REPLY_TIMEOUT)
             .map_err(|_| ControlError::Internal(format!("NIC unit {unit} did not answer")))
     }
 
+    /// The process asked: the NIC finishes what it posted first (the close's answer waits for
+    /// that, bounded by the NIC's give-up and receiver-not-ready times).
+    fn close_port_later(&self, unit: u8, port: u8, done: CloseReply) {
+        // A unit that has stopped drops the command, and `done` answers with an error.
+        self.send_close(unit, port, CloseHow::Orderly(done));
+    }
+
     fn abandon_port(&self, unit: u8, port: u8) {
-        self.send_close(unit, port, None);
+        self.send_close(unit, port, CloseHow::Abandoned);
     }
 
     fn unit_status(&self, owners: &[PortOwners]) -> Vec<UnitStatus> {

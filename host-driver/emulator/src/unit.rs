@@ -33,7 +33,8 @@ use super::fault::{FaultConfig, FaultInjector};
 use super::hal::{AttachedPort, UnitHal};
 use super::wire::{self, Inbox, LocalFabric, Wire};
 use nicbar_control::doorbell;
-use nicbar_control::{ConnectionReport, NicReport, PortReport, UnitStatus};
+use nicbar_control::server::CloseReply;
+use nicbar_control::{BarrierReport, ConnectionReport, NicReport, PortReport, UnitStatus};
 
 /// Rounds of (packets in, poll, loopback) a unit runs before it looks at its commands again.
 const MAX_ROUNDS: usize = 256;
@@ -62,14 +63,24 @@ pub(crate) enum Command {
         reply: Sender<Result<Generation, OpenError>>,
     },
     /// Close `port` (its owner closed it or died) and unmap its region.
-    Close {
-        port: PortId,
-        reply: Option<Sender<()>>,
-    },
+    Close { port: PortId, how: CloseHow },
     /// Report.
     Status { reply: Sender<UnitStatus> },
     /// End the thread.
     Stop,
+}
+
+/// How a port closes, and who hears when it has.
+#[derive(Debug)]
+pub(crate) enum CloseHow {
+    /// Its process closed it: the NIC first finishes what the process posted
+    /// ([`Nic::begin_close`]), then answers.
+    Orderly(CloseReply),
+    /// At once, dropping what is unsent; `reply` hears when it is done.
+    Now(Sender<()>),
+    /// Its process is gone (its connection ended): at once, unless an orderly close it asked for
+    /// is under way — that one is finished.
+    Abandoned,
 }
 
 /// Everything a unit thread starts from.
@@ -218,6 +229,8 @@ pub(crate) fn spawn_all(setups: Vec<UnitSetup>) -> io::Result<Vec<UnitHandle>> {
                         inbox,
                         origin,
                         arrivals: VecDeque::new(),
+                        closing: Default::default(),
+                        waiting_opens: Default::default(),
                         stale_rounds: 0,
                         stale_reported: false,
                         stopped: false,
@@ -357,7 +370,14 @@ struct UnitLoop {
     stale_reported: bool,
     /// Told to stop: its ports are closed and it runs no more.
     stopped: bool,
+    /// Ports finishing an orderly close, with the answer their process waits for.
+    closing: [Option<CloseReply>; PORTS_PER_NIC],
+    /// Opens of a port that was still finishing an orderly close: served when it has.
+    waiting_opens: [Option<WaitingOpen>; PORTS_PER_NIC],
 }
+
+/// An open request waiting for the port's orderly close to finish.
+type WaitingOpen = (AttachedPort, Sender<Result<Generation, OpenError>>);
 
 impl UnitLoop {
     fn now(&self) -> Instant {
@@ -393,25 +413,90 @@ impl UnitLoop {
                 attached,
                 reply,
             } => {
+                if self.nic.is_closing(port)
+                    && let Some(waiting) = port
+                        .index()
+                        .and_then(|index| self.waiting_opens.get_mut(index))
+                    && waiting.is_none()
+                {
+                    // The port's last process closed it and the NIC is finishing what it
+                    // posted (bounded by the close limit): open it once that is done.
+                    *waiting = Some((attached, reply));
+                    return;
+                }
                 let _ = reply.send(self.open(port, attached, now));
             }
-            Command::Close { port, reply } => {
-                self.nic.close_port(port, now);
-                if let Some(slot) = port
-                    .index()
-                    .and_then(|index| self.nic.hal_mut().ports.get_mut(index))
-                {
-                    // The NIC has let go of the region; unmapping it is safe now.
-                    *slot = None;
+            Command::Close { port, how } => match how {
+                CloseHow::Orderly(done) => {
+                    let Some(index) = port.index() else {
+                        done.send(Ok(()));
+                        return;
+                    };
+                    if self.nic.begin_close(port, now).is_some() {
+                        if let Some(slot) = self.closing.get_mut(index) {
+                            *slot = Some(done);
+                        }
+                    } else {
+                        self.unmap(port);
+                        done.send(Ok(()));
+                    }
+                    self.finish_closes(now);
                 }
-                if let Some(reply) = reply {
+                CloseHow::Now(reply) => {
+                    self.nic.close_port(port, now);
+                    self.unmap(port);
+                    self.finish_closes(now);
                     let _ = reply.send(());
                 }
-            }
+                CloseHow::Abandoned => {
+                    if !self.nic.is_closing(port) {
+                        self.nic.close_port(port, now);
+                        self.unmap(port);
+                    }
+                    self.finish_closes(now);
+                }
+            },
             Command::Status { reply } => {
                 let _ = reply.send(self.status());
             }
             Command::Stop => {}
+        }
+    }
+
+    /// Unmaps `port`'s region: the NIC has let go of it.
+    fn unmap(&mut self, port: PortId) {
+        if let Some(slot) = port
+            .index()
+            .and_then(|index| self.nic.hal_mut().ports.get_mut(index))
+        {
+            *slot = None;
+        }
+    }
+
+    /// Ports whose orderly close finished: unmap them, answer their processes, and serve opens
+    /// that waited for them.
+    fn finish_closes(&mut self, now: Instant) {
+        let finished = self.nic.take_finished_closes();
+        if finished == 0 {
+            return;
+        }
+        for index in (0..PORTS_PER_NIC).filter(|index| finished & (1 << index) != 0) {
+            let port = PortId(index as u8);
+            self.unmap(port);
+            if let Some(done) = self.closing.get_mut(index).and_then(Option::take) {
+                done.send(Ok(()));
+            }
+            if let Some((attached, reply)) =
+                self.waiting_opens.get_mut(index).and_then(Option::take)
+            {
+                let opened = self.open(port, attached, now);
+                if reply.send(opened).is_err() && opened.is_ok() {
+                    // The control thread stopped waiting (the close took longer than it waits):
+                    // nobody owns the port, so it must not stay open.
+                    self.nic.close_port(port, now);
+                    self.unmap(port);
+                }
+            }
         }
     }
 
@@ -463,6 +548,7 @@ impl UnitLoop {
                 self.nic.on_packet(&packet, now);
                 busy = true;
             }
+            self.finish_closes(now);
             busy
         }
     }
@@ -545,6 +631,8 @@ impl UnitLoop {
                 held_sends: status.held_sends,
                 receive_buffers: status.receive_buffers,
                 barrier_running: status.barrier_running,
+                barrier: status.barrier.as_ref().map(barrier_report),
+                closing: status.closing,
                 pending_events: status.pending_events,
                 faulted: status.faulted.map(|s| s.0),
             })
@@ -563,6 +651,21 @@ impl UnitLoop {
             counters: nic_report(self.nic.counters()),
             wire: self.nic.hal().wire.counters,
         }
+    }
+}
+
+/// The report of a running barrier's `progress`.
+fn barrier_report(progress: &firmware::BarrierProgress) -> BarrierReport {
+    let (node, port, round) = progress
+        .waiting_for
+        .map_or((0, 0, 0), |(node, port, round)| (node.get(), port.0, round));
+    BarrierReport {
+        step: progress.step as u32,
+        steps: progress.steps as u32,
+        waiting_node: node,
+        waiting_port: port,
+        round,
+        sending: progress.sending,
     }
 }
 

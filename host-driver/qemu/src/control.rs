@@ -80,6 +80,8 @@ impl PortBackend for QemuMachines {
                             held_sends: 0,
                             receive_buffers: 0,
                             barrier_running: false,
+                            barrier: None,
+                            closing: false,
                             pending_events: 0,
                             faulted: None,
                         })

@@ -66,6 +66,9 @@ pub struct BarrierCampaign {
     /// Processes whose port opens late, after their peers already sent them barrier packets
     /// (refused while closed and sent again, paper §3.2).
     pub late_opens: usize,
+    /// Processes close their port (in order) as soon as they finished their last barrier, while
+    /// their last packets may still be on their way: their peers must complete all the same.
+    pub exit_when_done: bool,
 }
 
 impl BarrierCampaign {
@@ -114,6 +117,7 @@ impl BarrierCampaign {
             } else {
                 0
             },
+            exit_when_done: rng.chance(0.5),
         }
     }
 }
@@ -483,6 +487,10 @@ fn enter_next_barrier(
     }
     let Some(&index) = process.program.get(process.position) else {
         process.state = State::Done;
+        if campaign.exit_when_done {
+            // The process ends at once; its port closes in order.
+            world.close_port_orderly(process.node, process.port);
+        }
         return Ok(());
     };
     let barrier = &mut barriers[index];

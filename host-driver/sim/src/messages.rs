@@ -37,6 +37,9 @@ pub struct MessageCampaign {
     pub node_stops: usize,
     /// Receivers provide few buffers and run rarely (exercises the no-buffer path).
     pub slow_receivers: bool,
+    /// Ports whose process posts a burst of messages and closes the port at once (an orderly
+    /// close: every message must still arrive), reopening a little later.
+    pub orderly_closes: usize,
 }
 
 impl MessageCampaign {
@@ -72,6 +75,11 @@ impl MessageCampaign {
             },
             node_stops: if nodes > 2 && rng.chance(0.16) { 1 } else { 0 },
             slow_receivers: rng.chance(0.2),
+            orderly_closes: if rng.chance(0.5) {
+                rng.range(1..4) as usize
+            } else {
+                0
+            },
         }
     }
 }
@@ -167,6 +175,7 @@ struct PortProgram {
 const ACTION_CLOSE: u64 = 1;
 const ACTION_REOPEN: u64 = 2;
 const ACTION_STOP: u64 = 3;
+const ACTION_ORDERLY_CLOSE: u64 = 4;
 
 fn action(kind: u64, node: usize, port: usize) -> Happening {
     Happening::Action {
@@ -223,6 +232,14 @@ pub fn run(campaign: &MessageCampaign) -> Result<CampaignReport, CampaignFailure
         let at = Duration::from_micros(world.rng.range(20..2_000));
         world.schedule_in(at, action(ACTION_CLOSE, node, port));
     }
+    for _ in 0..campaign.orderly_closes {
+        let node = world.rng.below(campaign.nodes as u64) as usize;
+        let port = world.rng.below(campaign.ports as u64) as usize;
+        let at = Duration::from_micros(world.rng.range(20..2_000));
+        world.schedule_in(at, action(ACTION_ORDERLY_CLOSE, node, port));
+    }
+    // Incarnations (node, port, incarnation) that closed in order: all they posted must arrive.
+    let mut orderly: BTreeSet<(u16, u8, u32)> = BTreeSet::new();
     let mut stopped_nodes = BTreeSet::new();
     for _ in 0..campaign.node_stops {
         let node = world.rng.below(campaign.nodes as u64) as usize;
@@ -242,9 +259,10 @@ pub fn run(campaign: &MessageCampaign) -> Result<CampaignReport, CampaignFailure
     loop {
         let done = programs.iter().enumerate().all(|(node, ports)| {
             stopped_nodes.contains(&node)
-                || ports
-                    .iter()
-                    .all(|p| !p.alive || (p.to_send == 0 && p.in_flight.is_empty()))
+                || ports.iter().enumerate().all(|(port, p)| {
+                    !world.is_closing(node, port)
+                        && (!p.alive || (p.to_send == 0 && p.in_flight.is_empty()))
+                })
         });
         if done {
             break;
@@ -310,6 +328,52 @@ pub fn run(campaign: &MessageCampaign) -> Result<CampaignReport, CampaignFailure
                         let back = Duration::from_micros(world.rng.range(50..1_500));
                         world.schedule_in(back, action(ACTION_REOPEN, node, port));
                     }
+                    ACTION_ORDERLY_CLOSE
+                        if programs[node][port].alive && !stopped_nodes.contains(&node) =>
+                    {
+                        // The process posts what it has left (as many messages as it holds
+                        // tokens for), rings the doorbell and closes the port at once.
+                        drain_events(
+                            &mut world,
+                            node,
+                            port,
+                            &mut programs[node][port],
+                            &mut fates,
+                            &mut last_delivered,
+                            &mut delivered,
+                        )
+                        .map_err(fail)?;
+                        let program = &mut programs[node][port];
+                        let burst = program.rings.send_tokens;
+                        program.to_send = program.to_send.max(burst);
+                        post_messages(
+                            &mut world,
+                            campaign,
+                            node,
+                            port,
+                            &mut programs[node][port],
+                            burst,
+                            &mut fates,
+                            &mut report,
+                        )
+                        .map_err(fail)?;
+                        world.doorbell(node);
+                        let program = &mut programs[node][port];
+                        program.alive = false;
+                        orderly.insert((node as u16, port as u8, program.incarnation));
+                        // Peers' sends to it may fail from now on.
+                        ever_closed.insert((node as u16, port as u8));
+                        world.close_port_orderly(node, port);
+                        let back = Duration::from_micros(world.rng.range(50..1_500));
+                        world.schedule_in(back, action(ACTION_REOPEN, node, port));
+                    }
+                    ACTION_REOPEN if world.is_closing(node, port) => {
+                        // The NIC is still finishing the orderly close: the new process waits.
+                        world.schedule_in(
+                            Duration::from_micros(50),
+                            action(ACTION_REOPEN, node, port),
+                        );
+                    }
                     ACTION_REOPEN if !stopped_nodes.contains(&node) => {
                         let rings = world.open_port(node, port);
                         let program = &mut programs[node][port];
@@ -373,55 +437,18 @@ pub fn run(campaign: &MessageCampaign) -> Result<CampaignReport, CampaignFailure
                     to_provide -= 1;
                 }
                 // Send a few messages if tokens allow.
-                let burst = world.rng.range(1..5);
-                for _ in 0..burst {
-                    if program.to_send == 0 || program.rings.send_tokens == 0 {
-                        break;
-                    }
-                    let Some(slot) = program.rings.free_send_slots.pop() else {
-                        break;
-                    };
-                    let dst_node = world.rng.below(campaign.nodes as u64) as u16;
-                    let dst_port = world.rng.below(campaign.ports as u64) as u8;
-                    let stream = Stream {
-                        src_node: node as u16,
-                        src_port: port as u8,
-                        incarnation: program.incarnation,
-                        dst_node,
-                        dst_port,
-                    };
-                    let number = program.next_number.entry((dst_node, dst_port)).or_insert(0);
-                    let this = *number;
-                    *number += 1;
-                    let length = world.rng.range(
-                        MESSAGE_HEADER as u64..u64::from(max_length_for_size(SIZE_CLASS)) + 1,
-                    ) as usize;
-                    let bytes = encode(stream, this, length);
-                    let offset = HostRings::slot_offset(slot);
-                    program.rings.write_arena(memory, offset, &bytes);
-                    let context = program.next_context;
-                    program.next_context += 1;
-                    let token = SendToken {
-                        kind: SendKind::DATA,
-                        priority: Priority::LOW,
-                        size: SIZE_CLASS,
-                        target_node: NodeId::new(dst_node),
-                        target_port: PortId(dst_port),
-                        length: (length as u32).into(),
-                        buffer: offset.into(),
-                        context: context.into(),
-                        ..SendToken::default()
-                    };
-                    if program.rings.post_send(memory, &token).is_err() {
-                        return Err(fail(format!(
-                            "node {node} port {port}: send ring refused a token the host held"
-                        )));
-                    }
-                    program.to_send -= 1;
-                    program.in_flight.insert(context, (stream, this, slot));
-                    fates.insert((stream, this), Fate::Pending);
-                    report.sent += 1;
-                }
+                let burst = world.rng.range(1..5) as u32;
+                post_messages(
+                    &mut world,
+                    campaign,
+                    node,
+                    port,
+                    &mut programs[node][port],
+                    burst,
+                    &mut fates,
+                    &mut report,
+                )
+                .map_err(fail)?;
                 world.doorbell(node);
                 let interval = if campaign.slow_receivers {
                     world.rng.range(50..400)
@@ -443,11 +470,42 @@ pub fn run(campaign: &MessageCampaign) -> Result<CampaignReport, CampaignFailure
             && programs[usize::from(stream.src_node)][usize::from(stream.src_port)].incarnation
                 == stream.incarnation
             && programs[usize::from(stream.src_node)][usize::from(stream.src_port)].alive;
+        let closed_in_order =
+            orderly.contains(&(stream.src_node, stream.src_port, stream.incarnation))
+                && !stopped_nodes.contains(&usize::from(stream.src_node));
         match fate {
             Fate::Pending if sender_alive => {
                 return Err(fail(format!(
                     "{stream:?} message {number}: no completion event (hang)"
                 )));
+            }
+            Fate::Pending if closed_in_order => {
+                // The sender closed its port in order after posting this: the NIC had to finish
+                // it. Unless the receiver went away (or may have had no buffer for it), it arrived.
+                let (n, p) = (usize::from(stream.dst_node), usize::from(stream.dst_port));
+                let excused = stopped_nodes.contains(&n)
+                    || ever_closed.contains(&(stream.dst_node, stream.dst_port))
+                    || campaign.slow_receivers;
+                if !excused && !delivered.contains(&(*stream, *number)) {
+                    if programs[n][p].alive {
+                        drain_events(
+                            &mut world,
+                            n,
+                            p,
+                            &mut programs[n][p],
+                            &mut BTreeMap::new(),
+                            &mut last_delivered,
+                            &mut delivered,
+                        )
+                        .map_err(fail)?;
+                    }
+                    if !delivered.contains(&(*stream, *number)) {
+                        return Err(fail(format!(
+                            "{stream:?} message {number}: posted before an orderly close, never \
+                             delivered"
+                        )));
+                    }
+                }
             }
             Fate::Pending => {}
             Fate::Sent(Status::SUCCESS) => {
@@ -503,6 +561,74 @@ pub fn run(campaign: &MessageCampaign) -> Result<CampaignReport, CampaignFailure
     report.virtual_time = world.now().saturating_since(firmware::Instant::ZERO);
     report.steps = world.steps;
     Ok(report)
+}
+
+/// Posts up to `burst` messages from `port` of `node` to random ports (as far as its send
+/// tokens allow), recording each as pending.
+#[allow(clippy::too_many_arguments)]
+fn post_messages(
+    world: &mut World,
+    campaign: &MessageCampaign,
+    node: usize,
+    port: usize,
+    program: &mut PortProgram,
+    burst: u32,
+    fates: &mut BTreeMap<(Stream, u32), Fate>,
+    report: &mut CampaignReport,
+) -> Result<(), String> {
+    let Some(memory) = world.nodes[node].nic.hal().port_memory(port) else {
+        return Ok(());
+    };
+    for _ in 0..burst {
+        if program.to_send == 0 || program.rings.send_tokens == 0 {
+            break;
+        }
+        let Some(slot) = program.rings.free_send_slots.pop() else {
+            break;
+        };
+        let dst_node = world.rng.below(campaign.nodes as u64) as u16;
+        let dst_port = world.rng.below(campaign.ports as u64) as u8;
+        let stream = Stream {
+            src_node: node as u16,
+            src_port: port as u8,
+            incarnation: program.incarnation,
+            dst_node,
+            dst_port,
+        };
+        let number = program.next_number.entry((dst_node, dst_port)).or_insert(0);
+        let this = *number;
+        *number += 1;
+        let length = world
+            .rng
+            .range(MESSAGE_HEADER as u64..u64::from(max_length_for_size(SIZE_CLASS)) + 1)
+            as usize;
+        let bytes = encode(stream, this, length);
+        let offset = HostRings::slot_offset(slot);
+        program.rings.write_arena(memory, offset, &bytes);
+        let context = program.next_context;
+        program.next_context += 1;
+        let token = SendToken {
+            kind: SendKind::DATA,
+            priority: Priority::LOW,
+            size: SIZE_CLASS,
+            target_node: NodeId::new(dst_node),
+            target_port: PortId(dst_port),
+            length: (length as u32).into(),
+            buffer: offset.into(),
+            context: context.into(),
+            ..SendToken::default()
+        };
+        if program.rings.post_send(memory, &token).is_err() {
+            return Err(format!(
+                "node {node} port {port}: send ring refused a token the host held"
+            ));
+        }
+        program.to_send -= 1;
+        program.in_flight.insert(context, (stream, this, slot));
+        fates.insert((stream, this), Fate::Pending);
+        report.sent += 1;
+    }
+    Ok(())
 }
 
 /// Reads `port`'s events: send completions settle fates and return tokens; receptions are

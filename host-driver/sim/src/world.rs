@@ -18,6 +18,9 @@ use super::rng::Rng;
 /// peers of a few consecutive barriers of different algorithms at 1024 nodes.
 pub const SIM_CONNECTIONS: usize = 160;
 
+/// The longest a doorbell takes to reach a simulated NIC, by default.
+pub const DOORBELL_DELAY: Duration = Duration::from_micros(3);
+
 /// The NIC type the simulator runs.
 pub type SimNic = Nic<SimHal, SIM_CONNECTIONS>;
 
@@ -125,6 +128,8 @@ pub struct World {
     pub steps: u64,
     /// Packets put on the wire / lost / duplicated.
     pub wire_counts: [u64; 3],
+    /// The longest a doorbell takes to reach the NIC (zero: at once).
+    pub doorbell_delay: Duration,
 }
 
 impl World {
@@ -160,6 +165,7 @@ impl World {
             now: 0,
             steps: 0,
             wire_counts: [0; 3],
+            doorbell_delay: DOORBELL_DELAY,
         }
     }
 
@@ -255,14 +261,40 @@ impl World {
         self.after_nic(node);
     }
 
-    /// Rings `node`'s doorbell: its NIC polls now.
+    /// Rings `node`'s doorbell: its NIC polls after a random delay of up to
+    /// [`World::doorbell_delay`] (a real NIC notices a doorbell a little later, and the host goes
+    /// on meanwhile: it may post more, or close the port, before the NIC has looked).
     pub fn doorbell(&mut self, node: usize) {
-        self.poll(node);
+        let most = self.doorbell_delay.as_nanos() as u64;
+        if most == 0 {
+            self.poll(node);
+            return;
+        }
+        let delay = Duration::from_nanos(self.rng.below(most + 1));
+        self.schedule_in(delay, Happening::Poll { node });
+    }
+
+    /// The process on `port` of `node` closes it in order: the NIC first finishes what the
+    /// process posted, then lets go of the region ([`World::is_closing`] says when it has).
+    pub fn close_port_orderly(&mut self, node: usize, port: usize) {
+        let now = self.now();
+        self.nodes[node].nic.begin_close(PortId(port as u8), now);
+        self.after_nic(node);
+    }
+
+    /// Whether `port` of `node` is still finishing an orderly close.
+    pub fn is_closing(&self, node: usize, port: usize) -> bool {
+        self.nodes[node].nic.is_closing(PortId(port as u8))
     }
 
     /// Moves what the NIC transmitted onto the wire (through the fault plan) and schedules its
     /// next timer.
     fn after_nic(&mut self, node: usize) {
+        let finished = self.nodes[node].nic.take_finished_closes();
+        for port in (0..8).filter(|port| finished & (1 << port) != 0) {
+            // The NIC has let go of the region of a port it finished closing.
+            self.nodes[node].nic.hal_mut().set_region(port, None);
+        }
         let outbox = std::mem::take(&mut self.nodes[node].nic.hal_mut().outbox);
         for (destination, bytes) in outbox {
             self.wire_counts[0] += 1;

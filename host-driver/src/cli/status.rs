@@ -84,10 +84,25 @@ pub fn format_status(report: &StatusReport) -> String {
                 port.held_sends.to_string(),
                 port.receive_buffers.to_string(),
                 port.pending_events.to_string(),
-                match port.faulted {
-                    Some(status) => format!("faulted (status {status})"),
-                    None if port.barrier_running => "barrier".to_owned(),
-                    None => "ok".to_owned(),
+                match (port.faulted, port.barrier) {
+                    (Some(status), _) => format!("faulted (status {status})"),
+                    (None, Some(barrier)) => format!(
+                        "{}barrier step {}/{}, {} node {} port {} (round {})",
+                        if port.closing { "closing, " } else { "" },
+                        barrier.step + 1,
+                        barrier.steps,
+                        if barrier.sending {
+                            "sending to"
+                        } else {
+                            "waiting for"
+                        },
+                        barrier.waiting_node,
+                        barrier.waiting_port,
+                        barrier.round
+                    ),
+                    (None, None) if port.barrier_running => "barrier".to_owned(),
+                    (None, None) if port.closing => "closing".to_owned(),
+                    (None, None) => "ok".to_owned(),
                 },
             ]);
         }
@@ -211,6 +226,15 @@ fn port_json(port: &PortReport) -> Value {
         "held_sends": port.held_sends,
         "receive_buffers": port.receive_buffers,
         "barrier_running": port.barrier_running,
+        "barrier": port.barrier.map(|b| json!({
+            "step": b.step,
+            "steps": b.steps,
+            "waiting_node": b.waiting_node,
+            "waiting_port": b.waiting_port,
+            "round": b.round,
+            "sending": b.sending,
+        })),
+        "closing": port.closing,
         "pending_events": port.pending_events,
         "faulted": port.faulted,
     })
@@ -236,6 +260,7 @@ fn connection_json(c: &ConnectionReport) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nicbar_control::BarrierReport;
 
     #[test]
     fn the_status_table_lists_ports_and_connections() {
@@ -252,7 +277,16 @@ mod tests {
                     owner_pid: Some(4242),
                     held_sends: 0,
                     receive_buffers: 16,
-                    barrier_running: false,
+                    barrier_running: true,
+                    barrier: Some(BarrierReport {
+                        step: 2,
+                        steps: 4,
+                        waiting_node: 1,
+                        waiting_port: 3,
+                        round: 2,
+                        sending: false,
+                    }),
+                    closing: false,
                     pending_events: 0,
                     faulted: None,
                 }],
@@ -277,7 +311,10 @@ mod tests {
         let text = format_status(&report);
         assert!(text.starts_with("daemon pid 77, fault injector on (seed 5)\n"));
         assert!(
-            text.contains("\n0     2     1    4242   0      16         0       ok\n"),
+            text.contains(
+                "\n0     2     1    4242   0      16         0       \
+                 barrier step 3/4, waiting for node 1 port 3 (round 2)\n"
+            ),
             "{text}"
         );
         assert!(text.contains("\n0     9     10    2       0"), "{text}");

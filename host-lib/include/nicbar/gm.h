@@ -1163,9 +1163,11 @@ gm_status_t gm_open(struct gm_port **port,
                     unsigned int version);
 
 /**
- * Closes the port and frees everything it holds, its DMA memory included. NULL, or a port
- * closed already, is ignored. Called from a send callback, the close happens when gm_unknown
- * returns.
+ * Closes the port in order — the NIC first sends everything posted before, and the call returns
+ * once each message is acknowledged or has failed for good (at most the NIC's give-up time plus
+ * its receiver-not-ready time) — and frees everything it holds, its DMA memory included. NULL,
+ * or a port closed already, is ignored. Called from a send callback, the close happens when
+ * gm_unknown returns.
  *
  * # Safety
  * No other thread uses the port during or after the call.

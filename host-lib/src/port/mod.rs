@@ -19,8 +19,8 @@ use barriers::BarrierState;
 /// An open port (GM's `gm_port`). Sends, receive buffers and events go through the mapped rings;
 /// no system call per message, except a doorbell when the NIC asked for one.
 ///
-/// Dropping the port closes it (the daemon sees the connection close). Buffers still held keep
-/// the mapping alive.
+/// Dropping the port closes it in order, as [`Port::close`] does (waiting until what it posted is
+/// done). Buffers still held keep the mapping alive.
 #[derive(Debug)]
 pub struct Port {
     pub(crate) endpoint: Endpoint,
@@ -63,8 +63,10 @@ impl Port {
         }
     }
 
-    /// Closes the port and waits until the NIC has closed it (dropping the port closes it
-    /// without waiting). Peers' sends to it then end with `TARGET_PORT_CLOSED`.
+    /// Closes the port in order, as [`RawPort::close`] says: everything posted before goes out
+    /// first, and the call returns once it is acknowledged or has failed for good (bounded by the
+    /// NIC's give-up time plus its receiver-not-ready time). Dropping the port does the same.
+    /// Peers' sends to it then end with `TARGET_PORT_CLOSED`.
     ///
     /// # Errors
     /// [`Error::DaemonGone`] or a protocol error; the port is closed either way.

@@ -136,10 +136,12 @@ pub struct FabricNode {
 
 /// An open port at the level of its rings (GM's `gm_port` without the library's meaning).
 ///
-/// Dropping it closes the port (the daemon sees the connection close). Buffers still held keep
-/// the mapping alive.
+/// Dropping it closes the port in order, as [`RawPort::close`] does. Buffers still held keep the
+/// mapping alive.
 #[derive(Debug)]
 pub struct RawPort {
+    /// The daemon has been asked to close the port (by [`RawPort::close`] or the drop).
+    closed: bool,
     control: UnixStream,
     region: Arc<Region>,
     host_doorbell: OwnedFd,
@@ -154,6 +156,14 @@ pub struct RawPort {
     node: NodeId,
     generation: Generation,
     counters: PortCounters,
+}
+
+impl Drop for RawPort {
+    fn drop(&mut self) {
+        // Closing in order: what the process posted goes out first. Nothing to report to; a
+        // daemon that is gone closed the port already.
+        let _ = self.close_in_order();
+    }
 }
 
 impl RawPort {
@@ -214,15 +224,28 @@ impl RawPort {
             host_doorbell: opened.host_doorbell,
             nic_doorbell: opened.nic_doorbell,
             counters: PortCounters::default(),
+            closed: false,
         })
     }
 
-    /// Closes the port and waits until the NIC has closed it (dropping the port closes it
-    /// without waiting). Peers' sends to it then end with `TARGET_PORT_CLOSED`.
+    /// Closes the port in order: the NIC first sends everything posted before — messages and
+    /// barrier packets — and the close returns once each message has been acknowledged by its
+    /// receiver or has failed for good (its events are not reported any more). That takes at most
+    /// the NIC's give-up time plus its receiver-not-ready time (2 s each by default); what is left
+    /// then is dropped. Peers' sends to the port then end with `TARGET_PORT_CLOSED`. Dropping the
+    /// port does the same. A process that dies instead (killed) loses what the NIC had not sent;
+    /// its peers are told the port closed.
     ///
     /// # Errors
     /// [`Error::DaemonGone`] or a protocol error; the port is closed either way.
-    pub fn close(self) -> Result<(), Error> {
+    pub fn close(mut self) -> Result<(), Error> {
+        self.close_in_order()
+    }
+
+    fn close_in_order(&mut self) -> Result<(), Error> {
+        if std::mem::replace(&mut self.closed, true) {
+            return Ok(());
+        }
         control::close_port(&self.control)
     }
 

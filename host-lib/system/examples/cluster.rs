@@ -224,8 +224,7 @@ fn run(options: &Options) -> Result {
         }
         println!("(NIC/host below 1: the barrier in the NIC is the faster one)");
     }
-    // Nobody leaves while another still needs its port.
-    port.barrier(&world)?;
+    // The port closes in order as it drops: what it posted last still reaches the others.
     Ok(())
 }
 

@@ -293,8 +293,8 @@ fn campaign_role() {
         "done barriers={mine} fuzzy-tests={fuzzy_tests} in {:?}",
         started.elapsed()
     ));
-    // Stay until every member is done: a port that closes early takes its last messages with it.
-    assert_eq!(hear(), "finish");
+    // The port closes as the process ends, in order: the NIC first delivers what it posted (the
+    // last host-based barrier's messages), so nobody needs to wait for the others.
 }
 
 /// Runs a campaign with one process per socket of `endpoints` ((socket, unit, node)), all on
@@ -352,9 +352,6 @@ fn campaign(dir: &Path, endpoints: &[(PathBuf, u8, u16)], stages: &str, count: u
         stage_count,
         started.elapsed()
     );
-    for child in children.iter_mut() {
-        child.say("finish");
-    }
     for child in children.iter_mut() {
         child.wait_success(STAGE);
     }
