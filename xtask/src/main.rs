@@ -14,6 +14,7 @@ mod capi;
 mod command;
 mod demo;
 mod image;
+mod plot;
 mod qemu;
 mod sim;
 mod test;
