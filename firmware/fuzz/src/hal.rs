@@ -23,7 +23,7 @@ impl Memory {
 
     fn word(&self, offset: usize) -> Result<&[Cell<u8>], OutOfBounds> {
         check_range(self.bytes.len(), offset, 4)?;
-        if offset % 4 != 0 {
+        if !offset.is_multiple_of(4) {
             return Err(OutOfBounds { offset, len: 4 });
         }
         Ok(&self.bytes[offset..offset + 4])

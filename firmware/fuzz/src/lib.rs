@@ -17,8 +17,11 @@ mod parsers;
 pub use nic::{nic_packets, nic_sequence};
 pub use parsers::{image, packet, region};
 
+/// A target's body: runs one input, panics on a failure.
+pub type Body = fn(&[u8]);
+
 /// Every target: its name (the binary's and the corpus directory's) and its body.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Body)] = &[
     ("packet", packet),
     ("image", image),
     ("region", region),

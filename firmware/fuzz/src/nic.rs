@@ -120,10 +120,10 @@ impl Node {
     }
 
     fn write_arena(&mut self, port: u8, offset: u64, bytes: &[u8]) {
-        if let Some((memory, host)) = self.host(port) {
-            if let Some(at) = host.layout.arena_range(offset, bytes.len()) {
-                let _ = memory.write(at, bytes);
-            }
+        if let Some((memory, host)) = self.host(port)
+            && let Some(at) = host.layout.arena_range(offset, bytes.len())
+        {
+            let _ = memory.write(at, bytes);
         }
     }
 
@@ -246,10 +246,10 @@ impl Net {
             }
         }
         let next = self.nodes.iter().filter_map(|n| n.nic.poll_at()).min();
-        if let Some(next) = next {
-            if next > self.now {
-                self.now = next;
-            }
+        if let Some(next) = next
+            && next > self.now
+        {
+            self.now = next;
         }
     }
 

@@ -35,12 +35,12 @@ pub fn image(data: &[u8]) {
         return;
     };
     let mut bytes = rest.to_vec();
-    if mode & 1 == 1 {
-        if let Ok((mut header, payload)) = ImageHeader::read_from_prefix(&bytes) {
-            header.payload_crc32 = image::crc32(payload).into();
-            header.seal();
-            bytes[..image::HEADER_LEN].copy_from_slice(header.as_bytes());
-        }
+    if mode & 1 == 1
+        && let Ok((mut header, payload)) = ImageHeader::read_from_prefix(&bytes)
+    {
+        header.payload_crc32 = image::crc32(payload).into();
+        header.seal();
+        bytes[..image::HEADER_LEN].copy_from_slice(header.as_bytes());
     }
     let header_only = image::parse_header(&bytes);
     let parsed = image::parse(&bytes);
