@@ -5,6 +5,7 @@ use clap::{Args as ClapArgs, Subcommand};
 
 use crate::Result;
 use crate::command::{cargo, run};
+use crate::plot::{Axis, Colour, Figure, Panel, Series, Stroke};
 
 /// Options of `cargo xtask bench`.
 #[derive(ClapArgs)]
@@ -27,13 +28,16 @@ enum Bench {
         /// Round trips of each C measurement.
         #[arg(long, default_value_t = 5_000)]
         c_round_trips: usize,
-        /// Also write the results as CSV here.
+        /// Where to write bench-pingpong.csv and bench-pingpong.svg.
+        #[arg(long, default_value = "target")]
+        out: std::path::PathBuf,
+        /// Only draw OUT/bench-pingpong.svg from OUT/bench-pingpong.csv, without measuring.
         #[arg(long)]
-        csv: Option<std::path::PathBuf>,
+        plot_only: bool,
     },
     /// NIC-based against host-based barrier latency for pairwise exchange, gather-broadcast (best
     /// dimension) and dissemination (n = 1..4) at 2, 4, 8, 16 processes on the emulated NIC, in the
-    /// shape of the paper's Figure 5 (table, CSV, SVG); with Open MPI's MPI_Barrier (shared memory,
+    /// shape of the paper's Figure 5 (table, CSV, and a figure drawn from the CSV); with Open MPI's MPI_Barrier (shared memory,
     /// and TCP on loopback) as a reference row where mpirun is installed.
     Barrier {
         /// Process counts.
@@ -45,6 +49,10 @@ enum Bench {
         /// Where to write bench-barrier.csv and bench-barrier.svg.
         #[arg(long, default_value = "target")]
         out: std::path::PathBuf,
+        /// Only draw OUT/bench-barrier.svg from OUT/bench-barrier.csv, without measuring
+        /// (`--out docs --plot-only` redraws the committed figure).
+        #[arg(long)]
+        plot_only: bool,
         /// Skip the Open MPI reference even if it is installed.
         #[arg(long)]
         no_mpi: bool,
@@ -64,40 +72,54 @@ pub(crate) fn run_bench(args: Args) -> Result<()> {
         Bench::Pingpong {
             round_trips,
             c_round_trips,
-            csv,
+            out,
+            plot_only,
         } => {
-            let (c_pingpong, nicctl) = c_pingpong()?;
-            let mut command = example("bench_pingpong")?;
-            command.arg("--round-trips").arg(round_trips.to_string());
-            command.arg("--c-pingpong").arg(c_pingpong);
-            command.arg("--nicctl").arg(nicctl);
-            command
-                .arg("--c-round-trips")
-                .arg(c_round_trips.to_string());
-            if let Some(csv) = csv {
-                command.arg("--csv").arg(csv);
+            let out = crate::workspace_root().join(out);
+            let csv = out.join("bench-pingpong.csv");
+            if !plot_only {
+                std::fs::create_dir_all(&out)?;
+                let (c_pingpong, nicctl) = c_pingpong()?;
+                let mut command = example("bench_pingpong")?;
+                command.arg("--round-trips").arg(round_trips.to_string());
+                command.arg("--c-pingpong").arg(c_pingpong);
+                command.arg("--nicctl").arg(nicctl);
+                command
+                    .arg("--c-round-trips")
+                    .arg(c_round_trips.to_string());
+                command.arg("--csv").arg(&csv);
+                run(&mut command)?;
             }
-            run(&mut command)
+            draw(&csv, &out.join("bench-pingpong.svg"), pingpong_figure)
         }
         Bench::Barrier {
             sizes,
             barriers,
             out,
+            plot_only,
             no_mpi,
             spin,
         } => {
-            let mut command = example("bench_barrier")?;
-            let sizes: Vec<String> = sizes.iter().map(usize::to_string).collect();
-            command.arg("--sizes").arg(sizes.join(","));
-            command.arg("--barriers").arg(barriers.to_string());
-            command.arg("--out").arg(crate::workspace_root().join(out));
-            if no_mpi {
-                command.arg("--no-mpi");
+            let out = crate::workspace_root().join(out);
+            if !plot_only {
+                let mut command = example("bench_barrier")?;
+                let sizes: Vec<String> = sizes.iter().map(usize::to_string).collect();
+                command.arg("--sizes").arg(sizes.join(","));
+                command.arg("--barriers").arg(barriers.to_string());
+                command.arg("--out").arg(&out);
+                if no_mpi {
+                    command.arg("--no-mpi");
+                }
+                if spin {
+                    command.arg("--spin");
+                }
+                run(&mut command)?;
             }
-            if spin {
-                command.arg("--spin");
-            }
-            run(&mut command)
+            draw(
+                &out.join("bench-barrier.csv"),
+                &out.join("bench-barrier.svg"),
+                barrier_figure,
+            )
         }
         Bench::Mpi(args) => crate::mpi::run_bench(args),
     }
@@ -157,4 +179,246 @@ fn example(name: &str) -> Result<std::process::Command> {
         .join("examples")
         .join(name);
     Ok(std::process::Command::new(program))
+}
+
+/// Reads a benchmark's CSV, draws its figure with `figure`, and writes it to `svg`.
+fn draw(
+    csv: &std::path::Path,
+    svg: &std::path::Path,
+    figure: fn(&Csv) -> Result<Figure>,
+) -> Result<()> {
+    let text =
+        std::fs::read_to_string(csv).map_err(|e| format!("cannot read {}: {e}", csv.display()))?;
+    let table = Csv::parse(&text).map_err(|e| format!("{}: {e}", csv.display()))?;
+    figure(&table)?.write_svg(svg)?;
+    println!("drew {} from {}", svg.display(), csv.display());
+    Ok(())
+}
+
+/// A benchmark's CSV: a header line and rows of plain fields (no quoting: the benchmarks write
+/// none; only the first column, a name, may hold commas).
+struct Csv {
+    header: Vec<String>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Csv {
+    fn parse(text: &str) -> Result<Self> {
+        let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+        let header: Vec<String> = lines
+            .next()
+            .ok_or("empty CSV")?
+            .split(',')
+            .map(|f| f.trim().to_string())
+            .collect();
+        let rows = lines
+            .map(|line| {
+                let mut fields: Vec<String> =
+                    line.split(',').map(|f| f.trim().to_string()).collect();
+                // A name with commas in the first column ("NIC in-process, spin"): the surplus
+                // fields belong to it.
+                let surplus = fields.len().saturating_sub(header.len());
+                if surplus > 0 {
+                    let name = fields.drain(..=surplus).collect::<Vec<_>>().join(", ");
+                    fields.insert(0, name);
+                }
+                fields
+            })
+            .collect();
+        Ok(Self { header, rows })
+    }
+
+    /// The index of column `name`.
+    fn column(&self, name: &str) -> Result<usize> {
+        self.header
+            .iter()
+            .position(|h| h == name)
+            .ok_or_else(|| format!("no column {name:?} in {:?}", self.header).into())
+    }
+
+    /// Field `column` of `row`, as a number; `None` where it is empty.
+    fn number(row: &[String], column: usize) -> Result<Option<f64>> {
+        match row.get(column).map(String::as_str) {
+            None | Some("") => Ok(None),
+            Some(text) => {
+                Ok(Some(text.parse().map_err(|e| {
+                    format!("field {text:?} is not a number: {e}")
+                })?))
+            }
+        }
+    }
+}
+
+/// The barrier benchmark's figure, in the shape of the paper's Figure 5: (a) latency against
+/// processes, NIC-based solid and host-based dashed per algorithm family (gather-broadcast at its
+/// best dimension), Open MPI dotted; (b) the factor of improvement, host over NIC.
+fn barrier_figure(csv: &Csv) -> Result<Figure> {
+    let (processes, algorithm, nic, host) = (
+        csv.column("processes")?,
+        csv.column("algorithm")?,
+        csv.column("nic_us")?,
+        csv.column("host_us")?,
+    );
+    // (family, processes) -> best (nic, host), in first-seen order; and the references.
+    let mut families: Vec<String> = Vec::new();
+    let mut best: Vec<(String, f64, f64, f64)> = Vec::new();
+    let mut references: Vec<(String, f64, f64)> = Vec::new();
+    let mut sizes: Vec<f64> = Vec::new();
+    for row in &csv.rows {
+        let n = Csv::number(row, processes)?.ok_or("a row without processes")?;
+        let name = row.get(algorithm).ok_or("a row without algorithm")?;
+        let nic_us = Csv::number(row, nic)?.ok_or("a row without nic_us")?;
+        if !sizes.contains(&n) {
+            sizes.push(n);
+        }
+        let Some(host_us) = Csv::number(row, host)? else {
+            // A reference (Open MPI's MPI_Barrier) has one latency and no host-based twin.
+            references.push((name.clone(), n, nic_us));
+            continue;
+        };
+        let family = if name.starts_with("GB") {
+            "GB best".to_string()
+        } else {
+            name.clone()
+        };
+        if !families.contains(&family) {
+            families.push(family.clone());
+        }
+        match best.iter_mut().find(|b| b.0 == family && b.1 == n) {
+            Some(b) => {
+                b.2 = b.2.min(nic_us);
+                b.3 = b.3.min(host_us);
+            }
+            None => best.push((family, n, nic_us, host_us)),
+        }
+    }
+    sizes.sort_by(f64::total_cmp);
+
+    let x = Axis::log("processes").with_ticks(&sizes);
+    let mut latency = Panel::new(
+        "(a) barrier latency",
+        x.clone(),
+        Axis::log("latency per barrier (µs)"),
+    );
+    let mut factor = Panel::new(
+        "(b) factor of improvement",
+        x,
+        Axis::linear("host-based / NIC-based latency")
+            .including(0.0)
+            .including(1.0),
+    );
+    for (i, family) in families.iter().enumerate() {
+        let mut nic = Series::new(family, Colour::Palette(i), Stroke::Solid);
+        let mut host = Series::unlabelled(Colour::Palette(i), Stroke::Dashed);
+        let mut ratio = Series::new(family, Colour::Palette(i), Stroke::Solid);
+        for (_, n, nic_us, host_us) in best.iter().filter(|b| &b.0 == family) {
+            nic.point(*n, *nic_us);
+            host.point(*n, *host_us);
+            ratio.point(*n, host_us / nic_us);
+        }
+        latency.series.extend([nic, host]);
+        factor.series.push(ratio);
+    }
+    let mut names: Vec<&str> = Vec::new();
+    for (name, _, _) in &references {
+        if !names.contains(&name.as_str()) {
+            names.push(name);
+        }
+    }
+    for (i, name) in names.into_iter().enumerate() {
+        // The references take the palette's colours after the families'.
+        let colour = Colour::Palette(families.len() + i);
+        let mut series = Series::new(name, colour, Stroke::Dotted);
+        for (_, n, us) in references.iter().filter(|r| r.0 == name) {
+            series.point(*n, *us);
+        }
+        latency.series.push(series);
+    }
+    latency
+        .note(Stroke::Solid, "NIC-based")
+        .note(Stroke::Dashed, "host-based");
+    let mut parity = Series::new("equal (1x)", Colour::Gray, Stroke::Dashed);
+    if let (Some(first), Some(last)) = (sizes.first(), sizes.last()) {
+        parity.point(*first, 1.0).point(*last, 1.0);
+    }
+    factor.series.push(parity);
+    Ok(Figure {
+        title: "NIC-based against host-based barriers on the emulated NIC".into(),
+        panels: vec![latency, factor],
+    })
+}
+
+/// The ping-pong benchmark's figure: one-way latency at the median and the 99th percentile, one
+/// line per measurement (the NIC's solid, the references dotted), so both the typical latency
+/// and its tail compare at a glance.
+fn pingpong_figure(csv: &Csv) -> Result<Figure> {
+    let (name, p50, p99) = (
+        csv.column("measurement")?,
+        csv.column("p50_us")?,
+        csv.column("p99_us")?,
+    );
+    let mut panel = Panel::new(
+        "one-way latency of 64-byte messages",
+        Axis::linear("percentile of round trips (%)").with_ticks(&[50.0, 99.0]),
+        Axis::log("one-way latency (µs)"),
+    );
+    for (i, row) in csv.rows.iter().enumerate() {
+        let label = row.get(name).ok_or("a row without measurement")?;
+        let stroke = if label.starts_with("NIC") {
+            Stroke::Solid
+        } else {
+            Stroke::Dotted
+        };
+        let mut series = Series::new(label, Colour::Palette(i), stroke);
+        if let (Some(median), Some(tail)) = (Csv::number(row, p50)?, Csv::number(row, p99)?) {
+            series.point(50.0, median).point(99.0, tail);
+        }
+        panel.series.push(series);
+    }
+    Ok(Figure {
+        title: "Messages through the emulated NIC and two references".into(),
+        panels: vec![panel],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_with_commas_stays_one_field() {
+        let csv = Csv::parse("measurement,p50_us,mean_us,p99_us\nNIC in-process, spin,1.5,1.7,4\n")
+            .expect("parses");
+        assert_eq!(csv.rows[0][0], "NIC in-process, spin");
+        assert_eq!(Csv::number(&csv.rows[0], 3).expect("a number"), Some(4.0));
+    }
+
+    #[test]
+    fn the_barrier_figure_reports_best_gather_broadcast_and_references() {
+        let csv = Csv::parse(
+            "processes,algorithm,nic_us,host_us,factor\n\
+             2,PE,20,30,1.5\n2,GB d=1,40,90,2.25\n4,GB d=1,50,200,4\n4,GB d=2,45,100,2.2\n\
+             2,MPI_Barrier shm,0.2,,\n",
+        )
+        .expect("parses");
+        let figure = barrier_figure(&csv).expect("draws");
+        let latency = &figure.panels[0];
+        let labels: Vec<Option<&str>> = latency.series.iter().map(|s| s.label.as_deref()).collect();
+        assert_eq!(
+            labels,
+            [
+                Some("PE"),
+                None,
+                Some("GB best"),
+                None,
+                Some("MPI_Barrier shm")
+            ]
+        );
+        // GB at 4 processes: the best dimension of each mode.
+        assert_eq!(latency.series[2].points, [(2.0, 40.0), (4.0, 45.0)]);
+        assert_eq!(latency.series[3].points, [(2.0, 90.0), (4.0, 100.0)]);
+        let factor = &figure.panels[1];
+        assert_eq!(factor.series[1].points, [(2.0, 2.25), (4.0, 100.0 / 45.0)]);
+        assert!(figure.to_svg().is_ok());
+    }
 }

@@ -16,6 +16,7 @@ mod command;
 mod demo;
 mod image;
 mod mpi;
+mod plot;
 mod qemu;
 mod sim;
 mod soak;

@@ -3,7 +3,8 @@
 //! It installs what it needs first (the firmware's embedded target through rustup, since these
 //! machines do not install targets on their own), then checks formatting and lints, builds the
 //! firmware for the embedded target, runs every test of the workspace and the ring under Miri,
-//! a short soak of real processes (`cargo xtask soak`, about a minute), then builds the flashable
+//! a short soak of real processes (`cargo xtask soak`, about half a minute), replays the fuzz
+//! corpora and fuzzes each target briefly (cargo-fuzz, on nightly), then builds the flashable
 //! image and runs it as NICs under QEMU (which prints its section sizes).
 
 use clap::Args as ClapArgs;
@@ -32,7 +33,13 @@ pub(crate) struct Args {
     /// Minutes of the soak on real processes (0 skips it).
     #[arg(long, default_value_t = 1.0)]
     soak_minutes: f64,
+    /// Seconds of fuzzing per fuzz target (0: replay the corpora only).
+    #[arg(long, default_value_t = 15)]
+    fuzz_seconds: u64,
 }
+
+/// The fuzz crate (outside the workspace, as cargo-fuzz wants it).
+const FUZZ_DIR: &str = "firmware/fuzz";
 
 /// Runs the checks.
 pub(crate) fn run_tests(args: Args) -> Result<()> {
@@ -47,6 +54,16 @@ pub(crate) fn run_tests(args: Args) -> Result<()> {
         run(cargo().current_dir(&root).args([
             "clippy",
             "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]))?;
+        let fuzz = root.join(FUZZ_DIR);
+        run(cargo().current_dir(&fuzz).args(["fmt", "--", "--check"]))?;
+        run(cargo().current_dir(&fuzz).args([
+            "clippy",
+            "--no-default-features",
             "--all-targets",
             "--",
             "-D",
@@ -76,6 +93,7 @@ pub(crate) fn run_tests(args: Args) -> Result<()> {
         section("a short soak: real processes, every barrier kind, exits and kills, faults");
         crate::soak::run_soak(crate::soak::Args::short(args.soak_minutes))?;
     }
+    fuzz(&root, args.fuzz_seconds)?;
     if args.no_qemu {
         println!("\n(the QEMU stage was skipped: --no-qemu)");
     } else {
@@ -96,15 +114,7 @@ pub(crate) fn run_tests(args: Args) -> Result<()> {
 /// nightly toolchain; where the machine has none (it cannot be fetched here), says so and skips.
 fn miri(root: &std::path::Path) -> Result<()> {
     section("miri: the ring over raw memory");
-    let toolchains = std::process::Command::new("rustup")
-        .args(["toolchain", "list"])
-        .output();
-    let has_nightly = toolchains.as_ref().is_ok_and(|out| {
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .any(|l| l.starts_with("nightly"))
-    });
-    if !has_nightly {
+    if !has_nightly() {
         println!("miri skipped: this machine has no nightly toolchain, which Miri needs");
         return Ok(());
     }
@@ -134,6 +144,72 @@ fn miri(root: &std::path::Path) -> Result<()> {
             "--lib",
             "ring::",
         ]))
+}
+
+/// Whether rustup has a nightly toolchain (Miri and cargo-fuzz need one; it cannot be fetched
+/// on machines that have none).
+fn has_nightly() -> bool {
+    let toolchains = std::process::Command::new("rustup")
+        .args(["toolchain", "list"])
+        .output();
+    toolchains.as_ref().is_ok_and(|out| {
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .any(|l| l.starts_with("nightly"))
+    })
+}
+
+/// Replays every fuzz target's checked-in corpus as an ordinary test (any toolchain), then, where
+/// a nightly toolchain exists, installs cargo-fuzz if missing and fuzzes each target for
+/// `seconds`, starting from its corpus. New inputs go to `target/fuzz-corpus/` of the fuzz
+/// crate, so the checked-in corpora stay as they are; a crash fails the stage and leaves its input
+/// in `artifacts/`.
+fn fuzz(root: &std::path::Path, seconds: u64) -> Result<()> {
+    section("fuzz corpora, replayed");
+    let dir = root.join(FUZZ_DIR);
+    run(cargo()
+        .current_dir(&dir)
+        .args(["test", "--no-default-features"]))?;
+    section("fuzzing");
+    if seconds == 0 {
+        println!("fuzzing skipped: --fuzz-seconds 0");
+        return Ok(());
+    }
+    if !has_nightly() {
+        println!("fuzzing skipped: this machine has no nightly toolchain, which cargo-fuzz needs");
+        return Ok(());
+    }
+    let installed = std::process::Command::new("cargo")
+        .args(["fuzz", "--version"])
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if !installed && run(cargo().args(["install", "cargo-fuzz", "--locked"])).is_err() {
+        println!("fuzzing skipped: cargo-fuzz could not be installed");
+        return Ok(());
+    }
+    let mut targets: Vec<String> = std::fs::read_dir(dir.join("fuzz_targets"))?
+        .filter_map(|entry| {
+            let path = entry.ok()?.path();
+            (path.extension()? == "rs").then(|| path.file_stem()?.to_str().map(String::from))?
+        })
+        .collect();
+    targets.sort();
+    for target in &targets {
+        let scratch = dir.join("target").join("fuzz-corpus").join(target);
+        std::fs::create_dir_all(&scratch)?;
+        // Safe Rust throughout, so no sanitizer; debug assertions on, so overflow is a crash.
+        run(std::process::Command::new("cargo")
+            .current_dir(&dir)
+            .arg("+nightly")
+            .args(["fuzz", "run", "--sanitizer", "none", "--debug-assertions"])
+            .arg(target)
+            .arg(&scratch)
+            .arg(dir.join("corpus").join(target))
+            .arg("--")
+            .arg(format!("-max_total_time={seconds}"))
+            .args(["-timeout=5", "-max_len=8192"]))?;
+    }
+    Ok(())
 }
 
 fn section(name: &str) {

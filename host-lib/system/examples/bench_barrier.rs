@@ -26,7 +26,8 @@ usage: bench_barrier [--sizes 2,4,8,16] [--barriers K] [--out DIR] [--no-mpi] [-
 
   --sizes LIST    process counts (default 2,4,8,16)
   --barriers K    timed barriers per measurement, after K/10 to warm up (default 1000)
-  --out DIR       where to write bench-barrier.csv and bench-barrier.svg (default .)
+  --out DIR       where to write bench-barrier.csv (default .); `cargo xtask bench
+                  barrier` draws bench-barrier.svg from it
   --no-mpi        skip the Open MPI reference even if mpirun is installed
   --spin          processes spin on their event rings (yielding the core) instead of
                   sleeping on their doorbells, as MPI's shared-memory barrier spins;
@@ -203,9 +204,7 @@ fn orchestrate(args: &[String]) -> Result {
     print_table(&rows, &mpi_rows, &sizes);
     let csv = out.join("bench-barrier.csv");
     write_csv(&csv, &rows, &mpi_rows)?;
-    let svg = out.join("bench-barrier.svg");
-    std::fs::write(&svg, plot(&rows, &mpi_rows, &sizes))?;
-    println!("\nwrote {} and {}", csv.display(), svg.display());
+    println!("\nwrote {}", csv.display());
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
@@ -528,177 +527,6 @@ fn write_csv(path: &Path, rows: &[Row], mpi: &[(usize, &'static str, f64)]) -> R
     }
     std::fs::write(path, text)?;
     Ok(())
-}
-
-/// Two panels in the shape of Figure 5: (a) latency against processes, NIC solid and host dashed
-/// per algorithm (and MPI dotted); (b) the factor of improvement, host over NIC.
-fn plot(rows: &[Row], mpi: &[(usize, &'static str, f64)], sizes: &[usize]) -> String {
-    let picked = families(rows);
-    let colors = [
-        "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf",
-    ];
-    let mut names: Vec<String> = Vec::new();
-    for row in &picked {
-        if !names.contains(&row.algorithm) {
-            names.push(row.algorithm.clone());
-        }
-    }
-    let (w, h, pad) = (460.0, 320.0, 50.0);
-    let xs = |n: usize| {
-        let i = sizes.iter().position(|s| *s == n).unwrap_or(0) as f64;
-        pad + i * (w - 2.0 * pad) / (sizes.len().max(2) - 1) as f64
-    };
-    let max_latency = picked
-        .iter()
-        .map(|r| r.nic_us.max(r.host_us))
-        .chain(mpi.iter().map(|m| m.2))
-        .fold(1.0, f64::max)
-        * 1.1;
-    let max_factor = picked
-        .iter()
-        .map(|r| r.host_us / r.nic_us)
-        .fold(1.0, f64::max)
-        * 1.1;
-    let mut svg = format!(
-        "<svg xmlns='http://www.w3.org/2000/svg' width='{}' height='{}' font-family='sans-serif' font-size='11'>\n",
-        2.0 * w,
-        h + 60.0
-    );
-    for (panel, (title, max)) in [
-        ("(a) barrier latency (µs)", max_latency),
-        ("(b) factor of improvement, host / NIC", max_factor),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let x0 = panel as f64 * w;
-        let ys = |v: f64| h - pad + 10.0 - (v / max) * (h - 2.0 * pad);
-        let _ = writeln!(
-            svg,
-            "<text x='{}' y='20' font-size='13'>{title}</text>",
-            x0 + pad
-        );
-        let _ = writeln!(
-            svg,
-            "<line x1='{}' y1='{}' x2='{}' y2='{}' stroke='black'/>",
-            x0 + pad,
-            ys(0.0),
-            x0 + w - pad,
-            ys(0.0)
-        );
-        let _ = writeln!(
-            svg,
-            "<line x1='{}' y1='{}' x2='{}' y2='{}' stroke='black'/>",
-            x0 + pad,
-            ys(0.0),
-            x0 + pad,
-            ys(max)
-        );
-        for tick in 0..=4 {
-            let v = max * f64::from(tick) / 4.0;
-            let _ = writeln!(
-                svg,
-                "<text x='{}' y='{}' text-anchor='end'>{:.0}</text>",
-                x0 + pad - 4.0,
-                ys(v) + 4.0,
-                if panel == 1 { v * 100.0 } else { v }
-            );
-        }
-        if panel == 1 {
-            let _ = writeln!(
-                svg,
-                "<text x='{}' y='{}' font-size='9'>(x100)</text>",
-                x0 + 4.0,
-                ys(max) - 6.0
-            );
-        }
-        for n in sizes {
-            let _ = writeln!(
-                svg,
-                "<text x='{}' y='{}' text-anchor='middle'>{n}</text>",
-                x0 + xs(*n),
-                ys(0.0) + 16.0
-            );
-        }
-        let _ = writeln!(
-            svg,
-            "<text x='{}' y='{}' text-anchor='middle'>processes</text>",
-            x0 + w / 2.0,
-            ys(0.0) + 32.0
-        );
-        for (i, name) in names.iter().enumerate() {
-            let color = colors[i % colors.len()];
-            let series: Vec<&Row> = sizes
-                .iter()
-                .filter_map(|n| {
-                    picked
-                        .iter()
-                        .find(|r| &r.algorithm == name && r.processes == *n)
-                })
-                .collect();
-            let line = |value: &dyn Fn(&Row) -> f64| {
-                series
-                    .iter()
-                    .map(|r| format!("{:.1},{:.1}", x0 + xs(r.processes), ys(value(r))))
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            };
-            if panel == 0 {
-                let _ = writeln!(
-                    svg,
-                    "<polyline fill='none' stroke='{color}' stroke-width='2' points='{}'/>",
-                    line(&|r| r.nic_us)
-                );
-                let _ = writeln!(
-                    svg,
-                    "<polyline fill='none' stroke='{color}' stroke-width='2' stroke-dasharray='5,4' points='{}'/>",
-                    line(&|r| r.host_us)
-                );
-            } else {
-                let _ = writeln!(
-                    svg,
-                    "<polyline fill='none' stroke='{color}' stroke-width='2' points='{}'/>",
-                    line(&|r| r.host_us / r.nic_us)
-                );
-            }
-            let _ = writeln!(
-                svg,
-                "<text x='{}' y='{}' fill='{color}'>{name}</text>",
-                x0 + w - pad + 4.0 - 40.0,
-                40.0 + 14.0 * i as f64
-            );
-        }
-        if panel == 0 {
-            for (j, label) in ["MPI_Barrier shm", "MPI_Barrier tcp lo"].iter().enumerate() {
-                let points: Vec<String> = mpi
-                    .iter()
-                    .filter(|m| m.1 == *label)
-                    .map(|m| format!("{:.1},{:.1}", x0 + xs(m.0), ys(m.2)))
-                    .collect();
-                if !points.is_empty() {
-                    let _ = writeln!(
-                        svg,
-                        "<polyline fill='none' stroke='gray' stroke-width='1.5' stroke-dasharray='2,3' points='{}'/>",
-                        points.join(" ")
-                    );
-                    let _ = writeln!(
-                        svg,
-                        "<text x='{}' y='{}' fill='gray'>{label} (dotted)</text>",
-                        x0 + pad + 6.0,
-                        40.0 + 14.0 * j as f64
-                    );
-                }
-            }
-            let _ = writeln!(
-                svg,
-                "<text x='{}' y='{}'>solid: NIC-based, dashed: host-based</text>",
-                x0 + pad + 6.0,
-                h + 40.0
-            );
-        }
-    }
-    svg.push_str("</svg>\n");
-    svg
 }
 
 fn cpu_model() -> String {
