@@ -31,10 +31,10 @@ pub(crate) struct Args {
     #[arg(long)]
     no_mpi: bool,
     /// Minutes of the soak on real processes (0 skips it).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 0.5)]
     soak_minutes: f64,
     /// Seconds of fuzzing per fuzz target (0: replay the corpora only).
-    #[arg(long, default_value_t = 15)]
+    #[arg(long, default_value_t = 10)]
     fuzz_seconds: u64,
 }
 
