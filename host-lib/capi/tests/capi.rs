@@ -1013,6 +1013,24 @@ fn installed_with_pkg_config_a_program_builds_and_runs() {
         &mut compile,
         "cc pingpong.c $(pkg-config --cflags --libs nicbar)",
     );
+    // A GM program's own include line compiles unchanged with the same flags.
+    let gm_program = scratch.path().join("gm_include.c");
+    std::fs::write(
+        &gm_program,
+        "#include \"gm.h\"\nint main(void) { return gm_init() == GM_SUCCESS ? 0 : 1; }\n",
+    )
+    .unwrap();
+    let mut compile = cc();
+    compile
+        .arg(&gm_program)
+        .arg("-o")
+        .arg(scratch.path().join("gm_include"))
+        .args(cflags.split_whitespace())
+        .args(libs.split_whitespace());
+    run_to_success(
+        &mut compile,
+        "cc gm_include.c (#include \"gm.h\") $(pkg-config --cflags --libs nicbar)",
+    );
 
     let socket = scratch.path().join("control.sock");
     let mut nicctl = Command::new(prefix.join("bin/nicctl"))
