@@ -5,6 +5,7 @@ use core::ffi::{c_int, c_uint, c_void};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use super::port::send_from;
 use super::{event_type, guard, with_state};
 use crate::stall::Connection;
 use crate::status::fail;
@@ -26,18 +27,18 @@ pub unsafe extern "C" fn gm_send(
     target_port_id: c_uint,
 ) {
     guard("gm_send", (), || {
-        with_state(port, "gm_send", (), |state| {
-            state.send(
-                message as usize,
-                size,
-                length,
-                priority,
-                target_node_id,
-                target_port_id,
-                None,
-                0,
-            );
-        });
+        send_from(
+            "gm_send",
+            port,
+            message,
+            size,
+            length,
+            priority,
+            target_node_id,
+            Some(target_port_id),
+            None,
+            core::ptr::null_mut(),
+        );
     });
 }
 
@@ -55,19 +56,18 @@ pub unsafe extern "C" fn gm_send_to_peer(
     target_node_id: c_uint,
 ) {
     guard("gm_send_to_peer", (), || {
-        with_state(port, "gm_send_to_peer", (), |state| {
-            let own_port = c_uint::from(state.raw.port_id().0);
-            state.send(
-                message as usize,
-                size,
-                length,
-                priority,
-                target_node_id,
-                own_port,
-                None,
-                0,
-            );
-        });
+        send_from(
+            "gm_send_to_peer",
+            port,
+            message,
+            size,
+            length,
+            priority,
+            target_node_id,
+            None,
+            None,
+            core::ptr::null_mut(),
+        );
     });
 }
 
@@ -90,18 +90,18 @@ pub unsafe extern "C" fn gm_datagram_send(
     context: *mut c_void,
 ) {
     guard("gm_datagram_send", (), || {
-        with_state(port, "gm_datagram_send", (), |state| {
-            state.send(
-                message as usize,
-                size,
-                length,
-                priority,
-                target_node_id,
-                target_port_id,
-                callback,
-                context as usize,
-            );
-        });
+        send_from(
+            "gm_datagram_send",
+            port,
+            message,
+            size,
+            length,
+            priority,
+            target_node_id,
+            Some(target_port_id),
+            callback,
+            context,
+        );
     });
 }
 

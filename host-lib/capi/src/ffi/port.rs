@@ -417,18 +417,18 @@ pub unsafe extern "C" fn gm_send_with_callback(
     context: *mut c_void,
 ) {
     guard("gm_send_with_callback", (), || {
-        with_state(port, "gm_send_with_callback", (), |state| {
-            state.send(
-                message as usize,
-                size,
-                length,
-                priority,
-                target_node_id,
-                target_port_id,
-                callback,
-                context as usize,
-            );
-        });
+        send_from(
+            "gm_send_with_callback",
+            port,
+            message,
+            size,
+            length,
+            priority,
+            target_node_id,
+            Some(target_port_id),
+            callback,
+            context,
+        );
     });
 }
 
@@ -448,19 +448,18 @@ pub unsafe extern "C" fn gm_send_to_peer_with_callback(
     context: *mut c_void,
 ) {
     guard("gm_send_to_peer_with_callback", (), || {
-        with_state(port, "gm_send_to_peer_with_callback", (), |state| {
-            let own_port = c_uint::from(state.raw.port_id().0);
-            state.send(
-                message as usize,
-                size,
-                length,
-                priority,
-                target_node_id,
-                own_port,
-                callback,
-                context as usize,
-            );
-        });
+        send_from(
+            "gm_send_to_peer_with_callback",
+            port,
+            message,
+            size,
+            length,
+            priority,
+            target_node_id,
+            None,
+            callback,
+            context,
+        );
     });
 }
 
@@ -587,5 +586,39 @@ pub unsafe extern "C" fn gm_unknown(port: *mut gm_port, event: *mut gm_recv_even
             // above is gone.
             unsafe { close_now(port) };
         }
+    });
+}
+
+/// The body of every send export, inside its panic boundary (GM's forms differ only in what they
+/// leave out): posts the send on `port`, naming `function` in errors; a `target_port_id` of
+/// `None` is this port's own id (the "to peer" forms).
+#[allow(
+    clippy::too_many_arguments,
+    reason = "GM's send arguments, passed through from each export"
+)]
+pub(super) fn send_from(
+    function: &'static str,
+    port: *mut gm_port,
+    message: *mut c_void,
+    size: c_uint,
+    length: gm_size_t,
+    priority: c_uint,
+    target_node_id: c_uint,
+    target_port_id: Option<c_uint>,
+    callback: gm_send_completion_callback_t,
+    context: *mut c_void,
+) {
+    with_state(port, function, (), |state| {
+        let target_port_id = target_port_id.unwrap_or_else(|| c_uint::from(state.raw.port_id().0));
+        state.send(
+            message as usize,
+            size,
+            length,
+            priority,
+            target_node_id,
+            target_port_id,
+            callback,
+            context as usize,
+        );
     });
 }
