@@ -98,7 +98,7 @@ mod nic_loop {
         boot().run()
     }
 
-    /// Brings the board up and builds the NIC. Not inlined: building the NIC takes about 40 KiB
+    /// Brings the board up and builds the NIC. Not inlined: building the NIC takes tens of KiB
     /// of stack for a moment (`firmware::Nic::new` assembles part of its tables there before
     /// they are moved into `.bss`), and that frame must be gone before the main loop's frames
     /// stack up.

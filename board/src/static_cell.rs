@@ -1,5 +1,5 @@
-//! A place in `.bss` for the firmware's large state (the NIC is over 100 KiB; the stack is
-//! 16 KiB), initialised once at run time.
+//! A place in `.bss` for the firmware's large state (the NIC is over 100 KiB, more than the
+//! whole stack), initialised once at run time.
 #![allow(
     unsafe_code,
     reason = "handing out the one mutable reference to a static"

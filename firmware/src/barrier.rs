@@ -18,7 +18,7 @@
 
 use heapless::Vec;
 use shared_abi::event::{Event, EventKind, Status};
-use shared_abi::ids::{Generation, NodeId, PORTS_PER_NIC, PortId};
+use shared_abi::ids::{BarrierId, Generation, NodeId, PORTS_PER_NIC, PortId};
 use shared_abi::packet::{PacketHeader, RejectReason};
 use shared_abi::ring::SharedMemory;
 use shared_abi::schedule::{MAX_SCHEDULE_STEPS, Step, StepOp};
@@ -40,6 +40,7 @@ pub(crate) const RETRIES: usize = 64;
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Retry {
     step: Step,
+    barrier: BarrierId,
     at: Instant,
     until: Instant,
 }
@@ -59,6 +60,8 @@ pub struct BarrierRun {
     index: usize,
     /// The send half of the current `EXCHANGE` step went out.
     sent_current: bool,
+    /// Which barrier this is: only packets of the same barrier complete its steps.
+    barrier: BarrierId,
     context: u64,
     deadline: Instant,
     /// The current step's send found no room (queue or connection table full): try again then.
@@ -148,10 +151,14 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             0 => self.config.default_barrier_timeout,
             us => core::time::Duration::from_micros(u64::from(us)),
         };
+        if token.barrier.job.get() != 0 {
+            open.job = token.barrier.job.get();
+        }
         open.barrier = Some(BarrierRun {
             steps: schedule,
             index: 0,
             sent_current: false,
+            barrier: token.barrier,
             context: token.context.get(),
             deadline: now.saturating_add(timeout),
             stalled_until: None,
@@ -202,6 +209,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             else {
                 return;
             };
+            let barrier = run.barrier;
             let Some(step) = run.steps.get(run.index).copied() else {
                 self.finish_barrier(port, Status::SUCCESS, None);
                 return;
@@ -209,7 +217,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             let sends =
                 step.op == StepOp::SEND || (step.op == StepOp::EXCHANGE && !run.sent_current);
             if sends {
-                if !self.send_barrier_packet(port, step, now) {
+                if !self.send_barrier_packet(port, step, barrier, now) {
                     // No room now: wake up a little later to try again.
                     let retry = now.saturating_add(self.config.retry_interval);
                     if let Some(run) = self.running_barrier(port) {
@@ -227,7 +235,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 }
                 run.sent_current = true;
             }
-            if !self.take_recorded(port, step) {
+            if !self.take_recorded(port, step, barrier) {
                 return; // Wait for the packet.
             }
             let Some(run) = self.running_barrier(port) else {
@@ -242,20 +250,26 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         self.ports.get_mut(port)?.open.as_mut()?.barrier.as_mut()
     }
 
-    /// Consumes the packet `step` waits for, if it is recorded.
-    fn take_recorded(&mut self, port: usize, step: Step) -> bool {
+    /// Consumes the packet of `barrier` that `step` waits for, if it is recorded.
+    fn take_recorded(&mut self, port: usize, step: Step, barrier: BarrierId) -> bool {
         let source = usize::from(step.port.0);
         if step.node == self.node {
-            return self.local_record.take(port, source, step.round);
+            return self.local_record.take(port, source, barrier, step.round);
         }
         self.connection_index(step.node)
             .and_then(|index| self.connections.get_mut(index))
-            .is_some_and(|connection| connection.record.take(port, source, step.round))
+            .is_some_and(|connection| connection.record.take(port, source, barrier, step.round))
     }
 
     /// Sends one barrier packet: over the wire, or for a port of this NIC straight into the
     /// local record. Returns `false` if it could not go now.
-    fn send_barrier_packet(&mut self, port: usize, step: Step, now: Instant) -> bool {
+    fn send_barrier_packet(
+        &mut self,
+        port: usize,
+        step: Step,
+        barrier: BarrierId,
+        now: Instant,
+    ) -> bool {
         // Barrier packets from one port to one destination port stay in order: while an earlier
         // one waits to be sent again, later ones wait behind it (or the receiver would match a
         // next-barrier packet to the current barrier).
@@ -269,17 +283,23 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                     .any(|r| r.step.node == step.node && r.step.port == step.port)
             });
         if waiting {
-            self.schedule_retry(port, step, now);
+            self.schedule_retry(port, step, barrier, now);
             return true;
         }
-        self.put_barrier_packet(port, step, now)
+        self.put_barrier_packet(port, step, barrier, now)
     }
 
     /// Sends one barrier packet now: over the wire, or for a port of this NIC straight into the
     /// local record. Returns `false` if it could not go now (no room).
-    fn put_barrier_packet(&mut self, port: usize, step: Step, now: Instant) -> bool {
+    fn put_barrier_packet(
+        &mut self,
+        port: usize,
+        step: Step,
+        barrier: BarrierId,
+        now: Instant,
+    ) -> bool {
         if step.node != self.node {
-            return self.queue_barrier_packet(port, step.node, step.port, step.round, now);
+            return self.queue_barrier_packet(port, step.node, step.port, barrier, step.round, now);
         }
         let target = usize::from(step.port.0);
         let generation = self
@@ -287,30 +307,63 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             .get(port)
             .and_then(|slot| slot.open.as_ref())
             .map(|o| o.generation);
-        let target_open = self
-            .ports
-            .get(target)
-            .is_some_and(|slot| slot.open.is_some());
+        let target_slot = self.ports.get(target);
+        let target_open = target_slot.is_some_and(|slot| slot.open.is_some());
+        let target_gone = target_slot.is_some_and(|slot| {
+            slot.open.is_none() && slot.gone_job != 0 && slot.gone_job == barrier.job.get()
+        });
         match generation {
             Some(generation) if target_open => {
-                if self
+                match self
                     .local_record
-                    .record(target, port, generation, step.round)
-                    .is_err()
+                    .record(target, port, generation, barrier, step.round)
                 {
-                    // A third packet for one round: the target's schedule disagrees with ours.
-                    self.schedule_retry(port, step, now);
-                } else {
-                    self.advance_pending |= 1 << target;
+                    // A second packet for one round: the target's schedule disagrees with ours.
+                    Err(_) => self.schedule_retry(port, step, barrier, now),
+                    Ok(recorded) => {
+                        self.count_recorded(recorded);
+                        self.advance_pending |= 1 << target;
+                    }
                 }
             }
+            // Its last owner ran this job's barriers and is gone: the barrier cannot complete.
+            Some(_) if target_gone => self.barrier_target_gone(port, barrier, step.node, step.port),
             // Not open yet: try again later, as the wire path does (§3.2).
-            _ => self.schedule_retry(port, step, now),
+            _ => self.schedule_retry(port, step, barrier, now),
         }
         true
     }
 
-    fn schedule_retry(&mut self, port: usize, step: Step, now: Instant) {
+    /// Counts what recording a barrier packet did.
+    pub(crate) fn count_recorded(&mut self, recorded: crate::record::Recorded) {
+        if recorded == crate::record::Recorded::Evicted {
+            self.counters.barrier_packets_evicted += 1;
+        }
+    }
+
+    /// A barrier packet of `barrier` from `port` found its target `(node, dst_port)` gone for
+    /// good (closed by an owner that ran the same job's barriers): if `port` still runs that
+    /// barrier, it fails at once naming the member, instead of waiting for it to open.
+    pub(crate) fn barrier_target_gone(
+        &mut self,
+        port: usize,
+        barrier: BarrierId,
+        node: NodeId,
+        dst_port: PortId,
+    ) {
+        self.counters.barrier_targets_gone += 1;
+        if self
+            .ports
+            .get(port)
+            .and_then(|slot| slot.open.as_ref())
+            .and_then(|open| open.barrier.as_ref())
+            .is_some_and(|run| run.barrier == barrier)
+        {
+            self.finish_barrier(port, Status::TARGET_PORT_CLOSED, Some((node, dst_port)));
+        }
+    }
+
+    fn schedule_retry(&mut self, port: usize, step: Step, barrier: BarrierId, now: Instant) {
         let at = now.saturating_add(self.config.retry_interval);
         let default_until = now.saturating_add(self.config.default_barrier_timeout);
         let Some(open) = self.ports.get_mut(port).and_then(|slot| slot.open.as_mut()) else {
@@ -322,7 +375,12 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             .map_or(default_until, |run| run.deadline);
         if open
             .barrier_retries
-            .push(Retry { step, at, until })
+            .push(Retry {
+                step,
+                barrier,
+                at,
+                until,
+            })
             .is_err()
             && open.barrier.is_some()
         {
@@ -332,15 +390,16 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     }
 
     /// Barrier packets of ours to `(node, dst_port)` were refused or withdrawn because that port
-    /// is closed (`rounds`, in the order they were sent): send them again, in that order, until the
-    /// port opens or the deadline passes (§3.2). This outlives the barrier that sent them.
+    /// is closed (`packets`: barrier and round, in the order they were sent): send them again, in
+    /// that order, until the port opens or the deadline passes (§3.2). This outlives the barrier
+    /// that sent them.
     pub(crate) fn barrier_sends_refused(
         &mut self,
         port: usize,
         generation: Generation,
         node: NodeId,
         dst_port: PortId,
-        rounds: &[u8],
+        packets: &[(BarrierId, u8)],
         now: Instant,
     ) {
         let same_incarnation = self
@@ -349,8 +408,13 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             .and_then(|slot| slot.open.as_ref())
             .is_some_and(|o| o.generation == generation);
         if same_incarnation {
-            for round in rounds {
-                self.schedule_retry(port, Step::new(StepOp::SEND, node, dst_port, *round), now);
+            for (barrier, round) in packets {
+                self.schedule_retry(
+                    port,
+                    Step::new(StepOp::SEND, node, dst_port, *round),
+                    *barrier,
+                    now,
+                );
             }
         }
     }
@@ -391,43 +455,51 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             for retry in due {
                 busy = true;
                 let destination = (retry.step.node, retry.step.port);
-                if blocked.contains(&destination) || !self.put_barrier_packet(port, retry.step, now)
+                if blocked.contains(&destination)
+                    || !self.put_barrier_packet(port, retry.step, retry.barrier, now)
                 {
                     let _ = blocked.push(destination);
-                    self.schedule_retry(port, retry.step, now);
+                    self.schedule_retry(port, retry.step, retry.barrier, now);
                 }
             }
         }
         busy
     }
 
-    /// An in-order barrier packet arrived from `peer`: record it for its port and wake that port's
-    /// engine.
+    /// An in-order barrier packet of `barrier` arrived from `peer`: record it for its port and
+    /// wake that port's engine.
     ///
     /// # Errors
-    /// Port closed: the sender retries until the port opens (§3.2). Busy: a third packet for one
-    /// round, which a correct peer never sends.
+    /// Port closed: the sender retries until the port opens (§3.2). Port gone: the port's last
+    /// owner ran barriers of the packet's job and closed; the sender's barrier fails at once.
+    /// Busy: a second packet for one barrier and round, which a correct peer never sends.
     pub(crate) fn deliver_barrier_packet(
         &mut self,
         peer: NodeId,
         header: &PacketHeader,
+        barrier: BarrierId,
         now: Instant,
     ) -> Result<(), RejectReason> {
         let Some(port) = header.dst_port.index() else {
             return Err(RejectReason::PORT_CLOSED);
         };
-        if self.ports.get(port).is_none_or(|slot| slot.open.is_none()) {
-            return Err(RejectReason::PORT_CLOSED);
+        match self.ports.get(port) {
+            Some(slot) if slot.open.is_some() => {}
+            Some(slot) if slot.gone_job != 0 && slot.gone_job == barrier.job.get() => {
+                return Err(RejectReason::PORT_GONE);
+            }
+            _ => return Err(RejectReason::PORT_CLOSED),
         }
         let Some(source) = header.src_port.index() else {
             return Err(RejectReason::BUSY);
         };
         let index = self.connection_index(peer).ok_or(RejectReason::BUSY)?;
         let connection = self.connections.get_mut(index).ok_or(RejectReason::BUSY)?;
-        connection
+        let recorded = connection
             .record
-            .record(port, source, header.src_generation, header.aux)
+            .record(port, source, header.src_generation, barrier, header.aux)
             .map_err(|_| RejectReason::BUSY)?;
+        self.count_recorded(recorded);
         self.advance_pending |= 1 << port;
         self.run_pending_advances(now);
         Ok(())
@@ -509,16 +581,17 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         else {
             return;
         };
+        let barrier = run.barrier;
         let Some(step) = run.still_needs(node, peer_port) else {
             return;
         };
+        let source = usize::from(step.port.0);
         let recorded = if node == self.node {
-            self.local_record
-                .has(port, usize::from(step.port.0), step.round)
+            self.local_record.has(port, source, barrier, step.round)
         } else {
             self.connection_index(node)
                 .and_then(|i| self.connections.get(i))
-                .is_some_and(|c| c.record.has(port, usize::from(step.port.0), step.round))
+                .is_some_and(|c| c.record.has(port, source, barrier, step.round))
         };
         if !recorded {
             self.finish_barrier(port, status, Some((step.node, step.port)));
@@ -540,6 +613,12 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             return;
         };
         open.barrier_buffers = open.barrier_buffers.saturating_sub(1);
+        // Whatever of this barrier is still recorded (a failed barrier's stragglers) can complete
+        // nothing now.
+        self.local_record.forget_barrier(port, run.barrier);
+        for connection in self.connections.iter_mut() {
+            connection.record.forget_barrier(port, run.barrier);
+        }
         let (kind, (peer_node, peer_port)) = if status == Status::SUCCESS {
             self.counters.barriers_completed += 1;
             (EventKind::BARRIER_COMPLETED, (NodeId::new(0), PortId(0)))

@@ -7,7 +7,7 @@
 //! rebuilt from the host buffer its send token still owns.
 
 use heapless::Deque;
-use shared_abi::ids::{Generation, NodeId, PORTS_PER_NIC, PortId};
+use shared_abi::ids::{BarrierId, Generation, NodeId, PORTS_PER_NIC, PortId};
 use shared_abi::packet::RejectReason;
 
 use crate::record::UnexpectedBarrierRecord;
@@ -41,6 +41,7 @@ pub(crate) enum Body {
         port: u8,
         generation: Generation,
         dst_port: PortId,
+        barrier: BarrierId,
         round: u8,
         attempt: u8,
     },

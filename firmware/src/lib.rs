@@ -175,6 +175,12 @@ pub struct NicCounters {
     pub messages_delivered: u64,
     /// Packets dropped before parsing because their authentication code was wrong or missing.
     pub unauthenticated: u64,
+    /// Recorded barrier packets dropped to make room for a newer barrier's (what was left of a
+    /// barrier that failed at its sender; see the unexpected-barrier record).
+    pub barrier_packets_evicted: u64,
+    /// Barrier packets whose target port was gone for good (closed by an owner that ran the same
+    /// job's barriers).
+    pub barrier_targets_gone: u64,
 }
 
 /// The NIC: ports, connections, and the state machines over them.
@@ -328,7 +334,9 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
     /// for [`Nic::take_finished_closes`]).
     pub fn close_port(&mut self, port: PortId, _now: Instant) -> Option<Generation> {
         let index = port.index()?;
-        let open = self.ports.get_mut(index)?.open.take()?;
+        let slot = self.ports.get_mut(index)?;
+        let open = slot.open.take()?;
+        slot.gone_job = open.job;
         if open.closing.is_some() {
             self.finished_closes |= 1 << index;
         }

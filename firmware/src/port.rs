@@ -51,6 +51,9 @@ pub(crate) struct OpenPort {
     /// Set by an orderly close ([`crate::Nic::begin_close`]): the port finishes what its process
     /// posted, writes no more events, and closes when done or at this deadline.
     pub(crate) closing: Option<crate::time::Instant>,
+    /// The job of the port's latest barrier (0: none named yet); kept by the slot when the port
+    /// closes, so that a late peer of that job learns the port is gone for good.
+    pub(crate) job: u32,
 }
 
 impl OpenPort {
@@ -69,6 +72,7 @@ impl OpenPort {
             barrier_retries: heapless::Vec::new(),
             faulted: None,
             closing: None,
+            job: 0,
         }
     }
 
@@ -100,4 +104,8 @@ pub(crate) struct PortSlot {
     pub(crate) open: Option<OpenPort>,
     /// The last generation handed out for this port; the next open takes the one after.
     pub(crate) last_generation: u32,
+    /// The job whose barriers the port's last owner ran before it closed (0: none): barrier
+    /// packets of that job for the closed port are refused as gone for good, not "not open yet"
+    /// (paper §3.2's wait for a late opener still holds for every other job).
+    pub(crate) gone_job: u32,
 }

@@ -2,34 +2,73 @@
 //!
 //! The paper keeps one bit per (connection, source port): "a barrier packet from that port has
 //! arrived and not been consumed". That is enough for its PE and GB, where a pair of ports meets at
-//! most once per barrier. Two cases break it, and each has its own bit here:
+//! most once per barrier, every barrier completes, and a port takes part in one group. Real use
+//! breaks each of those, so every packet carries its barrier's identity
+//! ([`BarrierId`]: job, group, sequence) and the record keeps, per (destination port, source port),
+//! a few **slots**, each the rounds recorded for one barrier:
 //!
 //! - **A peer in several steps of one schedule** (the non-power-of-two PE fix-up; n-way
-//!   dissemination on small groups, where several rounds' peers coincide): arrivals are told apart by
-//!   the round they carry, so the bits are kept per round — `first` bit `r` means "one packet of
-//!   round `r` is waiting".
-//! - **A fast peer's packet for the next barrier** arriving before this barrier consumed the
-//!   same (peer, round) packet: a barrier completes nowhere before every member entered it, so a
-//!   peer runs at most one barrier ahead, and one more bit per round suffices — `second` bit `r`
-//!   means "a second packet of round `r` is waiting", the later barrier's.
+//!   dissemination on small groups, where several rounds' peers coincide): arrivals are told apart
+//!   by the round they carry — slot bit `r` means "the packet of round `r` is waiting".
+//! - **A fast peer's packet for its next barrier** arriving before this barrier consumed its own:
+//!   a barrier completes nowhere before every member entered it, so a peer runs at most one barrier
+//!   ahead, and two slots hold everything live.
+//! - **A failed barrier's stragglers** (and packets of a group this port will never run again) can
+//!   never be counted by another barrier: a step takes only a packet of its own barrier. A barrier
+//!   that ends forgets what is left of its own identity; what no barrier here ever claims is
+//!   evicted, oldest first, when a packet of a new barrier finds every slot taken. Packets from one
+//!   source port arrive in the order its barriers ran (the connection is in order, and refused
+//!   packets are resent in order), so the oldest slot is never a live barrier while a newer one
+//!   is: eviction can only drop a packet of a barrier that already failed at its sender.
 //!
-//! A third arrival for the same (port, round) would be a protocol violation by the sender; it is
+//! A second arrival for the same (barrier, round) would be a protocol violation by the sender; it is
 //! refused (the packet is rejected as BUSY, and the sender's retry or timeout decides).
 //!
-//! Each (destination port, source port) cell also keeps the sender's port generation: a packet
-//! from a newer incarnation of the source port supersedes what an older one left (paper §3.2).
+//! Each cell also keeps the sender's port generation: a packet from a newer incarnation of the
+//! source port supersedes what an older one left (paper §3.2).
 
-use shared_abi::ids::{Generation, PORTS_PER_NIC};
+use shared_abi::ids::{BarrierId, Generation, PORTS_PER_NIC};
 
-/// One cell: what (source port → destination port) has waiting, per round.
+/// Barriers one (destination port, source port) cell holds packets of at once: the live two
+/// (this barrier's and the next one's) and one more, so that a failed barrier's straggler is
+/// evicted before it could crowd out a live one.
+const SLOTS: usize = 3;
+
+/// The rounds recorded for one barrier.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Slot {
+    barrier: BarrierId,
+    /// Bit `r`: the packet of round `r` is waiting. Zero: the slot is free.
+    rounds: u32,
+}
+
+/// One cell: what (source port → destination port) has waiting, oldest barrier first.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Cell {
-    /// Bit `r`: one packet of round `r` waiting (the earliest barrier's).
-    first: u32,
-    /// Bit `r`: a second packet of round `r` waiting (the next barrier's; see module docs).
-    second: u32,
+    /// Taken slots first, in the order their first packet arrived.
+    slots: [Slot; SLOTS],
     /// Generation of the source port that sent what is recorded.
     generation: u32,
+}
+
+impl Cell {
+    /// Moves the taken slots to the front, keeping their order.
+    fn compact(&mut self) {
+        let mut taken = 0;
+        for i in 0..SLOTS {
+            if let Some(slot) = self.slots.get(i).copied()
+                && slot.rounds != 0
+            {
+                if let Some(front) = self.slots.get_mut(taken) {
+                    *front = slot;
+                }
+                taken += 1;
+            }
+        }
+        for slot in self.slots.iter_mut().skip(taken) {
+            *slot = Slot::default();
+        }
+    }
 }
 
 /// The record of one connection (one remote node, or this node for port-to-port barriers that
@@ -39,20 +78,32 @@ pub(crate) struct UnexpectedBarrierRecord {
     cells: [[Cell; PORTS_PER_NIC]; PORTS_PER_NIC],
 }
 
-/// Recording refused: a third packet for the same round and ports.
+/// Recording refused: a second packet for the same barrier and round, or ports or round out of
+/// range.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct RecordFull;
 
+/// What recording a packet did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Recorded {
+    /// It is waiting for its barrier.
+    Kept,
+    /// It is waiting, and made room by dropping what was left of the oldest barrier in the cell
+    /// (one that failed at its sender: see the module docs).
+    Evicted,
+}
+
 impl UnexpectedBarrierRecord {
-    /// Records a barrier packet of `round` from `source_port` (generation `generation`) for
-    /// `destination_port`. Ports and round are checked by the caller.
+    /// Records a barrier packet of `round` of `barrier` from `source_port` (generation
+    /// `generation`) for `destination_port`.
     pub(crate) fn record(
         &mut self,
         destination_port: usize,
         source_port: usize,
         generation: Generation,
+        barrier: BarrierId,
         round: u8,
-    ) -> Result<(), RecordFull> {
+    ) -> Result<Recorded, RecordFull> {
         let Some(cell) = self
             .cells
             .get_mut(destination_port)
@@ -60,6 +111,7 @@ impl UnexpectedBarrierRecord {
         else {
             return Err(RecordFull);
         };
+        let bit = 1u32.checked_shl(u32::from(round)).ok_or(RecordFull)?;
         if cell.generation != generation.get() {
             // A new incarnation of the source port: what the old one left is stale (§3.2).
             *cell = Cell {
@@ -67,20 +119,52 @@ impl UnexpectedBarrierRecord {
                 ..Cell::default()
             };
         }
-        let bit = 1u32.checked_shl(u32::from(round)).ok_or(RecordFull)?;
-        if cell.first & bit == 0 {
-            cell.first |= bit;
-        } else if cell.second & bit == 0 {
-            cell.second |= bit;
-        } else {
+        if let Some(slot) = cell
+            .slots
+            .iter_mut()
+            .find(|slot| slot.rounds != 0 && slot.barrier == barrier && slot.rounds & bit == 0)
+        {
+            slot.rounds |= bit;
+            return Ok(Recorded::Kept);
+        }
+        let holding = cell
+            .slots
+            .iter()
+            .filter(|slot| slot.barrier == barrier && slot.rounds & bit != 0)
+            .count();
+        // A named barrier's round comes once; GM's raw barriers, which name none, may have the
+        // next barrier's packet of a round waiting beside this one's (the paper's record, plus
+        // the one bit a fast peer needs).
+        if holding >= if barrier == BarrierId::NONE { 2 } else { 1 } {
             return Err(RecordFull);
         }
-        Ok(())
+        let mut outcome = Recorded::Kept;
+        if cell.slots.iter().all(|slot| slot.rounds != 0) {
+            // Every slot taken: the oldest barrier's packets go (module docs).
+            if let Some(oldest) = cell.slots.first_mut() {
+                oldest.rounds = 0;
+            }
+            cell.compact();
+            outcome = Recorded::Evicted;
+        }
+        if let Some(free) = cell.slots.iter_mut().find(|slot| slot.rounds == 0) {
+            *free = Slot {
+                barrier,
+                rounds: bit,
+            };
+        }
+        Ok(outcome)
     }
 
-    /// Consumes one recorded packet of `round` from `source_port` for `destination_port`, if
-    /// there is one. The earlier barrier's packet goes first; the next barrier's moves up.
-    pub(crate) fn take(&mut self, destination_port: usize, source_port: usize, round: u8) -> bool {
+    /// Consumes the recorded packet of `round` of `barrier` from `source_port` for
+    /// `destination_port`, if there is one.
+    pub(crate) fn take(
+        &mut self,
+        destination_port: usize,
+        source_port: usize,
+        barrier: BarrierId,
+        round: u8,
+    ) -> bool {
         let Some(cell) = self
             .cells
             .get_mut(destination_port)
@@ -91,24 +175,54 @@ impl UnexpectedBarrierRecord {
         let Some(bit) = 1u32.checked_shl(u32::from(round)) else {
             return false;
         };
-        if cell.first & bit == 0 {
+        // The oldest barrier's packet first (GM's raw barriers may hold two of one round).
+        let Some(slot) = cell
+            .slots
+            .iter_mut()
+            .find(|slot| slot.barrier == barrier && slot.rounds & bit != 0)
+        else {
             return false;
-        }
-        if cell.second & bit != 0 {
-            cell.second &= !bit;
-        } else {
-            cell.first &= !bit;
+        };
+        slot.rounds &= !bit;
+        if slot.rounds == 0 {
+            cell.compact();
         }
         true
     }
 
-    /// Whether anything from `source_port` is waiting for `destination_port` in `round`.
-    pub(crate) fn has(&self, destination_port: usize, source_port: usize, round: u8) -> bool {
+    /// Whether the packet of `round` of `barrier` from `source_port` waits for
+    /// `destination_port`.
+    pub(crate) fn has(
+        &self,
+        destination_port: usize,
+        source_port: usize,
+        barrier: BarrierId,
+        round: u8,
+    ) -> bool {
         let bit = 1u32.checked_shl(u32::from(round)).unwrap_or(0);
         self.cells
             .get(destination_port)
             .and_then(|row| row.get(source_port))
-            .is_some_and(|cell| cell.first & bit != 0)
+            .is_some_and(|cell| {
+                cell.slots
+                    .iter()
+                    .any(|slot| slot.barrier == barrier && slot.rounds & bit != 0)
+            })
+    }
+
+    /// Forgets every packet of `barrier` recorded for `destination_port` (its barrier ended:
+    /// what is left of it can complete nothing).
+    pub(crate) fn forget_barrier(&mut self, destination_port: usize, barrier: BarrierId) {
+        if let Some(row) = self.cells.get_mut(destination_port) {
+            for cell in row.iter_mut() {
+                for slot in cell.slots.iter_mut() {
+                    if slot.barrier == barrier {
+                        slot.rounds = 0;
+                    }
+                }
+                cell.compact();
+            }
+        }
     }
 
     /// Forgets everything recorded for `destination_port` (it opened or closed: what it holds
@@ -138,7 +252,10 @@ impl UnexpectedBarrierRecord {
 
     /// Whether nothing at all is recorded (the connection may be recycled).
     pub(crate) fn is_empty(&self) -> bool {
-        self.cells.iter().flatten().all(|cell| cell.first == 0)
+        self.cells
+            .iter()
+            .flatten()
+            .all(|cell| cell.slots.iter().all(|slot| slot.rounds == 0))
     }
 }
 
@@ -148,56 +265,125 @@ mod tests {
 
     const G1: Generation = Generation::new(1);
     const G2: Generation = Generation::new(2);
+    const A: BarrierId = BarrierId::new(7, 1, 10);
+    const B: BarrierId = BarrierId::new(7, 1, 11);
+    const C: BarrierId = BarrierId::new(7, 1, 12);
+    const D: BarrierId = BarrierId::new(7, 1, 13);
+    const OTHER_GROUP: BarrierId = BarrierId::new(7, 2, 10);
 
     #[test]
-    fn one_bit_per_round_and_one_for_the_next_barrier() {
+    fn one_bit_per_round_and_a_slot_per_barrier() {
         let mut record = UnexpectedBarrierRecord::default();
-        record.record(1, 2, G1, 0).unwrap();
-        record.record(1, 2, G1, 3).unwrap();
-        record.record(1, 2, G1, 0).unwrap(); // the fast peer's next barrier
-        assert_eq!(record.record(1, 2, G1, 0), Err(RecordFull));
-        assert!(record.take(1, 2, 0));
-        assert!(record.take(1, 2, 3));
-        assert!(!record.take(1, 2, 3));
-        assert!(record.take(1, 2, 0));
-        assert!(!record.take(1, 2, 0));
+        assert_eq!(record.record(1, 2, G1, A, 0), Ok(Recorded::Kept));
+        record.record(1, 2, G1, A, 3).unwrap();
+        record.record(1, 2, G1, B, 0).unwrap(); // the fast peer's next barrier
+        assert_eq!(record.record(1, 2, G1, A, 0), Err(RecordFull));
+        assert_eq!(record.record(1, 2, G1, B, 0), Err(RecordFull));
+        assert!(!record.take(1, 2, B, 3));
+        assert!(record.take(1, 2, A, 0));
+        assert!(record.take(1, 2, A, 3));
+        assert!(!record.take(1, 2, A, 3));
+        assert!(record.take(1, 2, B, 0));
+        assert!(!record.take(1, 2, B, 0));
+        assert!(record.is_empty());
+    }
+
+    #[test]
+    fn a_packet_counts_only_for_its_own_barrier() {
+        let mut record = UnexpectedBarrierRecord::default();
+        record.record(1, 2, G1, A, 0).unwrap();
+        assert!(!record.take(1, 2, B, 0), "a later barrier of the group");
+        assert!(
+            !record.take(1, 2, OTHER_GROUP, 0),
+            "another group's barrier"
+        );
+        assert!(
+            !record.take(1, 2, BarrierId::new(8, 1, 10), 0),
+            "another job's"
+        );
+        assert!(record.has(1, 2, A, 0));
+        record.forget_barrier(1, A);
+        assert!(!record.has(1, 2, A, 0));
+        assert!(record.is_empty());
+    }
+
+    #[test]
+    fn a_new_barrier_evicts_the_oldest_when_every_slot_is_taken() {
+        let mut record = UnexpectedBarrierRecord::default();
+        record.record(1, 2, G1, A, 0).unwrap(); // a failed barrier's straggler
+        record.record(1, 2, G1, B, 0).unwrap();
+        record.record(1, 2, G1, C, 1).unwrap();
+        assert_eq!(record.record(1, 2, G1, D, 0), Ok(Recorded::Evicted));
+        assert!(!record.has(1, 2, A, 0));
+        assert!(record.take(1, 2, B, 0));
+        assert!(record.take(1, 2, C, 1));
+        assert!(record.take(1, 2, D, 0));
+        assert!(record.is_empty());
+        // A slot freed in the middle keeps the others in order: the oldest is still evicted first.
+        record.record(1, 2, G1, A, 0).unwrap();
+        record.record(1, 2, G1, B, 0).unwrap();
+        record.record(1, 2, G1, C, 0).unwrap();
+        assert!(record.take(1, 2, B, 0));
+        record.record(1, 2, G1, D, 0).unwrap();
+        assert_eq!(
+            record.record(1, 2, G1, OTHER_GROUP, 0),
+            Ok(Recorded::Evicted)
+        );
+        assert!(!record.has(1, 2, A, 0));
+        assert!(record.has(1, 2, C, 0) && record.has(1, 2, D, 0));
+    }
+
+    #[test]
+    fn gm_raw_barriers_keep_one_packet_of_the_next_barrier_per_round() {
+        let mut record = UnexpectedBarrierRecord::default();
+        let none = BarrierId::NONE;
+        record.record(1, 2, G1, none, 0).unwrap();
+        record.record(1, 2, G1, none, 0).unwrap(); // the fast peer's next barrier
+        assert_eq!(record.record(1, 2, G1, none, 0), Err(RecordFull));
+        assert!(record.take(1, 2, none, 0));
+        record.record(1, 2, G1, none, 0).unwrap();
+        assert!(record.take(1, 2, none, 0));
+        assert!(record.take(1, 2, none, 0));
+        assert!(!record.take(1, 2, none, 0));
         assert!(record.is_empty());
     }
 
     #[test]
     fn ports_do_not_see_each_other() {
         let mut record = UnexpectedBarrierRecord::default();
-        record.record(1, 2, G1, 0).unwrap();
-        assert!(!record.take(2, 2, 0));
-        assert!(!record.take(1, 3, 0));
+        record.record(1, 2, G1, A, 0).unwrap();
+        assert!(!record.take(2, 2, A, 0));
+        assert!(!record.take(1, 3, A, 0));
         record.clear_destination(2);
-        assert!(record.has(1, 2, 0));
+        assert!(record.has(1, 2, A, 0));
+        record.forget_barrier(2, A);
+        assert!(record.has(1, 2, A, 0));
         record.clear_destination(1);
-        assert!(!record.has(1, 2, 0));
+        assert!(!record.has(1, 2, A, 0));
     }
 
     #[test]
     fn a_new_generation_supersedes_the_old() {
         let mut record = UnexpectedBarrierRecord::default();
-        record.record(1, 2, G1, 0).unwrap();
-        record.record(1, 2, G1, 1).unwrap();
-        record.record(1, 2, G2, 1).unwrap();
-        assert!(!record.take(1, 2, 0));
-        assert!(record.take(1, 2, 1));
-        assert!(!record.take(1, 2, 1));
-        record.record(1, 2, G2, 5).unwrap();
+        record.record(1, 2, G1, A, 0).unwrap();
+        record.record(1, 2, G1, A, 1).unwrap();
+        record.record(1, 2, G2, A, 1).unwrap();
+        assert!(!record.take(1, 2, A, 0));
+        assert!(record.take(1, 2, A, 1));
+        assert!(!record.take(1, 2, A, 1));
+        record.record(1, 2, G2, A, 5).unwrap();
         record.clear_source(1, 2, G1);
-        assert!(record.has(1, 2, 5));
+        assert!(record.has(1, 2, A, 5));
         record.clear_source(1, 2, G2);
-        assert!(!record.has(1, 2, 5));
+        assert!(!record.has(1, 2, A, 5));
     }
 
     #[test]
     fn out_of_range_is_refused_not_a_panic() {
         let mut record = UnexpectedBarrierRecord::default();
-        assert_eq!(record.record(8, 0, G1, 0), Err(RecordFull));
-        assert_eq!(record.record(0, 0, G1, 32), Err(RecordFull));
-        assert!(!record.take(0, 99, 0));
-        assert!(!record.take(0, 0, 200));
+        assert_eq!(record.record(8, 0, G1, A, 0), Err(RecordFull));
+        assert_eq!(record.record(0, 0, G1, A, 32), Err(RecordFull));
+        assert!(!record.take(0, 99, A, 0));
+        assert!(!record.take(0, 0, A, 200));
     }
 }

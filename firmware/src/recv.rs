@@ -191,17 +191,23 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 descriptor.body = Body::Cancelled;
             }
             (
-                RejectReason::PORT_CLOSED,
+                RejectReason::PORT_CLOSED | RejectReason::PORT_GONE,
                 Body::Barrier {
                     port,
                     generation,
                     dst_port,
                     attempt,
+                    barrier,
                     ..
                 },
             ) => {
                 // Withdrawn below, with every later packet of the same pair (paper §3.2).
-                withdrawn = Some((port, generation, dst_port, attempt));
+                let gone = (reason == RejectReason::PORT_GONE).then_some(barrier);
+                withdrawn = Some((port, generation, dst_port, attempt, gone));
+            }
+            (RejectReason::PORT_GONE, Body::Data { port, slot, .. }) => {
+                failed_send = Some((port, slot, Status::TARGET_PORT_CLOSED));
+                descriptor.body = Body::Cancelled;
             }
             (_, Body::Data { port, slot, .. })
                 if now.saturating_since(descriptor.first_sent)
@@ -216,7 +222,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             // Notices and cancelled slots are never refused by a correct peer; send them again.
             _ => {}
         }
-        if let Some((port, generation, dst_port, attempt)) = withdrawn {
+        if let Some((port, generation, dst_port, attempt, gone)) = withdrawn {
             // The target port is not open (yet). The receiver now refuses every barrier packet of
             // this attempt from our port to it, so take back this one and every later one of the
             // pair — sent or queued — and send them again, in order, under the next attempt when
@@ -231,24 +237,33 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 *current = current.wrapping_add(1);
             }
             let same = |body: &Body| matches!(body, Body::Barrier { port: p, dst_port: d, .. } if *p == port && *d == dst_port);
-            let mut rounds: heapless::Vec<
-                u8,
+            // A port gone for good takes none of its job's packets again; others wait for it to
+            // open (a new owner of another job).
+            let retried = |barrier: shared_abi::ids::BarrierId| {
+                gone.is_none_or(|gone| gone.job != barrier.job)
+            };
+            let mut packets: heapless::Vec<
+                (shared_abi::ids::BarrierId, u8),
                 { crate::connection::WINDOW + crate::connection::QUEUE },
             > = heapless::Vec::new();
             for descriptor in connection.sent.iter_mut() {
                 if !descriptor.seq.precedes(seq)
                     && same(&descriptor.body)
-                    && let Body::Barrier { round, .. } = descriptor.body
+                    && let Body::Barrier { round, barrier, .. } = descriptor.body
                 {
-                    let _ = rounds.push(round);
+                    if retried(barrier) {
+                        let _ = packets.push((barrier, round));
+                    }
                     descriptor.body = Body::Cancelled;
                 }
             }
             for _ in 0..connection.queue.len() {
                 if let Some(body) = connection.queue.pop_front() {
                     match body {
-                        Body::Barrier { round, .. } if same(&body) => {
-                            let _ = rounds.push(round);
+                        Body::Barrier { round, barrier, .. } if same(&body) => {
+                            if retried(barrier) {
+                                let _ = packets.push((barrier, round));
+                            }
                         }
                         other => {
                             let _ = connection.queue.push_back(other);
@@ -258,7 +273,17 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             }
             connection.go_back_to(seq);
             let peer = connection.peer;
-            self.barrier_sends_refused(usize::from(port), generation, peer, dst_port, &rounds, now);
+            self.barrier_sends_refused(
+                usize::from(port),
+                generation,
+                peer,
+                dst_port,
+                &packets,
+                now,
+            );
+            if let Some(gone) = gone {
+                self.barrier_target_gone(usize::from(port), gone, peer, dst_port);
+            }
             return;
         }
         // The peer dropped everything after the refused packet too: go back to it.
@@ -345,7 +370,9 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         } else {
             match header.kind {
                 PacketKind::DATA => self.deliver_data(peer, header, payload),
-                PacketKind::BARRIER => self.receive_barrier_packet(index, peer, header, now),
+                PacketKind::BARRIER => {
+                    self.receive_barrier_packet(index, peer, header, payload, now)
+                }
                 PacketKind::PORT_CLOSED => {
                     self.peer_port_closed(
                         peer,
@@ -407,8 +434,13 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         index: usize,
         peer: shared_abi::ids::NodeId,
         header: &PacketHeader,
+        payload: &[u8],
         now: Instant,
     ) -> Result<(), RejectReason> {
+        // The packet's checks made the payload exactly one identity; anything else is refused
+        // like a protocol violation (never reached).
+        let barrier =
+            zerocopy::FromBytes::read_from_bytes(payload).map_err(|_| RejectReason::BUSY)?;
         let pair = (
             usize::from(header.src_port.0),
             usize::from(header.dst_port.0),
@@ -425,7 +457,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         {
             return Err(RejectReason::PORT_CLOSED);
         }
-        let outcome = self.deliver_barrier_packet(peer, header, now);
+        let outcome = self.deliver_barrier_packet(peer, header, barrier, now);
         if let Some(slot) = self
             .connections
             .get_mut(index)
@@ -434,7 +466,9 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         {
             match outcome {
                 Ok(()) => *slot = None,
-                Err(RejectReason::PORT_CLOSED) => *slot = Some(header.attempt),
+                Err(RejectReason::PORT_CLOSED | RejectReason::PORT_GONE) => {
+                    *slot = Some(header.attempt);
+                }
                 Err(_) => {}
             }
         }

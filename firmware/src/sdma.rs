@@ -160,13 +160,14 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         }
     }
 
-    /// Queues a barrier packet of `round` from `port` to `(node, dst_port)`. Returns `false` if
+    /// Queues a barrier packet of `round` of `barrier` from `port` to `(node, dst_port)`. Returns `false` if
     /// there is no room now (the engine tries again on the next poll).
     pub(crate) fn queue_barrier_packet(
         &mut self,
         port: usize,
         node: shared_abi::ids::NodeId,
         dst_port: PortId,
+        barrier: shared_abi::ids::BarrierId,
         round: u8,
         now: Instant,
     ) -> bool {
@@ -196,6 +197,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 port: port as u8,
                 generation,
                 dst_port,
+                barrier,
                 round,
                 attempt,
             })

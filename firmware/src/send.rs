@@ -177,6 +177,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 port,
                 generation,
                 dst_port,
+                barrier,
                 round,
                 attempt,
             } => {
@@ -186,6 +187,15 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 header.dst_port = dst_port;
                 header.src_generation = generation;
                 header.aux = round;
+                let identity = zerocopy::IntoBytes::as_bytes(&barrier);
+                if let Some(out) = self
+                    .scratch
+                    .get_mut(shared_abi::packet::HEADER_LEN..)
+                    .and_then(|rest| rest.get_mut(..identity.len()))
+                {
+                    out.copy_from_slice(identity);
+                    payload_len = identity.len();
+                }
             }
             Body::PortClosed { port, generation } => {
                 header.kind = PacketKind::PORT_CLOSED;

@@ -249,6 +249,10 @@ mca_coll_base_module_t *mca_coll_nicbar_comm_query(struct ompi_communicator_t *c
         nicbar_coll_group_free(group);
         return NULL;
     }
+    /* The communicator's own barrier identity: the job and the context id, numbered afresh (a
+     * freed communicator's context id comes back for another group of ranks). */
+    nicbar_coll_group_set_id(C.endpoint, group, (uint32_t) OMPI_PROC_MY_NAME->jobid,
+                             (uint32_t) comm->c_contextid);
     module->group = group;
     module->super.coll_module_enable = enable;
     module->super.coll_barrier = mca_coll_nicbar_barrier;

@@ -202,6 +202,7 @@ impl Endpoint {
         steps: &[Step],
         context: u64,
         timeout: Option<Duration>,
+        barrier: shared_abi::ids::BarrierId,
     ) -> Result<(), Error> {
         let bytes = steps.as_bytes();
         let mut schedule = match self.barrier_tokens.spare_schedule.take() {
@@ -217,6 +218,7 @@ impl Endpoint {
             length: u32::try_from(steps.len()).unwrap_or(u32::MAX).into(),
             buffer: schedule.arena_offset().into(),
             timeout_us: timeout_us(timeout).into(),
+            barrier,
             ..SendToken::default()
         };
         match self.push_send_token(token, schedule, context) {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nicbar_schedule::{self, Algorithm, Member};
-use shared_abi::ids::{NodeId, PortId};
+use shared_abi::ids::{BarrierId, NodeId, PortId};
 
 use crate::failure::BarrierError;
 
@@ -45,13 +45,32 @@ impl BarrierOptions {
     }
 }
 
+/// The environment variable that names the job a process belongs to (a number), for
+/// [`Group::job`]'s default.
+pub const JOB_ENV: &str = "NICBAR_JOB";
+
 /// The members of a barrier, by rank: ports of NICs, each at most once. Every member builds the
 /// same group (the same members in the same order) and the same options; each finds its own rank
 /// from its port. Cloning is cheap (the member list is shared).
+///
+/// # Identity
+///
+/// Every barrier packet (NIC-based) and message (host-based) carries its barrier's identity: the
+/// group's job and id, and the barrier's number in the group's sequence, which each port counts
+/// for each group it runs barriers of. So a packet can only complete the very barrier it was sent
+/// for — never a later barrier after a failure, nor another group's. Members must agree on both
+/// numbers: the id defaults to a hash of the member list, which every member computes alike; two
+/// groups of the same members whose barriers may interleave (an MPI communicator and its
+/// duplicate) need distinct ids ([`Group::with_id`]). The job ([`Group::with_job`], by default
+/// the number in [`JOB_ENV`], else 0) lets a NIC tell a late member at once that a port whose last
+/// owner ran barriers of the same job has closed for good, instead of waiting for it to open
+/// (paper §3.2): give each run of a job its own number, and 0 (no job) to always wait.
 #[derive(Clone, Debug)]
 pub struct Group {
     pub(crate) members: Arc<[Member]>,
     pub(crate) options: BarrierOptions,
+    pub(crate) id: u32,
+    pub(crate) job: u32,
 }
 
 impl Group {
@@ -81,7 +100,13 @@ impl Group {
             }
         }
         let options = BarrierOptions::for_members(members.len());
-        Ok(Self { members, options })
+        let id = members_hash(&members);
+        Ok(Self {
+            members,
+            options,
+            id,
+            job: job_from_env(),
+        })
     }
 
     /// The group of the ports `(node, port)`, by rank.
@@ -119,7 +144,37 @@ impl Group {
             .collect::<Result<Vec<_>, _>>()?;
         let mut group = Self::new(members)?;
         group.options.timeout = self.options.timeout;
+        group.job = self.job;
         Ok(group)
+    }
+
+    /// The group's id (see [Identity](Group#identity)).
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// The group's job (see [Identity](Group#identity)).
+    pub fn job(&self) -> u32 {
+        self.job
+    }
+
+    /// This group with id `id`: every member must use the same.
+    #[must_use]
+    pub fn with_id(mut self, id: u32) -> Self {
+        self.id = id;
+        self
+    }
+
+    /// This group in job `job`: every member must use the same (0: no job).
+    #[must_use]
+    pub fn with_job(mut self, job: u32) -> Self {
+        self.job = job;
+        self
+    }
+
+    /// The identity of barrier `sequence` of this group.
+    pub(crate) fn barrier_id(&self, sequence: u32) -> BarrierId {
+        BarrierId::new(self.job, self.id, sequence)
     }
 
     /// The members, by rank.
@@ -182,6 +237,30 @@ impl Group {
         self.options.timeout = Some(timeout);
         self
     }
+}
+
+/// A hash of the member list (FNV-1a over each member's node and port): every member of a
+/// group computes the same.
+fn members_hash(members: &[Member]) -> u32 {
+    let mut hash: u32 = 0x811c_9dc5;
+    for member in members {
+        let [lo, hi] = member.node.get().to_le_bytes();
+        for byte in [lo, hi, member.port.0] {
+            hash = (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193);
+        }
+    }
+    hash
+}
+
+/// The job named by [`JOB_ENV`], or 0.
+fn job_from_env() -> u32 {
+    static JOB: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *JOB.get_or_init(|| {
+        std::env::var(JOB_ENV)
+            .ok()
+            .and_then(|value| value.trim().parse().ok())
+            .unwrap_or(0)
+    })
 }
 
 /// Why a [`Group`] could not be built.

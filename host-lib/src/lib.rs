@@ -49,7 +49,7 @@ pub use raw::dma;
 
 pub use barrier::{
     BarrierError, BarrierOptions, DEFAULT_HOST_TIMEOUT, FailureReason, Group, GroupError,
-    HOST_BARRIER_PRIORITY, HOST_BARRIER_SIZE, HOST_RETRY_INTERVAL, PendingBarrier,
+    HOST_BARRIER_PRIORITY, HOST_BARRIER_SIZE, HOST_RETRY_INTERVAL, JOB_ENV, PendingBarrier,
 };
 pub use dma::{BufferError, DmaBuffer};
 pub use error::Error;
@@ -58,7 +58,7 @@ pub use nicbar_schedule::{Algorithm, Member, ScheduleError};
 pub use port::Port;
 pub use raw::{PortCounters, RawEvent, RawPort, WaitMode};
 pub use shared_abi::event::Status;
-pub use shared_abi::ids::{NodeId, PortId};
+pub use shared_abi::ids::{BarrierId, NodeId, PortId};
 pub use shared_abi::schedule::{Step, StepOp};
 pub use shared_abi::token::Priority;
 pub use shared_abi::{max_length_for_size, min_size_for_length};

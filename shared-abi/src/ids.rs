@@ -110,3 +110,63 @@ impl Generation {
         self.0.get()
     }
 }
+
+/// Which barrier a barrier packet (or a host-based barrier message) belongs to: the job, the
+/// group within the job, and the barrier's number in that group's sequence. Every member of a
+/// group numbers the group's barriers alike, so a packet of barrier `k` can only ever be counted
+/// by barrier `k` of the same group — never by a later one, another group's, or another job's
+/// (a straggler of a failed barrier, a late resend, a dead job's packet). 12 bytes.
+///
+/// Zero is a valid value of each field; [`BarrierId::NONE`] (all zero) is what GM's raw barrier
+/// call uses when the caller names no group.
+#[derive(
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Debug,
+    Default,
+    FromBytes,
+    IntoBytes,
+    Immutable,
+    KnownLayout,
+    Unaligned,
+)]
+#[repr(C)]
+pub struct BarrierId {
+    /// The job the group belongs to (0: not given). A NIC remembers the job of a port's last
+    /// barrier, so a late peer of that job is told at once that the port is gone for good.
+    pub job: zerocopy::little_endian::U32,
+    /// The group within the job.
+    pub group: zerocopy::little_endian::U32,
+    /// The barrier's number in the group's sequence (wrapping).
+    pub sequence: zerocopy::little_endian::U32,
+}
+const _: () = assert!(core::mem::size_of::<BarrierId>() == 12);
+
+impl BarrierId {
+    /// No job, group 0, barrier 0.
+    pub const NONE: Self = Self::new(0, 0, 0);
+
+    /// Barrier `sequence` of `group` in `job`.
+    pub const fn new(job: u32, group: u32, sequence: u32) -> Self {
+        Self {
+            job: zerocopy::little_endian::U32::new(job),
+            group: zerocopy::little_endian::U32::new(group),
+            sequence: zerocopy::little_endian::U32::new(sequence),
+        }
+    }
+}
+
+impl core::fmt::Display for BarrierId {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "barrier {} of group {:#x} (job {})",
+            self.sequence.get(),
+            self.group.get(),
+            self.job.get()
+        )
+    }
+}

@@ -11,7 +11,7 @@ use crate::ids::{Generation, NodeId, PortId};
 /// First byte of every nicbar packet.
 pub const PACKET_MAGIC: u8 = 0x4e;
 /// Wire format version, second byte of every packet.
-pub const WIRE_VERSION: u8 = 1;
+pub const WIRE_VERSION: u8 = 2;
 
 /// What a packet is.
 #[derive(
@@ -40,7 +40,9 @@ impl PacketKind {
     pub const NACK: Self = Self(3);
     /// The packet `seq` was not accepted, for `reason` (unsequenced; see [`RejectReason`]).
     pub const REJECT: Self = Self(4);
-    /// One barrier step's message (sequenced, paper §3.3): `round` names the step.
+    /// One barrier step's message (sequenced, paper §3.3): `aux` names the step's round, and the
+    /// payload is the [`crate::ids::BarrierId`] of the barrier it belongs to
+    /// ([`BARRIER_PAYLOAD_LEN`] bytes).
     pub const BARRIER: Self = Self(5);
     /// The source port closed: generation `src_generation` is dead (sequenced).
     pub const PORT_CLOSED: Self = Self(6);
@@ -75,6 +77,9 @@ impl RejectReason {
     /// The receiving NIC holds no state for the packet's epoch (it recycled the connection after
     /// a long silence, or restarted): the sender resends its stream's start, or begins a new epoch.
     pub const UNKNOWN_EPOCH: Self = Self(4);
+    /// The destination port is closed, and its last owner ran barriers of the packet's job: it is
+    /// gone for good (not "not open yet"), and the sender's barrier fails at once.
+    pub const PORT_GONE: Self = Self(5);
 }
 
 /// Packet flags.
@@ -172,6 +177,9 @@ pub struct PacketHeader {
 }
 const _: () = assert!(core::mem::size_of::<PacketHeader>() == 40);
 
+/// Payload bytes of a [`PacketKind::BARRIER`] packet: its barrier's identity.
+pub const BARRIER_PAYLOAD_LEN: usize = core::mem::size_of::<crate::ids::BarrierId>();
+
 /// Size of the packet header in bytes.
 pub const HEADER_LEN: usize = core::mem::size_of::<PacketHeader>();
 /// Largest packet in bytes.
@@ -195,6 +203,13 @@ pub enum PacketError {
     BadVersion(u8),
     /// The kind is not one this version knows.
     UnknownKind(u8),
+    /// A packet of a kind with a fixed payload (a barrier packet) carries another length.
+    BadPayload {
+        /// The packet's kind.
+        kind: u8,
+        /// Bytes after the header.
+        actual: usize,
+    },
     /// The header's length field disagrees with the bytes that follow it.
     BadLength {
         /// The header's length field.
@@ -214,6 +229,12 @@ impl core::fmt::Display for PacketError {
             Self::BadLength { claimed, actual } => {
                 write!(f, "header claims {claimed} payload bytes, {actual} follow")
             }
+            Self::BadPayload { kind, actual } => {
+                write!(
+                    f,
+                    "a packet of kind {kind} cannot carry {actual} payload bytes"
+                )
+            }
         }
     }
 }
@@ -225,8 +246,9 @@ pub struct Packet<T: AsRef<[u8]>> {
 }
 
 impl<T: AsRef<[u8]>> Packet<T> {
-    /// Checks `buffer` once: a whole header, the magic, the version, a known kind, and a length
-    /// field that matches the payload that follows (not above [`crate::MTU_PAYLOAD`]).
+    /// Checks `buffer` once: a whole header, the magic, the version, a known kind, a length
+    /// field that matches the payload that follows (not above [`crate::MTU_PAYLOAD`]), and a
+    /// barrier packet's payload of exactly [`BARRIER_PAYLOAD_LEN`] bytes.
     ///
     /// # Errors
     /// [`PacketError`] says which check failed. Never panics, whatever the bytes.
@@ -248,6 +270,12 @@ impl<T: AsRef<[u8]>> Packet<T> {
         if claimed as usize != payload.len() || payload.len() > crate::MTU_PAYLOAD {
             return Err(PacketError::BadLength {
                 claimed,
+                actual: payload.len(),
+            });
+        }
+        if header.kind == PacketKind::BARRIER && payload.len() != BARRIER_PAYLOAD_LEN {
+            return Err(PacketError::BadPayload {
+                kind: header.kind.0,
                 actual: payload.len(),
             });
         }

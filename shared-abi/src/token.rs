@@ -7,7 +7,7 @@
 use zerocopy::little_endian::{U16, U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
-use crate::ids::{NodeId, PortId};
+use crate::ids::{BarrierId, NodeId, PortId};
 
 /// What a send token asks for.
 #[derive(
@@ -107,8 +107,11 @@ pub struct SendToken {
     pub reserved2: U16,
     /// Reserved, zero.
     pub reserved3: U16,
+    /// Barrier: which barrier this is (job, group, sequence); its packets carry it, and only
+    /// packets of the same barrier complete its steps. [`BarrierId::NONE`] for GM's raw call.
+    pub barrier: BarrierId,
     /// Reserved, zero.
-    pub reserved4: [u8; 28],
+    pub reserved4: [u8; 16],
 }
 const _: () = assert!(core::mem::size_of::<SendToken>() == 64);
 

@@ -342,10 +342,14 @@ fn run_epoch(
     let nodes: Vec<String> = places.iter().map(|p| p.node.to_string()).collect();
     let nodes = nodes.join(",");
     let started = Instant::now();
+    // Each epoch is a job of its own (never 0): a port its predecessor left is gone for good to
+    // this epoch only once this epoch's own process on it has run a barrier and closed.
+    let job = (seed ^ epoch.wrapping_mul(0x9e37_79b9_7f4a_7c15)) as u32 | 1;
     let mut children: Vec<Option<Child>> = Vec::new();
     for (rank, place) in places.iter().enumerate() {
         let child = Command::new(worker)
             .env("NICBAR_SOCKET", &place.socket)
+            .env("NICBAR_JOB", job.to_string())
             .args(["--rank", &rank.to_string()])
             .args(["--nodes", &nodes])
             .args(["--unit", &place.unit.to_string()])

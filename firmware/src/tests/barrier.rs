@@ -4,7 +4,7 @@
 use core::time::Duration;
 
 use shared_abi::event::{Event, EventKind, Status};
-use shared_abi::ids::{NodeId, PortId};
+use shared_abi::ids::{BarrierId, NodeId, PortId};
 use shared_abi::packet::PacketKind;
 use shared_abi::token::SendKind;
 
@@ -239,4 +239,123 @@ fn a_barrier_waiting_on_a_silent_node_fails_with_target_node_unreachable() {
         (events[0].peer_node, events[0].peer_port),
         (NodeId::new(1), PortId(1))
     );
+}
+
+/// Barrier `sequence` of group 1 in job 5.
+fn nth(sequence: u32) -> BarrierId {
+    BarrierId::new(5, 1, sequence)
+}
+
+#[test]
+fn a_failed_barriers_straggler_never_completes_the_next_barrier() {
+    let mut net = Net::new(2);
+    net.open(0, 1);
+    net.open(1, 1);
+    // Node 0 enters barrier 0 and gives up on node 1, which enters it only afterwards: node 1
+    // completes it (node 0 did enter), and node 1's packet of barrier 0 reaches node 0 late.
+    net[0].start_barrier_of(1, &[exchange(1, 1, 0)], 0xa0, 1000, nth(0));
+    net.run_for(Duration::from_micros(1000));
+    assert_eq!(
+        summary(&net[0].events(1)),
+        [(EventKind::BARRIER_FAILED, Status::BARRIER_TIMED_OUT, 0xa0)]
+    );
+    net[1].start_barrier_of(1, &[exchange(0, 1, 0)], 0xb0, 0, nth(0));
+    net.run();
+    assert_eq!(
+        summary(&net[1].events(1)),
+        [(EventKind::BARRIER_COMPLETED, Status::SUCCESS, 0xb0)]
+    );
+
+    // Node 0's barrier 1 must not take that straggler: node 1 has not entered barrier 1.
+    net[0].start_barrier_of(1, &[exchange(1, 1, 0)], 0xa1, 0, nth(1));
+    net.run();
+    assert!(
+        net[0].events(1).is_empty(),
+        "barrier 1 completed before its peer entered it"
+    );
+    net[1].start_barrier_of(1, &[exchange(0, 1, 0)], 0xb1, 0, nth(1));
+    net.run();
+    assert_eq!(completed(&net[0].events(1)), [0xa1]);
+    assert_eq!(completed(&net[1].events(1)), [0xb1]);
+}
+
+#[test]
+fn a_packet_of_another_group_completes_nothing() {
+    let mut net = Net::new(2);
+    net.open(0, 1);
+    net.open(1, 1);
+    let group_x = BarrierId::new(5, 0x10, 0);
+    let group_y = BarrierId::new(5, 0x20, 0);
+    net[1].start_barrier_of(1, &[exchange(0, 1, 0)], 0xb, 0, group_x);
+    net[0].start_barrier_of(1, &[exchange(1, 1, 0)], 0xa, 1000, group_y);
+    net.run_for(Duration::from_micros(1000));
+    assert_eq!(
+        summary(&net[0].events(1)),
+        [(EventKind::BARRIER_FAILED, Status::BARRIER_TIMED_OUT, 0xa)],
+        "group Y's barrier must not complete on group X's packet"
+    );
+    assert!(net[1].events(1).is_empty());
+    // Group X's packet is still waiting for node 0's barrier of group X.
+    net[0].start_barrier_of(1, &[exchange(1, 1, 0)], 0xc, 0, group_x);
+    net.run();
+    assert_eq!(completed(&net[0].events(1)), [0xc]);
+    assert_eq!(completed(&net[1].events(1)), [0xb]);
+}
+
+#[test]
+fn a_port_gone_for_good_fails_its_jobs_late_peer_at_once() {
+    let mut net = Net::new(2);
+    net.open(0, 1);
+    net.open(1, 1);
+    // Node 1's process runs barriers of job 5, gives up on node 0 (not there yet), and exits.
+    net[1].start_barrier_of(1, &[exchange(0, 1, 0)], 0xb, 1000, nth(0));
+    net.run_for(Duration::from_micros(1000));
+    assert_eq!(net[1].nic.counters().barriers_failed, 1);
+    net.close(1, 1);
+    net.run();
+    // Node 0's process of job 5 enters late: told at once, not at its 10 s timeout.
+    let start = net.now;
+    net[0].start_barrier_of(1, &[exchange(1, 1, 0)], 0xa, 10_000_000, nth(0));
+    net.run_for(Duration::from_millis(10));
+    let events = net[0].events(1);
+    assert_eq!(
+        summary(&events),
+        [(EventKind::BARRIER_FAILED, Status::TARGET_PORT_CLOSED, 0xa)]
+    );
+    assert_eq!(
+        (events[0].peer_node, events[0].peer_port),
+        (NodeId::new(1), PortId(1))
+    );
+    assert!(net.now.saturating_since(start) <= Duration::from_millis(10));
+    assert_eq!(net[1].nic.counters().barrier_targets_gone, 0);
+    assert_eq!(net[0].nic.counters().barrier_targets_gone, 1);
+
+    // Another job still waits for a late opener (§3.2): the port's next owner completes it.
+    let other_job = BarrierId::new(6, 1, 0);
+    net[0].start_barrier_of(1, &[exchange(1, 1, 0)], 0xa2, 10_000_000, other_job);
+    net.run_for(Duration::from_millis(10));
+    assert!(net[0].events(1).is_empty(), "job 6 waits for its member");
+    net.open(1, 1);
+    net[1].start_barrier_of(1, &[exchange(0, 1, 0)], 0xb2, 0, other_job);
+    net.run_for(Duration::from_millis(10));
+    assert_eq!(completed(&net[0].events(1)), [0xa2]);
+    assert_eq!(completed(&net[1].events(1)), [0xb2]);
+}
+
+#[test]
+fn a_local_port_gone_for_good_fails_its_jobs_late_peer_at_once() {
+    let mut net = Net::new(1);
+    net.open(0, 1);
+    net.open(0, 2);
+    net[0].start_barrier_of(2, &[exchange(0, 1, 0)], 0xb, 1000, nth(0));
+    net.run_for(Duration::from_micros(1000));
+    net.close(0, 2);
+    net[0].start_barrier_of(1, &[exchange(0, 2, 0)], 0xa, 10_000_000, nth(0));
+    net.run_for(Duration::from_millis(1));
+    let events = net[0].events(1);
+    assert_eq!(
+        summary(&events),
+        [(EventKind::BARRIER_FAILED, Status::TARGET_PORT_CLOSED, 0xa)]
+    );
+    assert_eq!(events[0].peer_port, PortId(2));
 }

@@ -380,6 +380,19 @@ impl Node {
         self.post_barrier_token(port, steps, context, timeout_us);
     }
 
+    /// As [`Node::start_barrier`], for barrier `barrier` (job, group, sequence).
+    pub(crate) fn start_barrier_of(
+        &mut self,
+        port: u8,
+        steps: &[Step],
+        context: u64,
+        timeout_us: u32,
+        barrier: shared_abi::ids::BarrierId,
+    ) {
+        self.provide_barrier_buffer(port);
+        self.post_barrier_token_of(port, steps, context, timeout_us, barrier);
+    }
+
     /// Writes `steps` into the arena and posts the barrier token alone.
     pub(crate) fn post_barrier_token(
         &mut self,
@@ -387,6 +400,24 @@ impl Node {
         steps: &[Step],
         context: u64,
         timeout_us: u32,
+    ) {
+        self.post_barrier_token_of(
+            port,
+            steps,
+            context,
+            timeout_us,
+            shared_abi::ids::BarrierId::NONE,
+        );
+    }
+
+    /// As [`Node::post_barrier_token`], for barrier `barrier`.
+    pub(crate) fn post_barrier_token_of(
+        &mut self,
+        port: u8,
+        steps: &[Step],
+        context: u64,
+        timeout_us: u32,
+        barrier: shared_abi::ids::BarrierId,
     ) {
         self.write_arena(port, SCHEDULE_AT, steps.as_bytes());
         self.post_send(
@@ -397,6 +428,7 @@ impl Node {
                 buffer: SCHEDULE_AT.into(),
                 context: context.into(),
                 timeout_us: timeout_us.into(),
+                barrier,
                 ..SendToken::default()
             },
         );

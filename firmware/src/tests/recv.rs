@@ -4,7 +4,7 @@ use core::time::Duration;
 
 use shared_abi::event::{EventKind, Status};
 use shared_abi::ids::{NodeId, PortId};
-use shared_abi::packet::{HEADER_LEN, PacketFlags, PacketHeader, PacketKind};
+use shared_abi::packet::{HEADER_LEN, PacketFlags, PacketHeader, PacketKind, WIRE_VERSION};
 use zerocopy::little_endian::U32;
 
 use super::*;
@@ -177,7 +177,7 @@ fn malformed_packets_are_counted_and_ignored() {
         edit(&mut bytes);
         bytes
     };
-    let cases: [(&str, Vec<u8>); 13] = [
+    let cases: [(&str, Vec<u8>); 15] = [
         ("empty", Vec::new()),
         ("one byte", std::vec![0x4e]),
         ("a header short by one", good[..HEADER_LEN - 1].to_vec()),
@@ -187,7 +187,21 @@ fn malformed_packets_are_counted_and_ignored() {
         ),
         ("bytes after the payload", with(&|b| b.push(0))),
         ("bad magic", with(&|b| b[0] = 0x4f)),
-        ("bad version", with(&|b| b[1] = 2)),
+        ("bad version", with(&|b| b[1] = WIRE_VERSION + 1)),
+        (
+            "the previous wire version",
+            with(&|b| b[1] = WIRE_VERSION - 1),
+        ),
+        (
+            "a barrier packet without its barrier's identity",
+            bytes_of(
+                PacketHeader {
+                    kind: PacketKind::BARRIER,
+                    ..header
+                },
+                b"hello",
+            ),
+        ),
         ("kind zero", with(&|b| b[2] = 0)),
         ("kind eight", with(&|b| b[2] = 8)),
         ("kind 255", with(&|b| b[2] = 0xff)),

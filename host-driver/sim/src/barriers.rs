@@ -549,6 +549,8 @@ fn enter_next_barrier(
         length: (count as u32).into(),
         buffer: offset.into(),
         context: (index as u64).into(),
+        // Every barrier of the plan is one of its own: the members agree on its index.
+        barrier: shared_abi::ids::BarrierId::new(0, 0, index as u32),
         ..SendToken::default()
     };
     process

@@ -2298,6 +2298,25 @@ struct nicbar_coll_group *nicbar_coll_group_new(const uint16_t *nodes,
 void nicbar_coll_group_free(struct nicbar_coll_group *group);
 
 /**
+ * Names the barriers of `group`: `job` (0: none) and `id`, the same in every member (an MPI
+ * communicator's context id, say), and starts the group's barrier numbering on `endpoint` afresh
+ * — every member calls it when the group is made, before its first barrier. Barrier packets
+ * carry job, id and each barrier's number, so a barrier of one group is never completed by
+ * another group's packets, nor by a failed earlier barrier's; and a member whose peer's port
+ * closed after running barriers of the same `job` is told at once, not at its timeout. Without
+ * it a group's id is a hash of its member list (two groups of the same members then share one
+ * numbering: start their barriers in the same order everywhere). Returns 0, or -1 for a NULL
+ * handle.
+ *
+ * # Safety
+ * `endpoint` and `group` are NULL or live handles not used by another thread meanwhile.
+ */
+int32_t nicbar_coll_group_set_id(struct nicbar_coll_endpoint *endpoint,
+                                 struct nicbar_coll_group *group,
+                                 uint32_t job,
+                                 uint32_t id);
+
+/**
  * Starts a barrier of `group` on the endpoint and returns its ticket (never 0; 0 for a NULL
  * handle). The barrier goes to the NIC at once if the port is free, else when the barriers
  * started before it on this endpoint have ended. Follow it with nicbar_coll_barrier_test().

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use nicbar_schedule::Member;
 use shared_abi::event::Status;
+use shared_abi::ids::BarrierId;
 use shared_abi::max_length_for_size;
 use shared_abi::schedule::StepOp;
 
@@ -13,7 +14,7 @@ use crate::failure::{BarrierError, FailureReason};
 use crate::group::{BarrierOptions, Group};
 use crate::port::Port;
 use crate::port::barriers::{
-    DEFAULT_HOST_TIMEOUT, HOST_BARRIER_PRIORITY, HOST_BARRIER_SIZE, HOST_MAGIC,
+    DEFAULT_HOST_TIMEOUT, HOST_BARRIER_PRIORITY, HOST_BARRIER_SIZE, HOST_ID_AT, HOST_MAGIC,
     HOST_MESSAGE_LENGTH, HOST_TAG,
 };
 
@@ -44,22 +45,31 @@ impl Port {
             .schedule(group, options.algorithm, rank)
             .map_err(BarrierError::Schedule)?;
         let deadline = Instant::now() + options.timeout.unwrap_or(DEFAULT_HOST_TIMEOUT);
+        let barrier = self.barrier.next_id(group);
+        self.barrier.count(barrier);
+        self.barrier.host.forget_through(barrier, false);
         self.barrier.host.deadline = Some(deadline);
         let receives = steps
             .iter()
             .filter(|s| matches!(s.op, StepOp::RECV | StepOp::EXCHANGE))
             .count();
-        self.provide_host_buffers((2 * receives + 2).min(MAX_HOST_BUFFERS))?;
-        for step in steps.iter() {
-            let peer = Member::new(step.node, step.port);
-            if matches!(step.op, StepOp::SEND | StepOp::EXCHANGE) {
-                self.host_send(peer, step.round, deadline)?;
-            }
-            if matches!(step.op, StepOp::RECV | StepOp::EXCHANGE) {
-                self.host_receive(group, peer, step.round, deadline)?;
-            }
-        }
-        Ok(())
+        let outcome = self
+            .provide_host_buffers((2 * receives + 2).min(MAX_HOST_BUFFERS))
+            .and_then(|()| {
+                for step in steps.iter() {
+                    let peer = Member::new(step.node, step.port);
+                    if matches!(step.op, StepOp::SEND | StepOp::EXCHANGE) {
+                        self.host_send(peer, barrier, step.round, deadline)?;
+                    }
+                    if matches!(step.op, StepOp::RECV | StepOp::EXCHANGE) {
+                        self.host_receive(group, peer, barrier, step.round, deadline)?;
+                    }
+                }
+                Ok(())
+            });
+        // What is left of this barrier (a failure's stragglers) can complete nothing now.
+        self.barrier.host.forget_through(barrier, true);
+        outcome
     }
 
     /// Keeps `want` receive buffers of the reserved class provided.
@@ -92,10 +102,12 @@ impl Port {
         Ok(())
     }
 
-    /// Sends `peer` the message of `round`, waiting for a send token if none is free.
+    /// Sends `peer` the message of `round` of `barrier`, waiting for a send token if none is
+    /// free.
     fn host_send(
         &mut self,
         peer: Member,
+        barrier: BarrierId,
         round: u8,
         deadline: Instant,
     ) -> Result<(), BarrierError> {
@@ -108,12 +120,25 @@ impl Port {
                 }
             }
         }
+        self.post_host_message(peer, barrier, round)
+            .map_err(BarrierError::Port)
+    }
+
+    /// Posts the message of `round` of `barrier` to `peer` (a send token must be free).
+    fn post_host_message(
+        &mut self,
+        peer: Member,
+        barrier: BarrierId,
+        round: u8,
+    ) -> Result<(), Error> {
         let mut buffer = match self.barrier.host.spare.pop() {
             Some(buffer) => buffer,
             None => self.dma_alloc(HOST_MESSAGE_LENGTH)?,
         };
         buffer[..4].copy_from_slice(&HOST_MAGIC);
-        buffer[4..HOST_MESSAGE_LENGTH].copy_from_slice(&[round, 0, 0, 0]);
+        buffer[4..HOST_ID_AT].copy_from_slice(&[round, 0, 0, 0]);
+        buffer[HOST_ID_AT..HOST_MESSAGE_LENGTH]
+            .copy_from_slice(zerocopy::IntoBytes::as_bytes(&barrier));
         let offset = buffer.arena_offset();
         match self.send(
             buffer,
@@ -125,29 +150,37 @@ impl Port {
             u64::from(HOST_TAG),
         ) {
             Ok(()) => {
-                self.barrier.host.sending.insert(offset, (peer, round));
+                self.barrier
+                    .host
+                    .sending
+                    .insert(offset, (peer, barrier, round));
                 Ok(())
             }
             Err(refused) => {
                 self.barrier.host.spare.push(refused.buffer);
-                Err(BarrierError::Port(refused.error))
+                Err(refused.error)
             }
         }
     }
 
-    /// Waits until the message of `round` from `peer` has arrived, and consumes it.
+    /// Waits until the message of `round` of `barrier` from `peer` has arrived, and consumes it.
     fn host_receive(
         &mut self,
         group: &Group,
         peer: Member,
+        barrier: BarrierId,
         round: u8,
         deadline: Instant,
     ) -> Result<(), BarrierError> {
+        let key = (peer, barrier, round);
         loop {
-            if let Some(count) = self.barrier.host.record.get_mut(&(peer, round))
+            if let Some(count) = self.barrier.host.record.get_mut(&key)
                 && *count > 0
             {
                 *count -= 1;
+                if *count == 0 {
+                    self.barrier.host.record.remove(&key);
+                }
                 return Ok(());
             }
             let failure = self.barrier.host.failures.get(&peer).copied();
@@ -164,7 +197,7 @@ impl Port {
                     reason,
                 });
             }
-            let next_resend = self.resend_due(now)?;
+            let next_resend = self.resend_due(now);
             let until = next_resend.map_or(deadline, |at| at.min(deadline));
             if let Some(event) = self.wait_from_ring(Some(until))? {
                 self.keep_unless_absorbed(event);
@@ -172,25 +205,35 @@ impl Port {
         }
     }
 
-    /// Sends again the failed messages that are due, drops those past their deadline, and
-    /// returns when the next one is due.
-    fn resend_due(&mut self, now: Instant) -> Result<Option<Instant>, BarrierError> {
+    /// Sends again the failed host-based barrier messages that are due (a refused message's
+    /// target may have opened since), drops those past their deadline, and returns when the next
+    /// one is due. Never blocks: a message that finds no free send token waits for the next
+    /// interval. Every call that takes events runs it, so a message a finished barrier still
+    /// owes a late peer goes out while the process does anything else with the port.
+    pub(crate) fn resend_due(&mut self, now: Instant) -> Option<Instant> {
         let host = &mut self.barrier.host;
         host.resends.retain(|resend| resend.until > now);
         if host.resends.iter().all(|resend| resend.at > now) {
-            return Ok(host.resends.iter().map(|resend| resend.at).min());
+            return host.next_resend();
         }
         let (due, later): (Vec<_>, Vec<_>) = host.resends.drain(..).partition(|r| r.at <= now);
         host.resends = later;
         for resend in due {
-            self.host_send(resend.peer, resend.round, resend.until)?;
+            let posted = if self.send_tokens() == 0 {
+                Err(Error::NoSendTokens)
+            } else {
+                self.post_host_message(resend.peer, resend.barrier, resend.round)
+            };
+            if posted.is_err() {
+                self.barrier
+                    .host
+                    .resends
+                    .push(crate::port::barriers::Resend {
+                        at: now + crate::port::barriers::HOST_RETRY_INTERVAL,
+                        ..resend
+                    });
+            }
         }
-        Ok(self
-            .barrier
-            .host
-            .resends
-            .iter()
-            .map(|resend| resend.at)
-            .min())
+        self.barrier.host.next_resend()
     }
 }

@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use shared_abi::ids::BarrierId;
 use shared_abi::schedule::Step;
 
 use crate::error::Error;
@@ -57,7 +58,16 @@ impl Port {
         context: u64,
         timeout: Option<Duration>,
     ) -> Result<(), Error> {
-        self.endpoint.barrier_send(steps, context, timeout)
+        self.endpoint
+            .barrier_send(steps, context, timeout, BarrierId::NONE)
+    }
+
+    /// Starts `group`'s barrier numbering on this port afresh: its next barrier is number 0
+    /// (see [`Group`]'s identity). Every member must do it at the same point — when the group
+    /// is made, before its first barrier — as a new MPI communicator that reuses a freed one's
+    /// id does.
+    pub fn restart_barrier_numbering(&mut self, group: &Group) {
+        self.barrier.restart(group);
     }
 
     /// Runs a barrier of `group` in the NIC with the group's options and waits for its end.
@@ -126,9 +136,13 @@ impl Port {
         }
         self.barrier.next_serial = self.barrier.next_serial.wrapping_add(1);
         let context = GROUP_CONTEXT | u64::from(self.barrier.next_serial);
-        self.barrier_send(&steps, context, options.timeout)?;
+        let barrier = self.barrier.next_id(group);
+        self.endpoint
+            .barrier_send(&steps, context, options.timeout, barrier)?;
+        self.barrier.count(barrier);
         self.barrier.running = Some(Running {
             context,
+            barrier,
             steps,
             members: group.members.clone(),
             timeout: options.timeout,
@@ -220,13 +234,21 @@ impl Port {
             return Ok(Some(at));
         }
         running.repost_at = None;
-        let (steps, context, timeout) = (running.steps.clone(), running.context, running.timeout);
+        let (steps, context, timeout, barrier) = (
+            running.steps.clone(),
+            running.context,
+            running.timeout,
+            running.barrier,
+        );
         let posted = if self.endpoint.barrier_tokens.buffers == 0 {
             self.provide_barrier_buffer()
         } else {
             Ok(())
         }
-        .and_then(|()| self.barrier_send(&steps, context, timeout));
+        .and_then(|()| {
+            self.endpoint
+                .barrier_send(&steps, context, timeout, barrier)
+        });
         if let Err(error) = posted {
             self.barrier.finish(Err(BarrierError::Port(error)));
         }

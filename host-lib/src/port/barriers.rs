@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use nicbar_schedule::{self, Algorithm, Member, ScheduleError};
 use shared_abi::event::Status;
+use shared_abi::ids::BarrierId;
 use shared_abi::schedule::Step;
 use shared_abi::token::{Priority, SendKind};
 
@@ -17,9 +18,9 @@ use crate::event::Event;
 use crate::failure::{BarrierError, FailureReason};
 use crate::group::Group;
 
-/// Size class of the host-based barrier's messages (8-byte messages), reserved with
+/// Size class of the host-based barrier's messages (24-byte messages), reserved with
 /// [`HOST_BARRIER_PRIORITY`] on ports that run host-based barriers (see the module docs).
-pub const HOST_BARRIER_SIZE: u8 = 4;
+pub const HOST_BARRIER_SIZE: u8 = 5;
 /// Priority of the host-based barrier's messages.
 pub const HOST_BARRIER_PRIORITY: Priority = Priority::HIGH;
 /// How often the host-based barrier sends again a message its target refused (the NIC's retry
@@ -30,8 +31,11 @@ pub const DEFAULT_HOST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The first bytes of a host-based barrier message.
 pub(crate) const HOST_MAGIC: [u8; 4] = *b"NBhb";
-/// A host-based barrier message: the magic, the round, three reserved bytes.
-pub(crate) const HOST_MESSAGE_LENGTH: usize = 8;
+/// A host-based barrier message: the magic, the round, three reserved bytes, and the barrier's
+/// identity ([`BarrierId`]: job, group, sequence).
+pub(crate) const HOST_MESSAGE_LENGTH: usize = 8 + core::mem::size_of::<BarrierId>();
+/// Where a host-based barrier message's identity starts.
+pub(crate) const HOST_ID_AT: usize = 8;
 /// The tag of the host-based barrier's receive buffers (for `nicctl status` readers; the port
 /// tells its buffers by their arena offsets).
 pub(crate) const HOST_TAG: u32 = u32::from_le_bytes(HOST_MAGIC);
@@ -56,6 +60,7 @@ struct CachedSchedule {
 #[derive(Debug)]
 pub(crate) struct Running {
     pub(crate) context: u64,
+    pub(crate) barrier: BarrierId,
     pub(crate) steps: Arc<[Step]>,
     pub(crate) members: Arc<[Member]>,
     pub(crate) timeout: Option<Duration>,
@@ -74,6 +79,8 @@ pub(crate) struct BarrierState {
     pub(crate) outcome: Option<(u64, Result<(), BarrierError>)>,
     pub(crate) next_serial: u32,
     pub(crate) host: HostState,
+    /// The number of the next barrier of each (job, group) this port runs.
+    sequences: HashMap<(u32, u32), u32>,
 }
 
 impl BarrierState {
@@ -105,6 +112,30 @@ impl BarrierState {
         Ok(steps)
     }
 
+    /// The identity of the next barrier of `group` on this port (not yet counted: see
+    /// [`BarrierState::count`]).
+    pub(crate) fn next_id(&self, group: &Group) -> BarrierId {
+        let sequence = self
+            .sequences
+            .get(&(group.job, group.id))
+            .copied()
+            .unwrap_or(0);
+        group.barrier_id(sequence)
+    }
+
+    /// Starts `group`'s numbering afresh.
+    pub(crate) fn restart(&mut self, group: &Group) {
+        self.sequences.remove(&(group.job, group.id));
+    }
+
+    /// Counts barrier `barrier` as started: the group's next barrier is the one after it.
+    pub(crate) fn count(&mut self, barrier: BarrierId) {
+        self.sequences.insert(
+            (barrier.job.get(), barrier.group.get()),
+            barrier.sequence.get().wrapping_add(1),
+        );
+    }
+
     pub(crate) fn is_running(&self, context: u64) -> bool {
         self.running.as_ref().is_some_and(|r| r.context == context)
     }
@@ -121,9 +152,21 @@ impl BarrierState {
         }
     }
 
-    /// The running group barrier ended with `outcome`.
+    /// The running group barrier ended with `outcome`. One the NIC never ran (refused, or not
+    /// posted again) gives its number back: the members that did not see it run number their
+    /// next barrier the same.
     pub(crate) fn finish(&mut self, outcome: Result<(), BarrierError>) {
         if let Some(running) = self.running.take() {
+            if matches!(
+                outcome,
+                Err(BarrierError::Refused { .. } | BarrierError::Port(_))
+            ) {
+                let barrier = running.barrier;
+                let key = (barrier.job.get(), barrier.group.get());
+                if self.sequences.get(&key) == Some(&barrier.sequence.get().wrapping_add(1)) {
+                    self.sequences.insert(key, barrier.sequence.get());
+                }
+            }
             self.outcome = Some((running.context, outcome));
         }
     }
@@ -223,6 +266,7 @@ fn provide_ahead(endpoint: &mut Endpoint) {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Resend {
     pub(crate) peer: Member,
+    pub(crate) barrier: BarrierId,
     pub(crate) round: u8,
     pub(crate) at: Instant,
     pub(crate) until: Instant,
@@ -231,23 +275,41 @@ pub(crate) struct Resend {
 /// The host-based barrier's record, buffers and sends.
 #[derive(Debug, Default)]
 pub(crate) struct HostState {
-    /// Messages arrived and not yet consumed, per (sender, round): the host's unexpected-barrier
-    /// record (at most two: this barrier's and the next one's).
-    pub(crate) record: HashMap<(Member, u8), u32>,
+    /// Messages arrived and not yet consumed, per (sender, barrier, round): the host's
+    /// unexpected-barrier record. A barrier forgets what is left of its own when it ends, and of
+    /// its group's earlier barriers when it starts.
+    pub(crate) record: HashMap<(Member, BarrierId, u8), u32>,
     /// Arena offsets of the receive buffers provided for the messages.
     pub(crate) buffers: HashSet<u64>,
     /// Buffers back from the NIC that could not be provided again yet (no receive token).
     pub(crate) unprovided: Vec<DmaBuffer>,
     /// Send buffers not in use.
     pub(crate) spare: Vec<DmaBuffer>,
-    /// Messages the NIC holds: buffer offset → (target, round).
-    pub(crate) sending: HashMap<u64, (Member, u8)>,
+    /// Messages the NIC holds: buffer offset → (target, barrier, round).
+    pub(crate) sending: HashMap<u64, (Member, BarrierId, u8)>,
     pub(crate) resends: Vec<Resend>,
     /// The last failure of a send to each member since a message from it or a send to it got
     /// through.
     pub(crate) failures: HashMap<Member, Status>,
     /// Until when failed sends are sent again: the deadline of the latest host-based barrier.
     pub(crate) deadline: Option<Instant>,
+}
+
+impl HostState {
+    /// Forgets what is recorded of `barrier`'s group's barriers before it (`inclusive`: and of
+    /// `barrier` itself): they ended, and what is left of them can complete nothing.
+    pub(crate) fn forget_through(&mut self, barrier: BarrierId, inclusive: bool) {
+        let (job, group, sequence) = (barrier.job, barrier.group, barrier.sequence.get());
+        self.record.retain(|(_, id, _), _| {
+            let behind = sequence.wrapping_sub(id.sequence.get()) as i32;
+            id.job != job || id.group != group || behind < 0 || (behind == 0 && !inclusive)
+        });
+    }
+
+    /// When the next failed message is due to be sent again.
+    pub(crate) fn next_resend(&self) -> Option<Instant> {
+        self.resends.iter().map(|resend| resend.at).min()
+    }
 }
 
 /// A message arrived in one of the host-based barrier's buffers: count it and provide the buffer
@@ -266,19 +328,23 @@ fn host_received(endpoint: &mut Endpoint, state: &mut BarrierState, event: Event
     };
     let offset = buffer.arena_offset();
     let round = buffer.get(4).copied().unwrap_or(u8::MAX);
+    let barrier = buffer
+        .get(HOST_ID_AT..HOST_MESSAGE_LENGTH)
+        .and_then(|bytes| zerocopy::FromBytes::read_from_bytes(bytes).ok());
     let ours = status == Status::SUCCESS
         && length == HOST_MESSAGE_LENGTH
         && buffer.get(..4) == Some(&HOST_MAGIC[..])
-        && round < shared_abi::schedule::MAX_ROUNDS;
+        && round < shared_abi::schedule::MAX_ROUNDS
+        && barrier.is_some();
     let host = &mut state.host;
     host.buffers.remove(&offset);
     if !ours && status == Status::SUCCESS {
         // Someone else's message of the reserved class: it is the caller's, buffer and all.
         return Some(event);
     }
-    if ours {
+    if ours && let Some(barrier) = barrier {
         let sender = Member::new(sender_node, sender_port);
-        *host.record.entry((sender, round)).or_insert(0) += 1;
+        *host.record.entry((sender, barrier, round)).or_insert(0) += 1;
         host.failures.remove(&sender);
     }
     let Event::Received { buffer, .. } = event else {
@@ -305,7 +371,7 @@ fn host_sent(state: &mut BarrierState, event: Event) {
         return;
     };
     let host = &mut state.host;
-    let Some((peer, round)) = host.sending.remove(&buffer.arena_offset()) else {
+    let Some((peer, barrier, round)) = host.sending.remove(&buffer.arena_offset()) else {
         return;
     };
     host.spare.push(buffer);
@@ -318,6 +384,7 @@ fn host_sent(state: &mut BarrierState, event: Event) {
     if let Some(until) = host.deadline.filter(|until| *until > now) {
         host.resends.push(Resend {
             peer,
+            barrier,
             round,
             at: now + HOST_RETRY_INTERVAL,
             until,

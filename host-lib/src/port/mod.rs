@@ -185,6 +185,9 @@ impl Port {
     /// # Errors
     /// [`Error::EventRing`] if the NIC broke the event ring.
     pub fn receive(&mut self) -> Result<Option<Event>, Error> {
+        if !self.barrier.host.resends.is_empty() {
+            self.resend_due(Instant::now());
+        }
         if let Some(event) = self.deferred.pop_front() {
             return Ok(Some(event));
         }
@@ -258,7 +261,17 @@ impl Port {
             if event.is_some() {
                 return Ok(event);
             }
-            if !self.endpoint.raw_mut().wait(deadline, spin_until)? {
+            // Wake for a host-based barrier message due to be sent again, too (`receive` sends it).
+            let resend = (!from_ring)
+                .then(|| self.barrier.host.next_resend())
+                .flatten();
+            let wake = match (deadline, resend) {
+                (Some(deadline), Some(resend)) => Some(deadline.min(resend)),
+                (deadline, resend) => deadline.or(resend),
+            };
+            if !self.endpoint.raw_mut().wait(wake, spin_until)?
+                && deadline.is_some_and(|deadline| Instant::now() >= deadline)
+            {
                 return Ok(None);
             }
         }

@@ -396,7 +396,8 @@ fn failed_in(plan: &Round, group: &Group, round: u64, error: &BarrierError) -> i
                 .and_then(|r| plan.ranks.get(r).copied())
                 .unwrap_or(usize::MAX);
             say(&format!(
-                "failed round {round} naming rank {rank} ({reason:?})"
+                "failed round {round} naming rank {rank} ({reason:?}; {:?} {:?} of ranks {:?})",
+                plan.mode, plan.algorithm, plan.ranks
             ));
             3
         }

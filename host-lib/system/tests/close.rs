@@ -214,6 +214,8 @@ fn host_barrier_survives_a_close(setup: &Setup) {
             // The peer enters once this port is open, so its message is not refused as sent to
             // a port not open yet: what is tested is the close alone.
             opened.send(()).unwrap();
+            // A fresh port numbers its barriers from 0: each iteration is a group of its own.
+            let closer_group = closer_group.clone().with_id(iteration);
             if let Err(error) = port.host_barrier(&closer_group, &options) {
                 panic!("iteration {iteration}: the closing side's barrier failed: {error}");
             }
@@ -224,7 +226,7 @@ fn host_barrier_survives_a_close(setup: &Setup) {
     for iteration in 0..iterations {
         go.send(iteration).unwrap();
         is_open.recv_timeout(BOUND).unwrap();
-        if let Err(error) = peer.host_barrier(&group, &options) {
+        if let Err(error) = peer.host_barrier(&group.clone().with_id(iteration), &options) {
             panic!(
                 "iteration {iteration}: the peer's barrier failed (the closing port's message was \
                  lost?): {error}"

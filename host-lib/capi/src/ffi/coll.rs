@@ -360,6 +360,38 @@ pub unsafe extern "C" fn nicbar_coll_group_free(group: *mut nicbar_coll_group) {
     });
 }
 
+/// Names the barriers of `group`: `job` (0: none) and `id`, the same in every member (an MPI
+/// communicator's context id, say), and starts the group's barrier numbering on `endpoint` afresh
+/// — every member calls it when the group is made, before its first barrier. Barrier packets
+/// carry job, id and each barrier's number, so a barrier of one group is never completed by
+/// another group's packets, nor by a failed earlier barrier's; and a member whose peer's port
+/// closed after running barriers of the same `job` is told at once, not at its timeout. Without
+/// it a group's id is a hash of its member list (two groups of the same members then share one
+/// numbering: start their barriers in the same order everywhere). Returns 0, or -1 for a NULL
+/// handle.
+///
+/// # Safety
+/// `endpoint` and `group` are NULL or live handles not used by another thread meanwhile.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nicbar_coll_group_set_id(
+    endpoint: *mut nicbar_coll_endpoint,
+    group: *mut nicbar_coll_group,
+    job: u32,
+    id: u32,
+) -> i32 {
+    boundary(-1, || {
+        // SAFETY: the caller's promise: NULL or live and not shared meanwhile.
+        let (Some(endpoint), Some(group)) =
+            (unsafe { endpoint.as_mut() }, unsafe { group.as_mut() })
+        else {
+            return -1;
+        };
+        group.group = group.group.clone().with_job(job).with_id(id);
+        endpoint.port.restart_barrier_numbering(&group.group);
+        0
+    })
+}
+
 /// Starts a barrier of `group` on the endpoint and returns its ticket (never 0; 0 for a NULL
 /// handle). The barrier goes to the NIC at once if the port is free, else when the barriers
 /// started before it on this endpoint have ended. Follow it with nicbar_coll_barrier_test().
