@@ -30,6 +30,9 @@ use crate::{Result, target_dir, workspace_root};
 
 /// Processes (and NICs) per epoch.
 const RANKS: usize = 6;
+/// How long no process may enter a new round before the soak takes the ports' status (less than
+/// a worker's barrier timeout, so the barriers that stand still are still running).
+const STALL: Duration = Duration::from_secs(3);
 /// The longest an epoch may take before it counts as a hang.
 const EPOCH_LIMIT: Duration = Duration::from_secs(90);
 /// How long a daemon may take to listen.
@@ -240,14 +243,23 @@ fn soak(
             &udp_places
         };
         let show_status = || {
+            let mut report = String::new();
             for daemon in daemons {
-                eprintln!("soak: nicctl status --socket {}", daemon.socket.display());
-                let _ = Command::new(nicctl)
+                report.push_str(&format!(
+                    "soak: nicctl status --socket {}\n",
+                    daemon.socket.display()
+                ));
+                if let Ok(output) = Command::new(nicctl)
                     .arg("status")
                     .arg("--socket")
                     .arg(&daemon.socket)
-                    .status();
+                    .output()
+                {
+                    report.push_str(&String::from_utf8_lossy(&output.stdout));
+                    report.push_str(&String::from_utf8_lossy(&output.stderr));
+                }
             }
+            report
         };
         let outcome = run_epoch(
             worker,
@@ -260,7 +272,7 @@ fn soak(
         );
         if let Err(error) = outcome {
             eprintln!("soak: epoch {epoch} (seed {seed}): {error}");
-            show_status();
+            eprint!("{}", show_status());
             return Err(format!(
                 "the soak failed in epoch {epoch}; replay: cargo xtask soak --seed {seed} \
                  --first-epoch {epoch}"
@@ -325,8 +337,9 @@ enum Ending {
     Exited(i32, String),
 }
 
-/// Runs one epoch; `show_status` prints the daemons' status (on a hang, before the processes are
-/// stopped, so each port still shows its running barrier).
+/// Runs one epoch; `show_status` gives the daemons' status. It is taken while the processes run
+/// — on a hang, and whenever no process has entered a new round for a while — and printed if the
+/// epoch fails, so each port still shows its running barrier and whom it waits for.
 fn run_epoch(
     worker: &Path,
     dir: &Path,
@@ -334,7 +347,7 @@ fn run_epoch(
     (seed, epoch): (u64, u64),
     rng: &mut Rng,
     totals: &mut Totals,
-    show_status: &dyn Fn(),
+    show_status: &dyn Fn() -> String,
 ) -> Result<()> {
     let counters = dir.join("counters");
     std::fs::write(&counters, vec![0u8; 8 * places.len()])?;
@@ -366,7 +379,21 @@ fn run_epoch(
     }
     let mut endings: Vec<Option<Ending>> = (0..places.len()).map(|_| None).collect();
     let mut killed = None;
+    // The rounds the processes entered, when they last changed, and the status taken when they
+    // stood still for long.
+    let (mut entered, mut moved, mut stalled) = (Vec::new(), Instant::now(), None::<String>);
     loop {
+        let now_entered = std::fs::read(&counters).unwrap_or_default();
+        if now_entered != entered {
+            (entered, moved) = (now_entered, Instant::now());
+        } else if stalled.is_none() && moved.elapsed() > STALL {
+            stalled = Some(format!(
+                "soak: no process entered a new round for {STALL:?} ({:.1} s into the epoch); \
+                 the ports then:\n{}",
+                started.elapsed().as_secs_f64(),
+                show_status()
+            ));
+        }
         if let Some((victim, after)) = kill
             && killed.is_none()
             && started.elapsed() >= after
@@ -400,7 +427,7 @@ fn run_epoch(
         }
         if started.elapsed() > EPOCH_LIMIT {
             eprintln!("soak: epoch {epoch} (seed {seed}) hangs; the ports as they are:");
-            show_status();
+            eprint!("{}", show_status());
             for child in children.iter_mut().flatten() {
                 let _ = child.kill();
                 let _ = child.wait();
@@ -468,5 +495,8 @@ fn run_epoch(
         return Ok(());
     }
     totals.violations += problems.len() as u64;
+    if let Some(stalled) = stalled {
+        eprint!("{stalled}");
+    }
     Err(problems.join("\n").into())
 }

@@ -69,6 +69,10 @@ pub struct BarrierCampaign {
     /// Processes close their port (in order) as soon as they finished their last barrier, while
     /// their last packets may still be on their way: their peers must complete all the same.
     pub exit_when_done: bool,
+    /// Barriers a member skips (it goes on to its next barrier without entering them): the
+    /// barrier fails at the others, which go on too, so a failed barrier's packets meet the next
+    /// barriers of the same ports — none may complete before all its members entered it.
+    pub absences: usize,
 }
 
 impl BarrierCampaign {
@@ -118,7 +122,20 @@ impl BarrierCampaign {
                 0
             },
             exit_when_done: rng.chance(0.5),
+            absences: 0,
         }
+    }
+
+    /// A campaign drawn from `seed` as [`BarrierCampaign::from_seed`], with one to three
+    /// absences instead of deaths, and no slow process (whose barriers would outlast the NIC's
+    /// timeout).
+    pub fn with_absences(seed: u64, family: Family, max_nodes: usize) -> Self {
+        let mut campaign = Self::from_seed(seed, family, max_nodes.min(32));
+        campaign.deaths = 0;
+        campaign.node_stops = 0;
+        campaign.slow_pairs = false;
+        campaign.absences = 1 + (seed % 3) as usize;
+        campaign
     }
 }
 
@@ -151,7 +168,15 @@ struct Barrier {
     completed: Vec<bool>,
     /// Which members got `BARRIER_FAILED` for it.
     failed: Vec<bool>,
+    /// Which members skipped it (see [`BarrierCampaign::absences`]).
+    absent: Vec<bool>,
+    /// A member will skip it: its members give up after [`DOOMED_TIMEOUT`], well inside the
+    /// NIC's default, so that the delay does not make later barriers time out too.
+    doomed: bool,
 }
+
+/// The timeout of a barrier a member skips.
+const DOOMED_TIMEOUT: Duration = Duration::from_millis(20);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
@@ -175,6 +200,8 @@ struct Process {
     position: usize,
     state: State,
     slow: bool,
+    /// Positions of its program it skips.
+    skips: BTreeSet<usize>,
 }
 
 const ACTION_DIE: u64 = 1;
@@ -226,6 +253,7 @@ pub fn run(campaign: &BarrierCampaign) -> Result<BarrierReport, CampaignFailure<
                 position: 0,
                 state: State::Computing,
                 slow: false,
+                skips: BTreeSet::new(),
             });
         }
     }
@@ -237,6 +265,15 @@ pub fn run(campaign: &BarrierCampaign) -> Result<BarrierReport, CampaignFailure<
     }
     if campaign.slow_pairs {
         processes[0].slow = true;
+    }
+    for _ in 0..campaign.absences {
+        let id = world.rng.below(process_count as u64) as usize;
+        let length = processes[id].program.len() as u64;
+        if length > 0 {
+            let position = world.rng.below(length) as usize;
+            processes[id].skips.insert(position);
+            barriers[processes[id].program[position]].doomed = true;
+        }
     }
     for (id, process) in processes.iter().enumerate() {
         if late.contains(&id) {
@@ -387,12 +424,13 @@ pub fn run(campaign: &BarrierCampaign) -> Result<BarrierReport, CampaignFailure<
         if !barrier.failed.iter().any(|f| *f) {
             continue;
         }
-        let doomed = barrier.members.iter().enumerate().any(|(rank, &m)| {
-            dead.contains(&m)
-                || (!barrier.completed[rank]
-                    && processes[m].state == State::Failed
-                    && !barrier.failed[rank])
-        });
+        let doomed = barrier.doomed
+            || barrier.members.iter().enumerate().any(|(rank, &m)| {
+                dead.contains(&m)
+                    || (!barrier.completed[rank]
+                        && processes[m].state == State::Failed
+                        && !barrier.failed[rank])
+            });
         if !doomed {
             return Err(fail(format!(
                 "barrier {index} ({:?}) failed at some members though none of its members died or failed elsewhere",
@@ -417,12 +455,15 @@ fn plan_barriers(campaign: &BarrierCampaign, rng: &mut Rng, processes: usize) ->
         let algorithm = draw_algorithm(rng, campaign.family, members.len());
         let entered = vec![None; members.len()];
         let (completed, failed) = (vec![false; members.len()], vec![false; members.len()]);
+        let absent = vec![false; members.len()];
         plan.push(Barrier {
             members,
             algorithm,
             entered,
             completed,
             failed,
+            absent,
+            doomed: false,
         });
     };
     if campaign.slow_pairs && processes > 1 {
@@ -499,6 +540,19 @@ fn enter_next_barrier(
         .iter()
         .position(|&m| m == id)
         .ok_or("process not in its own barrier")?;
+    if process.skips.contains(&process.position) {
+        // Absent from this one: on to the next at the next host step.
+        barrier.absent[rank] = true;
+        process.position += 1;
+        world.schedule_in(
+            Duration::from_micros(1),
+            Happening::Host {
+                node: process.node,
+                port: process.port,
+            },
+        );
+        return Ok(());
+    }
     let members: Vec<Member> = barrier
         .members
         .iter()
@@ -551,6 +605,12 @@ fn enter_next_barrier(
         context: (index as u64).into(),
         // Every barrier of the plan is one of its own: the members agree on its index.
         barrier: shared_abi::ids::BarrierId::new(0, 0, index as u32),
+        timeout_us: if barrier.doomed {
+            DOOMED_TIMEOUT.as_micros() as u32
+        } else {
+            0
+        }
+        .into(),
         ..SendToken::default()
     };
     process
@@ -643,14 +703,19 @@ fn observe(
             // not completed this barrier, or died (after completing it, before its last packets
             // got through). Whether the barrier was really doomed (a member never completed it
             // because it died, or failed elsewhere) is checked at the end.
-            let something_died = campaign.deaths > 0 || campaign.node_stops > 0;
+            let something_died = campaign.deaths > 0 || campaign.node_stops > 0 || barrier.doomed;
             let named_rank = barrier.members.iter().position(|&m| m == named);
             let missing =
                 dead.contains(&named) || named_rank.is_some_and(|rank| !barrier.completed[rank]);
             if !something_died || !missing {
                 return Err(format!(
-                    "process {id}: barrier {index} ({:?}) failed ({:?}) naming {named}, which is not missing",
-                    barrier.algorithm, event.status
+                    "process {id}: barrier {index} ({:?}) failed ({:?}) at {now:?} naming {named}, which is not missing (doomed: {}; members {:?} entered {:?} completed {:?})",
+                    barrier.algorithm,
+                    event.status,
+                    barrier.doomed,
+                    barrier.members,
+                    barrier.entered,
+                    barrier.completed
                 ));
             }
             if ![
@@ -666,9 +731,24 @@ fn observe(
                 ));
             }
             report.failures += 1;
-            processes[id].state = State::Failed;
             if let Some(rank) = barrier.members.iter().position(|&m| m == id) {
                 barrier.failed[rank] = true;
+            }
+            if campaign.absences > 0 {
+                // Its barrier failed for an absence: on to the next, as a program that handles
+                // the error does.
+                let process = &mut processes[id];
+                process.position += 1;
+                process.state = State::Computing;
+                world.schedule_in(
+                    Duration::from_micros(1),
+                    Happening::Host {
+                        node: process.node,
+                        port: process.port,
+                    },
+                );
+            } else {
+                processes[id].state = State::Failed;
             }
         }
         other => {
