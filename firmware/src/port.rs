@@ -51,6 +51,10 @@ pub(crate) struct OpenPort {
     /// Set by an orderly close ([`crate::Nic::begin_close`]): the port finishes what its process
     /// posted, writes no more events, and closes when done or at this deadline.
     pub(crate) closing: Option<crate::time::Instant>,
+    /// The process memory the port registered ([`crate::memory`]).
+    pub(crate) memory: crate::memory::MemoryRegions,
+    /// The one-sided operation held in each send slot, beside its token in `sends`.
+    pub(crate) operations: [Option<crate::remote::Operation>; SEND_TOKENS],
 }
 
 impl OpenPort {
@@ -69,6 +73,8 @@ impl OpenPort {
             barrier_retries: heapless::Vec::new(),
             faulted: None,
             closing: None,
+            memory: Default::default(),
+            operations: [None; SEND_TOKENS],
         }
     }
 

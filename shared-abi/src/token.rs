@@ -33,6 +33,22 @@ impl SendKind {
     /// Run the barrier schedule of `length` steps at arena offset `buffer` (paper §5.2,
     /// `gm_barrier_send_with_callback`).
     pub const BARRIER: Self = Self(2);
+    /// Put `length` bytes from the process's registered memory at address `buffer` to the remote
+    /// pointer `remote` of `(target_node, target_port)` (GM's `gm_put`); the SENT event comes when
+    /// the data is in the target's memory.
+    pub const PUT: Self = Self(3);
+    /// Get `length` bytes from the remote pointer `remote` of `(target_node, target_port)` into
+    /// the process's registered memory at address `buffer` (GM's `gm_get`).
+    pub const GET: Self = Self(4);
+    /// The atomic `op` on the 64-bit word at the remote pointer `remote` with `operand` and
+    /// `compare`; the word's previous value comes back in the SENT event and, if `buffer` is not
+    /// 0, is written to the process's registered memory at address `buffer`.
+    pub const ATOMIC: Self = Self(5);
+
+    /// Whether the kind is a one-sided operation (put, get, atomic).
+    pub const fn is_rdma(self) -> bool {
+        self.0 >= 3 && self.0 <= 5
+    }
 }
 
 /// Message priority, as GM's `GM_LOW_PRIORITY` / `GM_HIGH_PRIORITY`.
@@ -107,8 +123,16 @@ pub struct SendToken {
     pub reserved2: U16,
     /// Reserved, zero.
     pub reserved3: U16,
+    /// Put, get, atomic: the remote pointer ([`crate::rdma::RemotePointer::to_u64`]).
+    pub remote: U64,
+    /// Atomic: the operand.
+    pub operand: U64,
+    /// Compare-and-swap: the compare value.
+    pub compare: U64,
+    /// Atomic: the [`crate::rdma::AtomicOp`].
+    pub op: crate::rdma::AtomicOp,
     /// Reserved, zero.
-    pub reserved4: [u8; 28],
+    pub reserved4: [u8; 3],
 }
 const _: () = assert!(core::mem::size_of::<SendToken>() == 64);
 
