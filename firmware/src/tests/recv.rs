@@ -189,7 +189,10 @@ fn malformed_packets_are_counted_and_ignored() {
         ("bad magic", with(&|b| b[0] = 0x4f)),
         ("bad version", with(&|b| b[1] = 2)),
         ("kind zero", with(&|b| b[2] = 0)),
-        ("kind thirteen (past the last one-sided kind)", with(&|b| b[2] = 13)),
+        (
+            "kind thirteen (past the last one-sided kind)",
+            with(&|b| b[2] = 13),
+        ),
         ("kind 255", with(&|b| b[2] = 0xff)),
         (
             "another node id",
