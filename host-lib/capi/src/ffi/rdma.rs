@@ -355,7 +355,11 @@ fn request(
         kind,
         local: local as usize,
         remote,
-        length: len as u64,
+        #[allow(
+            clippy::useless_conversion,
+            reason = "gm_size_t is an unsigned long, 32 bits on some hosts"
+        )]
+        length: u64::from(len),
         node,
         port,
         op: AtomicOp::default(),
