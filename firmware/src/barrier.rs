@@ -151,14 +151,15 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             0 => self.config.default_barrier_timeout,
             us => core::time::Duration::from_micros(u64::from(us)),
         };
-        if token.barrier.job.get() != 0 {
-            open.job = token.barrier.job.get();
+        let barrier = token.barrier_id();
+        if barrier.job.get() != 0 {
+            open.job = barrier.job.get();
         }
         open.barrier = Some(BarrierRun {
             steps: schedule,
             index: 0,
             sent_current: false,
-            barrier: token.barrier,
+            barrier,
             context: token.context.get(),
             deadline: now.saturating_add(timeout),
             stalled_until: None,

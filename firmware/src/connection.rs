@@ -49,6 +49,36 @@ pub(crate) enum Body {
     PortClosed { port: u8, generation: Generation },
     /// A withdrawn message: holds the sequence slot so the stream stays gap-free.
     Cancelled,
+    /// Segment `segment` of the put held in `slot` of `port` (operation `operation`).
+    Put {
+        port: u8,
+        slot: u8,
+        generation: Generation,
+        dst_port: PortId,
+        operation: u32,
+        segment: u32,
+    },
+    /// The request of the get held in `slot` of `port`.
+    Get {
+        port: u8,
+        slot: u8,
+        generation: Generation,
+        dst_port: PortId,
+        operation: u32,
+    },
+    /// The request of the atomic held in `slot` of `port`.
+    Atomic {
+        port: u8,
+        slot: u8,
+        generation: Generation,
+        dst_port: PortId,
+        operation: u32,
+    },
+    /// Data of a get this NIC serves from its port `port`, read at `address` when the packet is
+    /// built.
+    ReadData(crate::remote::ReadSegment),
+    /// The answer to a one-sided operation of the peer.
+    Reply(crate::remote::Reply),
 }
 
 /// A sequenced packet in the sent list.
@@ -103,6 +133,15 @@ pub(crate) struct Connection {
     pub(crate) sent: Deque<Descriptor, WINDOW>,
     pub(crate) queue: Deque<Body, QUEUE>,
     pub(crate) closed_notices: Deque<(u8, Generation), CLOSED_NOTICES>,
+    /// Answers owed to the peer's one-sided operations, sent before the queue. Room for every
+    /// operation the peer may have outstanding toward us ([`crate::remote::RDMA_OPS`]), so taking
+    /// a request never waits for our own stream.
+    pub(crate) replies: Deque<Body, { crate::remote::RDMA_OPS }>,
+    /// Gets of the peer this NIC is serving: their data is queued as room appears.
+    pub(crate) reads: Deque<crate::remote::ReadStream, { crate::remote::RDMA_OPS }>,
+    /// The peer's put (source port, operation) a segment of which we refused, with the status of
+    /// that first refusal: its last segment's reply reports it.
+    pub(crate) failed_put: Option<((u8, u32), shared_abi::event::Status)>,
     /// Whether the peer acknowledged anything of the current transmit epoch. Until it has, every
     /// packet carries SYN, so a receiver without state can start the epoch from whichever packet
     /// of it arrives first.
@@ -151,6 +190,9 @@ impl Connection {
             sent: Deque::new(),
             queue: Deque::new(),
             closed_notices: Deque::new(),
+            replies: Deque::new(),
+            reads: Deque::new(),
+            failed_put: None,
             last_progress: now,
             retransmit_at: None,
             backoff: 0,
@@ -175,6 +217,8 @@ impl Connection {
         self.sent.is_empty()
             && self.queue.is_empty()
             && self.closed_notices.is_empty()
+            && self.replies.is_empty()
+            && self.reads.is_empty()
             && !self.ack_pending
             && self.nack_pending.is_none()
             && self.rejects.is_empty()

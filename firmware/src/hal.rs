@@ -17,6 +17,15 @@ pub enum TransmitError {
     NoRoute,
 }
 
+/// The NIC could not reach a process's memory.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum MemoryFault {
+    /// This board cannot reach ordinary process memory (only port regions).
+    Unsupported,
+    /// The host refused the access, or part of the range is not mapped in the process.
+    Refused,
+}
+
 /// The NIC's view of its host and its wire.
 pub trait Hal {
     /// The memory of one open port's region, shared with the process that owns the port.
@@ -35,4 +44,37 @@ pub trait Hal {
     /// Rings the host's doorbell for `port`: its process sleeps and a new event is in its event
     /// ring. Called only when the process asked for a doorbell.
     fn notify_host(&mut self, port: usize);
+
+    /// Copies `out.len()` bytes of the memory of the process that owns local port `port`, from
+    /// its virtual address `address` (registered memory, single-copy: on Linux,
+    /// `process_vm_readv`). The core calls it only for ranges inside a region the port
+    /// registered. By default a board reaches no process memory.
+    ///
+    /// # Errors
+    /// [`MemoryFault`]; nothing was read then (or part of it, which the core never uses).
+    fn read_process_memory(
+        &mut self,
+        port: usize,
+        address: u64,
+        out: &mut [u8],
+    ) -> Result<(), MemoryFault> {
+        let _ = (port, address, out);
+        Err(MemoryFault::Unsupported)
+    }
+
+    /// Copies `data` into the memory of the process that owns local port `port`, at its virtual
+    /// address `address` (on Linux, `process_vm_writev`). The core calls it only for ranges
+    /// inside a region the port registered.
+    ///
+    /// # Errors
+    /// [`MemoryFault`]; the write may have been partial then.
+    fn write_process_memory(
+        &mut self,
+        port: usize,
+        address: u64,
+        data: &[u8],
+    ) -> Result<(), MemoryFault> {
+        let _ = (port, address, data);
+        Err(MemoryFault::Unsupported)
+    }
 }

@@ -23,10 +23,12 @@ pub mod auth;
 pub mod barrier;
 pub mod connection;
 pub mod hal;
+pub mod memory;
 pub mod port;
 mod rdma;
 mod record;
 mod recv;
+mod remote;
 mod sdma;
 mod send;
 pub mod seq;
@@ -42,7 +44,9 @@ use shared_abi::ring::{RingError, SharedMemory};
 use zerocopy::{FromZeros, IntoBytes};
 
 pub use connection::ConnectionCounters;
-pub use hal::{Hal, TransmitError};
+pub use hal::{Hal, MemoryFault, TransmitError};
+pub use memory::{MEMORY_REGIONS, RegisterError};
+pub use remote::RDMA_OPS;
 pub use time::Instant;
 
 use connection::{Body, Connection};
@@ -200,6 +204,8 @@ pub struct Nic<H: Hal, const CONNECTIONS: usize = DEFAULT_CONNECTIONS> {
     epoch_counter: u32,
     counters: NicCounters,
     scratch: [u8; shared_abi::packet::MAX_WIRE_LEN],
+    /// The number of the last one-sided operation taken ([`remote`]).
+    operation_serial: u32,
 }
 
 impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
@@ -223,6 +229,7 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
             epoch_counter: (boot_stamp >> 2) << 12,
             counters: NicCounters::default(),
             scratch: [0; shared_abi::packet::MAX_WIRE_LEN],
+            operation_serial: 0,
         }
     }
 
@@ -463,6 +470,8 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
         }
         busy |= self.run_barrier_timers(now);
         busy |= self.run_connection_timers(now);
+        busy |= self.run_operation_timers(now);
+        busy |= self.feed_operations(now);
         self.advance_all_barriers(now);
         busy |= self.transmit_all(now);
         for index in 0..PORTS_PER_NIC {
@@ -491,6 +500,7 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
             }
             at = time::earliest(at, open.closing);
         }
+        at = time::earliest(at, self.operation_deadline());
         at
     }
 

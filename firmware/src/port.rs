@@ -54,6 +54,10 @@ pub(crate) struct OpenPort {
     /// The job of the port's latest barrier (0: none named yet); kept by the slot when the port
     /// closes, so that a late peer of that job learns the port is gone for good.
     pub(crate) job: u32,
+    /// The process memory the port registered ([`crate::memory`]).
+    pub(crate) memory: crate::memory::MemoryRegions,
+    /// The one-sided operation held in each send slot, beside its token in `sends`.
+    pub(crate) operations: [Option<crate::remote::Operation>; SEND_TOKENS],
 }
 
 impl OpenPort {
@@ -73,6 +77,8 @@ impl OpenPort {
             faulted: None,
             closing: None,
             job: 0,
+            memory: Default::default(),
+            operations: [None; SEND_TOKENS],
         }
     }
 

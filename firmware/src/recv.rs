@@ -216,7 +216,14 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 failed_send = Some((port, slot, Status::SEND_TIMED_OUT));
                 descriptor.body = Body::Cancelled;
             }
-            (_, Body::Barrier { .. } | Body::Data { .. }) => {
+            (
+                _,
+                Body::Barrier { .. }
+                | Body::Data { .. }
+                | Body::Put { .. }
+                | Body::Get { .. }
+                | Body::Atomic { .. },
+            ) => {
                 descriptor.not_before = Some(now.saturating_add(config.retry_interval));
             }
             // Notices and cancelled slots are never refused by a correct peer; send them again.
@@ -381,6 +388,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                     );
                     Ok(())
                 }
+                kind if kind.is_rdma() => self.receive_rdma(index, header, payload, now),
                 _ => Ok(()),
             }
         };

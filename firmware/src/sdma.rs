@@ -14,7 +14,7 @@ use crate::time::Instant;
 use crate::{Hal, Nic};
 
 /// What to do with a token read from a send ring.
-enum Disposition {
+pub(crate) enum Disposition {
     /// Refuse it with this status (its event returns it to the host).
     Reject(Status),
     /// Not now: leave it in the ring (no room for it yet).
@@ -48,6 +48,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             let disposition = match token.kind {
                 SendKind::DATA => self.take_data_token(port, &token, now),
                 SendKind::BARRIER => self.take_barrier_token(port, &token, now),
+                kind if kind.is_rdma() => self.take_rdma_token(port, &token, now),
                 _ => Disposition::Reject(Status::INVALID_TOKEN),
             };
             match disposition {
@@ -112,6 +113,11 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             return Disposition::Wait;
         };
         let generation = open.generation;
+        if self.port_is_feeding(port) {
+            // A put posted before this message is still being cut into packets: keep the
+            // port's order.
+            return Disposition::Wait;
+        }
         let Some(connection) = self.connection_for(token.target_node, now) else {
             return Disposition::Wait;
         };
@@ -209,7 +215,12 @@ impl<H: Hal, const C: usize> Nic<H, C> {
 /// dropped; those already sequenced become cancelled slots so the stream stays gap-free.
 /// Barrier packets stay: they are self-contained, and peers of a completed barrier need them.
 pub(crate) fn cancel_port_data(connection: &mut Connection, port: u8) {
-    let is_ours = |body: &Body| matches!(body, Body::Data { port: p, .. } if *p == port);
+    let is_ours = |body: &Body| {
+        matches!(body, Body::Data { port: p, .. }
+            | Body::Put { port: p, .. }
+            | Body::Get { port: p, .. }
+            | Body::Atomic { port: p, .. } if *p == port)
+    };
     let queued = connection.queue.len();
     for _ in 0..queued {
         if let Some(body) = connection.queue.pop_front()

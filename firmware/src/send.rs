@@ -35,7 +35,10 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         // Give queued packets (and port-closed notices, after them) sequence numbers as the window
         // allows.
         while !connection.sent.is_full() {
-            let body = if let Some(body) = connection.queue.pop_front() {
+            // Replies first: the peer's operations wait on them, never on our own stream.
+            let body = if let Some(body) = connection.replies.pop_front() {
+                body
+            } else if let Some(body) = connection.queue.pop_front() {
                 body
             } else if let Some((port, generation)) = connection.closed_notices.pop_front() {
                 Body::PortClosed { port, generation }
@@ -203,6 +206,11 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 header.src_generation = generation;
             }
             Body::Cancelled => {}
+            Body::Put { .. }
+            | Body::Get { .. }
+            | Body::Atomic { .. }
+            | Body::ReadData(_)
+            | Body::Reply(_) => payload_len = self.build_rdma(&mut header, descriptor.body),
         }
         let header_len = shared_abi::packet::HEADER_LEN;
         let total = header_len + payload_len;
@@ -393,6 +401,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         for port in 0..PORTS_PER_NIC {
             self.fail_barrier_needing(port, peer, None, Status::TARGET_NODE_UNREACHABLE);
         }
+        self.give_up_operations(peer);
     }
 
     /// Returns the held send token in `slot` of `port` to the host with `status`.

@@ -28,6 +28,19 @@ struct PendingSend {
     serial: u32,
 }
 
+/// A one-sided operation the NIC holds: the caller's context and where it goes.
+#[derive(Debug)]
+struct PendingOperation {
+    context: u64,
+    kind: SendKind,
+    node: NodeId,
+    port: PortId,
+}
+
+/// Token contexts of one-sided operations have this bit set (sends and barriers never do: their
+/// contexts are a slot and a 32-bit serial).
+const OPERATION_CONTEXT: u64 = 1 << 63;
+
 /// The NIC-based barrier's tokens: what the port has given the NIC for barriers.
 #[derive(Debug, Default)]
 pub(crate) struct BarrierTokens {
@@ -61,6 +74,8 @@ pub(crate) struct Endpoint {
     next_serial: u32,
     provided: HashMap<u64, DmaBuffer>,
     pub(crate) barrier_tokens: BarrierTokens,
+    operations: HashMap<u64, PendingOperation>,
+    next_operation: u64,
 }
 
 /// The smallest size class: buffers of 8 bytes, holding messages of 0 bytes.
@@ -84,6 +99,8 @@ impl Endpoint {
             next_serial: 0,
             provided: HashMap::new(),
             barrier_tokens: BarrierTokens::default(),
+            operations: HashMap::new(),
+            next_operation: 0,
         }
     }
 
@@ -218,9 +235,9 @@ impl Endpoint {
             length: u32::try_from(steps.len()).unwrap_or(u32::MAX).into(),
             buffer: schedule.arena_offset().into(),
             timeout_us: timeout_us(timeout).into(),
-            barrier,
             ..SendToken::default()
-        };
+        }
+        .with_barrier_id(barrier);
         match self.push_send_token(token, schedule, context) {
             Ok(()) => {
                 self.barrier_tokens.in_flight += 1;
@@ -269,6 +286,37 @@ impl Endpoint {
         Ok(())
     }
 
+    /// Posts a put, get or atomic token as built, naming it by a context of this layer; its
+    /// SENT (or refusal) event comes back as [`Event::OperationDone`] with `context`.
+    pub(crate) fn post_operation(
+        &mut self,
+        mut token: SendToken,
+        context: u64,
+    ) -> Result<(), Error> {
+        self.next_operation = self.next_operation.wrapping_add(1);
+        let id = OPERATION_CONTEXT | (self.next_operation & !OPERATION_CONTEXT);
+        token.context = id.into();
+        self.raw.post_send(&token)?;
+        self.operations.insert(
+            id,
+            PendingOperation {
+                context,
+                kind: token.kind,
+                node: token.target_node,
+                port: token.target_port,
+            },
+        );
+        Ok(())
+    }
+
+    /// Puts the NIC holds toward `node` (every node if `None`).
+    pub(crate) fn puts_outstanding(&self, node: Option<NodeId>) -> usize {
+        self.operations
+            .values()
+            .filter(|op| op.kind == SendKind::PUT && node.is_none_or(|node| op.node == node))
+            .count()
+    }
+
     /// The next event in the event ring, interpreted, if one is waiting.
     pub(crate) fn next_event(&mut self) -> Result<Option<Event>, Error> {
         Ok(self.raw.next_event()?.map(|raw| self.interpret(raw)))
@@ -276,6 +324,20 @@ impl Endpoint {
 
     /// Turns a raw event into an [`Event`], handing back the buffers it ends the use of.
     fn interpret(&mut self, raw: RawEvent) -> Event {
+        let ends_a_send = raw.kind == EventKind::SENT
+            || (raw.kind == EventKind::TOKEN_REJECTED
+                && !raw::is_ring_corrupt(&raw)
+                && !raw::is_receive_rejection(&raw));
+        if ends_a_send && let Some(operation) = self.operations.remove(&raw.context.get()) {
+            return Event::OperationDone {
+                context: operation.context,
+                kind: operation.kind,
+                status: raw.status,
+                value: raw.buffer.get(),
+                target_node: operation.node,
+                target_port: operation.port,
+            };
+        }
         match raw.kind {
             EventKind::RECEIVED => match self.provided.remove(&raw.buffer.get()) {
                 Some(buffer) => Event::Received {

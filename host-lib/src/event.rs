@@ -84,6 +84,26 @@ pub enum Event {
         /// The member the NIC was waiting for.
         waiting_for: (NodeId, PortId),
     },
+    /// A put, get or atomic ended (GM's callback of `gm_put`, `gm_get`,
+    /// `gm_directed_send_with_callback`): with `SUCCESS`, a put's data is in the target's memory
+    /// (remote completion), a get's in ours, and an atomic was applied once. Any other status
+    /// names the rule the operation broke (`BAD_KEY`, `OUT_OF_BOUNDS`, `REMOTE_ACCESS_DENIED`,
+    /// `TARGET_PORT_CLOSED`, `MISALIGNED`, `NOT_REGISTERED`, ...) and the target's memory is
+    /// untouched. The send token is the process's again.
+    OperationDone {
+        /// The context given with the operation.
+        context: u64,
+        /// `PUT`, `GET` or `ATOMIC`.
+        kind: shared_abi::token::SendKind,
+        /// How it ended.
+        status: Status,
+        /// An atomic's word before it was applied.
+        value: u64,
+        /// The target node.
+        target_node: NodeId,
+        /// The target port.
+        target_port: PortId,
+    },
     /// The process broke its own rings' indexes; the NIC skipped what was published. Tokens in
     /// the skipped range produce no events: their tokens and buffers are lost to the process.
     RingCorrupt,

@@ -85,6 +85,20 @@ impl Status {
     pub const NO_RESOURCES: Self = Self(10);
     /// The message's length exceeds its size class or the MTU.
     pub const TOO_LONG: Self = Self(11);
+    /// A one-sided operation named a region key the target port has not registered (or has
+    /// deregistered since).
+    pub const BAD_KEY: Self = Self(12);
+    /// A one-sided operation reached outside its target region, or outside 4 GiB.
+    pub const OUT_OF_BOUNDS: Self = Self(13);
+    /// The target port has not allowed remote memory access (`gm_allow_remote_memory_access`).
+    pub const REMOTE_ACCESS_DENIED: Self = Self(14);
+    /// An atomic's target word is not 8-byte aligned, or its opcode is unknown.
+    pub const MISALIGNED: Self = Self(15);
+    /// The local buffer of a put, get or atomic is not inside memory this port registered.
+    pub const NOT_REGISTERED: Self = Self(16);
+    /// The kernel refused the NIC access to the process's memory (on the emulated NIC:
+    /// `process_vm_readv`/`process_vm_writev` failed — ptrace scope, or the memory is unmapped).
+    pub const MEMORY_FAULT: Self = Self(17);
 }
 
 /// An event: one entry of a port's event ring. 64 bytes.
@@ -123,7 +137,8 @@ pub struct Event {
     pub tag: U32,
     /// Received: arena offset of the buffer that holds the message.
     pub buffer: U64,
-    /// Sent / barrier: the token's context.
+    /// Sent / barrier: the token's context. (An atomic's SENT event carries the word's previous
+    /// value in `buffer`.)
     pub context: U64,
     /// Rejected tokens: the [`crate::token::SendKind`] or [`crate::token::ReceiveKind`] value
     /// of the refused token, with `0x100` set for receive tokens.

@@ -49,15 +49,34 @@ impl PacketKind {
     /// A sequence slot whose message was withdrawn (its port closed, or it was given up);
     /// the receiver takes it and delivers nothing (sequenced).
     pub const CANCELLED: Self = Self(7);
+    /// One segment of a put (sequenced): an [`crate::rdma::RdmaHeader`], then the data to write
+    /// into the target's registered memory.
+    pub const RDMA_WRITE: Self = Self(8);
+    /// A get's request (sequenced): an [`crate::rdma::RdmaHeader`] naming what to read.
+    pub const RDMA_READ: Self = Self(9);
+    /// A get's data, from its target back to its initiator (sequenced): an
+    /// [`crate::rdma::RdmaHeader`], then the data.
+    pub const RDMA_READ_DATA: Self = Self(10);
+    /// An atomic on a word of the target's registered memory (sequenced).
+    pub const ATOMIC: Self = Self(11);
+    /// The end of a put, the refusal of a put, get or atomic, or an atomic's result, from the
+    /// target back to the initiator (sequenced).
+    pub const RDMA_REPLY: Self = Self(12);
 
     /// Whether packets of this kind occupy a sequence number.
     pub const fn is_sequenced(self) -> bool {
-        matches!(self.0, 1 | 5 | 6 | 7)
+        matches!(self.0, 1 | 5 | 6 | 7) || self.is_rdma()
     }
 
     /// Whether the value names a known kind.
     pub const fn is_known(self) -> bool {
-        self.0 >= 1 && self.0 <= 7
+        self.0 >= 1 && self.0 <= 7 || self.is_rdma()
+    }
+
+    /// Whether packets of this kind are one-sided operations or their answers (kinds 8 to 12;
+    /// all sequenced: exactly-once comes from the connection's sequence numbers).
+    pub const fn is_rdma(self) -> bool {
+        self.0 >= 8 && self.0 <= 12
     }
 }
 
@@ -364,7 +383,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn header_strategy() -> impl Strategy<Value = PacketHeader> {
-        (any::<[u8; HEADER_LEN]>(), 1u8..=7).prop_map(|(bytes, kind)| {
+        (any::<[u8; HEADER_LEN]>(), 1u8..=12).prop_map(|(bytes, kind)| {
             let mut header = PacketHeader::read_from_bytes(&bytes[..]).unwrap();
             header.magic = PACKET_MAGIC;
             header.version = WIRE_VERSION;
@@ -387,6 +406,11 @@ mod tests {
             header in header_strategy(),
             payload in proptest::collection::vec(any::<u8>(), 0..300),
         ) {
+            // A barrier packet carries exactly its barrier's identity.
+            let mut payload = payload;
+            if header.kind == PacketKind::BARRIER {
+                payload.resize(BARRIER_PAYLOAD_LEN, 0);
+            }
             let mut out = [0u8; MAX_PACKET_LEN];
             let len = header.emit(&payload, &mut out).unwrap();
             let packet = Packet::new_checked(&out[..len]).unwrap();

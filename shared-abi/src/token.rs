@@ -33,6 +33,22 @@ impl SendKind {
     /// Run the barrier schedule of `length` steps at arena offset `buffer` (paper §5.2,
     /// `gm_barrier_send_with_callback`).
     pub const BARRIER: Self = Self(2);
+    /// Put `length` bytes from the process's registered memory at address `buffer` to the remote
+    /// pointer `remote` of `(target_node, target_port)` (GM's `gm_put`); the SENT event comes when
+    /// the data is in the target's memory.
+    pub const PUT: Self = Self(3);
+    /// Get `length` bytes from the remote pointer `remote` of `(target_node, target_port)` into
+    /// the process's registered memory at address `buffer` (GM's `gm_get`).
+    pub const GET: Self = Self(4);
+    /// The atomic `op` on the 64-bit word at the remote pointer `remote` with `operand` and
+    /// `compare`; the word's previous value comes back in the SENT event and, if `buffer` is not
+    /// 0, is written to the process's registered memory at address `buffer`.
+    pub const ATOMIC: Self = Self(5);
+
+    /// Whether the kind is a one-sided operation (put, get, atomic).
+    pub const fn is_rdma(self) -> bool {
+        self.0 >= 3 && self.0 <= 5
+    }
 }
 
 /// Message priority, as GM's `GM_LOW_PRIORITY` / `GM_HIGH_PRIORITY`.
@@ -107,13 +123,47 @@ pub struct SendToken {
     pub reserved2: U16,
     /// Reserved, zero.
     pub reserved3: U16,
-    /// Barrier: which barrier this is (job, group, sequence); its packets carry it, and only
-    /// packets of the same barrier complete its steps. [`BarrierId::NONE`] for GM's raw call.
-    pub barrier: BarrierId,
+    /// Put, get, atomic: the remote pointer ([`crate::rdma::RemotePointer::to_u64`]). Barrier:
+    /// the job (low 32 bits) and group (high 32 bits) of its identity ([`SendToken::barrier_id`]).
+    pub remote: U64,
+    /// Atomic: the operand. Barrier: the sequence number of its identity (low 32 bits; the high
+    /// 32 are zero).
+    pub operand: U64,
+    /// Compare-and-swap: the compare value.
+    pub compare: U64,
+    /// Atomic: the [`crate::rdma::AtomicOp`].
+    pub op: crate::rdma::AtomicOp,
     /// Reserved, zero.
-    pub reserved4: [u8; 16],
+    pub reserved4: [u8; 3],
 }
 const _: () = assert!(core::mem::size_of::<SendToken>() == 64);
+
+impl SendToken {
+    /// A barrier token's identity: which barrier it runs (job, group, sequence). Its packets carry
+    /// it, and only packets of the same barrier complete its steps; [`BarrierId::NONE`] for GM's
+    /// raw call, which names none. It lives in the fields a barrier has no other use for.
+    pub fn barrier_id(&self) -> BarrierId {
+        let remote = self.remote.get();
+        BarrierId::new(
+            remote as u32,
+            (remote >> 32) as u32,
+            self.operand.get() as u32,
+        )
+    }
+
+    /// Sets a barrier token's identity (see [`SendToken::barrier_id`]).
+    pub fn set_barrier_id(&mut self, barrier: BarrierId) {
+        self.remote = (u64::from(barrier.job.get()) | u64::from(barrier.group.get()) << 32).into();
+        self.operand = u64::from(barrier.sequence.get()).into();
+    }
+
+    /// This token with barrier identity `barrier`.
+    #[must_use]
+    pub fn with_barrier_id(mut self, barrier: BarrierId) -> Self {
+        self.set_barrier_id(barrier);
+        self
+    }
+}
 
 /// What a receive token provides.
 #[derive(

@@ -17,6 +17,7 @@ mod ports;
 mod properties;
 mod rdma;
 mod recv;
+mod remote;
 mod sdma;
 mod send;
 
@@ -137,9 +138,25 @@ pub(crate) struct FakeWire {
     /// While set, `transmit` refuses with [`TransmitError::WouldBlock`].
     pub(crate) blocked: bool,
     pub(crate) doorbells: [u32; PORTS_PER_NIC],
+    /// The ordinary memory of each port's process: [`PROCESS_BASE`] is its first address.
+    pub(crate) process: [Vec<u8>; PORTS_PER_NIC],
 }
 
+/// The first virtual address of a fake process's memory.
+pub(crate) const PROCESS_BASE: u64 = 0x7f00_0000_0000;
+
 impl FakeWire {
+    fn process_range(
+        &self,
+        port: usize,
+        address: u64,
+        len: usize,
+    ) -> Option<core::ops::Range<usize>> {
+        let start = usize::try_from(address.checked_sub(PROCESS_BASE)?).ok()?;
+        let end = start.checked_add(len)?;
+        (end <= self.process.get(port)?.len()).then_some(start..end)
+    }
+
     fn new(node: NodeId) -> Self {
         Self {
             node,
@@ -148,6 +165,7 @@ impl FakeWire {
             transmitted: 0,
             blocked: false,
             doorbells: [0; PORTS_PER_NIC],
+            process: Default::default(),
         }
     }
 
@@ -192,6 +210,32 @@ impl Hal for FakeWire {
 
     fn notify_host(&mut self, port: usize) {
         self.doorbells[port] += 1;
+    }
+
+    fn read_process_memory(
+        &mut self,
+        port: usize,
+        address: u64,
+        out: &mut [u8],
+    ) -> Result<(), crate::MemoryFault> {
+        let range = self
+            .process_range(port, address, out.len())
+            .ok_or(crate::MemoryFault::Refused)?;
+        out.copy_from_slice(&self.process[port][range]);
+        Ok(())
+    }
+
+    fn write_process_memory(
+        &mut self,
+        port: usize,
+        address: u64,
+        data: &[u8],
+    ) -> Result<(), crate::MemoryFault> {
+        let range = self
+            .process_range(port, address, data.len())
+            .ok_or(crate::MemoryFault::Refused)?;
+        self.process[port][range].copy_from_slice(data);
+        Ok(())
     }
 }
 
@@ -428,9 +472,9 @@ impl Node {
                 buffer: SCHEDULE_AT.into(),
                 context: context.into(),
                 timeout_us: timeout_us.into(),
-                barrier,
                 ..SendToken::default()
-            },
+            }
+            .with_barrier_id(barrier),
         );
     }
 

@@ -203,7 +203,10 @@ fn malformed_packets_are_counted_and_ignored() {
             ),
         ),
         ("kind zero", with(&|b| b[2] = 0)),
-        ("kind eight", with(&|b| b[2] = 8)),
+        (
+            "kind thirteen (past the last one-sided kind)",
+            with(&|b| b[2] = 13),
+        ),
         ("kind 255", with(&|b| b[2] = 0xff)),
         (
             "another node id",

@@ -341,6 +341,17 @@ impl Wire for Request {
             Self::ClosePort => out.push(2),
             Self::Status => out.push(3),
             Self::Nodes => out.push(4),
+            Self::RegisterMemory { address, length } => {
+                out.push(5);
+                address.put(out);
+                length.put(out);
+            }
+            Self::DeregisterMemory { address, length } => {
+                out.push(6);
+                address.put(out);
+                length.put(out);
+            }
+            Self::AllowRemoteAccess => out.push(7),
         }
     }
     fn take(input: &mut Reader<'_>) -> Result<Self, DecodeError> {
@@ -353,6 +364,15 @@ impl Wire for Request {
             2 => Ok(Self::ClosePort),
             3 => Ok(Self::Status),
             4 => Ok(Self::Nodes),
+            5 => Ok(Self::RegisterMemory {
+                address: Wire::take(input)?,
+                length: Wire::take(input)?,
+            }),
+            6 => Ok(Self::DeregisterMemory {
+                address: Wire::take(input)?,
+                length: Wire::take(input)?,
+            }),
+            7 => Ok(Self::AllowRemoteAccess),
             other => Err(input.error(DecodeProblem::UnknownTag(other))),
         }
     }
@@ -378,6 +398,11 @@ impl Wire for Reply {
                 out.push(5);
                 nodes.put(out);
             }
+            Self::Registered { key } => {
+                out.push(6);
+                key.put(out);
+            }
+            Self::MemoryDone => out.push(7),
         }
     }
     fn take(input: &mut Reader<'_>) -> Result<Self, DecodeError> {
@@ -387,6 +412,10 @@ impl Wire for Reply {
             3 => Ok(Self::Status(Wire::take(input)?)),
             4 => Ok(Self::Error(Wire::take(input)?)),
             5 => Ok(Self::Nodes(Wire::take(input)?)),
+            6 => Ok(Self::Registered {
+                key: Wire::take(input)?,
+            }),
+            7 => Ok(Self::MemoryDone),
             other => Err(input.error(DecodeProblem::UnknownTag(other))),
         }
     }
@@ -448,6 +477,10 @@ impl Wire for ControlError {
                 client_uid.put(out);
                 daemon_uid.put(out);
             }
+            Self::MemoryRefused(reason) => {
+                out.push(11);
+                reason.put(out);
+            }
         }
     }
     fn take(input: &mut Reader<'_>) -> Result<Self, DecodeError> {
@@ -485,6 +518,7 @@ impl Wire for ControlError {
                 client_uid: Wire::take(input)?,
                 daemon_uid: Wire::take(input)?,
             },
+            11 => Self::MemoryRefused(Wire::take(input)?),
             other => return Err(input.error(DecodeProblem::UnknownTag(other))),
         })
     }
@@ -559,6 +593,9 @@ mod tests {
             Reply::Closed,
             Reply::Status(report()),
             Reply::Nodes(Vec::new()),
+            Reply::Registered { key: 0xdead_be01 },
+            Reply::MemoryDone,
+            Reply::Error(ControlError::MemoryRefused("the table is full".to_owned())),
             Reply::Nodes(vec![
                 NodeName {
                     node: 1,
@@ -612,6 +649,15 @@ mod tests {
             Request::ClosePort,
             Request::Status,
             Request::Nodes,
+            Request::RegisterMemory {
+                address: 0x7fff_0000_1000,
+                length: 1 << 26,
+            },
+            Request::DeregisterMemory {
+                address: 1,
+                length: 2,
+            },
+            Request::AllowRemoteAccess,
         ] {
             assert_eq!(
                 from_bytes::<Request>(&to_bytes(&request), "a request"),

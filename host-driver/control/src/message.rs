@@ -33,6 +33,28 @@ pub enum Request {
     /// Name every node of the fabric this daemon knows: its node id, host name and unique id
     /// (what GM's `gm_host_name_to_node_id` and `gm_unique_id` answer from). Needs no port.
     Nodes,
+    /// Register `length` bytes of the calling process's memory at its virtual address `address`
+    /// with the port this connection owns (`gm_register_memory`); answered with
+    /// [`Reply::Registered`] and the region's key. The NIC reaches the memory single-copy
+    /// (on the emulated NIC, `process_vm_readv`/`process_vm_writev` into the process the kernel
+    /// names on this socket).
+    RegisterMemory {
+        /// First byte, a virtual address of the calling process.
+        address: u64,
+        /// Bytes.
+        length: u64,
+    },
+    /// Deregister the region of exactly `length` bytes at `address` (`gm_deregister_memory`);
+    /// answered with [`Reply::MemoryDone`].
+    DeregisterMemory {
+        /// As registered.
+        address: u64,
+        /// As registered.
+        length: u64,
+    },
+    /// Let other ports reach the registered memory of the port this connection owns
+    /// (`gm_allow_remote_memory_access`); answered with [`Reply::MemoryDone`].
+    AllowRemoteAccess,
 }
 
 /// What the daemon answers.
@@ -49,6 +71,13 @@ pub enum Reply {
     Nodes(Vec<NodeName>),
     /// The request was refused.
     Error(ControlError),
+    /// The memory is registered; one-sided operations name it by this key.
+    Registered {
+        /// The region's key.
+        key: u32,
+    },
+    /// A deregistration or an allowance is done.
+    MemoryDone,
 }
 
 /// A port the daemon opened for the connection.
@@ -143,6 +172,8 @@ pub enum ControlError {
     BadRequest(String),
     /// The daemon could not do its part (a NIC thread did not answer).
     Internal(String),
+    /// A registration, deregistration or allowance was refused; says why.
+    MemoryRefused(String),
 }
 
 impl std::fmt::Display for ControlError {
@@ -187,6 +218,7 @@ impl std::fmt::Display for ControlError {
             ),
             Self::BadRequest(reason) => write!(f, "bad request: {reason}"),
             Self::Internal(reason) => write!(f, "daemon failure: {reason}"),
+            Self::MemoryRefused(reason) => write!(f, "memory registration refused: {reason}"),
         }
     }
 }

@@ -97,6 +97,26 @@ pub trait PortBackend {
     /// The fault injector's seed, if one is on.
     fn fault_seed(&self) -> Option<u64>;
 
+    /// Serves a memory request ([`Request::RegisterMemory`], [`Request::DeregisterMemory`],
+    /// [`Request::AllowRemoteAccess`]) for `port` of `unit`, owned by process `pid`; returns the
+    /// reply. By default the backend has no registered memory.
+    ///
+    /// # Errors
+    /// The reply the process gets instead, naming what failed.
+    fn memory(
+        &self,
+        unit: u8,
+        port: u8,
+        pid: u32,
+        request: &Request,
+    ) -> Result<Reply, ControlError> {
+        let _ = (unit, port, pid, request);
+        Err(ControlError::MemoryRefused(format!(
+            "{} NICs do not reach ordinary process memory",
+            Self::LOG_NAME
+        )))
+    }
+
     /// Called once as the server ends, after the stop doorbell `stop` rang (or epoll failed).
     fn shut_down(&mut self, stop: &OwnedFd);
 }
@@ -564,6 +584,19 @@ impl<B: PortBackend> ControlServer<B> {
             },
             Request::Status => (Reply::Status(self.status()), Vec::new()),
             Request::Nodes => (Reply::Nodes(self.backend.node_names()), Vec::new()),
+            Request::RegisterMemory { .. }
+            | Request::DeregisterMemory { .. }
+            | Request::AllowRemoteAccess => {
+                let owned = self
+                    .clients
+                    .get(&token)
+                    .and_then(|client| client.port.map(|(unit, port)| (unit, port, client.pid)));
+                let reply = match owned {
+                    Some((unit, port, pid)) => self.backend.memory(unit, port, pid, &request),
+                    None => Err(ControlError::NoPortOwned),
+                };
+                (reply.unwrap_or_else(Reply::Error), Vec::new())
+            }
         })
     }
 

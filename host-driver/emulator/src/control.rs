@@ -11,11 +11,11 @@ use shared_abi::region::RegionLayout;
 
 use super::RegionShape;
 use super::hal::AttachedPort;
-use super::unit::{CloseHow, Command, UnitHandle};
+use super::unit::{CloseHow, Command, MemoryRequest, UnitHandle};
 use nicbar_control::Mapping;
 use nicbar_control::doorbell;
 use nicbar_control::server::{CloseReply, PortBackend, PortOwners};
-use nicbar_control::{ControlError, NodeName, OpenedPort, UnitStatus};
+use nicbar_control::{ControlError, NodeName, OpenedPort, Reply, Request, UnitStatus};
 
 /// How long the control thread waits for a NIC thread to answer.
 const UNIT_REPLY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -81,6 +81,7 @@ impl PortBackend for EmulatedUnits {
             mapping,
             layout,
             host_doorbell: nic_host_doorbell,
+            owner_pid: None,
         };
         if !handle.send(Command::Open {
             port: port_id,
@@ -147,6 +148,59 @@ impl PortBackend for EmulatedUnits {
             units.push(status);
         }
         units
+    }
+
+    fn memory(
+        &self,
+        unit: u8,
+        port: u8,
+        pid: u32,
+        request: &Request,
+    ) -> Result<Reply, ControlError> {
+        let handle = self
+            .units
+            .get(usize::from(unit))
+            .ok_or_else(|| ControlError::Internal(format!("no NIC unit {unit}")))?;
+        let request = match *request {
+            Request::RegisterMemory { address, length } => {
+                let nonce = nicbar_control::server::random_key()
+                    .map(|key| u32::from_le_bytes([key[0], key[1], key[2], key[3]]))
+                    .map_err(|error| {
+                        ControlError::Internal(format!("no randomness for a region key: {error}"))
+                    })?;
+                MemoryRequest::Register {
+                    address,
+                    length,
+                    nonce,
+                }
+            }
+            Request::DeregisterMemory { address, length } => {
+                MemoryRequest::Deregister { address, length }
+            }
+            Request::AllowRemoteAccess => MemoryRequest::AllowRemoteAccess,
+            _ => return Err(ControlError::BadRequest("not a memory request".to_owned())),
+        };
+        let registering = matches!(request, MemoryRequest::Register { .. });
+        let (reply, answer) = mpsc::channel();
+        if !handle.send(Command::Memory {
+            port: PortId(port),
+            pid,
+            request,
+            reply,
+        }) {
+            return Err(ControlError::Internal(format!(
+                "NIC unit {unit} has stopped"
+            )));
+        }
+        let key = answer
+            .recv_timeout(UNIT_REPLY_TIMEOUT)
+            .map_err(|_| ControlError::Internal(format!("NIC unit {unit} did not answer")))?
+            .map_err(ControlError::MemoryRefused)?;
+        Ok(if registering {
+            Reply::Registered { key }
+        } else {
+            Reply::MemoryDone
+        })
     }
 
     fn node_names(&self) -> Vec<NodeName> {

@@ -30,7 +30,7 @@ use shared_abi::token::{ReceiveToken, SendToken};
 
 use super::fabric::FabricMap;
 use super::fault::{FaultConfig, FaultInjector};
-use super::hal::{AttachedPort, UnitHal};
+use super::hal::{AttachedPort, UnitHal, process_memory};
 use super::wire::{self, Inbox, LocalFabric, Wire};
 use nicbar_control::doorbell;
 use nicbar_control::server::CloseReply;
@@ -64,10 +64,32 @@ pub(crate) enum Command {
     },
     /// Close `port` (its owner closed it or died) and unmap its region.
     Close { port: PortId, how: CloseHow },
+    /// Register, deregister or allow remote access to memory of `port`'s process `pid`.
+    Memory {
+        port: PortId,
+        pid: u32,
+        request: MemoryRequest,
+        reply: Sender<Result<u32, String>>,
+    },
     /// Report.
     Status { reply: Sender<UnitStatus> },
     /// End the thread.
     Stop,
+}
+
+/// A memory request of a port's process (answered with the region's key, or 0).
+#[derive(Debug)]
+pub(crate) enum MemoryRequest {
+    /// `gm_register_memory`, with a random nonce for the key.
+    Register {
+        address: u64,
+        length: u64,
+        nonce: u32,
+    },
+    /// `gm_deregister_memory`.
+    Deregister { address: u64, length: u64 },
+    /// `gm_allow_remote_memory_access`.
+    AllowRemoteAccess,
 }
 
 /// How a port closes, and who hears when it has.
@@ -456,10 +478,64 @@ impl UnitLoop {
                     self.finish_closes(now);
                 }
             },
+            Command::Memory {
+                port,
+                pid,
+                request,
+                reply,
+            } => {
+                let _ = reply.send(self.memory(port, pid, request));
+            }
             Command::Status { reply } => {
                 let _ = reply.send(self.status());
             }
             Command::Stop => {}
+        }
+    }
+
+    /// Serves a memory request of `port`'s process `pid`. A registration first checks that the
+    /// kernel lets the daemon reach the range (its first and last byte), so a refusal is named
+    /// now rather than as a failed operation later.
+    fn memory(&mut self, port: PortId, pid: u32, request: MemoryRequest) -> Result<u32, String> {
+        let index = port
+            .index()
+            .ok_or_else(|| format!("{port} does not exist"))?;
+        let pid = i32::try_from(pid).map_err(|_| format!("process id {pid} is out of range"))?;
+        let attached = self
+            .nic
+            .hal_mut()
+            .ports
+            .get_mut(index)
+            .and_then(Option::as_mut)
+            .ok_or_else(|| format!("{port} is not open"))?;
+        attached.owner_pid = Some(pid);
+        match request {
+            MemoryRequest::Register {
+                address,
+                length,
+                nonce,
+            } => {
+                let pid = nix::unistd::Pid::from_raw(pid);
+                let mut byte = [0u8; 1];
+                let last = address.saturating_add(length.saturating_sub(1));
+                for at in [address, last] {
+                    process_memory::read(pid, at, &mut byte)
+                        .map_err(|error| process_memory::explain(error, pid))?;
+                }
+                self.nic
+                    .register_memory(port, address, length, nonce)
+                    .map_err(|error| error.to_string())
+            }
+            MemoryRequest::Deregister { address, length } => self
+                .nic
+                .deregister_memory(port, address, length)
+                .map(|()| 0)
+                .map_err(|error| error.to_string()),
+            MemoryRequest::AllowRemoteAccess => self
+                .nic
+                .allow_remote_memory_access(port)
+                .map(|()| 0)
+                .map_err(|error| error.to_string()),
         }
     }
 

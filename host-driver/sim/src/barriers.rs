@@ -603,8 +603,6 @@ fn enter_next_barrier(
         length: (count as u32).into(),
         buffer: offset.into(),
         context: (index as u64).into(),
-        // Every barrier of the plan is one of its own: the members agree on its index.
-        barrier: shared_abi::ids::BarrierId::new(0, 0, index as u32),
         timeout_us: if barrier.doomed {
             DOOMED_TIMEOUT.as_micros() as u32
         } else {
@@ -612,7 +610,9 @@ fn enter_next_barrier(
         }
         .into(),
         ..SendToken::default()
-    };
+    }
+    // Every barrier of the plan is one of its own: the members agree on its index.
+    .with_barrier_id(shared_abi::ids::BarrierId::new(0, 0, index as u32));
     process
         .rings
         .post_send(memory, &token)

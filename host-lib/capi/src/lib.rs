@@ -61,6 +61,7 @@ mod barrier;
 mod events;
 mod group;
 mod names;
+mod rdma;
 mod receive;
 mod sizes;
 mod slab;

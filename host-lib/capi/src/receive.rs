@@ -124,6 +124,9 @@ impl PortState {
     /// Turns a raw event into the C event it means, settling the records it closes; `None` for
     /// an event that means nothing to the program (or names no record of this port).
     pub(crate) fn translate(&mut self, event: RawEvent) -> Option<gm_recv_event> {
+        if let Some(done) = self.operation_event(&event) {
+            return done;
+        }
         if BarrierRecords::concerns(&event) {
             let end = self.barriers.on_event(&mut self.raw, &event)?;
             return self.barrier_ended(end);

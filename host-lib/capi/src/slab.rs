@@ -62,6 +62,11 @@ impl<T> Slab<T> {
         Some(value)
     }
 
+    /// The records the table holds.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
+        self.entries.iter().flatten().map(|(_, value)| value)
+    }
+
     /// How many records the table holds.
     pub(crate) fn len(&self) -> usize {
         self.entries.len() - self.free.len()

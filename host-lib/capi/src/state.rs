@@ -64,6 +64,9 @@ pub(crate) struct Completion {
     pub(crate) callback: gm_send_completion_callback_t,
     pub(crate) context: usize,
     pub(crate) status: gm_status_t,
+    /// A NIC atomic's previous value and where the program wants it, written before the
+    /// callback runs.
+    pub(crate) result: Option<(usize, u64)>,
 }
 
 /// Everything a port holds, behind its lock.
@@ -100,6 +103,10 @@ pub(crate) struct PortState {
     pub(crate) stalls: Stalls,
     /// The fabric's names, once asked for (`names`).
     pub(crate) names: Option<crate::names::FabricNames>,
+    /// One-sided operations the NIC holds ([`crate::rdma`]).
+    pub(crate) operations: Slab<crate::rdma::PendingOperation>,
+    /// Memory registered on the port: (address, length, key).
+    pub(crate) registered: Vec<(usize, usize, u32)>,
 }
 
 /// Why a send could not be posted: the status its callback gets, and the words.
@@ -125,6 +132,8 @@ impl PortState {
             alarm_callbacks: VecDeque::new(),
             stalls: Stalls::default(),
             names: None,
+            operations: Slab::new(16),
+            registered: Vec::new(),
         }
     }
 
@@ -188,6 +197,7 @@ impl PortState {
             callback,
             context,
             status,
+            result: None,
         });
         self.unannounced = true;
     }

@@ -525,6 +525,23 @@ fn gm2_calls_behave_as_gm_documents_them() {
     assert!(finished[0].stdout.contains("gm2: 0 check(s) failed"));
 }
 
+#[test]
+fn the_c_rdma_example_puts_gets_and_applies_atomics() {
+    let scratch = Scratch::new("rdma");
+    let emulator = daemon(&scratch, 2);
+    let finished = finish(
+        vec![start(
+            "rdma",
+            &example("rdma", Link::Dynamic),
+            &args(&[&0]),
+            emulator.socket(),
+        )],
+        RUN_LIMIT,
+    );
+    finished[0].assert_success();
+    assert!(finished[0].stdout.contains("rdma: 0 check(s) failed"));
+}
+
 /// `nicctl` of this build (`target/<profile>/nicctl`), built first so it is current.
 fn nicctl() -> PathBuf {
     static NICCTL: OnceLock<PathBuf> = OnceLock::new();

@@ -194,6 +194,8 @@
  */
 #define NICBAR_COLL_UNKNOWN -2
 
+
+
 /**
  * An alarm's state (the `state` field of struct gm_alarm).
  */
@@ -2363,6 +2365,168 @@ int32_t nicbar_coll_barrier_test(struct nicbar_coll_endpoint *endpoint,
                                  int32_t *failed_rank,
                                  char *message,
                                  size_t message_length);
+
+/**
+ * Registers `length` bytes at `ptr` — any memory the process owns: `malloc`ed, on the stack,
+ * static — with the port, so the NIC reaches it single-copy for gm_put, gm_get and the NIC
+ * atomics, and (once gm_allow_remote_memory_access) peers reach it too. The memory must stay
+ * valid until gm_deregister_memory or gm_close. On the emulated NIC the daemon reads and writes
+ * it with process_vm_readv/process_vm_writev: it must run as the same user, and under Yama
+ * `kernel.yama.ptrace_scope` must be 0; otherwise this fails with GM_PERMISSION_DENIED and
+ * nicbar_last_error() says why. At most 16 regions per port.
+ *
+ * # Safety
+ * `port` is NULL or a port from gm_open; the memory stays valid while registered.
+ */
+gm_status_t gm_register_memory(struct gm_port *port, void *ptr, gm_size_t length);
+
+/**
+ * Deregisters the region registered with exactly `ptr` and `length`; peers' operations on it
+ * then fail (their callbacks get GM_PERMISSION_DENIED: bad key).
+ *
+ * # Safety
+ * `port` is NULL or a port from gm_open.
+ */
+gm_status_t gm_deregister_memory(struct gm_port *port, void *ptr, gm_size_t length);
+
+/**
+ * Lets peers put to, get from and apply atomics to this port's registered memory. Until it is
+ * called their operations fail (GM_PERMISSION_DENIED, "remote access not allowed").
+ *
+ * # Safety
+ * `port` is NULL or a port from gm_open.
+ */
+gm_status_t gm_allow_remote_memory_access(struct gm_port *port);
+
+/**
+ * The remote pointer to the byte at `ptr` of memory registered on this port (the region's key
+ * and the offset into it), to hand to peers for gm_put, gm_get and the atomics; 0 (and
+ * nicbar_last_error()) if `ptr` is not in registered memory.
+ *
+ * # Safety
+ * `port` is NULL or a port from gm_open.
+ */
+gm_remote_ptr_t nicbar_remote_ptr(struct gm_port *port, void *ptr);
+
+/**
+ * Puts `len` bytes of registered memory at `local_buffer` to `remote_buffer` of
+ * (`target_node_id`, `target_port_id`). `callback` runs (from gm_unknown, after a
+ * GM_SENT_EVENT) once the bytes are in the target's memory — remote completion — or with why
+ * not: GM_PERMISSION_DENIED (bad key, remote access not allowed, local buffer not registered),
+ * GM_INVALID_PARAMETER (outside the target's region), GM_SEND_TARGET_PORT_CLOSED, ...; then the
+ * target's memory is untouched. Any length: the NIC cuts it into packets. A port's puts, gets
+ * and sends to one node are applied there in the order posted. `priority` is accepted as GM's
+ * and not used.
+ *
+ * # Safety
+ * `port` is NULL or a port from gm_open; `local_buffer` stays registered until the callback.
+ */
+void gm_put(struct gm_port *port,
+            void *local_buffer,
+            gm_remote_ptr_t remote_buffer,
+            gm_size_t len,
+            unsigned int priority,
+            unsigned int target_node_id,
+            unsigned int target_port_id,
+            gm_send_completion_callback_t callback,
+            void *context);
+
+/**
+ * gm_put under GM 1's name: the same call.
+ *
+ * # Safety
+ * As gm_put.
+ */
+void gm_directed_send_with_callback(struct gm_port *port,
+                                    void *source_buffer,
+                                    gm_remote_ptr_t target_buffer,
+                                    gm_size_t len,
+                                    unsigned int priority,
+                                    unsigned int target_node_id,
+                                    unsigned int target_port_id,
+                                    gm_send_completion_callback_t callback,
+                                    void *context);
+
+/**
+ * Gets `len` bytes from `remote_buffer` of (`target_node_id`, `target_port_id`) into registered
+ * memory at `local_buffer`; `callback` runs once they are there, or with why not (as gm_put).
+ *
+ * # Safety
+ * `port` is NULL or a port from gm_open; `local_buffer` stays registered until the callback.
+ */
+void gm_get(struct gm_port *port,
+            gm_remote_ptr_t remote_buffer,
+            void *local_buffer,
+            gm_size_t len,
+            unsigned int priority,
+            unsigned int target_node_id,
+            unsigned int target_port_id,
+            gm_send_completion_callback_t callback,
+            void *context);
+
+/**
+ * NIC fetch-and-add: the target NIC adds `operand` to the aligned 64-bit word at `word` of
+ * (`target_node_id`, `target_port_id`), exactly once even through lost or duplicated packets,
+ * one atomic at a time; the word's previous value is written to `*result` (if not NULL) before
+ * `callback` runs. Atomic against other NIC atomics on the word (not against the target
+ * process's own CPU accesses). Fails as gm_put does, and with GM_INVALID_PARAMETER for a
+ * misaligned word.
+ *
+ * # Safety
+ * `port` is NULL or a port from gm_open; `result` is NULL or stays writable until the callback.
+ */
+void nicbar_atomic_fetch_add(struct gm_port *port,
+                             gm_remote_ptr_t word,
+                             gm_u64_t operand,
+                             gm_u64_t *result,
+                             unsigned int target_node_id,
+                             unsigned int target_port_id,
+                             gm_send_completion_callback_t callback,
+                             void *context);
+
+/**
+ * NIC swap: the word becomes `operand`; its previous value goes to `*result`. As
+ * nicbar_atomic_fetch_add.
+ *
+ * # Safety
+ * As nicbar_atomic_fetch_add.
+ */
+void nicbar_atomic_swap(struct gm_port *port,
+                        gm_remote_ptr_t word,
+                        gm_u64_t operand,
+                        gm_u64_t *result,
+                        unsigned int target_node_id,
+                        unsigned int target_port_id,
+                        gm_send_completion_callback_t callback,
+                        void *context);
+
+/**
+ * NIC compare-and-swap: if the word equals `compare` it becomes `operand`; its previous value
+ * goes to `*result` either way (equal to `compare` when it swapped). As
+ * nicbar_atomic_fetch_add.
+ *
+ * # Safety
+ * As nicbar_atomic_fetch_add.
+ */
+void nicbar_atomic_compare_swap(struct gm_port *port,
+                                gm_remote_ptr_t word,
+                                gm_u64_t compare,
+                                gm_u64_t operand,
+                                gm_u64_t *result,
+                                unsigned int target_node_id,
+                                unsigned int target_port_id,
+                                gm_send_completion_callback_t callback,
+                                void *context);
+
+/**
+ * Returns once every gm_put this port issued to `target_node_id` (to every node for
+ * NICBAR_ALL_NODES) is complete at its target — ARMCI's fence. Events that arrive meanwhile
+ * are kept for the next receive calls; the puts' callbacks run from gm_unknown as usual.
+ *
+ * # Safety
+ * `port` is NULL or a port from gm_open.
+ */
+gm_status_t nicbar_fence(struct gm_port *port, unsigned int target_node_id);
 
 #ifdef __cplusplus
 }  // extern "C"

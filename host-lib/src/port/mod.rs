@@ -1,6 +1,7 @@
 //! A port: one endpoint on a NIC, owned by this process, reached through its mapped region.
 
 pub(crate) mod barriers;
+pub(crate) mod memory;
 
 use std::collections::VecDeque;
 use std::path::Path;
@@ -31,6 +32,9 @@ pub struct Port {
     /// The barrier code's state: the running barrier, and the host-based barrier's record and
     /// buffers ([`crate::barrier`]).
     pub(crate) barrier: BarrierState,
+    /// The memory registered through [`Port::register_memory`], kept alive while the NIC may
+    /// reach it.
+    registered: Vec<memory::MemoryRegion>,
 }
 
 impl Port {
@@ -60,6 +64,7 @@ impl Port {
             wait_mode: WaitMode::default(),
             deferred: VecDeque::new(),
             barrier: BarrierState::default(),
+            registered: Vec::new(),
         }
     }
 

@@ -92,6 +92,17 @@ pub(crate) fn nodes(control: &UnixStream) -> Result<Vec<(u16, String, u64)>, Err
     }
 }
 
+/// Asks the daemon to register, deregister or allow access to memory of the port this
+/// connection owns; returns the region's key (0 for the others).
+pub(crate) fn memory(control: &UnixStream, request: &Request) -> Result<u32, Error> {
+    match nicbar_control::call(control, request, CONTROL_TIMEOUT)?.0 {
+        Reply::Registered { key } => Ok(key),
+        Reply::MemoryDone => Ok(0),
+        Reply::Error(error) => Err(refused(error)),
+        other => Err(Error::Protocol(format!("{other:?} to a memory request"))),
+    }
+}
+
 /// Rings a doorbell.
 pub(crate) fn ring(doorbell: &impl AsFd) {
     doorbell::ring(doorbell);

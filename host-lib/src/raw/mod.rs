@@ -12,6 +12,7 @@
 
 pub(crate) mod control;
 pub mod dma;
+pub mod memory;
 pub mod region;
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};

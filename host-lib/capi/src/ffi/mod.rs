@@ -28,6 +28,8 @@ pub mod util;
 
 pub mod coll;
 
+pub mod rdma;
+
 use core::ffi::c_void;
 use std::cell::UnsafeCell;
 use std::collections::HashSet;
@@ -215,6 +217,11 @@ impl OpenPort {
             let Some(completion) = completion else {
                 break;
             };
+            if let Some((address, value)) = completion.result {
+                // SAFETY: the program gave this address for a NIC atomic's result and keeps it
+                // writable until the atomic's callback, which runs next (nicbar_atomic_*).
+                unsafe { core::ptr::write_unaligned(address as *mut u64, value) };
+            }
             if let Some(callback) = completion.callback {
                 // SAFETY: the program gave this function for this purpose; the port's lock is
                 // not held, so it may call back into the library.
