@@ -80,6 +80,7 @@
 //! a sample of ranks (the tests check every rank at every size up to a few hundred).
 
 pub mod engine;
+pub mod lop;
 pub mod paper;
 pub mod params;
 pub mod schedules;
