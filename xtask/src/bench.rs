@@ -7,6 +7,8 @@ use crate::Result;
 use crate::command::{cargo, run};
 use crate::plot::{Axis, Colour, Figure, Panel, Series, Stroke};
 
+mod rttp;
+
 /// Options of `cargo xtask bench`.
 #[derive(ClapArgs)]
 pub(crate) struct Args {
@@ -61,6 +63,11 @@ enum Bench {
         #[arg(long)]
         spin: bool,
     },
+    /// Seed 000's 1:P ping-pong: one process sends to P peers at once and waits for every reply,
+    /// RTT(P) for P = 1..15 on the emulated NIC (medians, CSV, table, figure); seed 000's LoP
+    /// model fitted to it by least squares, the n-way dissemination n it predicts best per group
+    /// size, and (`--write`) the tuning file from which `nicbar::tuning` gives that n.
+    Rttp(rttp::Args),
     /// MPI_Barrier latency and MPI_Ibarrier overlap (OSU's definition) through the coll/nicbar
     /// component beside Open MPI's own collectives over shared memory and TCP (table, CSV).
     Mpi(crate::mpi::BenchArgs),
@@ -121,6 +128,7 @@ pub(crate) fn run_bench(args: Args) -> Result<()> {
                 barrier_figure,
             )
         }
+        Bench::Rttp(args) => rttp::run_rttp(args),
         Bench::Mpi(args) => crate::mpi::run_bench(args),
     }
 }

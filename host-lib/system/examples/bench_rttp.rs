@@ -45,7 +45,8 @@ usage: bench_rttp [--max-peers P] [--round-trips N] [--csv FILE] [--write FILE] 
   --round-trips N   timed round trips per P (default 2000), after N/10 to warm up
   --csv FILE        write RTT(P) with both fits as CSV, and FILE's stem + -tuned.csv with
                     the predicted n per group size
-  --write FILE      write the tuning file the library reads (see nicbar::tuning)
+  --write FILE      write the tuning file the library reads (see nicbar::tuning); an empty
+                    FILE: where the library looks for it
   --udp             the initiator on one daemon, the peers on another, over UDP on loopback
   --spin            processes spin on their event rings instead of sleeping on doorbells
   --seed S          the seed of the order the P are measured in, shuffled every round
@@ -193,6 +194,14 @@ fn orchestrate(args: &[String]) -> Result {
         println!("\nwrote {} and {}", path.display(), tuned.display());
     }
     if let Some(path) = &write {
+        // An empty name: where the library looks.
+        let path = if path.as_os_str().is_empty() {
+            &nicbar::tuning::tuning_path().ok_or(
+                "no tuning path: NICBAR_TUNING is off and neither XDG_CONFIG_HOME nor HOME is set",
+            )?
+        } else {
+            path
+        };
         let tuning = Tuning::from_choices(&choices);
         let comment = format!(
             "The n-way dissemination n predicted best per group size, from seed 000's LoP model\n\
@@ -242,7 +251,9 @@ fn run_udp(
     let e0 = Emulator::spawn(c0)?;
     let e1 = Emulator::spawn(c1)?;
     // On the peers' daemon, node k is unit k - 1.
-    let peers: Vec<(PathBuf, u8)> = (0..max_peers).map(|unit| (s1.clone(), unit as u8)).collect();
+    let peers: Vec<(PathBuf, u8)> = (0..max_peers)
+        .map(|unit| (s1.clone(), unit as u8))
+        .collect();
     let report = run_processes(&s0, 0, &peers, round_trips, wait, seed);
     drop((e0, e1));
     report
@@ -638,10 +649,7 @@ fn print_predictions(lop: &LopFit) -> Vec<(usize, u32)> {
         }
     }
     (2..=TUNED_UP_TO)
-        .filter_map(|n| {
-            lop.best_dissemination(n)
-                .map(|(best, _)| (n, best as u32))
-        })
+        .filter_map(|n| lop.best_dissemination(n).map(|(best, _)| (n, best as u32)))
         .collect()
 }
 
