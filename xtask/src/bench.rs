@@ -38,7 +38,7 @@ enum Bench {
         plot_only: bool,
     },
     /// NIC-based against host-based barrier latency for pairwise exchange, gather-broadcast (best
-    /// dimension) and dissemination (n = 1..4) at 2, 4, 8, 16 processes on the emulated NIC, in the
+    /// dimension) and dissemination (n = 1..4, and the tuned n where a tuning file gives one) at 2, 4, 8, 16 processes on the emulated NIC, in the
     /// shape of the paper's Figure 5 (table, CSV, and a figure drawn from the CSV); with Open MPI's MPI_Barrier (shared memory,
     /// and TCP on loopback) as a reference row where mpirun is installed.
     Barrier {
@@ -62,6 +62,11 @@ enum Bench {
         /// a core per process (with fewer, spinners can starve one another).
         #[arg(long)]
         spin: bool,
+        /// Also measure dissemination at the n this tuning file (`bench rttp --write`) gives
+        /// each size, as the series "diss tuned"; without it, at the n of the tuning file the
+        /// library reads, if there is one.
+        #[arg(long, value_name = "FILE")]
+        tuning: Option<std::path::PathBuf>,
     },
     /// Seed 000's 1:P ping-pong: one process sends to P peers at once and waits for every reply,
     /// RTT(P) for P = 1..15 on the emulated NIC (medians, CSV, table, figure); seed 000's LoP
@@ -106,6 +111,7 @@ pub(crate) fn run_bench(args: Args) -> Result<()> {
             plot_only,
             no_mpi,
             spin,
+            tuning,
         } => {
             let out = crate::workspace_root().join(out);
             if !plot_only {
@@ -119,6 +125,9 @@ pub(crate) fn run_bench(args: Args) -> Result<()> {
                 }
                 if spin {
                     command.arg("--spin");
+                }
+                if let Some(file) = &tuning {
+                    command.arg("--tuning").arg(file);
                 }
                 run(&mut command)?;
             }
@@ -286,6 +295,9 @@ fn barrier_figure(csv: &Csv) -> Result<Figure> {
         };
         let family = if name.starts_with("GB") {
             "GB best".to_string()
+        } else if name.starts_with("diss tuned") {
+            // The tuned n differs from size to size: one series.
+            "diss tuned".to_string()
         } else {
             name.clone()
         };

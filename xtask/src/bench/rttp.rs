@@ -134,7 +134,7 @@ fn figure(rttp: &Csv, tuned: &Csv) -> Result<Figure> {
     );
     let mut sizes = Vec::new();
     let mut at_one = Series::new("n = 1", Colour::Palette(2), Stroke::Solid);
-    let mut at_best = Series::new("best n (label: n)", Colour::Palette(3), Stroke::Solid);
+    let mut at_best = Series::new("best n", Colour::Palette(3), Stroke::Solid);
     for row in &tuned.rows {
         let n = Csv::number(row, processes)?.ok_or("a row without processes")?;
         let (Some(b), Some(o), Some(_)) = (
