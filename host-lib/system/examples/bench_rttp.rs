@@ -206,7 +206,8 @@ fn orchestrate(args: &[String]) -> Result {
         let comment = format!(
             "The n-way dissemination n predicted best per group size, from seed 000's LoP model\n\
              fitted to the 1:P ping-pong of `cargo xtask bench rttp` ({wire}, P = 1..={max_peers}):\n\
-             t(P) = {:.3} + {:.3}·(P-1) + {:.4}·(P-1)² µs one way, residuals RMS {:.3} µs.\n\
+             t(P) = {:.3} + {:.3}·(P-1) + {:.4}·(P-1)² µs one way (residuals' RMS {:.3} µs);\n\
+             a round of n costs RTT(n) - t(1).\n\
              n never exceeds the largest P measured.",
             lop.single_us,
             lop.gap_us,
@@ -625,7 +626,7 @@ fn table_sizes() -> Vec<usize> {
 /// Prints the prediction at a few sizes; returns the best `n` for every size `2..=TUNED_UP_TO`.
 fn print_predictions(lop: &LopFit) -> Vec<(usize, u32)> {
     println!(
-        "\npredicted n-way dissemination latency, T(N, n) = sum over rounds of t(burst) (µs):"
+        "\npredicted n-way dissemination latency, T(N, n) = sum over rounds of RTT(burst) - t(1) (µs):"
     );
     println!(
         "{:>6} {:>10} {:>10} {:>10} {:>10} {:>8} {:>10} {:>8}",
