@@ -142,7 +142,7 @@ mod nic_loop {
                 None => uart.write_str("-"),
             }
             // How many of the port's regions were found (each open takes a fresh one).
-            uart.write_str("x");
+            uart.write_str("/");
             uart.write_decimal(regions.iter().flatten().count() as u32);
         }
         uart.write_str("\r\n");
