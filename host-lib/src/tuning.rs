@@ -2,7 +2,9 @@
 //! group size (seed 000's self-tuning), read from a small text file.
 //!
 //! `cargo xtask bench rttp --write` measures the 1:P ping-pong, fits seed 000's LoP model to it,
-//! and writes the file; [`tuned_dissemination_n`] reads it once per process.
+//! and writes the file; [`tuned_dissemination_n`] reads it once per process, and
+//! [`default_algorithm`] is the schedule compilers' default with it applied (dissemination, the
+//! default where the group size is not a power of two, takes the tuned `n`).
 //!
 //! # Where the file is
 //!
@@ -215,6 +217,21 @@ impl Tuning {
         Self { dissemination }
     }
 
+    /// The default algorithm for a group of `group_len` members with this tuning: the
+    /// schedule compilers' default ([`nicbar_schedule::default_for`]), whose dissemination takes
+    /// the tuned `n` where the tuning has one. Pairwise exchange, the default at powers of two,
+    /// stays.
+    pub fn default_algorithm(&self, group_len: usize) -> Algorithm {
+        match nicbar_schedule::default_for(group_len) {
+            Algorithm::Dissemination { n } => Algorithm::Dissemination {
+                n: self
+                    .dissemination_n(group_len)
+                    .map_or(n, |tuned| tuned as usize),
+            },
+            other => other,
+        }
+    }
+
     /// The tuned `n` for a group of `group_len` members: `None` if no range covers the size, or
     /// if the `n` could not run there (it must be below the size, and the schedule must fit the
     /// NIC's [`MAX_SCHEDULE_STEPS`]).
@@ -255,15 +272,28 @@ fn path_from(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Option<PathBuf
         .then(|| home.join(".config").join("nicbar").join("tuning"))
 }
 
+/// The tuning file's content, read once per process; `None` without a usable file.
+fn process_tuning() -> Option<&'static Tuning> {
+    static TUNING: OnceLock<Option<Tuning>> = OnceLock::new();
+    TUNING
+        .get_or_init(|| Tuning::load(&tuning_path()?).ok())
+        .as_ref()
+}
+
 /// The dissemination `n` measured best on this machine for a group of `group_len` members, from
 /// the tuning file (read once per process, see the module docs); `None` without a usable file or
 /// a range covering the size.
 pub fn tuned_dissemination_n(group_len: usize) -> Option<u32> {
-    static TUNING: OnceLock<Option<Tuning>> = OnceLock::new();
-    TUNING
-        .get_or_init(|| Tuning::load(&tuning_path()?).ok())
-        .as_ref()?
-        .dissemination_n(group_len)
+    process_tuning()?.dissemination_n(group_len)
+}
+
+/// The default barrier algorithm for a group of `group_len` members: [`Tuning::default_algorithm`]
+/// with the tuning file, [`nicbar_schedule::default_for`] without one.
+pub fn default_algorithm(group_len: usize) -> Algorithm {
+    process_tuning().map_or_else(
+        || nicbar_schedule::default_for(group_len),
+        |tuning| tuning.default_algorithm(group_len),
+    )
 }
 
 #[cfg(test)]
@@ -357,6 +387,28 @@ dissemination 17 40 2
             Tuning::parse("# nothing\n"),
             Err(TuningError::NoFormatLine)
         ));
+    }
+
+    #[test]
+    fn the_default_takes_the_tuned_n_only_where_it_is_dissemination() {
+        let tuning = Tuning::parse(EXAMPLE).unwrap();
+        // 6 members: dissemination by default, n = 3 tuned.
+        assert_eq!(
+            tuning.default_algorithm(6),
+            Algorithm::Dissemination { n: 3 }
+        );
+        // 3 members: n = 1 tuned, as the default.
+        assert_eq!(
+            tuning.default_algorithm(3),
+            Algorithm::Dissemination { n: 1 }
+        );
+        // 16 members: a power of two, pairwise exchange stays.
+        assert_eq!(tuning.default_algorithm(16), Algorithm::PairwiseExchange);
+        // 41 members: no range, the plain default.
+        assert_eq!(
+            tuning.default_algorithm(41),
+            nicbar_schedule::default_for(41)
+        );
     }
 
     #[test]
