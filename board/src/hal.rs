@@ -22,7 +22,7 @@ use shared_abi::token::{ReceiveToken, SendToken};
 use zerocopy::{FromZeros, IntoBytes};
 
 use crate::clint::MachineTimer;
-use crate::pci::Window;
+use crate::pci::PortWindows;
 use crate::uart::Ns16550;
 
 /// The shared area: the mailbox and the wire rings.
@@ -43,7 +43,7 @@ pub(crate) struct AttachedPort {
 /// The board the firmware core runs on.
 pub(crate) struct BoardHal {
     node_count: u16,
-    windows: [Option<Window>; PORTS_PER_NIC],
+    windows: PortWindows,
     ports: [Option<AttachedPort>; PORTS_PER_NIC],
     shared: RawMemory,
     transmit_ring: PacketProducer,
@@ -60,11 +60,7 @@ pub(crate) struct BoardHal {
 impl BoardHal {
     /// The board for a fabric of `node_count` nodes, with the port windows PCI enumeration
     /// found.
-    pub(crate) fn new(
-        node_count: u16,
-        windows: [Option<Window>; PORTS_PER_NIC],
-        uart: Ns16550<MachineTimer>,
-    ) -> Self {
+    pub(crate) fn new(node_count: u16, windows: PortWindows, uart: Ns16550<MachineTimer>) -> Self {
         Self {
             node_count,
             windows,
@@ -94,16 +90,18 @@ impl BoardHal {
         (&mut self.receive_ring, &self.shared)
     }
 
-    /// Maps `port`'s window for the core, after checking the header the host wrote into it (the
-    /// layout names the rings whose sleeping flags the board raises).
+    /// Maps region `region` of `port`'s pool as the port's window for the core, after checking
+    /// the header the host wrote into it (the layout names the rings whose sleeping flags the
+    /// board raises).
     ///
     /// # Errors
-    /// [`PortError::NO_REGION`] if PCI enumeration found no window for the port,
-    /// [`PortError::BAD_REGION`] if its header is not a valid layout for the window.
-    pub(crate) fn attach(&mut self, port: usize) -> Result<(), PortError> {
+    /// [`PortError::NO_REGION`] if the region is out of range or PCI enumeration found no window
+    /// for it, [`PortError::BAD_REGION`] if its header is not a valid layout for the window.
+    pub(crate) fn attach(&mut self, port: usize, region: u32) -> Result<(), PortError> {
         let window = self
             .windows
             .get(port)
+            .and_then(|regions| regions.get(usize::try_from(region).ok()?))
             .copied()
             .flatten()
             .ok_or(PortError::NO_REGION)?;

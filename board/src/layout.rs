@@ -5,9 +5,11 @@
 //! 0x0200_0000  CLINT              mtimecmp (hart 0) at +0x4000, mtime at +0xbff8, 10 MHz
 //! 0x0c00_0000  PLIC               the UART's receive interrupt (source 10) wakes the core
 //! 0x1000_0000  UART0 (16550)      console text out; doorbell bytes both ways (see below)
-//! 0x3000_0000  PCIe ECAM          one ivshmem-plain device per port, slot 0x10 + port
-//! 0x4000_0000  PCIe MMIO window   port p's region: BAR 2 of slot 0x10 + p, placed by the
-//!                                 firmware at 0x4000_0000 + p * PORT_WINDOW_LEN
+//! 0x3000_0000  PCIe ECAM          PORT_REGIONS ivshmem-plain devices per port: slot 0x10 + port,
+//!                                 functions 0..PORT_REGIONS
+//! 0x4000_0000  PCIe MMIO window   port p's region r: BAR 2 of device 0x10 + p, function r, placed
+//!                                 by the firmware at 0x4000_0000 + (p * PORT_REGIONS + r) *
+//!                                 PORT_WINDOW_LEN
 //! 0x8000_0000  RAM (8 MiB, a memory-backend-file shared with the host)
 //!   +0x00_0000   the firmware: image, .bss, stack (the linker script's 2 MiB)
 //!   +0x20_0000   the shared area: Mailbox (4 KiB), then the wire's transmit and receive rings
@@ -15,9 +17,16 @@
 //! ```
 //!
 //! A port region is not in guest RAM: the host library maps the region's descriptor whole, from
-//! offset 0, so each port slot is a memfd of its own, which QEMU exposes to the guest as the
+//! offset 0, so each port region is a memfd of its own, which QEMU exposes to the guest as the
 //! shared-memory BAR of an `ivshmem-plain` PCI device. The firmware enumerates those devices at
-//! boot, places their BARs, and reports where in [`Mailbox::port_windows`].
+//! boot, places their BARs, and reports where each port's first one is in
+//! [`Mailbox::port_windows`].
+//!
+//! Each port has a pool of [`PORT_REGIONS`] regions, and every open names the one to serve from
+//! ([`PortCommand::argument`]). QEMU cannot swap the memory behind a BAR of a running guest, and a
+//! process that closed a port may keep its descriptor and mapping; so the host hands each region
+//! to one owner only and retires it at close, and the next open of the port takes a region no
+//! process has held.
 //!
 //! # The mailbox
 //!
@@ -71,18 +80,28 @@ pub const IVSHMEM_VENDOR: u16 = 0x1af4;
 /// PCI device id of ivshmem.
 pub const IVSHMEM_DEVICE: u16 = 0x1110;
 
-/// Where the firmware places port `port`'s window, or `None` for a port out of range.
+/// Regions in each port's pool: PCI functions `0..PORT_REGIONS` of the port's slot (a slot has 8).
+pub const PORT_REGIONS: usize = 8;
+
+/// Where the firmware places port `port`'s first region (the one [`Mailbox::port_windows`]
+/// reports), or `None` for a port out of range.
 pub const fn port_window_address(port: usize) -> Option<u32> {
-    if port >= PORTS_PER_NIC {
+    region_window_address(port, 0)
+}
+
+/// Where the firmware places region `region` of port `port`'s pool, or `None` for a port or
+/// region out of range.
+pub const fn region_window_address(port: usize, region: usize) -> Option<u32> {
+    if port >= PORTS_PER_NIC || region >= PORT_REGIONS {
         return None;
     }
-    Some(PCI_MMIO_BASE + (port * PORT_WINDOW_LEN) as u32)
+    Some(PCI_MMIO_BASE + ((port * PORT_REGIONS + region) * PORT_WINDOW_LEN) as u32)
 }
 
 /// `b"NBQM"` as a little-endian `u32`: a mailbox the host has configured.
 pub const MAILBOX_MAGIC: u32 = u32::from_le_bytes(*b"NBQM");
 /// Version of this layout (the mailbox, the wire rings, the doorbell codes). Bumped on any change.
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
 
 /// Doorbell byte for "an event for port `p`": `DOORBELL_PORT_EVENT | p`.
 pub const DOORBELL_PORT_EVENT: u8 = 0x80;
@@ -225,8 +244,11 @@ pub struct PortCommand {
     pub result: U32,
     /// Firmware: a [`PortError`].
     pub error: U32,
+    /// Host: for OPEN, the region of the port's pool to serve the port from,
+    /// `0..PORT_REGIONS`; written before `request`.
+    pub argument: U32,
     /// Reserved, zero.
-    pub reserved: [u8; 12],
+    pub reserved: [u8; 8],
 }
 const _: () = assert!(core::mem::size_of::<PortCommand>() == 32);
 
@@ -399,6 +421,8 @@ pub mod offsets {
     pub const RESULT: usize = offset_of!(PortCommand, result);
     /// [`PortCommand::error`] within a command.
     pub const ERROR: usize = offset_of!(PortCommand, error);
+    /// [`PortCommand::argument`] within a command.
+    pub const ARGUMENT: usize = offset_of!(PortCommand, argument);
 }
 
 const fn align_page(n: usize) -> usize {
@@ -427,12 +451,25 @@ mod tests {
 
     #[test]
     fn port_windows_are_aligned_to_their_size_and_inside_the_pci_window() {
+        let mut seen = Vec::new();
         for port in 0..PORTS_PER_NIC {
-            let address = port_window_address(port).unwrap();
-            assert_eq!(address as usize % PORT_WINDOW_LEN, 0);
-            assert!(address as usize + PORT_WINDOW_LEN <= RAM_BASE as usize);
+            assert_eq!(port_window_address(port), region_window_address(port, 0));
+            for region in 0..PORT_REGIONS {
+                let address = region_window_address(port, region).unwrap();
+                assert_eq!(address as usize % PORT_WINDOW_LEN, 0);
+                assert!(address >= PCI_MMIO_BASE);
+                assert!(address as usize + PORT_WINDOW_LEN <= RAM_BASE as usize);
+                seen.push(address);
+            }
+            assert_eq!(region_window_address(port, PORT_REGIONS), None);
         }
+        // No two regions share a window.
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(seen.len(), PORTS_PER_NIC * PORT_REGIONS);
         assert_eq!(port_window_address(PORTS_PER_NIC), None);
         assert!(PORT_WINDOW_LEN.is_power_of_two());
+        // A slot has eight functions.
+        const { assert!(PORT_REGIONS <= 8) };
     }
 }

@@ -10,7 +10,7 @@ use shared_abi::ring::SharedMemory;
 use shared_abi::ring::raw::RawMemory;
 use zerocopy::IntoBytes;
 
-use crate::pci::Window;
+use crate::pci::PortWindows;
 
 /// What the host configured.
 #[derive(Clone, Copy)]
@@ -75,10 +75,10 @@ pub(crate) fn set_state(shared: &RawMemory, state: GuestState, failure: GuestFai
     store(shared, offsets::GUEST_STATE, state.0);
 }
 
-/// Publishes where the port windows are.
-pub(crate) fn publish_windows(shared: &RawMemory, windows: &[Option<Window>; PORTS_PER_NIC]) {
-    for (port, window) in windows.iter().enumerate() {
-        let (address, length) = window.map_or((0, 0), |w| (w.address, w.length));
+/// Publishes where each port's first region window is.
+pub(crate) fn publish_windows(shared: &RawMemory, windows: &PortWindows) {
+    for (port, regions) in windows.iter().enumerate() {
+        let (address, length) = regions[0].map_or((0, 0), |w| (w.address, w.length));
         store(shared, offsets::port_window(port), address);
         store(shared, offsets::port_window(port) + 4, length);
     }
@@ -128,9 +128,14 @@ impl CommandSlots {
     }
 
     /// The command waiting for `port`, if any: its request number and operation.
-    pub(crate) fn pending(&self, shared: &RawMemory, port: usize) -> Option<(u32, PortOperation)> {
+    pub(crate) fn pending(
+        &self,
+        shared: &RawMemory,
+        port: usize,
+    ) -> Option<(u32, PortOperation, u32)> {
         let base = offsets::command(port);
-        // Acquire: the operation word, written before the request was bumped, is read after.
+        // Acquire: the operation and argument words, written before the request was bumped,
+        // are read after.
         let request = load(shared, base + offsets::REQUEST);
         if Some(&request) == self.answered.get(port) {
             return None;
@@ -138,6 +143,7 @@ impl CommandSlots {
         Some((
             request,
             PortOperation(load(shared, base + offsets::OPERATION)),
+            load(shared, base + offsets::ARGUMENT),
         ))
     }
 

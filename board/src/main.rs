@@ -135,12 +135,15 @@ mod nic_loop {
         uart.write_str(" of ");
         uart.write_decimal(u32::from(configuration.node_count));
         uart.write_str(", port windows");
-        for window in windows.iter() {
+        for regions in windows.iter() {
             uart.write_str(" ");
-            match window {
+            match regions[0] {
                 Some(window) => uart.write_hex(window.address),
                 None => uart.write_str("-"),
             }
+            // How many of the port's regions were found (each open takes a fresh one).
+            uart.write_str("/");
+            uart.write_decimal(regions.iter().flatten().count() as u32);
         }
         uart.write_str("\r\n");
 
@@ -314,11 +317,13 @@ mod nic_loop {
         fn serve_commands(&mut self, now: Instant) -> bool {
             let mut served = false;
             for port in 0..PORTS_PER_NIC {
-                let Some((request, operation)) = self.commands.pending(self.shared(), port) else {
+                let Some((request, operation, argument)) =
+                    self.commands.pending(self.shared(), port)
+                else {
                     continue;
                 };
                 let (result, error) = match operation {
-                    PortOperation::OPEN => self.open(port, now),
+                    PortOperation::OPEN => self.open(port, argument, now),
                     PortOperation::CLOSE => self.close(port, now),
                     _ => (0, PortError::BAD_OPERATION),
                 };
@@ -332,12 +337,14 @@ mod nic_loop {
             served
         }
 
-        fn open(&mut self, port: usize, now: Instant) -> (u32, PortError) {
+        /// Opens `port` on region `region` of its pool (the host names a region no earlier owner
+        /// of the port held).
+        fn open(&mut self, port: usize, region: u32, now: Instant) -> (u32, PortError) {
             let port_id = PortId(port as u8);
             if self.nic.port_status(port_id).is_some() {
                 return (0, PortError::ALREADY_OPEN);
             }
-            if let Err(error) = self.nic.hal_mut().attach(port) {
+            if let Err(error) = self.nic.hal_mut().attach(port, region) {
                 return (0, error);
             }
             match self.nic.open_port(port_id, now) {

@@ -2,16 +2,17 @@
 //! (BAR 2) is the memory the host hands a process as its port region.
 //!
 //! There is no firmware before this one to assign BARs, so the board does it for its own devices:
-//! for port `p` it looks at bus 0, slot [`PORT_FIRST_SLOT`]` + p` through the ECAM window, checks
-//! the vendor and device ids, sizes BAR 2 (write all ones, read the mask back), and places it at
-//! [`port_window_address`]`(p)` in the PCIe memory window, which the virt machine maps one to one.
-//! A slot without the device, or with a BAR of another size, leaves the port without a window:
-//! opening it then fails with `NO_REGION`, and nothing else is touched.
+//! for region `r` of port `p` it looks at bus 0, slot [`PORT_FIRST_SLOT`]` + p`, function `r`
+//! through the ECAM window, checks the vendor and device ids, sizes BAR 2 (write all ones, read
+//! the mask back), and places it at [`region_window_address`]`(p, r)` in the PCIe memory window,
+//! which the virt machine maps one to one. A function without the device, or with a BAR of another
+//! size, leaves that region without a window: opening the port on it then fails with `NO_REGION`,
+//! and nothing else is touched.
 #![allow(unsafe_code, reason = "naming configuration-space registers")]
 
 use board::layout::{
-    IVSHMEM_DEVICE, IVSHMEM_VENDOR, PCI_ECAM_BASE, PORT_FIRST_SLOT, PORT_WINDOW_LEN,
-    port_window_address,
+    IVSHMEM_DEVICE, IVSHMEM_VENDOR, PCI_ECAM_BASE, PORT_FIRST_SLOT, PORT_REGIONS, PORT_WINDOW_LEN,
+    region_window_address,
 };
 use shared_abi::ids::PORTS_PER_NIC;
 use volatile::VolatilePtr;
@@ -37,32 +38,45 @@ pub(crate) struct Window {
     pub(crate) length: u32,
 }
 
-/// Finds and places the port windows.
-pub(crate) fn place_port_windows() -> [Option<Window>; PORTS_PER_NIC] {
-    let mut windows = [None; PORTS_PER_NIC];
-    for (port, window) in windows.iter_mut().enumerate() {
-        *window = place(port);
+/// Every port's pool of region windows, by port and region.
+pub(crate) type PortWindows = [[Option<Window>; PORT_REGIONS]; PORTS_PER_NIC];
+
+/// Finds and places the windows of every port's regions.
+pub(crate) fn place_port_windows() -> PortWindows {
+    let mut windows = [[None; PORT_REGIONS]; PORTS_PER_NIC];
+    for (port, regions) in windows.iter_mut().enumerate() {
+        for (region, window) in regions.iter_mut().enumerate() {
+            *window = place(port, region);
+        }
     }
     windows
 }
 
-fn config(slot: u8, offset: usize) -> VolatilePtr<'static, u32> {
-    let address = PCI_ECAM_BASE as usize + ((slot as usize) << 15) + offset;
+fn config(slot: u8, function: u8, offset: usize) -> VolatilePtr<'static, u32> {
+    let address = PCI_ECAM_BASE as usize
+        + ((slot as usize & 0x1f) << 15)
+        + ((function as usize & 0x7) << 12)
+        + offset;
     // SAFETY: the virt machine's ECAM covers bus 0 at this base; every function's 4 KiB of
-    // configuration space answers 32-bit accesses (all ones where no device is).
+    // configuration space answers 32-bit accesses (all ones where no device is). Slot and
+    // function are masked to their 5 and 3 bits, so the address stays within bus 0.
     unsafe { mmio::register(address) }
 }
 
-fn place(port: usize) -> Option<Window> {
-    let address = port_window_address(port)?;
+fn place(port: usize, region: usize) -> Option<Window> {
+    let address = region_window_address(port, region)?;
     let slot = PORT_FIRST_SLOT.checked_add(port as u8)?;
+    let function = region as u8;
     let expected_id = (u32::from(IVSHMEM_DEVICE) << 16) | u32::from(IVSHMEM_VENDOR);
-    if config(slot, ID).read() != expected_id {
+    if config(slot, function, ID).read() != expected_id {
         return None;
     }
-    let command = config(slot, COMMAND);
+    let command = config(slot, function, COMMAND);
     command.update(|bits| bits & !COMMAND_MEMORY);
-    let (low, high) = (config(slot, BAR2_LOW), config(slot, BAR2_HIGH));
+    let (low, high) = (
+        config(slot, function, BAR2_LOW),
+        config(slot, function, BAR2_HIGH),
+    );
     low.write(u32::MAX);
     high.write(u32::MAX);
     let mask_low = low.read();

@@ -12,8 +12,9 @@ use crate::failure::BarrierError;
 /// How a group's barrier runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BarrierOptions {
-    /// The algorithm the schedule is compiled from (default: [`nicbar_schedule::default_for`] the group's
-    /// size).
+    /// The algorithm the schedule is compiled from (default: [`nicbar_schedule::default_for`] the
+    /// group's size, with the tuning file's dissemination n where there is one: see
+    /// [`crate::tuning`]; every member must read the same file).
     pub algorithm: Algorithm,
     /// Fail the barrier if it has not completed after this long; `None` for the NIC's default
     /// (30 s unless the daemon is configured otherwise; [`crate::DEFAULT_HOST_TIMEOUT`] for
@@ -99,7 +100,11 @@ impl Group {
                 });
             }
         }
-        let options = BarrierOptions::for_members(members.len());
+        // The tuning file's dissemination n, where the user measured one (crate::tuning).
+        let options = BarrierOptions {
+            algorithm: crate::tuning::default_algorithm(members.len()),
+            ..BarrierOptions::for_members(members.len())
+        };
         let id = members_hash(&members);
         Ok(Self {
             members,

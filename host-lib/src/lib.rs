@@ -44,6 +44,7 @@ mod failure;
 mod group;
 mod port;
 pub mod raw;
+pub mod tuning;
 
 pub use raw::dma;
 

@@ -7,6 +7,8 @@ use crate::Result;
 use crate::command::{cargo, run};
 use crate::plot::{Axis, Colour, Figure, Panel, Series, Stroke};
 
+mod rttp;
+
 /// Options of `cargo xtask bench`.
 #[derive(ClapArgs)]
 pub(crate) struct Args {
@@ -36,7 +38,7 @@ enum Bench {
         plot_only: bool,
     },
     /// NIC-based against host-based barrier latency for pairwise exchange, gather-broadcast (best
-    /// dimension) and dissemination (n = 1..4) at 2, 4, 8, 16 processes on the emulated NIC, in the
+    /// dimension) and dissemination (n = 1..4, and the tuned n where a tuning file gives one) at 2, 4, 8, 16 processes on the emulated NIC, in the
     /// shape of the paper's Figure 5 (table, CSV, and a figure drawn from the CSV); with Open MPI's MPI_Barrier (shared memory,
     /// and TCP on loopback) as a reference row where mpirun is installed.
     Barrier {
@@ -60,7 +62,17 @@ enum Bench {
         /// a core per process (with fewer, spinners can starve one another).
         #[arg(long)]
         spin: bool,
+        /// Also measure dissemination at the n this tuning file (`bench rttp --write`) gives
+        /// each size, as the series "diss tuned"; without it, at the n of the tuning file the
+        /// library reads, if there is one.
+        #[arg(long, value_name = "FILE")]
+        tuning: Option<std::path::PathBuf>,
     },
+    /// Seed 000's 1:P ping-pong: one process sends to P peers at once and waits for every reply,
+    /// RTT(P) for P = 1..15 on the emulated NIC (medians, CSV, table, figure); seed 000's LoP
+    /// model fitted to it by least squares, the n-way dissemination n it predicts best per group
+    /// size, and (`--write`) the tuning file from which `nicbar::tuning` gives that n.
+    Rttp(rttp::Args),
     /// MPI_Barrier latency and MPI_Ibarrier overlap (OSU's definition) through the coll/nicbar
     /// component beside Open MPI's own collectives over shared memory and TCP (table, CSV).
     Mpi(crate::mpi::BenchArgs),
@@ -99,6 +111,7 @@ pub(crate) fn run_bench(args: Args) -> Result<()> {
             plot_only,
             no_mpi,
             spin,
+            tuning,
         } => {
             let out = crate::workspace_root().join(out);
             if !plot_only {
@@ -113,6 +126,9 @@ pub(crate) fn run_bench(args: Args) -> Result<()> {
                 if spin {
                     command.arg("--spin");
                 }
+                if let Some(file) = &tuning {
+                    command.arg("--tuning").arg(file);
+                }
                 run(&mut command)?;
             }
             draw(
@@ -121,6 +137,7 @@ pub(crate) fn run_bench(args: Args) -> Result<()> {
                 barrier_figure,
             )
         }
+        Bench::Rttp(args) => rttp::run_rttp(args),
         Bench::Mpi(args) => crate::mpi::run_bench(args),
     }
 }
@@ -278,6 +295,9 @@ fn barrier_figure(csv: &Csv) -> Result<Figure> {
         };
         let family = if name.starts_with("GB") {
             "GB best".to_string()
+        } else if name.starts_with("diss tuned") {
+            // The tuned n differs from size to size: one series.
+            "diss tuned".to_string()
         } else {
             name.clone()
         };

@@ -22,6 +22,8 @@ use nicbar_sim::cost::sweep::{
 
 use crate::{Result, workspace_root};
 
+mod tune;
+
 /// Options of `cargo xtask sim`.
 #[derive(ClapArgs)]
 pub(crate) struct Args {
@@ -43,6 +45,11 @@ enum What {
     /// `--<cost>-us` or `--busy-share` flag overrides one of them; `--params custom` starts from
     /// none and needs all eight costs. The comparison with the paper always uses the fitted costs.
     Barrier(BarrierArgs),
+    /// Seed 000's self-tuning of n-way dissemination in the cost model, to 65,536 nodes: the
+    /// model's own 1:P ping-pong, its LoP fit, and dissemination at the n the fit predicts best
+    /// beside n = 1, pairwise exchange and gather-broadcast; `--rttp` adds the n a measured
+    /// RTT(P) (`cargo xtask bench rttp`) predicts.
+    Tune(tune::TuneArgs),
 }
 
 /// Which costs the extension runs with.
@@ -119,6 +126,7 @@ struct BarrierArgs {
 pub(crate) fn run(args: Args) -> Result<()> {
     match args.what {
         What::Barrier(args) => barrier(args),
+        What::Tune(args) => tune::run_tune(args),
     }
 }
 

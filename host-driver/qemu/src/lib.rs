@@ -4,10 +4,11 @@
 //!
 //! # Shape
 //!
-//! For each NIC ("node"), [`QemuFabric::spawn`] creates the guest's RAM and one memory per port
-//! as sealed memfds, writes the mailbox configuration into the RAM, and starts QEMU with the RAM
-//! as its `memory-backend-file` (`share=on`) and each port memory as the shared BAR of an
-//! `ivshmem-plain` PCI device. The guest-physical memory map, the mailbox and the doorbell bytes
+//! For each NIC ("node"), [`QemuFabric::spawn`] creates the guest's RAM and a pool of
+//! `board::layout::PORT_REGIONS` memories per port as sealed memfds, writes the mailbox
+//! configuration into the RAM, and starts QEMU with the RAM as its `memory-backend-file`
+//! (`share=on`) and each port memory as the shared BAR of an `ivshmem-plain` PCI device (port
+//! `p`'s pool: the functions of slot `0x10 + p`). The guest-physical memory map, the mailbox and the doorbell bytes
 //! are `board::layout`; the wire's packet rings are `board::wire`. Then three kinds of thread run:
 //!
 //! - The hub (`hub`): reads every NIC's UART (console text, and doorbell bytes: an event for a
@@ -17,19 +18,23 @@
 //!   ring into the receive ring of the NIC they are for, and wakes a sleeping receiver. It sleeps
 //!   in `epoll_wait` when there is nothing to move.
 //! - The control thread (`control`): the control socket, speaking the control protocol
-//!   (`nicbar_control`). Opening port `p` of unit `u` clears and re-heads port `p`'s
-//!   memory, asks the firmware through the mailbox to open the port, and passes the port memory,
-//!   a fresh host doorbell and the NIC's doorbell back with `SCM_RIGHTS`.
+//!   (`nicbar_control`). Opening port `p` of unit `u` takes the next memory of port `p`'s pool
+//!   that no process has held, writes its header, asks the firmware through the mailbox to open
+//!   the port on it, and passes that memory, a fresh host doorbell and the NIC's doorbell back
+//!   with `SCM_RIGHTS`.
 //! - The QEMU processes, which die with the supervising thread (parent-death signal) and are
 //!   powered off through the mailbox on [`QemuFabric::stop`].
 //!
 //! # Differences from the emulator
 //!
-//! A port's memory lives as long as the QEMU NIC (a PCI BAR cannot be swapped under a running
-//! guest), so it is cleared and reused at each open rather than created afresh: a process that
-//! kept the descriptor of a port it closed could still write the next owner's region. The NIC
-//! sleeps in `wfi` and wakes on a UART byte or its timer; it polls while busy and for 200 µs
-//! after.
+//! A port's memories live as long as the QEMU NIC: QEMU cannot swap the memory behind a BAR of a
+//! running guest (the virt machine's root bus has no hot-plug), so instead of a memfd made at
+//! each open, as the emulator does, each port has a pool made at start. Every open takes a
+//! memory no earlier owner of the port held, and a close retires it for good (its pages are
+//! freed; a process that kept its descriptor and mapping writes only to itself, and no one reads
+//! there). A port can therefore be opened `PORT_REGIONS` (8) times per NIC start; the next open
+//! fails, saying so, until the NIC is restarted. The NIC sleeps in `wfi` and wakes on a UART
+//! byte or its timer; it polls while busy and for 200 µs after.
 
 mod control;
 mod hub;

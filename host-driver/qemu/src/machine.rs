@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use board::layout::{
     DOORBELL_WAKE, GuestCounters, GuestFailure, GuestState, LAYOUT_VERSION, MAILBOX_MAGIC,
-    PORT_FIRST_SLOT, PORT_WINDOW_LEN, PortError, PortOperation, RAM_LEN, SHARED_AREA_LEN,
-    SHARED_AREA_OFFSET, offsets,
+    PORT_FIRST_SLOT, PORT_REGIONS, PORT_WINDOW_LEN, PortError, PortOperation, RAM_LEN,
+    SHARED_AREA_LEN, SHARED_AREA_OFFSET, offsets,
 };
 use nix::fcntl::{FallocateFlags, FcntlArg, SealFlag, fallocate, fcntl};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
@@ -105,6 +105,18 @@ struct PortMemory {
     mapping: Mapping,
 }
 
+/// Where a port is in its pool of regions (`board::layout::PORT_REGIONS` of them): every open
+/// takes the next region no process has held, and a close retires it for good. QEMU cannot swap
+/// the memory behind a BAR of a running guest, and the process that closed a port may keep the
+/// region's descriptor and mapping, so a region is never handed to a second owner.
+#[derive(Clone, Copy, Debug, Default)]
+struct RegionPool {
+    /// The next region an open takes (`PORT_REGIONS`: all are used up).
+    next: usize,
+    /// The region the port is open on, if it is.
+    current: Option<usize>,
+}
+
 /// What a NIC starts from.
 pub(crate) struct MachineSetup<'a> {
     pub(crate) node: u16,
@@ -123,7 +135,10 @@ pub(crate) struct Machine {
     ram: Mapping,
     /// Kept open for the life of QEMU, which opened it by its `/proc` path.
     _ram_fd: OwnedFd,
-    ports: Vec<PortMemory>,
+    /// Every port's regions, by port and region.
+    ports: Vec<Vec<PortMemory>>,
+    /// Which region each port opens on next, and which it is open on.
+    pools: Mutex<[RegionPool; PORTS_PER_NIC]>,
     /// The host's end of the UART, for writing wake-up bytes (the hub reads a clone).
     uart: UnixStream,
     /// The eventfd processes ring when the NIC sleeps; the hub turns it into a UART byte.
@@ -163,12 +178,17 @@ impl Machine {
             .map_err(|error| failed(format!("guest RAM: {error}")))?;
         let mut ports = Vec::new();
         for port in 0..PORTS_PER_NIC {
-            let (fd, mapping) = sealed_memory(
-                &format!("nicbar-qemu-node{node}-port{port}"),
-                PORT_WINDOW_LEN,
-            )
-            .map_err(|error| failed(format!("port {port} memory: {error}")))?;
-            ports.push(PortMemory { fd, mapping });
+            let mut regions = Vec::new();
+            for region in 0..PORT_REGIONS {
+                // Sparse until written: a region costs memory only once its owner uses it.
+                let (fd, mapping) = sealed_memory(
+                    &format!("nicbar-qemu-node{node}-port{port}-region{region}"),
+                    PORT_WINDOW_LEN,
+                )
+                .map_err(|error| failed(format!("port {port} region {region}: {error}")))?;
+                regions.push(PortMemory { fd, mapping });
+            }
+            ports.push(regions);
         }
         let uart_path = setup.run_dir.join(format!("node{node}.uart"));
         let _ = std::fs::remove_file(&uart_path);
@@ -204,15 +224,21 @@ impl Machine {
             .arg("-chardev")
             .arg(format!("socket,id=uart,path={}", uart_path.display()))
             .args(["-serial", "chardev:uart"]);
-        for (port, memory) in ports.iter().enumerate() {
-            command.arg("-object").arg(format!(
-                "memory-backend-file,id=port{port},size={PORT_WINDOW_LEN},mem-path={},share=on",
-                proc_path(&memory.fd)
-            ));
-            command.arg("-device").arg(format!(
-                "ivshmem-plain,memdev=port{port},addr={:#x}",
-                usize::from(PORT_FIRST_SLOT) + port
-            ));
+        for (port, regions) in ports.iter().enumerate() {
+            for (region, memory) in regions.iter().enumerate() {
+                command.arg("-object").arg(format!(
+                    "memory-backend-file,id=port{port}r{region},size={PORT_WINDOW_LEN},\
+                     mem-path={},share=on",
+                    proc_path(&memory.fd)
+                ));
+                // Region r of port p is function r of slot 0x10 + p; function 0 says the slot
+                // has more.
+                command.arg("-device").arg(format!(
+                    "ivshmem-plain,memdev=port{port}r{region},addr={:#x}.{region}{}",
+                    usize::from(PORT_FIRST_SLOT) + port,
+                    if region == 0 { ",multifunction=on" } else { "" }
+                ));
+            }
         }
         command
             .stdin(Stdio::null())
@@ -258,6 +284,7 @@ impl Machine {
                 ram,
                 _ram_fd: ram_fd,
                 ports,
+                pools: Mutex::new([RegionPool::default(); PORTS_PER_NIC]),
                 uart,
                 nic_doorbell,
                 host_doorbells: Mutex::new(Default::default()),
@@ -389,9 +416,14 @@ impl Machine {
         }
     }
 
-    /// Posts `operation` for `port` and waits for the firmware's answer: the result word and
-    /// the error code.
-    fn command(&self, port: usize, operation: PortOperation) -> Result<(u32, PortError), String> {
+    /// Posts `operation` for `port` with `argument` and waits for the firmware's answer: the
+    /// result word and the error code.
+    fn command(
+        &self,
+        port: usize,
+        operation: PortOperation,
+        argument: u32,
+    ) -> Result<(u32, PortError), String> {
         let mut requests = lock(&self.requests);
         let slot = requests
             .get_mut(port)
@@ -399,7 +431,9 @@ impl Machine {
         let request = slot.wrapping_add(1);
         let base = offsets::command(port);
         self.store(base + offsets::OPERATION, operation.0);
-        // Release: the operation is visible before the new request number that announces it.
+        self.store(base + offsets::ARGUMENT, argument);
+        // Release: the operation and argument are visible before the new request number that
+        // announces them.
         self.store(base + offsets::REQUEST, request);
         *slot = request;
         self.wake_if_sleeping();
@@ -421,28 +455,36 @@ impl Machine {
         }
     }
 
-    /// Opens `port` (as unit `unit`): clears its memory, writes a fresh header, has the firmware
-    /// open it, and returns its generation and the three descriptors a process gets: the
-    /// region, its host doorbell, and the NIC doorbell.
+    /// Opens `port` (as unit `unit`) on the next region of its pool that no process has held:
+    /// writes a fresh header, has the firmware open the port on that region, and returns its
+    /// generation and the three descriptors a process gets: the region, its host doorbell, and
+    /// the NIC doorbell. The region is the new owner's alone: no earlier owner of the port ever
+    /// had its descriptor.
+    ///
+    /// # Errors
+    /// A message if the port's regions are used up (the NIC must be restarted for fresh ones),
+    /// the firmware refuses, or it does not answer.
     pub(crate) fn open_port(
         &self,
         unit: u8,
         port: u8,
     ) -> Result<(Generation, Vec<OwnedFd>), String> {
         let index = usize::from(port);
-        let memory = self
+        let regions = self
             .ports
             .get(index)
             .ok_or_else(|| format!("no port {port}"))?;
-        // The previous owner's bytes go (rings must start at zero): the pages are dropped and
-        // read back as zeros, in QEMU's mapping as in ours.
-        fallocate(
-            &memory.fd,
-            FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE,
-            0,
-            PORT_WINDOW_LEN as i64,
-        )
-        .map_err(|error| format!("cannot clear the port memory: {error}"))?;
+        // Held until the open is decided: a concurrent open of the same port takes no region.
+        let mut pools = lock(&self.pools);
+        let pool = pools
+            .get_mut(index)
+            .ok_or_else(|| format!("no port {port}"))?;
+        let region = pool.next;
+        let Some(memory) = regions.get(region) else {
+            return Err(format!(
+                "port {port} has had {PORT_REGIONS} owners since this NIC started, and each                  open takes a region no earlier owner held: restart the NIC for fresh ones"
+            ));
+        };
         let header = region_layout().header(
             NodeId::new(self.node),
             PortId(port),
@@ -472,8 +514,14 @@ impl Machine {
         if let Some(slot) = lock(&self.host_doorbells).get_mut(index) {
             *slot = Some(host_doorbell);
         }
-        match self.command(index, PortOperation::OPEN) {
-            Ok((generation, PortError::NONE)) => Ok((Generation::new(generation), fds)),
+        // In range: `region < PORT_REGIONS`, which is 8.
+        match self.command(index, PortOperation::OPEN, region as u32) {
+            Ok((generation, PortError::NONE)) => {
+                // From here the region is this owner's for good: it is never handed out again.
+                pool.next = region + 1;
+                pool.current = Some(region);
+                Ok((Generation::new(generation), fds))
+            }
             Ok((_, error)) => {
                 self.forget_doorbell(index);
                 Err(format!("the NIC refused: {}", error.describe()))
@@ -485,14 +533,37 @@ impl Machine {
         }
     }
 
-    /// Has the firmware close `port`.
+    /// Has the firmware close `port`, and retires the region it was open on: nobody serves it
+    /// any more, and its pages are released (an old owner that still writes there only writes to
+    /// itself).
     pub(crate) fn close_port(&self, port: u8) -> Result<(), String> {
         let index = usize::from(port);
-        let answer = self.command(index, PortOperation::CLOSE);
+        let answer = self.command(index, PortOperation::CLOSE, 0);
         self.forget_doorbell(index);
+        if answer
+            .as_ref()
+            .is_ok_and(|(_, error)| *error == PortError::NONE)
+        {
+            self.retire(index);
+        }
         match answer? {
             (_, PortError::NONE) => Ok(()),
             (_, error) => Err(format!("the NIC refused: {}", error.describe())),
+        }
+    }
+
+    /// Frees the pages of the region `port` was open on (the firmware has let go of it).
+    fn retire(&self, port: usize) {
+        let region = lock(&self.pools)
+            .get_mut(port)
+            .and_then(|pool| pool.current.take());
+        if let Some(memory) = region.and_then(|r| self.ports.get(port)?.get(r)) {
+            let _ = fallocate(
+                &memory.fd,
+                FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE,
+                0,
+                PORT_WINDOW_LEN as i64,
+            );
         }
     }
 

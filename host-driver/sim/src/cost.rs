@@ -78,8 +78,16 @@
 //! 65,536 ranks, seven seconds per algorithm), so the steps come from the compilers' documented
 //! formulas, computed per step with no storage, and every run checks them against `compile` for
 //! a sample of ranks (the tests check every rank at every size up to a few hundred).
+//!
+//! # Seed 000's self-tuning
+//!
+//! [`lop`] fits seed 000's LoP model to a 1:P ping-pong's round trips, measured (`cargo xtask
+//! bench rttp`) or run in this model ([`lop::model_rttp`]), and predicts from the fit the n-way
+//! dissemination `n` best for each group size; `cargo xtask sim tune` simulates that `n` beside
+//! `n = 1` and the other algorithms to 65,536 nodes.
 
 pub mod engine;
+pub mod lop;
 pub mod paper;
 pub mod params;
 pub mod schedules;

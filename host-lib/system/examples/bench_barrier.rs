@@ -1,6 +1,7 @@
 //! NIC-based against host-based barrier latency, side by side in one run, in the shape of the
 //! paper's Figure 5: pairwise exchange, gather-broadcast (best tree dimension) and n-way
-//! dissemination (n = 1..4) at 2, 4, 8 and 16 processes on the emulated NIC — and, where Open MPI
+//! dissemination (n = 1..4, and the n tuned by `cargo xtask bench rttp` where a tuning file
+//! gives one) at 2, 4, 8 and 16 processes on the emulated NIC — and, where Open MPI
 //! is installed, its own `MPI_Barrier` at the same sizes in the same run as a reference.
 //!
 //! `cargo xtask bench barrier` builds and runs it; `--help` lists the options. Every process is a
@@ -13,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use nicbar::tuning::Tuning;
 use nicbar::{Algorithm, BarrierOptions, Group, Member, NodeId, Port, PortId, WaitMode};
 use nicbar_emulator::{Emulator, EmulatorConfig};
 
@@ -23,6 +25,7 @@ bench_barrier: NIC-based against host-based barrier latency on the emulated NIC,
 at several process counts, with Open MPI's MPI_Barrier as a reference where it is installed.
 
 usage: bench_barrier [--sizes 2,4,8,16] [--barriers K] [--out DIR] [--no-mpi] [--spin]
+                     [--tuning FILE]
 
   --sizes LIST    process counts (default 2,4,8,16)
   --barriers K    timed barriers per measurement, after K/10 to warm up (default 1000)
@@ -32,6 +35,9 @@ usage: bench_barrier [--sizes 2,4,8,16] [--barriers K] [--out DIR] [--no-mpi] [-
   --spin          processes spin on their event rings (yielding the core) instead of
                   sleeping on their doorbells, as MPI's shared-memory barrier spins;
                   wants a core per process (with fewer, spinners can starve one another)
+  --tuning FILE   also measure dissemination at the n FILE tunes for each size (a
+                  `cargo xtask bench rttp --write` file); without it, at the n of the
+                  tuning file the library reads, if there is one
 ";
 
 fn main() -> Result {
@@ -56,8 +62,9 @@ struct Row {
 }
 
 /// The algorithm settings measured at `n` processes: PE, every GB dimension (the best is
-/// reported, as the paper did), dissemination n = 1..4.
-fn settings(n: usize) -> Vec<(String, Algorithm)> {
+/// reported, as the paper did), dissemination n = 1..4, and dissemination at the `n` tuned for
+/// this size (seed 000's self-tuning) when `tuning` gives one.
+fn settings(n: usize, tuning: &Tuned) -> Vec<(String, Algorithm)> {
     let mut all = vec![("PE".to_string(), Algorithm::PairwiseExchange)];
     for dimension in 1..n {
         all.push((
@@ -71,7 +78,29 @@ fn settings(n: usize) -> Vec<(String, Algorithm)> {
             Algorithm::Dissemination { n: ways },
         ));
     }
+    if let Some(ways) = tuning.dissemination_n(n) {
+        all.push((
+            format!("diss tuned n={ways}"),
+            Algorithm::Dissemination { n: ways as usize },
+        ));
+    }
     all
+}
+
+/// Where the tuned dissemination `n` comes from: a tuning file named with `--tuning`, else the
+/// one the library reads (`nicbar::tuning`).
+enum Tuned {
+    File(Tuning),
+    Library,
+}
+
+impl Tuned {
+    fn dissemination_n(&self, members: usize) -> Option<u32> {
+        match self {
+            Self::File(tuning) => tuning.dissemination_n(members),
+            Self::Library => nicbar::tuning::tuned_dissemination_n(members),
+        }
+    }
 }
 
 fn encode(algorithm: Algorithm) -> String {
@@ -101,6 +130,7 @@ fn orchestrate(args: &[String]) -> Result {
     let mut out = PathBuf::from(".");
     let mut mpi = true;
     let mut wait = "sleep";
+    let mut tuned = Tuned::Library;
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
         match arg.as_str() {
@@ -116,6 +146,12 @@ fn orchestrate(args: &[String]) -> Result {
             "--out" => out = rest.next().ok_or("--out needs a directory")?.into(),
             "--no-mpi" => mpi = false,
             "--spin" => wait = "spin",
+            "--tuning" => {
+                let path = PathBuf::from(rest.next().ok_or("--tuning needs a file")?);
+                tuned = Tuned::File(
+                    Tuning::load(&path).map_err(|e| format!("--tuning {}: {e}", path.display()))?,
+                );
+            }
             other => return Err(format!("unknown argument {other:?}; see --help").into()),
         }
     }
@@ -143,12 +179,15 @@ fn orchestrate(args: &[String]) -> Result {
     for &n in &sizes {
         let socket = dir.join(format!("n{n}.sock"));
         let emulator = Emulator::spawn(EmulatorConfig::in_process(&socket, n as u16))?;
-        let list: Vec<String> = settings(n).iter().map(|(_, a)| encode(*a)).collect();
+        let list: Vec<String> = settings(n, &tuned)
+            .iter()
+            .map(|(_, a)| encode(*a))
+            .collect();
         println!("{n} processes: {} settings x NIC and host ...", list.len());
         let started = Instant::now();
         let report = run_processes(&socket, n, barriers, &list.join(","), wait)?;
         drop(emulator);
-        for ((name, _), line) in settings(n).iter().zip(report.lines()) {
+        for ((name, _), line) in settings(n, &tuned).iter().zip(report.lines()) {
             let mut fields = line.split_whitespace();
             let nic: f64 = fields.next().ok_or("short report")?.parse()?;
             let host: f64 = fields.next().ok_or("short report")?.parse()?;
@@ -418,6 +457,8 @@ fn families(rows: &[Row]) -> Vec<Row> {
     for row in rows {
         let family = if row.algorithm.starts_with("GB") {
             "GB best"
+        } else if row.algorithm.starts_with("diss tuned") {
+            "diss tuned"
         } else {
             row.algorithm.as_str()
         };

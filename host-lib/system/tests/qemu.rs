@@ -1,7 +1,8 @@
 //! QEMU NICs from a test: the firmware image, built as CI builds it (`cargo xtask image`), boots
 //! as two NICs under `qemu-system-riscv32`; this process opens ports on them through the user
 //! library, exchanges messages, runs a barrier, closes and reopens a port, asks for the status,
-//! and powers the NICs off; a NIC whose QEMU dies is reported.
+//! and powers the NICs off; a NIC whose QEMU dies is reported; a process that keeps the
+//! descriptor and mapping of a port it closed cannot touch the next owner's region.
 //!
 //! Skipped, with the reason printed, only when `qemu-system-riscv32` is not installed
 //! (`cargo xtask qemu` installs it). Every wait is bounded and fails naming what it waited for.
@@ -17,6 +18,8 @@ use nicbar_control::{Reply, Request};
 use nicbar_image::image::ImageFile;
 use nicbar_qemu::{QemuConfig, QemuError, QemuFabric};
 use shared_abi::image::ImageTarget;
+use shared_abi::ring::SharedMemory;
+use zerocopy::{FromZeros, IntoBytes};
 
 const QEMU: &str = "qemu-system-riscv32";
 /// Size class of the test messages: buffers of 256 bytes.
@@ -249,4 +252,124 @@ fn a_nic_whose_qemu_dies_is_reported() {
         None,
         "killed by a signal"
     );
+}
+
+/// Opens `port` of `unit` over a control connection of its own, as a process would, and returns
+/// the connection and the region's descriptor (the doorbells are dropped).
+fn open_raw(socket: &std::path::Path, unit: u8, port: u8) -> (UnixStream, std::os::fd::OwnedFd) {
+    let stream = nicbar_control::connect(socket).unwrap();
+    let request = Request::OpenPort {
+        unit,
+        port,
+        abi_version: shared_abi::ABI_VERSION,
+    };
+    let (reply, fds) = nicbar_control::call(&stream, &request, STEP).unwrap();
+    assert!(matches!(reply, Reply::Opened(_)), "{reply:?}");
+    let region = fds.into_iter().next().expect("the region's descriptor");
+    (stream, region)
+}
+
+/// A region's inode: the memory behind a descriptor, whoever holds it.
+fn inode(fd: &std::os::fd::OwnedFd) -> u64 {
+    nix::sys::stat::fstat(fd).unwrap().st_ino
+}
+
+#[test]
+fn a_closed_ports_kept_mapping_cannot_reach_the_next_owner() {
+    if !qemu_or_skip("a_closed_ports_kept_mapping_cannot_reach_the_next_owner") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let fabric = spawn(&dir, 1);
+    let socket = fabric.socket().to_owned();
+    let window = board::layout::PORT_WINDOW_LEN;
+
+    // The first owner of port 2 opens it, maps its region, closes the port, and keeps both the
+    // descriptor and the mapping.
+    let (first, kept_fd) = open_raw(&socket, 0, 2);
+    let kept = nicbar_control::Mapping::open(&kept_fd).unwrap();
+    assert!(matches!(
+        nicbar_control::call(&first, &Request::ClosePort, STEP)
+            .unwrap()
+            .0,
+        Reply::Closed
+    ));
+
+    // The next owner, through the library, and a peer on the same NIC.
+    let mut next = Port::open_at(&socket, 0, 2).unwrap();
+    let mut peer = Port::open_at(&socket, 0, 3).unwrap();
+    // A receive buffer for every message each will take (send_and_check keeps them).
+    provide(&mut next, 24);
+    provide(&mut peer, 24);
+    send_and_check(&mut peer, &mut next, b"before the old owner writes");
+
+    // The old owner writes over every byte it can still reach: header, rings, arena.
+    kept.memory().write(0, &vec![0x5a; window]).unwrap();
+
+    // The next owner's port works on, both ways, many times over.
+    for round in 0..20u8 {
+        send_and_check(&mut peer, &mut next, &[round; 100]);
+        send_and_check(&mut next, &mut peer, &[round ^ 0xff; 100]);
+    }
+
+    // A third owner sees a region of its own too: a different memory from the kept one, with a
+    // fresh header and none of the old owner's bytes.
+    next.close().unwrap();
+    let (_third, third_fd) = open_raw(&socket, 0, 2);
+    assert_ne!(inode(&third_fd), inode(&kept_fd));
+    let third = nicbar_control::Mapping::open(&third_fd).unwrap();
+    let mut bytes = vec![0u8; window];
+    third.memory().read(0, &mut bytes).unwrap();
+    assert!(
+        !bytes.iter().all(|&b| b == 0x5a),
+        "the third owner's region holds the old owner's bytes"
+    );
+    let mut header = shared_abi::region::RegionHeader::new_zeroed();
+    third.memory().read(0, header.as_mut_bytes()).unwrap();
+    shared_abi::region::RegionLayout::from_header(&header, window)
+        .expect("the third owner's region has a valid header of its own");
+
+    drop(peer);
+    let report = fabric.stop();
+    assert_eq!(report.nodes[0].exit.and_then(|s| s.code()), Some(0));
+    assert_eq!(
+        report.nodes[0].counters.messages_delivered.get(),
+        41,
+        "every message of the second owner was delivered"
+    );
+}
+
+#[test]
+fn a_port_opens_once_per_region_then_says_the_nic_must_restart() {
+    if !qemu_or_skip("a_port_opens_once_per_region_then_says_the_nic_must_restart") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let fabric = spawn(&dir, 1);
+    let socket = fabric.socket().to_owned();
+    let mut inodes = Vec::new();
+    for _ in 0..board::layout::PORT_REGIONS {
+        let (stream, region) = open_raw(&socket, 0, 5);
+        inodes.push(inode(&region));
+        assert!(matches!(
+            nicbar_control::call(&stream, &Request::ClosePort, STEP)
+                .unwrap()
+                .0,
+            Reply::Closed
+        ));
+    }
+    inodes.sort_unstable();
+    inodes.dedup();
+    assert_eq!(
+        inodes.len(),
+        board::layout::PORT_REGIONS,
+        "every open had a memory of its own"
+    );
+    let error = Port::open_at(&socket, 0, 5).unwrap_err();
+    assert!(error.to_string().contains("restart the NIC"), "{error}");
+    // The other ports are untouched.
+    let port = Port::open_at(&socket, 0, 6).unwrap();
+    drop(port);
+    let report = fabric.stop();
+    assert_eq!(report.nodes[0].exit.and_then(|s| s.code()), Some(0));
 }
