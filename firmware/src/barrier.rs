@@ -26,6 +26,7 @@ use shared_abi::token::SendToken;
 use zerocopy::FromZeros;
 
 use crate::connection::Body;
+use crate::record::Failed;
 use crate::time::{Instant, earliest};
 use crate::{Hal, Nic};
 
@@ -41,6 +42,8 @@ pub(crate) const RETRIES: usize = 64;
 pub(crate) struct Retry {
     step: Step,
     barrier: BarrierId,
+    /// An abort: the failure it carries.
+    failed: Option<Failed>,
     at: Instant,
     until: Instant,
 }
@@ -236,8 +239,14 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 }
                 run.sent_current = true;
             }
-            if !self.take_recorded(port, step, barrier) {
-                return; // Wait for the packet.
+            match self.take_recorded(port, step, barrier) {
+                None => return, // Wait for the packet.
+                Some(Some(failed)) => {
+                    // The peer's barrier failed: so does ours, naming the member it named.
+                    self.finish_barrier(port, failed.status, Some((failed.node, failed.port)));
+                    return;
+                }
+                Some(None) => {}
             }
             let Some(run) = self.running_barrier(port) else {
                 return;
@@ -251,15 +260,21 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         self.ports.get_mut(port)?.open.as_mut()?.barrier.as_mut()
     }
 
-    /// Consumes the packet of `barrier` that `step` waits for, if it is recorded.
-    fn take_recorded(&mut self, port: usize, step: Step, barrier: BarrierId) -> bool {
+    /// Consumes the packet of `barrier` that `step` waits for, if it is recorded (and says
+    /// whether it was an abort).
+    fn take_recorded(
+        &mut self,
+        port: usize,
+        step: Step,
+        barrier: BarrierId,
+    ) -> Option<Option<Failed>> {
         let source = usize::from(step.port.0);
         if step.node == self.node {
             return self.local_record.take(port, source, barrier, step.round);
         }
         self.connection_index(step.node)
             .and_then(|index| self.connections.get_mut(index))
-            .is_some_and(|connection| connection.record.take(port, source, barrier, step.round))
+            .and_then(|connection| connection.record.take(port, source, barrier, step.round))
     }
 
     /// Sends one barrier packet: over the wire, or for a port of this NIC straight into the
@@ -284,10 +299,10 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                     .any(|r| r.step.node == step.node && r.step.port == step.port)
             });
         if waiting {
-            self.schedule_retry(port, step, barrier, now);
+            self.schedule_retry(port, step, barrier, None, now);
             return true;
         }
-        self.put_barrier_packet(port, step, barrier, now)
+        self.put_barrier_packet(port, step, barrier, None, now)
     }
 
     /// Sends one barrier packet now: over the wire, or for a port of this NIC straight into the
@@ -297,10 +312,18 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         port: usize,
         step: Step,
         barrier: BarrierId,
+        failed: Option<Failed>,
         now: Instant,
     ) -> bool {
         if step.node != self.node {
-            return self.queue_barrier_packet(port, step.node, step.port, barrier, step.round, now);
+            return self.queue_barrier_packet(
+                port,
+                step.node,
+                step.port,
+                (barrier, failed),
+                step.round,
+                now,
+            );
         }
         let target = usize::from(step.port.0);
         let generation = self
@@ -317,22 +340,49 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             Some(generation) if target_open => {
                 match self
                     .local_record
-                    .record(target, port, generation, barrier, step.round)
+                    .record(target, port, generation, barrier, step.round, failed)
                 {
                     // A second packet for one round: the target's schedule disagrees with ours.
-                    Err(_) => self.schedule_retry(port, step, barrier, now),
+                    Err(_) => self.schedule_retry(port, step, barrier, failed, now),
                     Ok(recorded) => {
                         self.count_recorded(recorded);
                         self.advance_pending |= 1 << target;
+                        if let Some(failed) = failed {
+                            let source = (self.node, PortId(port as u8));
+                            self.abort_arrived(target, source, barrier, failed);
+                        }
                     }
                 }
             }
             // Its last owner ran this job's barriers and is gone: the barrier cannot complete.
             Some(_) if target_gone => self.barrier_target_gone(port, barrier, step.node, step.port),
             // Not open yet: try again later, as the wire path does (§3.2).
-            _ => self.schedule_retry(port, step, barrier, now),
+            _ => self.schedule_retry(port, step, barrier, failed, now),
         }
         true
+    }
+
+    /// An abort of `barrier` from `source` reached `port`: if `port` runs that barrier and still
+    /// waits for anything from `source`, it fails now, naming the member the abort names (its
+    /// engine would find the abort only on reaching `source`'s step).
+    pub(crate) fn abort_arrived(
+        &mut self,
+        port: usize,
+        source: (NodeId, PortId),
+        barrier: BarrierId,
+        failed: Failed,
+    ) {
+        let needs = self
+            .ports
+            .get(port)
+            .and_then(|slot| slot.open.as_ref())
+            .and_then(|open| open.barrier.as_ref())
+            .is_some_and(|run| {
+                run.barrier == barrier && run.still_needs(source.0, Some(source.1)).is_some()
+            });
+        if needs {
+            self.finish_barrier(port, failed.status, Some((failed.node, failed.port)));
+        }
     }
 
     /// Counts what recording a barrier packet did.
@@ -364,7 +414,14 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         }
     }
 
-    fn schedule_retry(&mut self, port: usize, step: Step, barrier: BarrierId, now: Instant) {
+    fn schedule_retry(
+        &mut self,
+        port: usize,
+        step: Step,
+        barrier: BarrierId,
+        failed: Option<Failed>,
+        now: Instant,
+    ) {
         let at = now.saturating_add(self.config.retry_interval);
         let default_until = now.saturating_add(self.config.default_barrier_timeout);
         let Some(open) = self.ports.get_mut(port).and_then(|slot| slot.open.as_mut()) else {
@@ -379,6 +436,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             .push(Retry {
                 step,
                 barrier,
+                failed,
                 at,
                 until,
             })
@@ -400,7 +458,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         generation: Generation,
         node: NodeId,
         dst_port: PortId,
-        packets: &[(BarrierId, u8)],
+        packets: &[(BarrierId, u8, Option<Failed>)],
         now: Instant,
     ) {
         let same_incarnation = self
@@ -409,11 +467,12 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             .and_then(|slot| slot.open.as_ref())
             .is_some_and(|o| o.generation == generation);
         if same_incarnation {
-            for (barrier, round) in packets {
+            for (barrier, round, failed) in packets {
                 self.schedule_retry(
                     port,
                     Step::new(StepOp::SEND, node, dst_port, *round),
                     *barrier,
+                    *failed,
                     now,
                 );
             }
@@ -457,10 +516,10 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 busy = true;
                 let destination = (retry.step.node, retry.step.port);
                 if blocked.contains(&destination)
-                    || !self.put_barrier_packet(port, retry.step, retry.barrier, now)
+                    || !self.put_barrier_packet(port, retry.step, retry.barrier, retry.failed, now)
                 {
                     let _ = blocked.push(destination);
-                    self.schedule_retry(port, retry.step, retry.barrier, now);
+                    self.schedule_retry(port, retry.step, retry.barrier, retry.failed, now);
                 }
             }
         }
@@ -478,9 +537,15 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         &mut self,
         peer: NodeId,
         header: &PacketHeader,
-        barrier: BarrierId,
+        payload: &shared_abi::packet::BarrierPayload,
         now: Instant,
     ) -> Result<(), RejectReason> {
+        let barrier = payload.barrier;
+        let failed = (payload.failed_status != Status::SUCCESS).then_some(Failed {
+            node: payload.failed_node,
+            port: payload.failed_port,
+            status: payload.failed_status,
+        });
         let Some(port) = header.dst_port.index() else {
             return Err(RejectReason::PORT_CLOSED);
         };
@@ -498,10 +563,20 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         let connection = self.connections.get_mut(index).ok_or(RejectReason::BUSY)?;
         let recorded = connection
             .record
-            .record(port, source, header.src_generation, barrier, header.aux)
+            .record(
+                port,
+                source,
+                header.src_generation,
+                barrier,
+                header.aux,
+                failed,
+            )
             .map_err(|_| RejectReason::BUSY)?;
         self.count_recorded(recorded);
         self.advance_pending |= 1 << port;
+        if let Some(failed) = failed {
+            self.abort_arrived(port, (peer, header.src_port), barrier, failed);
+        }
         self.run_pending_advances(now);
         Ok(())
     }
@@ -614,6 +689,36 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             return;
         };
         open.barrier_buffers = open.barrier_buffers.saturating_sub(1);
+        if status != Status::SUCCESS
+            && let Some((node, member_port)) = waiting_for
+        {
+            // Tell the members still owed a packet of ours that this barrier failed, and for
+            // whom: they fail too, naming the same member, instead of waiting for their timeout
+            // or naming us. The aborts go out with the barrier timers, in order behind any
+            // packet of ours still waiting for its target to open.
+            let failed = Failed {
+                node,
+                port: member_port,
+                status,
+            };
+            let until = run
+                .deadline
+                .saturating_add(self.config.default_barrier_timeout);
+            for (index, step) in run.steps.iter().enumerate().skip(run.index) {
+                let owed = step.op == StepOp::SEND
+                    || (step.op == StepOp::EXCHANGE && !(index == run.index && run.sent_current));
+                let named = step.node == node && step.port == member_port;
+                if owed && !named {
+                    let _ = open.barrier_retries.push(Retry {
+                        step: Step::new(StepOp::SEND, step.node, step.port, step.round),
+                        barrier: run.barrier,
+                        failed: Some(failed),
+                        at: Instant::ZERO,
+                        until,
+                    });
+                }
+            }
+        }
         // Whatever of this barrier is still recorded (a failed barrier's stragglers) can complete
         // nothing now.
         self.local_record.forget_barrier(port, run.barrier);

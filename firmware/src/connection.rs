@@ -42,6 +42,8 @@ pub(crate) enum Body {
         generation: Generation,
         dst_port: PortId,
         barrier: BarrierId,
+        /// An abort: the failure it carries.
+        failed: Option<crate::record::Failed>,
         round: u8,
         attempt: u8,
     },

@@ -27,7 +27,18 @@
 //! Each cell also keeps the sender's port generation: a packet from a newer incarnation of the
 //! source port supersedes what an older one left (paper §3.2).
 
-use shared_abi::ids::{BarrierId, Generation, PORTS_PER_NIC};
+use shared_abi::event::Status;
+use shared_abi::ids::{BarrierId, Generation, NodeId, PORTS_PER_NIC, PortId};
+
+/// An abort's news: the member the sender's barrier failed waiting for, and why. The receiver's
+/// barrier fails too, naming the same member, so every member still waiting learns who is
+/// missing (not merely which neighbour gave up).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Failed {
+    pub(crate) node: NodeId,
+    pub(crate) port: PortId,
+    pub(crate) status: Status,
+}
 
 /// Barriers one (destination port, source port) cell holds packets of at once: the live two
 /// (this barrier's and the next one's) and one more, so that a failed barrier's straggler is
@@ -40,6 +51,8 @@ struct Slot {
     barrier: BarrierId,
     /// Bit `r`: the packet of round `r` is waiting. Zero: the slot is free.
     rounds: u32,
+    /// The sender's barrier failed: what it said (any packet taken from the slot then reports it).
+    failed: Option<Failed>,
 }
 
 /// One cell: what (source port → destination port) has waiting, oldest barrier first.
@@ -103,6 +116,7 @@ impl UnexpectedBarrierRecord {
         generation: Generation,
         barrier: BarrierId,
         round: u8,
+        failed: Option<Failed>,
     ) -> Result<Recorded, RecordFull> {
         let Some(cell) = self
             .cells
@@ -125,6 +139,7 @@ impl UnexpectedBarrierRecord {
             .find(|slot| slot.rounds != 0 && slot.barrier == barrier && slot.rounds & bit == 0)
         {
             slot.rounds |= bit;
+            slot.failed = slot.failed.or(failed);
             return Ok(Recorded::Kept);
         }
         let holding = cell
@@ -151,43 +166,38 @@ impl UnexpectedBarrierRecord {
             *free = Slot {
                 barrier,
                 rounds: bit,
+                failed,
             };
         }
         Ok(outcome)
     }
 
     /// Consumes the recorded packet of `round` of `barrier` from `source_port` for
-    /// `destination_port`, if there is one.
+    /// `destination_port`, if there is one: `Some(None)` for an ordinary packet, `Some(Some(..))`
+    /// if the sender's barrier failed (an abort).
     pub(crate) fn take(
         &mut self,
         destination_port: usize,
         source_port: usize,
         barrier: BarrierId,
         round: u8,
-    ) -> bool {
-        let Some(cell) = self
+    ) -> Option<Option<Failed>> {
+        let cell = self
             .cells
             .get_mut(destination_port)
-            .and_then(|row| row.get_mut(source_port))
-        else {
-            return false;
-        };
-        let Some(bit) = 1u32.checked_shl(u32::from(round)) else {
-            return false;
-        };
+            .and_then(|row| row.get_mut(source_port))?;
+        let bit = 1u32.checked_shl(u32::from(round))?;
         // The oldest barrier's packet first (GM's raw barriers may hold two of one round).
-        let Some(slot) = cell
+        let slot = cell
             .slots
             .iter_mut()
-            .find(|slot| slot.barrier == barrier && slot.rounds & bit != 0)
-        else {
-            return false;
-        };
+            .find(|slot| slot.barrier == barrier && slot.rounds & bit != 0)?;
         slot.rounds &= !bit;
+        let failed = slot.failed;
         if slot.rounds == 0 {
             cell.compact();
         }
-        true
+        Some(failed)
     }
 
     /// Whether the packet of `round` of `barrier` from `source_port` waits for
@@ -274,31 +284,37 @@ mod tests {
     #[test]
     fn one_bit_per_round_and_a_slot_per_barrier() {
         let mut record = UnexpectedBarrierRecord::default();
-        assert_eq!(record.record(1, 2, G1, A, 0), Ok(Recorded::Kept));
-        record.record(1, 2, G1, A, 3).unwrap();
-        record.record(1, 2, G1, B, 0).unwrap(); // the fast peer's next barrier
-        assert_eq!(record.record(1, 2, G1, A, 0), Err(RecordFull));
-        assert_eq!(record.record(1, 2, G1, B, 0), Err(RecordFull));
-        assert!(!record.take(1, 2, B, 3));
-        assert!(record.take(1, 2, A, 0));
-        assert!(record.take(1, 2, A, 3));
-        assert!(!record.take(1, 2, A, 3));
-        assert!(record.take(1, 2, B, 0));
-        assert!(!record.take(1, 2, B, 0));
+        assert_eq!(record.record(1, 2, G1, A, 0, None), Ok(Recorded::Kept));
+        record.record(1, 2, G1, A, 3, None).unwrap();
+        record.record(1, 2, G1, B, 0, None).unwrap(); // the fast peer's next barrier
+        assert_eq!(record.record(1, 2, G1, A, 0, None), Err(RecordFull));
+        assert_eq!(record.record(1, 2, G1, B, 0, None), Err(RecordFull));
+        assert_eq!(record.take(1, 2, B, 3), None);
+        assert_eq!(record.take(1, 2, A, 0), Some(None));
+        assert_eq!(record.take(1, 2, A, 3), Some(None));
+        assert_eq!(record.take(1, 2, A, 3), None);
+        assert_eq!(record.take(1, 2, B, 0), Some(None));
+        assert_eq!(record.take(1, 2, B, 0), None);
         assert!(record.is_empty());
     }
 
     #[test]
     fn a_packet_counts_only_for_its_own_barrier() {
         let mut record = UnexpectedBarrierRecord::default();
-        record.record(1, 2, G1, A, 0).unwrap();
-        assert!(!record.take(1, 2, B, 0), "a later barrier of the group");
-        assert!(
-            !record.take(1, 2, OTHER_GROUP, 0),
+        record.record(1, 2, G1, A, 0, None).unwrap();
+        assert_eq!(
+            record.take(1, 2, B, 0),
+            None,
+            "a later barrier of the group"
+        );
+        assert_eq!(
+            record.take(1, 2, OTHER_GROUP, 0),
+            None,
             "another group's barrier"
         );
-        assert!(
-            !record.take(1, 2, BarrierId::new(8, 1, 10), 0),
+        assert_eq!(
+            record.take(1, 2, BarrierId::new(8, 1, 10), 0),
+            None,
             "another job's"
         );
         assert!(record.has(1, 2, A, 0));
@@ -310,23 +326,23 @@ mod tests {
     #[test]
     fn a_new_barrier_evicts_the_oldest_when_every_slot_is_taken() {
         let mut record = UnexpectedBarrierRecord::default();
-        record.record(1, 2, G1, A, 0).unwrap(); // a failed barrier's straggler
-        record.record(1, 2, G1, B, 0).unwrap();
-        record.record(1, 2, G1, C, 1).unwrap();
-        assert_eq!(record.record(1, 2, G1, D, 0), Ok(Recorded::Evicted));
+        record.record(1, 2, G1, A, 0, None).unwrap(); // a failed barrier's straggler
+        record.record(1, 2, G1, B, 0, None).unwrap();
+        record.record(1, 2, G1, C, 1, None).unwrap();
+        assert_eq!(record.record(1, 2, G1, D, 0, None), Ok(Recorded::Evicted));
         assert!(!record.has(1, 2, A, 0));
-        assert!(record.take(1, 2, B, 0));
-        assert!(record.take(1, 2, C, 1));
-        assert!(record.take(1, 2, D, 0));
+        assert_eq!(record.take(1, 2, B, 0), Some(None));
+        assert_eq!(record.take(1, 2, C, 1), Some(None));
+        assert_eq!(record.take(1, 2, D, 0), Some(None));
         assert!(record.is_empty());
         // A slot freed in the middle keeps the others in order: the oldest is still evicted first.
-        record.record(1, 2, G1, A, 0).unwrap();
-        record.record(1, 2, G1, B, 0).unwrap();
-        record.record(1, 2, G1, C, 0).unwrap();
-        assert!(record.take(1, 2, B, 0));
-        record.record(1, 2, G1, D, 0).unwrap();
+        record.record(1, 2, G1, A, 0, None).unwrap();
+        record.record(1, 2, G1, B, 0, None).unwrap();
+        record.record(1, 2, G1, C, 0, None).unwrap();
+        assert_eq!(record.take(1, 2, B, 0), Some(None));
+        record.record(1, 2, G1, D, 0, None).unwrap();
         assert_eq!(
-            record.record(1, 2, G1, OTHER_GROUP, 0),
+            record.record(1, 2, G1, OTHER_GROUP, 0, None),
             Ok(Recorded::Evicted)
         );
         assert!(!record.has(1, 2, A, 0));
@@ -337,23 +353,40 @@ mod tests {
     fn gm_raw_barriers_keep_one_packet_of_the_next_barrier_per_round() {
         let mut record = UnexpectedBarrierRecord::default();
         let none = BarrierId::NONE;
-        record.record(1, 2, G1, none, 0).unwrap();
-        record.record(1, 2, G1, none, 0).unwrap(); // the fast peer's next barrier
-        assert_eq!(record.record(1, 2, G1, none, 0), Err(RecordFull));
-        assert!(record.take(1, 2, none, 0));
-        record.record(1, 2, G1, none, 0).unwrap();
-        assert!(record.take(1, 2, none, 0));
-        assert!(record.take(1, 2, none, 0));
-        assert!(!record.take(1, 2, none, 0));
+        record.record(1, 2, G1, none, 0, None).unwrap();
+        record.record(1, 2, G1, none, 0, None).unwrap(); // the fast peer's next barrier
+        assert_eq!(record.record(1, 2, G1, none, 0, None), Err(RecordFull));
+        assert_eq!(record.take(1, 2, none, 0), Some(None));
+        record.record(1, 2, G1, none, 0, None).unwrap();
+        assert_eq!(record.take(1, 2, none, 0), Some(None));
+        assert_eq!(record.take(1, 2, none, 0), Some(None));
+        assert_eq!(record.take(1, 2, none, 0), None);
+        assert!(record.is_empty());
+    }
+
+    #[test]
+    fn an_abort_is_reported_by_whatever_is_taken_of_its_barrier_from_its_sender() {
+        let mut record = UnexpectedBarrierRecord::default();
+        let failed = Failed {
+            node: NodeId::new(4),
+            port: PortId(1),
+            status: Status::TARGET_PORT_CLOSED,
+        };
+        record.record(1, 2, G1, A, 0, None).unwrap();
+        record.record(1, 2, G1, A, 2, Some(failed)).unwrap();
+        record.record(1, 3, G1, A, 1, None).unwrap();
+        assert_eq!(record.take(1, 2, A, 0), Some(Some(failed)));
+        assert_eq!(record.take(1, 3, A, 1), Some(None), "another sender's");
+        assert_eq!(record.take(1, 2, A, 2), Some(Some(failed)));
         assert!(record.is_empty());
     }
 
     #[test]
     fn ports_do_not_see_each_other() {
         let mut record = UnexpectedBarrierRecord::default();
-        record.record(1, 2, G1, A, 0).unwrap();
-        assert!(!record.take(2, 2, A, 0));
-        assert!(!record.take(1, 3, A, 0));
+        record.record(1, 2, G1, A, 0, None).unwrap();
+        assert_eq!(record.take(2, 2, A, 0), None);
+        assert_eq!(record.take(1, 3, A, 0), None);
         record.clear_destination(2);
         assert!(record.has(1, 2, A, 0));
         record.forget_barrier(2, A);
@@ -365,13 +398,13 @@ mod tests {
     #[test]
     fn a_new_generation_supersedes_the_old() {
         let mut record = UnexpectedBarrierRecord::default();
-        record.record(1, 2, G1, A, 0).unwrap();
-        record.record(1, 2, G1, A, 1).unwrap();
-        record.record(1, 2, G2, A, 1).unwrap();
-        assert!(!record.take(1, 2, A, 0));
-        assert!(record.take(1, 2, A, 1));
-        assert!(!record.take(1, 2, A, 1));
-        record.record(1, 2, G2, A, 5).unwrap();
+        record.record(1, 2, G1, A, 0, None).unwrap();
+        record.record(1, 2, G1, A, 1, None).unwrap();
+        record.record(1, 2, G2, A, 1, None).unwrap();
+        assert_eq!(record.take(1, 2, A, 0), None);
+        assert_eq!(record.take(1, 2, A, 1), Some(None));
+        assert_eq!(record.take(1, 2, A, 1), None);
+        record.record(1, 2, G2, A, 5, None).unwrap();
         record.clear_source(1, 2, G1);
         assert!(record.has(1, 2, A, 5));
         record.clear_source(1, 2, G2);
@@ -381,9 +414,9 @@ mod tests {
     #[test]
     fn out_of_range_is_refused_not_a_panic() {
         let mut record = UnexpectedBarrierRecord::default();
-        assert_eq!(record.record(8, 0, G1, A, 0), Err(RecordFull));
-        assert_eq!(record.record(0, 0, G1, A, 32), Err(RecordFull));
-        assert!(!record.take(0, 99, A, 0));
-        assert!(!record.take(0, 0, A, 200));
+        assert_eq!(record.record(8, 0, G1, A, 0, None), Err(RecordFull));
+        assert_eq!(record.record(0, 0, G1, A, 32, None), Err(RecordFull));
+        assert_eq!(record.take(0, 99, A, 0), None);
+        assert_eq!(record.take(0, 0, A, 200), None);
     }
 }

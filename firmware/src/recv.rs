@@ -250,16 +250,25 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 gone.is_none_or(|gone| gone.job != barrier.job)
             };
             let mut packets: heapless::Vec<
-                (shared_abi::ids::BarrierId, u8),
+                (
+                    shared_abi::ids::BarrierId,
+                    u8,
+                    Option<crate::record::Failed>,
+                ),
                 { crate::connection::WINDOW + crate::connection::QUEUE },
             > = heapless::Vec::new();
             for descriptor in connection.sent.iter_mut() {
                 if !descriptor.seq.precedes(seq)
                     && same(&descriptor.body)
-                    && let Body::Barrier { round, barrier, .. } = descriptor.body
+                    && let Body::Barrier {
+                        round,
+                        barrier,
+                        failed,
+                        ..
+                    } = descriptor.body
                 {
                     if retried(barrier) {
-                        let _ = packets.push((barrier, round));
+                        let _ = packets.push((barrier, round, failed));
                     }
                     descriptor.body = Body::Cancelled;
                 }
@@ -267,9 +276,14 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             for _ in 0..connection.queue.len() {
                 if let Some(body) = connection.queue.pop_front() {
                     match body {
-                        Body::Barrier { round, barrier, .. } if same(&body) => {
+                        Body::Barrier {
+                            round,
+                            barrier,
+                            failed,
+                            ..
+                        } if same(&body) => {
                             if retried(barrier) {
-                                let _ = packets.push((barrier, round));
+                                let _ = packets.push((barrier, round, failed));
                             }
                         }
                         other => {
@@ -447,7 +461,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     ) -> Result<(), RejectReason> {
         // The packet's checks made the payload exactly one identity; anything else is refused
         // like a protocol violation (never reached).
-        let barrier =
+        let body: shared_abi::packet::BarrierPayload =
             zerocopy::FromBytes::read_from_bytes(payload).map_err(|_| RejectReason::BUSY)?;
         let pair = (
             usize::from(header.src_port.0),
@@ -465,7 +479,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         {
             return Err(RejectReason::PORT_CLOSED);
         }
-        let outcome = self.deliver_barrier_packet(peer, header, barrier, now);
+        let outcome = self.deliver_barrier_packet(peer, header, &body, now);
         if let Some(slot) = self
             .connections
             .get_mut(index)

@@ -173,7 +173,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         port: usize,
         node: shared_abi::ids::NodeId,
         dst_port: PortId,
-        barrier: shared_abi::ids::BarrierId,
+        (barrier, failed): (shared_abi::ids::BarrierId, Option<crate::record::Failed>),
         round: u8,
         now: Instant,
     ) -> bool {
@@ -204,6 +204,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 generation,
                 dst_port,
                 barrier,
+                failed,
                 round,
                 attempt,
             })

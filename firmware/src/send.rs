@@ -4,7 +4,7 @@
 //! unreachable node into error events instead of a hang.
 
 use shared_abi::event::{Event, EventKind, Status};
-use shared_abi::ids::{NodeId, PORTS_PER_NIC};
+use shared_abi::ids::{NodeId, PORTS_PER_NIC, PortId};
 use shared_abi::packet::{MAC_LEN, PacketFlags, PacketHeader, PacketKind};
 use shared_abi::ring::SharedMemory;
 use zerocopy::little_endian::U32;
@@ -181,6 +181,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 generation,
                 dst_port,
                 barrier,
+                failed,
                 round,
                 attempt,
             } => {
@@ -190,14 +191,20 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 header.dst_port = dst_port;
                 header.src_generation = generation;
                 header.aux = round;
-                let identity = zerocopy::IntoBytes::as_bytes(&barrier);
+                let body = shared_abi::packet::BarrierPayload {
+                    barrier,
+                    failed_node: failed.map_or(NodeId::new(0), |f| f.node),
+                    failed_port: failed.map_or(PortId(0), |f| f.port),
+                    failed_status: failed.map_or(Status::SUCCESS, |f| f.status),
+                };
+                let bytes = zerocopy::IntoBytes::as_bytes(&body);
                 if let Some(out) = self
                     .scratch
                     .get_mut(shared_abi::packet::HEADER_LEN..)
-                    .and_then(|rest| rest.get_mut(..identity.len()))
+                    .and_then(|rest| rest.get_mut(..bytes.len()))
                 {
-                    out.copy_from_slice(identity);
-                    payload_len = identity.len();
+                    out.copy_from_slice(bytes);
+                    payload_len = bytes.len();
                 }
             }
             Body::PortClosed { port, generation } => {

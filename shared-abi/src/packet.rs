@@ -41,8 +41,9 @@ impl PacketKind {
     /// The packet `seq` was not accepted, for `reason` (unsequenced; see [`RejectReason`]).
     pub const REJECT: Self = Self(4);
     /// One barrier step's message (sequenced, paper §3.3): `aux` names the step's round, and the
-    /// payload is the [`crate::ids::BarrierId`] of the barrier it belongs to
-    /// ([`BARRIER_PAYLOAD_LEN`] bytes).
+    /// payload ([`BarrierPayload`]) names the barrier it belongs to — and, when the sender's
+    /// barrier failed, the member it failed waiting for, so that the failure reaches every member
+    /// still waiting, naming the same member.
     pub const BARRIER: Self = Self(5);
     /// The source port closed: generation `src_generation` is dead (sequenced).
     pub const PORT_CLOSED: Self = Self(6);
@@ -196,8 +197,37 @@ pub struct PacketHeader {
 }
 const _: () = assert!(core::mem::size_of::<PacketHeader>() == 40);
 
-/// Payload bytes of a [`PacketKind::BARRIER`] packet: its barrier's identity.
-pub const BARRIER_PAYLOAD_LEN: usize = core::mem::size_of::<crate::ids::BarrierId>();
+/// The payload of a [`PacketKind::BARRIER`] packet. 16 bytes.
+#[derive(
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Debug,
+    Default,
+    FromBytes,
+    IntoBytes,
+    Immutable,
+    KnownLayout,
+    Unaligned,
+)]
+#[repr(C)]
+pub struct BarrierPayload {
+    /// The barrier the packet belongs to.
+    pub barrier: crate::ids::BarrierId,
+    /// An abort: the node of the member the sender's barrier failed waiting for.
+    pub failed_node: NodeId,
+    /// An abort: that member's port.
+    pub failed_port: PortId,
+    /// [`crate::event::Status`] of the sender's failure; `SUCCESS` (0) for an ordinary packet.
+    /// An abort completes the receiver's step as a failure: its barrier fails too, naming the
+    /// same member for the same reason.
+    pub failed_status: crate::event::Status,
+}
+
+/// Payload bytes of a [`PacketKind::BARRIER`] packet ([`BarrierPayload`]).
+pub const BARRIER_PAYLOAD_LEN: usize = core::mem::size_of::<BarrierPayload>();
+const _: () = assert!(BARRIER_PAYLOAD_LEN == 16);
 
 /// Size of the packet header in bytes.
 pub const HEADER_LEN: usize = core::mem::size_of::<PacketHeader>();

@@ -359,3 +359,43 @@ fn a_local_port_gone_for_good_fails_its_jobs_late_peer_at_once() {
     );
     assert_eq!(events[0].peer_port, PortId(2));
 }
+
+#[test]
+fn a_failure_reaches_every_member_still_waiting_naming_the_member_that_is_missing() {
+    use shared_abi::schedule::{Step, StepOp};
+    let step = |op, node: u16, round| Step::new(op, NodeId::new(node), PortId(1), round);
+    let mut net = Net::new(3);
+    net.open(0, 1);
+    net.open(1, 1);
+    // A gather-broadcast of three: node 0 gathers from 1 and 2, then releases them. Node 2 never
+    // enters. Node 0 gives up on it after 1 ms; node 1 would wait 10 s for node 0.
+    let root = [
+        step(StepOp::RECV, 1, 0),
+        step(StepOp::RECV, 2, 0),
+        step(StepOp::SEND, 1, 1),
+        step(StepOp::SEND, 2, 1),
+    ];
+    let leaf = [step(StepOp::SEND, 0, 0), step(StepOp::RECV, 0, 1)];
+    net[0].start_barrier_of(1, &root, 0xa, 1000, nth(0));
+    net[1].start_barrier_of(1, &leaf, 0xb, 10_000_000, nth(0));
+    net.run_for(Duration::from_millis(5));
+
+    let root_events = net[0].events(1);
+    assert_eq!(
+        summary(&root_events),
+        [(EventKind::BARRIER_FAILED, Status::BARRIER_TIMED_OUT, 0xa)]
+    );
+    let leaf_events = net[1].events(1);
+    assert_eq!(
+        summary(&leaf_events),
+        [(EventKind::BARRIER_FAILED, Status::BARRIER_TIMED_OUT, 0xb)],
+        "the leaf learns of the failure from the root, long before its own timeout"
+    );
+    for events in [&root_events, &leaf_events] {
+        assert_eq!(
+            (events[0].peer_node, events[0].peer_port),
+            (NodeId::new(2), PortId(1)),
+            "every member names the member that never came, not the neighbour that gave up"
+        );
+    }
+}

@@ -132,6 +132,9 @@ pub struct World {
     pub doorbell_delay: Duration,
 }
 
+/// Stack of the thread that builds a world's NIC cores.
+const NIC_BUILD_STACK: usize = 16 << 20;
+
 impl World {
     /// A world of `nodes` NICs with `config`, all drawn from `seed`.
     pub fn new(
@@ -142,18 +145,35 @@ impl World {
         latency: Duration,
     ) -> Self {
         let mut rng = Rng::new(seed);
-        let nodes = (0..nodes)
-            .map(|id| SimNode {
-                nic: Box::new(Nic::new(
-                    SimHal::default(),
-                    NodeId::new(id as u16),
-                    config,
-                    rng.next_u64() as u32,
-                )),
-                stopped: false,
-                next_poll: None,
-            })
-            .collect();
+        let stamps: Vec<u32> = (0..nodes).map(|_| rng.next_u64() as u32).collect();
+        // A NIC core is large (its connection tables), and an unoptimised build assembles it on
+        // the stack before it moves to the heap: build the cores on a thread with the stack the
+        // emulator's units have, whatever thread runs the campaign.
+        let build = || -> Vec<SimNode> {
+            stamps
+                .iter()
+                .enumerate()
+                .map(|(id, &stamp)| SimNode {
+                    nic: Box::new(Nic::new(
+                        SimHal::default(),
+                        NodeId::new(id as u16),
+                        config,
+                        stamp,
+                    )),
+                    stopped: false,
+                    next_poll: None,
+                })
+                .collect()
+        };
+        let nodes = std::thread::scope(|scope| {
+            std::thread::Builder::new()
+                .name("sim-build".to_owned())
+                .stack_size(NIC_BUILD_STACK)
+                .spawn_scoped(scope, build)
+                .ok()
+                .and_then(|builder| builder.join().ok())
+        })
+        .unwrap_or_else(build);
         Self {
             nodes,
             seed,

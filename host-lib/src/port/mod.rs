@@ -205,11 +205,15 @@ impl Port {
     }
 
     /// The next event in the event ring, interpreted, if one is waiting: neither the events kept
-    /// for later nor the barrier code's filter.
+    /// for later nor the barrier code's filter. Sends again the host-based barrier's refused
+    /// messages that are due, as every call that takes events does.
     ///
     /// # Errors
     /// As [`Port::receive`].
     pub(crate) fn next_from_ring(&mut self) -> Result<Option<Event>, Error> {
+        if !self.barrier.host.resends.is_empty() {
+            self.resend_due(Instant::now());
+        }
         self.endpoint.next_event()
     }
 
@@ -266,10 +270,9 @@ impl Port {
             if event.is_some() {
                 return Ok(event);
             }
-            // Wake for a host-based barrier message due to be sent again, too (`receive` sends it).
-            let resend = (!from_ring)
-                .then(|| self.barrier.host.next_resend())
-                .flatten();
+            // Wake for a host-based barrier message due to be sent again, too (taking events
+            // sends it).
+            let resend = self.barrier.host.next_resend();
             let wake = match (deadline, resend) {
                 (Some(deadline), Some(resend)) => Some(deadline.min(resend)),
                 (deadline, resend) => deadline.or(resend),

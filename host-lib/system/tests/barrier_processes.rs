@@ -576,21 +576,23 @@ fn a_killed_member_fails_every_barrier_that_waits_for_it_naming_it() {
 }
 
 #[test]
-fn with_pairwise_exchange_the_death_reaches_the_others_as_timeouts_naming_who_they_waited_for() {
+fn with_pairwise_exchange_the_death_reaches_every_survivor_naming_the_victim() {
     const VICTIM: usize = 3;
-    let timeout = Duration::from_secs(2);
+    let timeout = Duration::from_secs(20);
     let endings = kill_a_member("nic:pe", timeout, &[1, 2]);
-    // Rank 2 exchanges with the victim first and rank 1 second: their NICs fail them at once,
-    // naming it. Rank 0 never talks to the victim: it waits for rank 2, whose barrier failed,
-    // until its timeout.
-    assert_eq!(endings[1].0, VICTIM);
-    assert_eq!(endings[1].1, "port-closed");
-    assert_eq!(endings[2].0, VICTIM);
-    assert_eq!(endings[2].1, "port-closed");
-    assert_eq!((endings[0].0, endings[0].1.as_str()), (2, "timed-out"));
-    assert!(u128::from(endings[0].2) >= timeout.as_millis() - 10);
-    for (_, _, millis) in &endings[1..] {
-        assert!(u128::from(*millis) < timeout.as_millis(), "{millis} ms");
+    // Ranks 2 and 1 exchange with the victim: their NICs fail them at once, naming it. Rank 0
+    // never talks to the victim: it waits for rank 2, whose failed barrier tells it (an abort
+    // naming the victim), long before its own timeout.
+    for (rank, (named, reason, millis)) in endings.iter().enumerate() {
+        assert_eq!(
+            (*named, reason.as_str()),
+            (VICTIM, "port-closed"),
+            "rank {rank}"
+        );
+        assert!(
+            u128::from(*millis) < timeout.as_millis() / 2,
+            "rank {rank}: {millis} ms"
+        );
     }
 }
 
