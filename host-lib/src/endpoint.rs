@@ -112,10 +112,6 @@ impl Endpoint {
         &mut self.raw
     }
 
-    pub(crate) fn into_raw(self) -> RawPort {
-        self.raw
-    }
-
     /// See [`crate::Port::dma_alloc`].
     pub(crate) fn dma_alloc(&self, len: usize) -> Result<DmaBuffer, Error> {
         self.raw.dma_alloc(len)

@@ -70,13 +70,38 @@ impl Port {
 
     /// Closes the port in order, as [`RawPort::close`] says: everything posted before goes out
     /// first, and the call returns once it is acknowledged or has failed for good (bounded by the
-    /// NIC's give-up time plus its receiver-not-ready time). Dropping the port does the same.
-    /// Peers' sends to it then end with `TARGET_PORT_CLOSED`.
+    /// NIC's give-up time plus its receiver-not-ready time). Host-based barrier messages that a
+    /// peer's port refused because it was not open yet are sent again first, until they get
+    /// through or their barrier's deadline passes — as the NIC does for its own barrier packets
+    /// (paper §3.2). Dropping the port does the same. Peers' sends to it then end with
+    /// `TARGET_PORT_CLOSED`.
     ///
     /// # Errors
     /// [`Error::DaemonGone`] or a protocol error; the port is closed either way.
-    pub fn close(self) -> Result<(), Error> {
-        self.endpoint.into_raw().close()
+    pub fn close(mut self) -> Result<(), Error> {
+        self.deliver_host_messages();
+        self.endpoint.raw_mut().close_in_order()
+    }
+
+    /// Waits until every host-based barrier message this port owes a peer has been taken by the
+    /// NIC and has not come back refused (sending refused ones again when due), or until the
+    /// latest host-based barrier's deadline.
+    fn deliver_host_messages(&mut self) {
+        let Some(deadline) = self.barrier.host.deadline else {
+            return;
+        };
+        while !self.barrier.host.resends.is_empty() || !self.barrier.host.sending.is_empty() {
+            let now = Instant::now();
+            if now >= deadline {
+                return;
+            }
+            let wake = self.resend_due(now).map_or(deadline, |at| at.min(deadline));
+            match self.wait_from_ring(Some(wake)) {
+                Ok(Some(event)) => self.keep_unless_absorbed(event),
+                Ok(None) => {}
+                Err(_) => return,
+            }
+        }
     }
 
     fn raw(&self) -> &RawPort {
@@ -283,6 +308,13 @@ impl Port {
                 return Ok(None);
             }
         }
+    }
+}
+
+impl Drop for Port {
+    /// Closes the port as [`Port::close`] does (the raw port closes in order when it drops).
+    fn drop(&mut self) {
+        self.deliver_host_messages();
     }
 }
 

@@ -243,7 +243,8 @@ impl RawPort {
         self.close_in_order()
     }
 
-    fn close_in_order(&mut self) -> Result<(), Error> {
+    /// Closes in order now (once: later calls, and the drop, do nothing).
+    pub(crate) fn close_in_order(&mut self) -> Result<(), Error> {
         if std::mem::replace(&mut self.closed, true) {
             return Ok(());
         }

@@ -257,3 +257,67 @@ fn a_host_barrier_completes_when_the_last_member_closes_at_once_in_process() {
 fn a_host_barrier_completes_when_the_last_member_closes_at_once_over_udp() {
     host_barrier_survives_a_close(&over_udp("host-barrier-udp"));
 }
+
+/// Each iteration the closing side enters a host-based barrier before its peer's port is open, so
+/// its message is refused ("not open yet") and left for it to send again; the peer opens, enters,
+/// and its message completes the closing side's barrier, which drops its port at once. The close
+/// must send the refused message again before it lets go, or the peer waits for it in vain.
+fn a_refused_host_message_is_sent_again_before_the_close(setup: &Setup) {
+    let iterations = iterations().min(200);
+    let closer_member = {
+        let probe = open(&setup.closer, 5);
+        Member::new(probe.node_id(), PortId(5))
+    };
+    let peer_member = {
+        let probe = open(&setup.peer, 6);
+        Member::new(probe.node_id(), PortId(6))
+    };
+    let options = BarrierOptions {
+        timeout: Some(BOUND),
+        ..BarrierOptions::for_members(2)
+    };
+    for iteration in 0..iterations {
+        let group = Group::new([closer_member, peer_member])
+            .unwrap()
+            .with_id(iteration);
+        let closer = setup.closer.clone();
+        let closer_group = group.clone();
+        let (sent, refused) = mpsc::channel::<()>();
+        let closing = thread::spawn(move || {
+            let mut port = open(&closer, 5);
+            // The peer opens a moment after our barrier starts, so that our first message
+            // usually meets a port not open yet (what the test is about); whatever the timing,
+            // both barriers must complete.
+            let barrier = thread::scope(|scope| {
+                scope.spawn(|| {
+                    thread::sleep(Duration::from_millis(1));
+                    let _ = sent.send(());
+                });
+                port.host_barrier(&closer_group, &options)
+            });
+            if let Err(error) = barrier {
+                panic!("iteration {iteration}: the closing side's barrier failed: {error}");
+            }
+            drop(port);
+        });
+        refused.recv_timeout(BOUND).unwrap();
+        let mut peer = open(&setup.peer, 6);
+        if let Err(error) = peer.host_barrier(&group, &options) {
+            panic!(
+                "iteration {iteration}: the peer's barrier failed (the closing side's refused \
+                 message was never sent again?): {error}"
+            );
+        }
+        closing.join().unwrap();
+    }
+}
+
+#[test]
+fn a_refused_host_message_is_sent_again_before_the_close_in_process() {
+    a_refused_host_message_is_sent_again_before_the_close(&in_process("host-resend"));
+}
+
+#[test]
+fn a_refused_host_message_is_sent_again_before_the_close_over_udp() {
+    a_refused_host_message_is_sent_again_before_the_close(&over_udp("host-resend-udp"));
+}
