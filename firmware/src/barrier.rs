@@ -53,6 +53,12 @@ impl Retry {
     pub(crate) fn next_attempt(&self) -> Instant {
         self.at
     }
+
+    /// Where it goes. A destination's retries go out together, in order, once its first one is
+    /// due: only the first one's time counts.
+    pub(crate) fn destination(&self) -> (NodeId, PortId) {
+        (self.step.node, self.step.port)
+    }
 }
 
 /// A running barrier: the schedule in NIC memory and where the engine is in it.

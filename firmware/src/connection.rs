@@ -83,6 +83,30 @@ pub(crate) enum Body {
     Reply(crate::remote::Reply),
 }
 
+/// A message its receiver refused for want of a buffer, taken out of the stream (its sequence slot
+/// cancelled) so that other traffic — barrier packets above all — flows past it; it is queued
+/// again at `at`. Later messages of the same flow (source port, destination port, priority) wait
+/// behind it, so the flow stays in order (InfiniBand's receiver-not-ready wait is per queue pair in
+/// the same way).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Parked {
+    pub(crate) body: Body,
+    pub(crate) at: Instant,
+}
+
+/// A data message's flow: (source port, destination port, priority).
+pub(crate) fn flow_of(body: &Body) -> Option<(u8, PortId, u8)> {
+    match *body {
+        Body::Data {
+            port,
+            dst_port,
+            priority,
+            ..
+        } => Some((port, dst_port, priority)),
+        _ => None,
+    }
+}
+
 /// A sequenced packet in the sent list.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Descriptor {
@@ -134,6 +158,8 @@ pub(crate) struct Connection {
     pub(crate) next_seq: Seq,
     pub(crate) sent: Deque<Descriptor, WINDOW>,
     pub(crate) queue: Deque<Body, QUEUE>,
+    /// Messages waiting for their receiver to provide a buffer ([`Parked`]).
+    pub(crate) parked: Deque<Parked, QUEUE>,
     pub(crate) closed_notices: Deque<(u8, Generation), CLOSED_NOTICES>,
     /// Answers owed to the peer's one-sided operations, sent before the queue. Room for every
     /// operation the peer may have outstanding toward us ([`crate::remote::RDMA_OPS`]), so taking
@@ -169,6 +195,17 @@ pub(crate) struct Connection {
     /// until that arrives we keep refusing the number — even once the port opens — or a delayed
     /// duplicate of the refused message would be delivered after its sender was told it failed.
     pub(crate) refused_closed: Option<Seq>,
+    /// Sender side: the current attempt of each data flow, per `[source port][destination
+    /// port][priority]`, carried in its packets' `attempt`. It moves on each time the receiver
+    /// refuses one of the flow's messages for want of a buffer.
+    pub(crate) data_attempts: [[[u8; 2]; PORTS_PER_NIC]; PORTS_PER_NIC],
+    /// Receiver side: per `[source port][destination port][priority]`, the attempt at which we
+    /// refused a data message for want of a buffer. Its sender takes the flow's messages out of
+    /// the stream (it parks them) and sends them again under a newer attempt, filling their old
+    /// sequence slots with cancelled packets; a copy of the old attempt that still arrives (a
+    /// duplicate, a late packet) is refused, even once a buffer is there, or a message would be
+    /// delivered twice or out of order.
+    pub(crate) data_refused: [[[Option<u8>; 2]; PORTS_PER_NIC]; PORTS_PER_NIC],
     /// Sender side: the current attempt number of barrier packets per `[source port][destination
     /// port]` (see [`shared_abi::packet::PacketHeader::attempt`]).
     pub(crate) barrier_attempts: [[u8; PORTS_PER_NIC]; PORTS_PER_NIC],
@@ -191,6 +228,7 @@ impl Connection {
             tx_acked_in_epoch: false,
             sent: Deque::new(),
             queue: Deque::new(),
+            parked: Deque::new(),
             closed_notices: Deque::new(),
             replies: Deque::new(),
             reads: Deque::new(),
@@ -206,6 +244,8 @@ impl Connection {
             last_nack: None,
             rejects: Deque::new(),
             refused_closed: None,
+            data_attempts: [[[0; 2]; PORTS_PER_NIC]; PORTS_PER_NIC],
+            data_refused: [[[None; 2]; PORTS_PER_NIC]; PORTS_PER_NIC],
             barrier_attempts: [[0; PORTS_PER_NIC]; PORTS_PER_NIC],
             barrier_refused: [[None; PORTS_PER_NIC]; PORTS_PER_NIC],
             last_heard: now,
@@ -218,6 +258,7 @@ impl Connection {
     pub(crate) fn is_idle(&self) -> bool {
         self.sent.is_empty()
             && self.queue.is_empty()
+            && self.parked.is_empty()
             && self.closed_notices.is_empty()
             && self.replies.is_empty()
             && self.reads.is_empty()
@@ -225,6 +266,85 @@ impl Connection {
             && self.nack_pending.is_none()
             && self.rejects.is_empty()
             && self.record.is_empty()
+    }
+
+    /// When the parked messages of `body`'s flow are due, if it has any (a new message of the flow
+    /// parks behind them).
+    pub(crate) fn parked_until(&self, body: &Body) -> Option<Instant> {
+        let flow = flow_of(body)?;
+        self.parked
+            .iter()
+            .filter(|parked| flow_of(&parked.body) == Some(flow))
+            .map(|parked| parked.at)
+            .max()
+    }
+
+    /// The receiver refused the message in sequence slot `seq` for want of a buffer: parks it
+    /// until `at`, with every later message of its flow, sent or queued, in order; their slots
+    /// become cancelled packets and the stream goes back to `seq`, so the rest flows on. Returns
+    /// `false` (and changes nothing) if there is no room to park them all.
+    pub(crate) fn park_flow(&mut self, seq: Seq, at: Instant) -> bool {
+        let Some(flow) = self
+            .sent
+            .iter()
+            .find(|d| d.seq == seq)
+            .and_then(|d| flow_of(&d.body))
+        else {
+            return false;
+        };
+        let same = |body: &Body| flow_of(body) == Some(flow);
+        let sent = self
+            .sent
+            .iter()
+            .filter(|d| !d.seq.precedes(seq) && same(&d.body))
+            .count();
+        let queued = self.queue.iter().filter(|body| same(body)).count();
+        if self.parked.len() + sent + queued > QUEUE {
+            return false;
+        }
+        for descriptor in self.sent.iter_mut() {
+            if !descriptor.seq.precedes(seq) && same(&descriptor.body) {
+                let _ = self.parked.push_back(Parked {
+                    body: descriptor.body,
+                    at,
+                });
+                descriptor.body = Body::Cancelled;
+                descriptor.not_before = None;
+            }
+        }
+        for _ in 0..self.queue.len() {
+            if let Some(body) = self.queue.pop_front() {
+                if same(&body) {
+                    let _ = self.parked.push_back(Parked { body, at });
+                } else {
+                    let _ = self.queue.push_back(body);
+                }
+            }
+        }
+        self.go_back_to(seq);
+        true
+    }
+
+    /// Queues again the parked messages that are due, in order, as the queue has room; a flow's
+    /// messages go together (a later one never overtakes an earlier one still parked).
+    pub(crate) fn unpark_due(&mut self, now: Instant) {
+        let mut blocked: heapless::Vec<(u8, PortId, u8), QUEUE> = heapless::Vec::new();
+        for _ in 0..self.parked.len() {
+            let Some(parked) = self.parked.pop_front() else {
+                return;
+            };
+            let flow = flow_of(&parked.body);
+            let free = flow.is_some_and(|flow| !blocked.contains(&flow));
+            if free && parked.at <= now && self.queue.push_back(parked.body).is_ok() {
+                continue;
+            }
+            if let Some(flow) = flow
+                && !blocked.contains(&flow)
+            {
+                let _ = blocked.push(flow);
+            }
+            let _ = self.parked.push_back(parked);
+        }
     }
 
     /// Marks every descriptor from `seq` on for retransmission (go-back-N).

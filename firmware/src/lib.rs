@@ -490,13 +490,27 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
             for descriptor in connection.sent.iter() {
                 at = time::earliest(at, descriptor.not_before);
             }
+            // A parked message can go back into a queue with room; a full queue drains as the
+            // window opens, which acks and the retransmit timer (above) bring.
+            if !connection.queue.is_full() {
+                for parked in connection.parked.iter() {
+                    at = time::earliest(at, Some(parked.at));
+                }
+            }
         }
         for open in self.ports.iter().filter_map(|slot| slot.open.as_ref()) {
             if let Some(run) = open.barrier.as_ref() {
                 at = time::earliest(at, run.next_deadline());
             }
-            for retry in open.barrier_retries.iter() {
-                at = time::earliest(at, Some(retry.next_attempt()));
+            for (index, retry) in open.barrier_retries.iter().enumerate() {
+                let first = open
+                    .barrier_retries
+                    .iter()
+                    .position(|r| r.destination() == retry.destination())
+                    == Some(index);
+                if first {
+                    at = time::earliest(at, Some(retry.next_attempt()));
+                }
             }
             at = time::earliest(at, open.closing);
         }

@@ -27,6 +27,9 @@ pub(crate) struct HeldSend {
     pub(crate) token: SendToken,
     /// Region offset of the payload, checked against the arena when the token was taken.
     pub(crate) payload_offset: usize,
+    /// When the receiver first refused the message for want of a buffer (the receiver-not-ready
+    /// clock, which survives the message being parked and sequenced again).
+    pub(crate) refused_since: Option<crate::time::Instant>,
 }
 
 /// An open port.

@@ -185,6 +185,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         }
         let mut failed_send = None;
         let mut withdrawn = None;
+        let mut park = false;
         match (reason, descriptor.body) {
             (RejectReason::PORT_CLOSED, Body::Data { port, slot, .. }) => {
                 failed_send = Some((port, slot, Status::TARGET_PORT_CLOSED));
@@ -208,6 +209,24 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             (RejectReason::PORT_GONE, Body::Data { port, slot, .. }) => {
                 failed_send = Some((port, slot, Status::TARGET_PORT_CLOSED));
                 descriptor.body = Body::Cancelled;
+            }
+            (RejectReason::NO_BUFFER, Body::Data { port, slot, .. }) => {
+                // The receiver-not-ready clock runs from the first refusal, across parkings.
+                let since = self
+                    .ports
+                    .get_mut(usize::from(port))
+                    .and_then(|p| p.open.as_mut())
+                    .and_then(|open| open.sends.get_mut(usize::from(slot)))
+                    .and_then(Option::as_mut)
+                    .map(|held| *held.refused_since.get_or_insert(now));
+                if since.is_none_or(|since| {
+                    now.saturating_since(since) >= config.receiver_not_ready_timeout
+                }) {
+                    failed_send = Some((port, slot, Status::SEND_TIMED_OUT));
+                    descriptor.body = Body::Cancelled;
+                } else {
+                    park = true;
+                }
             }
             (_, Body::Data { port, slot, .. })
                 if now.saturating_since(descriptor.first_sent)
@@ -307,6 +326,35 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             }
             return;
         }
+        if park {
+            // The flow moves to its next attempt (the receiver now refuses the old one's copies).
+            if let Some(Body::Data {
+                port,
+                dst_port,
+                priority,
+                ..
+            }) = connection
+                .sent
+                .iter()
+                .find(|d| d.seq == seq)
+                .map(|d| d.body)
+                && let Some(cell) = connection
+                    .data_attempts
+                    .get_mut(usize::from(port))
+                    .and_then(|row| row.get_mut(usize::from(dst_port.0)))
+            {
+                cell[usize::from(priority & 1)] = cell[usize::from(priority & 1)].wrapping_add(1);
+            }
+            // Out of the stream until the receiver may have a buffer, with the rest of its flow,
+            // so that nothing else waits behind it; in place if there is no room to park.
+            if !connection.park_flow(seq, now.saturating_add(config.retry_interval)) {
+                if let Some(descriptor) = connection.sent.iter_mut().find(|d| d.seq == seq) {
+                    descriptor.not_before = Some(now.saturating_add(config.retry_interval));
+                }
+                connection.go_back_to(seq);
+            }
+            return;
+        }
         // The peer dropped everything after the refused packet too: go back to it.
         connection.go_back_to(seq);
         if let Some((port, slot, status)) = failed_send {
@@ -345,6 +393,8 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 connection.rx_epoch = Some(epoch);
                 connection.expected = Seq(0);
                 connection.refused_closed = None;
+                connection.data_refused =
+                    [[[None; 2]; shared_abi::ids::PORTS_PER_NIC]; shared_abi::ids::PORTS_PER_NIC];
             } else {
                 connection.counters.drops += 1;
                 let queued = connection
@@ -386,8 +436,22 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         let peer = connection.peer;
         let refused_before =
             connection.refused_closed == Some(seq) && header.kind == PacketKind::DATA;
+        let flow = (
+            usize::from(header.src_port.0),
+            usize::from(header.dst_port.0),
+            usize::from(header.priority & 1),
+        );
+        let refused_no_buffer = header.kind == PacketKind::DATA
+            && connection
+                .data_refused
+                .get(flow.0)
+                .and_then(|row| row.get(flow.1))
+                .and_then(|cell| cell[flow.2])
+                .is_some_and(|refused| (header.attempt.wrapping_sub(refused) as i8) <= 0);
         let outcome = if refused_before {
             Err(RejectReason::PORT_CLOSED)
+        } else if refused_no_buffer {
+            Err(RejectReason::NO_BUFFER)
         } else {
             match header.kind {
                 PacketKind::DATA => self.deliver_data(peer, header, payload),
@@ -419,6 +483,16 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             Err(reason) => {
                 if reason == RejectReason::PORT_CLOSED && header.kind == PacketKind::DATA {
                     connection.refused_closed = Some(seq);
+                }
+                if reason == RejectReason::NO_BUFFER
+                    && header.kind == PacketKind::DATA
+                    && !refused_no_buffer
+                    && let Some(cell) = connection
+                        .data_refused
+                        .get_mut(flow.0)
+                        .and_then(|row| row.get_mut(flow.1))
+                {
+                    cell[flow.2] = Some(header.attempt);
                 }
                 if !connection.rejects.iter().any(|(s, _, _, _)| *s == seq) {
                     let _ = connection

@@ -209,6 +209,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             *held = Some(HeldSend {
                 token: *token,
                 payload_offset: 0,
+                refused_since: None,
             });
             *state = Some(Operation {
                 serial: operation,

@@ -8,7 +8,7 @@ use shared_abi::ids::{PORTS_PER_NIC, PortId};
 use shared_abi::token::{SendKind, SendToken};
 use shared_abi::{MAX_SIZE_CLASS, MTU_PAYLOAD, max_length_for_size};
 
-use crate::connection::{Body, Connection};
+use crate::connection::{Body, Connection, Parked};
 use crate::port::HeldSend;
 use crate::time::Instant;
 use crate::{Hal, Nic};
@@ -133,7 +133,13 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         let Some(connection) = self.connections.get_mut(connection) else {
             return Disposition::Wait;
         };
-        if connection.queue.push_back(body).is_err() {
+        // A message of a flow whose earlier message waits for a receive buffer waits behind it
+        // (messages between two ports at one priority stay in order).
+        let queued = match connection.parked_until(&body) {
+            Some(at) => connection.parked.push_back(Parked { body, at }).is_ok(),
+            None => connection.queue.push_back(body).is_ok(),
+        };
+        if !queued {
             return Disposition::Wait;
         }
         if let Some(open) = self.ports.get_mut(port).and_then(|slot| slot.open.as_mut())
@@ -142,6 +148,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             *held = Some(HeldSend {
                 token: *token,
                 payload_offset,
+                refused_since: None,
             });
         }
         Disposition::Taken
@@ -229,6 +236,13 @@ pub(crate) fn cancel_port_data(connection: &mut Connection, port: u8) {
         {
             // Cannot fail: we just made room by popping.
             let _ = connection.queue.push_back(body);
+        }
+    }
+    for _ in 0..connection.parked.len() {
+        if let Some(parked) = connection.parked.pop_front()
+            && !is_ours(&parked.body)
+        {
+            let _ = connection.parked.push_back(parked);
         }
     }
     for descriptor in connection.sent.iter_mut() {

@@ -32,6 +32,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         let Some(connection) = self.connections.get_mut(index) else {
             return false;
         };
+        connection.unpark_due(now);
         // Give queued packets (and port-closed notices, after them) sequence numbers as the window
         // allows.
         while !connection.sent.is_full() {
@@ -167,6 +168,11 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                     .and_then(|open| open.sends.get(usize::from(slot)).copied().flatten());
                 if let Some(held) = held {
                     header.kind = PacketKind::DATA;
+                    header.attempt = connection
+                        .data_attempts
+                        .get(usize::from(port))
+                        .and_then(|row| row.get(usize::from(dst_port.0)))
+                        .map_or(0, |cell| cell[usize::from(priority & 1)]);
                     header.src_port = shared_abi::ids::PortId(port);
                     header.dst_port = dst_port;
                     header.src_generation = generation;
@@ -384,6 +390,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 .iter()
                 .map(|d| d.body)
                 .chain(connection.queue.iter().copied())
+                .chain(connection.parked.iter().map(|parked| parked.body))
             {
                 if let Body::Data { port, slot, .. } = body {
                     let _ = lost.push((port, slot));
@@ -391,6 +398,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             }
             connection.sent.clear();
             connection.queue.clear();
+            connection.parked.clear();
             connection.retransmit_at = None;
             connection.backoff = 0;
             connection.next_seq = Seq(0);

@@ -298,3 +298,50 @@ fn an_orderly_close_ends_within_its_bound_when_the_receiver_takes_nothing() {
     assert_eq!(net[0].nic.take_finished_closes(), 1 << 1);
     assert!(net[0].nic.port_status(PortId(1)).is_none());
 }
+
+#[test]
+fn a_message_waiting_for_a_buffer_holds_up_only_its_own_flow() {
+    let mut net = Net::new(2);
+    net.open(0, 1);
+    net.open(1, 2); // no buffer yet
+    net.open(1, 3);
+    provide_buffers(&mut net, (1, 3), 1);
+    // Two messages to the port without a buffer, then one to a port with one, then a barrier
+    // between the first pair: all on the one connection from node 0 to node 1.
+    send_message(&mut net, (0, 1), (1, 2), 0, 40);
+    send_message(&mut net, (0, 1), (1, 2), 1, 41);
+    send_message(&mut net, (0, 1), (1, 3), 2, 42);
+    net.run_for(Duration::from_millis(1));
+    net[0].start_barrier(1, &[exchange(1, 2, 0)], 0xb0, 0);
+    net[1].start_barrier(2, &[exchange(0, 1, 0)], 0xb1, 0);
+    net.run_for(Duration::from_millis(20));
+
+    let config = *net[0].nic.config();
+    assert!(Duration::from_millis(21) < config.receiver_not_ready_timeout);
+    assert_eq!(
+        summary(&net[1].events(3)),
+        [(EventKind::RECEIVED, Status::SUCCESS, 0)],
+        "another port's message went past the waiting one"
+    );
+    assert_eq!(
+        summary(&net[1].events(2)),
+        [(EventKind::BARRIER_COMPLETED, Status::SUCCESS, 0xb1)],
+        "the barrier went past it"
+    );
+    let sender = net[0].events(1);
+    assert!(of_kind(&sender, EventKind::BARRIER_COMPLETED).len() == 1);
+    assert_eq!(
+        of_kind(&sender, EventKind::SENT).len(),
+        1,
+        "only the message that found a buffer is done: {sender:?}"
+    );
+
+    // Buffers at last: the two waiting messages arrive, in the order they were sent.
+    provide_buffers(&mut net, (1, 2), 2);
+    net.run_for(Duration::from_millis(20));
+    let received = net[1].events(2);
+    assert_eq!(received.len(), 2, "{received:?}");
+    let lengths: Vec<u32> = received.iter().map(|e| e.length.get()).collect();
+    assert_eq!(lengths, [40, 41], "a flow stays in order");
+    assert_eq!(of_kind(&net[0].events(1), EventKind::SENT).len(), 2);
+}

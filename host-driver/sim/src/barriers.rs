@@ -11,17 +11,17 @@
 //!   it gets `BARRIER_FAILED` naming a member it was waiting for — and only when some member of
 //!   that barrier died or itself failed. A bounded drive loop fails loudly with the seed.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use firmware::{Config, Hal, Instant};
 use nicbar_schedule::{Algorithm, Member, ScheduleError, compile};
-use shared_abi::event::{EventKind, Status};
+use shared_abi::event::{Event, EventKind, Status};
 use shared_abi::ids::{NodeId, PortId};
 use shared_abi::schedule::{MAX_SCHEDULE_STEPS, Step};
-use shared_abi::token::{ReceiveKind, ReceiveToken, SendKind, SendToken};
+use shared_abi::token::{Priority, ReceiveKind, ReceiveToken, SendKind, SendToken};
 
-use super::host::HostRings;
+use super::host::{HostRings, SIZE_CLASS};
 use super::rng::Rng;
 use super::world::{Happening, WireFaults, World};
 use super::{Campaign, CampaignFailure};
@@ -69,6 +69,10 @@ pub struct BarrierCampaign {
     /// Processes close their port (in order) as soon as they finished their last barrier, while
     /// their last packets may still be on their way: their peers must complete all the same.
     pub exit_when_done: bool,
+    /// Some barriers run on the hosts (the baseline of the paper's §6): the schedule's steps as
+    /// ordinary messages, refused ones sent again by the host, a process that exits delivering
+    /// what it owes first.
+    pub host_barriers: bool,
     /// Barriers a member skips (it goes on to its next barrier without entering them): the
     /// barrier fails at the others, which go on too, so a failed barrier's packets meet the next
     /// barriers of the same ports — none may complete before all its members entered it.
@@ -123,6 +127,7 @@ impl BarrierCampaign {
             },
             exit_when_done: rng.chance(0.5),
             absences: 0,
+            host_barriers: rng.chance(0.4),
         }
     }
 
@@ -173,6 +178,58 @@ struct Barrier {
     /// A member will skip it: its members give up after [`DOOMED_TIMEOUT`], well inside the
     /// NIC's default, so that the delay does not make later barriers time out too.
     doomed: bool,
+    /// It runs on the hosts, over messages.
+    host: bool,
+}
+
+/// A host-based barrier's timeout (the NIC's default in these campaigns).
+const HOST_TIMEOUT: Duration = Duration::from_millis(500);
+/// How often a host sends again a barrier message its target refused.
+const HOST_RETRY: Duration = Duration::from_micros(100);
+/// Receive buffers a process keeps provided for host-based barrier messages.
+const HOST_BUFFERS: usize = 24;
+
+/// A host-based barrier in progress on one process.
+struct HostRun {
+    index: usize,
+    steps: Vec<Step>,
+    step: usize,
+    sent_current: bool,
+    deadline: Instant,
+}
+
+/// A host-based barrier message refused by its target, to send again.
+#[derive(Clone, Copy)]
+struct HostResend {
+    to: usize,
+    barrier: usize,
+    round: u8,
+    at: Instant,
+    until: Instant,
+}
+
+/// What a process keeps for host-based barriers.
+#[derive(Default)]
+struct HostState {
+    run: Option<HostRun>,
+    /// Messages arrived and not consumed: (sender, barrier, round) → count.
+    record: BTreeMap<(usize, usize, u8), u32>,
+    buffers_provided: bool,
+    /// Messages the NIC holds: context → (target, barrier, round, arena slot).
+    sending: BTreeMap<u64, (usize, usize, u8, usize)>,
+    resends: Vec<HostResend>,
+    /// Until when refused messages are sent again (the latest host barrier's deadline).
+    until: Option<Instant>,
+    next_context: u64,
+}
+
+impl HostState {
+    /// Whether the process still owes a peer a message (an exit waits for it, as
+    /// `Port::close` does).
+    fn owes(&self, now: Instant) -> bool {
+        self.until.is_some_and(|until| until > now)
+            && (!self.resends.is_empty() || !self.sending.is_empty())
+    }
 }
 
 /// The timeout of a barrier a member skips.
@@ -202,6 +259,9 @@ struct Process {
     slow: bool,
     /// Positions of its program it skips.
     skips: BTreeSet<usize>,
+    host: HostState,
+    /// Its port closed (it exited, or died).
+    closed: bool,
 }
 
 const ACTION_DIE: u64 = 1;
@@ -254,6 +314,8 @@ pub fn run(campaign: &BarrierCampaign) -> Result<BarrierReport, CampaignFailure<
                 state: State::Computing,
                 slow: false,
                 skips: BTreeSet::new(),
+                host: HostState::default(),
+                closed: false,
             });
         }
     }
@@ -383,6 +445,7 @@ pub fn run(campaign: &BarrierCampaign) -> Result<BarrierReport, CampaignFailure<
                         continue;
                     }
                     processes[victim].state = State::Dead;
+                    processes[victim].closed = true;
                     dead.insert(victim);
                     let (node, port) = (processes[victim].node, processes[victim].port);
                     let open = world.nodes[node]
@@ -397,8 +460,16 @@ pub fn run(campaign: &BarrierCampaign) -> Result<BarrierReport, CampaignFailure<
             }
             Happening::Host { node, port } => {
                 let id = index_of(node, port);
-                enter_next_barrier(&mut world, campaign, &mut processes[id], id, &mut barriers)
-                    .map_err(fail)?;
+                host_step(
+                    &mut world,
+                    campaign,
+                    &mut processes,
+                    id,
+                    &mut barriers,
+                    &dead,
+                    &mut report,
+                )
+                .map_err(fail)?;
                 Some(node)
             }
         };
@@ -464,6 +535,7 @@ fn plan_barriers(campaign: &BarrierCampaign, rng: &mut Rng, processes: usize) ->
             failed,
             absent,
             doomed: false,
+            host: campaign.host_barriers && rng.chance(0.4),
         });
     };
     if campaign.slow_pairs && processes > 1 {
@@ -528,10 +600,7 @@ fn enter_next_barrier(
     }
     let Some(&index) = process.program.get(process.position) else {
         process.state = State::Done;
-        if campaign.exit_when_done {
-            // The process ends at once; its port closes in order.
-            world.close_port_orderly(process.node, process.port);
-        }
+        exit_if_done(world, campaign, process);
         return Ok(());
     };
     let barrier = &mut barriers[index];
@@ -576,6 +645,39 @@ fn enter_next_barrier(
     };
     barrier.entered[rank] = Some(world.now());
     process.state = State::Waiting;
+    if barrier.host {
+        let timeout = if barrier.doomed {
+            DOOMED_TIMEOUT
+        } else {
+            HOST_TIMEOUT
+        };
+        let deadline = world.now().saturating_add(timeout);
+        process.host.run = Some(HostRun {
+            index,
+            steps: steps[..count].to_vec(),
+            step: 0,
+            sent_current: false,
+            deadline,
+        });
+        process.host.until = Some(deadline);
+        provide_host_buffers(world, process)?;
+        // Its deadline, and a first look at once.
+        world.schedule_in(
+            timeout,
+            Happening::Host {
+                node: process.node,
+                port: process.port,
+            },
+        );
+        world.schedule_in(
+            Duration::ZERO,
+            Happening::Host {
+                node: process.node,
+                port: process.port,
+            },
+        );
+        return Ok(());
+    }
     let Some(memory) = world.nodes[process.node]
         .nic
         .hal()
@@ -622,8 +724,9 @@ fn enter_next_barrier(
     Ok(())
 }
 
-/// Reads the process's events the instant its NIC wrote them, and checks each completion against
-/// the entries of its barrier's members.
+/// Reads the process's events the instant its NIC wrote them: a NIC-based barrier's end (each
+/// completion checked against the entries of its barrier's members), and the host-based
+/// barrier's messages and sends.
 fn observe(
     world: &mut World,
     campaign: &BarrierCampaign,
@@ -633,130 +736,511 @@ fn observe(
     dead: &BTreeSet<usize>,
     report: &mut BarrierReport,
 ) -> Result<(), String> {
+    loop {
+        let process = &mut processes[id];
+        if process.state == State::Dead || process.closed {
+            return Ok(());
+        }
+        let Some(memory) = world.nodes[process.node]
+            .nic
+            .hal()
+            .port_memory(process.port)
+        else {
+            return Ok(());
+        };
+        let Some(event) = process
+            .rings
+            .next_event(memory)
+            .map_err(|e| format!("event ring: {e}"))?
+        else {
+            return Ok(());
+        };
+        match event.kind {
+            EventKind::RECEIVED | EventKind::SENT => {
+                host_event(world, campaign, process, &event)?;
+                if process.host.run.is_some() {
+                    host_progress(world, campaign, processes, id, barriers, dead, report)?;
+                }
+            }
+            EventKind::BARRIER_COMPLETED => {
+                let index = process.program[process.position];
+                if process.state != State::Waiting || event.context.get() != index as u64 {
+                    return Err(format!(
+                        "process {id}: completion of barrier {} while in {index} ({:?})",
+                        event.context.get(),
+                        process.state
+                    ));
+                }
+                complete(world, campaign, process, id, &mut barriers[index], report)?;
+            }
+            EventKind::BARRIER_FAILED => {
+                let named = usize::from(event.peer_node.get()) * campaign.ports
+                    + usize::from(event.peer_port.0);
+                barrier_failed(
+                    world,
+                    campaign,
+                    processes,
+                    id,
+                    barriers,
+                    dead,
+                    report,
+                    (named, event.status),
+                )?;
+            }
+            other => {
+                return Err(format!(
+                    "process {id}: unexpected event {other:?} ({:?})",
+                    event.status
+                ));
+            }
+        }
+    }
+}
+
+/// The process left its barrier: checks that every member entered it, and goes on computing.
+fn complete(
+    world: &mut World,
+    campaign: &BarrierCampaign,
+    process: &mut Process,
+    id: usize,
+    barrier: &mut Barrier,
+    report: &mut BarrierReport,
+) -> Result<(), String> {
+    let index = process.program[process.position];
+    let now = world.now();
+    for (rank, entered) in barrier.entered.iter().enumerate() {
+        match entered {
+            Some(at) if *at <= now => {}
+            _ => {
+                return Err(format!(
+                    "process {id} left barrier {index} ({:?}{}) at {:?} before member {} (rank {rank}) entered",
+                    barrier.algorithm,
+                    if barrier.host { ", on the hosts" } else { "" },
+                    now,
+                    barrier.members[rank]
+                ));
+            }
+        }
+    }
+    report.completions += 1;
+    if let Some(rank) = barrier.members.iter().position(|&m| m == id) {
+        barrier.completed[rank] = true;
+    }
+    process.position += 1;
+    process.state = State::Computing;
+    let mut skew = world.rng.below(campaign.skew.as_nanos() as u64 + 1);
+    if process.slow {
+        skew = skew.saturating_mul(20).max(200_000);
+    }
+    world.schedule_in(
+        Duration::from_nanos(skew),
+        Happening::Host {
+            node: process.node,
+            port: process.port,
+        },
+    );
+    Ok(())
+}
+
+/// The process's barrier failed naming process `named`: allowed only where something made it
+/// fail (checked again at the end), and only naming a member that is missing.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the campaign's state, passed whole as the other handlers take it"
+)]
+fn barrier_failed(
+    world: &mut World,
+    campaign: &BarrierCampaign,
+    processes: &mut [Process],
+    id: usize,
+    barriers: &mut [Barrier],
+    dead: &BTreeSet<usize>,
+    report: &mut BarrierReport,
+    (named, status): (usize, Status),
+) -> Result<(), String> {
+    let index = processes[id].program[processes[id].position];
+    let barrier = &mut barriers[index];
+    if !barrier.members.contains(&named) {
+        return Err(format!(
+            "process {id}: barrier {index} failed naming {named}, not a member"
+        ));
+    }
+    // Allowed only in a campaign where something died (or a member skipped this barrier), and
+    // only naming a member that had not completed this barrier, or died (after completing it,
+    // before its last packets got through). Whether the barrier was really doomed (a member never
+    // completed it because it died, or failed elsewhere) is checked at the end.
+    let something_died = campaign.deaths > 0 || campaign.node_stops > 0 || barrier.doomed;
+    let named_rank = barrier.members.iter().position(|&m| m == named);
+    let missing = dead.contains(&named) || named_rank.is_some_and(|rank| !barrier.completed[rank]);
+    if !something_died || !missing {
+        return Err(format!(
+            "process {id}: barrier {index} ({:?}{}) failed ({status:?}) at {:?} naming {named}, which is not missing",
+            barrier.algorithm,
+            if barrier.host { ", on the hosts" } else { "" },
+            world.now()
+        ));
+    }
+    if ![
+        Status::TARGET_PORT_CLOSED,
+        Status::TARGET_NODE_UNREACHABLE,
+        Status::BARRIER_TIMED_OUT,
+    ]
+    .contains(&status)
+    {
+        return Err(format!(
+            "process {id}: barrier {index} failed with {status:?}"
+        ));
+    }
+    report.failures += 1;
+    if let Some(rank) = barrier.members.iter().position(|&m| m == id) {
+        barrier.failed[rank] = true;
+    }
     let process = &mut processes[id];
-    if process.state != State::Waiting {
+    process.host.run = None;
+    if campaign.absences > 0 {
+        // Its barrier failed for an absence: on to the next, as a program that handles the
+        // error does.
+        process.position += 1;
+        process.state = State::Computing;
+        world.schedule_in(
+            Duration::from_micros(1),
+            Happening::Host {
+                node: process.node,
+                port: process.port,
+            },
+        );
+    } else {
+        process.state = State::Failed;
+        exit_if_done(world, campaign, process);
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The host-based barrier: the schedule the NIC would run, run by the process over messages.
+
+/// The process's host step: sends again what is due, ends a host-based barrier past its deadline
+/// or moves it on, closes the port of a process that is done and owes nothing, or enters the
+/// next barrier.
+fn host_step(
+    world: &mut World,
+    campaign: &BarrierCampaign,
+    processes: &mut [Process],
+    id: usize,
+    barriers: &mut [Barrier],
+    dead: &BTreeSet<usize>,
+    report: &mut BarrierReport,
+) -> Result<(), String> {
+    if processes[id].state == State::Dead || processes[id].closed {
         return Ok(());
     }
-    let Some(memory) = world.nodes[process.node]
+    host_resend(world, campaign, &mut processes[id])?;
+    match processes[id].state {
+        State::Computing => {
+            enter_next_barrier(world, campaign, &mut processes[id], id, barriers)?;
+            if processes[id].host.run.is_some() {
+                host_progress(world, campaign, processes, id, barriers, dead, report)?;
+            }
+        }
+        State::Waiting if processes[id].host.run.is_some() => {
+            host_progress(world, campaign, processes, id, barriers, dead, report)?;
+        }
+        State::Done | State::Failed => exit_if_done(world, campaign, &mut processes[id]),
+        _ => {}
+    }
+    Ok(())
+}
+
+/// A process that is done (or stopped after a failure) exits, if the campaign says so, once it
+/// owes no host-based barrier message (as `Port::close` waits for them); its port closes in order.
+fn exit_if_done(world: &mut World, campaign: &BarrierCampaign, process: &mut Process) {
+    if !campaign.exit_when_done || process.closed {
+        return;
+    }
+    let now = world.now();
+    if process.host.owes(now) {
+        let at = process
+            .host
+            .resends
+            .iter()
+            .map(|r| r.at)
+            .min()
+            .unwrap_or_else(|| now.saturating_add(HOST_RETRY));
+        world.schedule_in(
+            at.saturating_since(now).max(Duration::from_micros(1)),
+            Happening::Host {
+                node: process.node,
+                port: process.port,
+            },
+        );
+        return;
+    }
+    process.closed = true;
+    world.close_port_orderly(process.node, process.port);
+}
+
+/// Keeps receive buffers provided for host-based barrier messages (from the first host-based
+/// barrier on).
+fn provide_host_buffers(world: &mut World, process: &mut Process) -> Result<(), String> {
+    if process.host.buffers_provided {
+        return Ok(());
+    }
+    process.host.buffers_provided = true;
+    let memory = world.nodes[process.node]
         .nic
         .hal()
         .port_memory(process.port)
-    else {
-        return Ok(());
+        .ok_or("no region")?;
+    for _ in 0..HOST_BUFFERS {
+        let Some(slot) = process.rings.free_receive_slots.pop() else {
+            break;
+        };
+        let token = ReceiveToken {
+            kind: ReceiveKind::BUFFER,
+            priority: Priority::HIGH,
+            size: SIZE_CLASS,
+            buffer: HostRings::slot_offset(slot).into(),
+            ..ReceiveToken::default()
+        };
+        process
+            .rings
+            .post_receive(memory, &token)
+            .map_err(|e| format!("receive ring: {e}"))?;
+    }
+    world.doorbell(process.node);
+    Ok(())
+}
+
+/// Posts the message of `round` of `barrier` to process `to`; `false` if no send token or slot is
+/// free (a SENT event will free one).
+fn post_host_message(
+    world: &mut World,
+    campaign: &BarrierCampaign,
+    process: &mut Process,
+    (to, barrier, round): (usize, usize, u8),
+) -> Result<bool, String> {
+    if process.rings.send_tokens == 0 {
+        return Ok(false);
+    }
+    let Some(slot) = process.rings.free_send_slots.pop() else {
+        return Ok(false);
     };
-    let Some(event) = process
+    let memory = world.nodes[process.node]
+        .nic
+        .hal()
+        .port_memory(process.port)
+        .ok_or("no region")?;
+    let mut bytes = [0u8; 5];
+    bytes[..4].copy_from_slice(&(barrier as u32).to_le_bytes());
+    bytes[4] = round;
+    let offset = HostRings::slot_offset(slot);
+    if !process.rings.write_arena(memory, offset, &bytes) {
+        return Err("send slot outside the arena".into());
+    }
+    let context = process.host.next_context;
+    process.host.next_context += 1;
+    let token = SendToken {
+        kind: SendKind::DATA,
+        priority: Priority::HIGH,
+        size: SIZE_CLASS,
+        target_node: NodeId::new((to / campaign.ports) as u16),
+        target_port: PortId((to % campaign.ports) as u8),
+        length: (bytes.len() as u32).into(),
+        buffer: offset.into(),
+        context: context.into(),
+        ..SendToken::default()
+    };
+    process
         .rings
-        .next_event(memory)
-        .map_err(|e| format!("event ring: {e}"))?
-    else {
-        return Ok(());
-    };
-    let index = process.program[process.position];
-    let barrier = &mut barriers[index];
-    let now = world.now();
+        .post_send(memory, &token)
+        .map_err(|e| format!("send ring: {e}"))?;
+    process
+        .host
+        .sending
+        .insert(context, (to, barrier, round, slot));
+    world.doorbell(process.node);
+    Ok(true)
+}
+
+/// A message arrived (count it, provide the buffer again) or a send ended (free its slot; a
+/// refused message is sent again later, until its barrier's deadline).
+fn host_event(
+    world: &mut World,
+    campaign: &BarrierCampaign,
+    process: &mut Process,
+    event: &Event,
+) -> Result<(), String> {
+    let memory = world.nodes[process.node]
+        .nic
+        .hal()
+        .port_memory(process.port)
+        .ok_or("no region")?;
     match event.kind {
-        EventKind::BARRIER_COMPLETED => {
-            if event.context.get() != index as u64 {
+        EventKind::RECEIVED => {
+            let mut bytes = [0u8; 5];
+            if event.length.get() != 5
+                || !process
+                    .rings
+                    .read_arena(memory, event.buffer.get(), &mut bytes)
+            {
                 return Err(format!(
-                    "process {id}: completion of barrier {} while in {index}",
-                    event.context.get()
+                    "a host-based barrier message of {} bytes",
+                    event.length.get()
                 ));
             }
-            for (rank, entered) in barrier.entered.iter().enumerate() {
-                match entered {
-                    Some(at) if *at <= now => {}
-                    _ => {
-                        return Err(format!(
-                            "process {id} left barrier {index} ({:?}) at {:?} before member {} (rank {rank}) entered",
-                            barrier.algorithm, now, barrier.members[rank]
-                        ));
-                    }
-                }
+            let barrier = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize;
+            let sender = usize::from(event.peer_node.get()) * campaign.ports
+                + usize::from(event.peer_port.0);
+            *process
+                .host
+                .record
+                .entry((sender, barrier, bytes[4]))
+                .or_insert(0) += 1;
+            let token = ReceiveToken {
+                kind: ReceiveKind::BUFFER,
+                priority: Priority::HIGH,
+                size: SIZE_CLASS,
+                buffer: event.buffer,
+                ..ReceiveToken::default()
+            };
+            process
+                .rings
+                .post_receive(memory, &token)
+                .map_err(|e| format!("receive ring: {e}"))?;
+            world.doorbell(process.node);
+        }
+        _ => {
+            let Some((to, barrier, round, slot)) =
+                process.host.sending.remove(&event.context.get())
+            else {
+                return Err(format!("SENT for unknown context {}", event.context.get()));
+            };
+            process.rings.send_tokens += 1;
+            process.rings.free_send_slots.push(slot);
+            let now = world.now();
+            if event.status != Status::SUCCESS
+                && let Some(until) = process.host.until.filter(|until| *until > now)
+            {
+                let at = now.saturating_add(HOST_RETRY);
+                process.host.resends.push(HostResend {
+                    to,
+                    barrier,
+                    round,
+                    at,
+                    until,
+                });
+                world.schedule_in(
+                    HOST_RETRY,
+                    Happening::Host {
+                        node: process.node,
+                        port: process.port,
+                    },
+                );
             }
-            report.completions += 1;
-            if let Some(rank) = barrier.members.iter().position(|&m| m == id) {
-                barrier.completed[rank] = true;
-            }
-            process.position += 1;
-            process.state = State::Computing;
-            let mut skew = world.rng.below(campaign.skew.as_nanos() as u64 + 1);
-            if process.slow {
-                skew = skew.saturating_mul(20).max(200_000);
-            }
+        }
+    }
+    Ok(())
+}
+
+/// Sends again the refused host-based barrier messages that are due (whatever the process is
+/// doing: they may be owed to a late peer of a barrier it already left), until their deadline.
+fn host_resend(
+    world: &mut World,
+    campaign: &BarrierCampaign,
+    process: &mut Process,
+) -> Result<(), String> {
+    let now = world.now();
+    process.host.resends.retain(|r| r.until > now);
+    let (due, later): (Vec<HostResend>, Vec<HostResend>) =
+        process.host.resends.drain(..).partition(|r| r.at <= now);
+    process.host.resends = later;
+    for resend in due {
+        let posted = post_host_message(
+            world,
+            campaign,
+            process,
+            (resend.to, resend.barrier, resend.round),
+        )?;
+        if !posted {
+            process.host.resends.push(HostResend {
+                at: now.saturating_add(HOST_RETRY),
+                ..resend
+            });
             world.schedule_in(
-                Duration::from_nanos(skew),
+                HOST_RETRY,
                 Happening::Host {
                     node: process.node,
                     port: process.port,
                 },
             );
         }
-        EventKind::BARRIER_FAILED => {
-            let named = usize::from(event.peer_node.get()) * campaign.ports
-                + usize::from(event.peer_port.0);
-            if !barrier.members.contains(&named) {
-                return Err(format!(
-                    "process {id}: barrier {index} failed naming {named}, not a member"
-                ));
-            }
-            // Allowed only in a campaign where something died, and only naming a member that had
-            // not completed this barrier, or died (after completing it, before its last packets
-            // got through). Whether the barrier was really doomed (a member never completed it
-            // because it died, or failed elsewhere) is checked at the end.
-            let something_died = campaign.deaths > 0 || campaign.node_stops > 0 || barrier.doomed;
-            let named_rank = barrier.members.iter().position(|&m| m == named);
-            let missing =
-                dead.contains(&named) || named_rank.is_some_and(|rank| !barrier.completed[rank]);
-            if !something_died || !missing {
-                return Err(format!(
-                    "process {id}: barrier {index} ({:?}) failed ({:?}) at {now:?} naming {named}, which is not missing (doomed: {}; members {:?} entered {:?} completed {:?})",
-                    barrier.algorithm,
-                    event.status,
-                    barrier.doomed,
-                    barrier.members,
-                    barrier.entered,
-                    barrier.completed
-                ));
-            }
-            if ![
-                Status::TARGET_PORT_CLOSED,
-                Status::TARGET_NODE_UNREACHABLE,
-                Status::BARRIER_TIMED_OUT,
-            ]
-            .contains(&event.status)
-            {
-                return Err(format!(
-                    "process {id}: barrier {index} failed with {:?}",
-                    event.status
-                ));
-            }
-            report.failures += 1;
-            if let Some(rank) = barrier.members.iter().position(|&m| m == id) {
-                barrier.failed[rank] = true;
-            }
-            if campaign.absences > 0 {
-                // Its barrier failed for an absence: on to the next, as a program that handles
-                // the error does.
-                let process = &mut processes[id];
-                process.position += 1;
-                process.state = State::Computing;
-                world.schedule_in(
-                    Duration::from_micros(1),
-                    Happening::Host {
-                        node: process.node,
-                        port: process.port,
-                    },
-                );
-            } else {
-                processes[id].state = State::Failed;
-            }
-        }
-        other => {
-            return Err(format!(
-                "process {id}: unexpected event {other:?} ({:?})",
-                event.status
-            ));
-        }
     }
     Ok(())
+}
+
+/// Runs the process's host-based barrier as far as it can go: sends, consumes what arrived, and
+/// completes it — or fails it past its deadline, naming the member it waited for.
+fn host_progress(
+    world: &mut World,
+    campaign: &BarrierCampaign,
+    processes: &mut [Process],
+    id: usize,
+    barriers: &mut [Barrier],
+    dead: &BTreeSet<usize>,
+    report: &mut BarrierReport,
+) -> Result<(), String> {
+    host_resend(world, campaign, &mut processes[id])?;
+    loop {
+        let process = &mut processes[id];
+        let Some(run) = process.host.run.as_mut() else {
+            return Ok(());
+        };
+        let index = run.index;
+        let Some(step) = run.steps.get(run.step).copied() else {
+            process.host.run = None;
+            return complete(world, campaign, process, id, &mut barriers[index], report);
+        };
+        let peer = usize::from(step.node.get()) * campaign.ports + usize::from(step.port.0);
+        let sends = step.op == shared_abi::schedule::StepOp::SEND
+            || (step.op == shared_abi::schedule::StepOp::EXCHANGE && !run.sent_current);
+        if sends {
+            if !post_host_message(world, campaign, process, (peer, index, step.round))? {
+                return Ok(()); // A SENT event frees a token.
+            }
+            let run = process.host.run.as_mut().ok_or("host run vanished")?;
+            if step.op == shared_abi::schedule::StepOp::SEND {
+                run.step += 1;
+                continue;
+            }
+            run.sent_current = true;
+        }
+        let key = (peer, index, step.round);
+        match process.host.record.get_mut(&key) {
+            Some(count) if *count > 0 => {
+                *count -= 1;
+                if *count == 0 {
+                    process.host.record.remove(&key);
+                }
+                let run = process.host.run.as_mut().ok_or("host run vanished")?;
+                run.step += 1;
+                run.sent_current = false;
+            }
+            _ => {
+                let deadline = process.host.run.as_ref().map(|r| r.deadline);
+                if deadline.is_some_and(|deadline| world.now() >= deadline) {
+                    return barrier_failed(
+                        world,
+                        campaign,
+                        processes,
+                        id,
+                        barriers,
+                        dead,
+                        report,
+                        (peer, Status::BARRIER_TIMED_OUT),
+                    );
+                }
+                return Ok(());
+            }
+        }
+    }
 }
