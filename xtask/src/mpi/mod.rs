@@ -50,6 +50,10 @@ const MPI4PY: &str = "3.1.4";
 const SYSTEM_PYTHON: &str = "/usr/bin/python3";
 /// What the component prints at MPI_Finalize under `coll_nicbar_verbose 1`.
 const COUNT_LINE: &str = "barriers went through the NIC";
+/// The same line's count of data collectives (bcast, scatter, gather, alltoall and v forms).
+const DATA_COUNT_LINE: &str = "data collectives went over it";
+/// The largest message `coll_check` moves in CI (bytes).
+const CHECK_BYTES: &str = "1048576";
 
 /// Options of `cargo xtask mpi`.
 #[derive(ClapArgs)]
@@ -221,6 +225,7 @@ fn build(prefix: &Path, profile: &str) -> Result<PathBuf> {
         .arg(&component)
         .arg(sources.join("coll_nicbar_component.c"))
         .arg(sources.join("coll_nicbar_module.c"))
+        .arg(sources.join("coll_nicbar_data.c"))
         .arg(format!("-L{}", lib.display()))
         .arg(format!("-Wl,-rpath,{}", lib.display()))
         .arg("-lnicbar");
@@ -487,6 +492,7 @@ fn compile_programs(dir: &Path) -> Result<()> {
     for (compiler, source, name) in [
         ("mpicc", "tests/barrier_concurrent.c", "barrier_concurrent"),
         ("mpicc", "tests/barrier_kill.c", "barrier_kill"),
+        ("mpicc", "tests/coll_check.c", "coll_check"),
         ("mpifort", "tests/barrier.f90", "barrier_fortran"),
         ("mpicc", "bench/barrier_bench.c", "barrier_bench"),
     ] {
@@ -593,6 +599,8 @@ pub(crate) fn run_tests(args: &TestArgs) -> Result<()> {
 
     let daemon = Daemon::start(&nicctl, &run_dir.join("plain"), 4, &[])?;
 
+    check_data_collectives(&components, &nicctl, &daemon, &programs, &run_dir)?;
+
     println!("\n-- Fortran");
     let mut command = mpirun(&components, &daemon.socket, 4, 100, Transport::SharedMemory)?;
     command.arg(programs.join("barrier_fortran"));
@@ -638,6 +646,133 @@ pub(crate) fn run_tests(args: &TestArgs) -> Result<()> {
         }
     }
     println!("\nMPI checks passed");
+    Ok(())
+}
+
+/// The data collectives (`coll_check`): every result checked against MPI's definition by the
+/// program itself, and its digests compared with a run through Open MPI's own collectives; at 5
+/// processes (an odd world, splits of 3 and 2) with the sizes chosen by the component and with
+/// each algorithm forced, and at 4 processes on 4 NICs through the fault injector.
+fn check_data_collectives(
+    components: &Path,
+    nicctl: &Path,
+    daemon: &Daemon,
+    programs: &Path,
+    run_dir: &Path,
+) -> Result<()> {
+    let check = programs.join("coll_check");
+    let run =
+        |socket: &Path, processes: usize, priority: i32, forced: &[(&str, String)], bytes: &str| {
+            let mut command = mpirun(
+                components,
+                socket,
+                processes,
+                priority,
+                Transport::SharedMemory,
+            )?;
+            for (name, value) in forced {
+                command.args(["--mca", name, value]);
+            }
+            command.arg(&check).arg(bytes);
+            let started = Instant::now();
+            let (text, ok) = run_captured(&mut command, Duration::from_secs(600))?;
+            println!("({:.1} s)", started.elapsed().as_secs_f64());
+            if !ok || !text.contains("coll_check: ok") {
+                return Err(format!("coll_check failed (priority {priority}, {forced:?})").into());
+            }
+            Ok::<_, Box<dyn std::error::Error>>(text)
+        };
+    println!("\n-- the data collectives through Open MPI's own (the reference)");
+    let reference = digests(&run(&daemon.socket, 5, -1, &[], CHECK_BYTES)?);
+    if reference.len() != 5 {
+        return Err(format!("coll_check printed {} digests, not 5", reference.len()).into());
+    }
+    // Each row forces one algorithm per collective; together they cover every algorithm.
+    let forced: Vec<Vec<(&str, String)>> = std::iter::once(Vec::new())
+        .chain((1..=5).map(|k: i32| {
+            vec![
+                ("coll_nicbar_bcast_algorithm", k.to_string()),
+                (
+                    "coll_nicbar_scatter_algorithm",
+                    ((k - 1) % 2 + 1).to_string(),
+                ),
+                ("coll_nicbar_gather_algorithm", (k % 2 + 1).to_string()),
+                (
+                    "coll_nicbar_alltoall_algorithm",
+                    ((k - 1) % 3 + 1).to_string(),
+                ),
+                ("coll_nicbar_segment", (8192 * k).to_string()),
+            ]
+        }))
+        .collect();
+    for parameters in &forced {
+        println!("\n-- the data collectives through the component {parameters:?}");
+        let text = run(&daemon.socket, 5, 100, parameters, CHECK_BYTES)?;
+        let through = digests(&text);
+        if through != reference {
+            return Err(format!(
+                "coll_check's results through the component differ from Open MPI's own \
+                 ({parameters:?}): {through:?} against {reference:?}"
+            )
+            .into());
+        }
+        expect_data_over_nic(&text, 5 * 100)?;
+    }
+    let seed = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64 & 0xffff_ffff);
+    println!("\n-- the data collectives through the fault injector, seed {seed}");
+    let faults: Vec<String> = [
+        "--loss",
+        "0.02",
+        "--duplicate",
+        "0.02",
+        "--reorder",
+        "0.02",
+        "--seed",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .chain([seed.to_string()])
+    .collect();
+    let faulty = Daemon::start(nicctl, &run_dir.join("faulty-data"), 4, &faults)?;
+    let text = run(&faulty.socket, 4, 100, &[], "65536")
+        .map_err(|error| format!("{error} (fault seed {seed})"))?;
+    expect_data_over_nic(&text, 4 * 100)?;
+    Ok(())
+}
+
+/// The digests `coll_check` printed, by rank.
+fn digests(text: &str) -> std::collections::BTreeMap<u32, String> {
+    text.lines()
+        .filter_map(|line| {
+            let rest = line.split("coll_check: rank ").nth(1)?;
+            let mut words = rest.split_whitespace();
+            let rank = words.next()?.parse().ok()?;
+            (words.next()? == "digest").then_some(())?;
+            Some((rank, words.next()?.to_owned()))
+        })
+        .collect()
+}
+
+/// Fails unless at least `least` data collectives went over the NIC; prints how many did.
+fn expect_data_over_nic(text: &str, least: u64) -> Result<()> {
+    let count: u64 = text
+        .lines()
+        .filter_map(|line| {
+            let before = line.split(DATA_COUNT_LINE).next()?;
+            if !line.contains(DATA_COUNT_LINE) {
+                return None;
+            }
+            before.split_whitespace().last()?.parse::<u64>().ok()
+        })
+        .sum();
+    println!("data collectives over the NIC (all processes): {count}");
+    if count < least {
+        return Err(
+            format!("only {count} data collectives went over the NIC, expected {least}").into(),
+        );
+    }
     Ok(())
 }
 
