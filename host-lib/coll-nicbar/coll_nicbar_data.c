@@ -32,6 +32,10 @@ typedef struct {
 
 static const view_t empty_view = {NULL, 0, NULL, NULL, 0, NULL};
 
+/* Where a view of no bytes points: never NULL, which the library reads as MPI_IN_PLACE (a rank
+ * may pass NULL with a count of 0). */
+static char no_bytes[1];
+
 /* Packs `view`'s user data into its scratch. */
 static int pack(view_t *view)
 {
@@ -87,7 +91,7 @@ static int view_make(view_t *view, const void *user, size_t count, ompi_datatype
     ompi_datatype_type_size(dtype, &size);
     view->length = size * count;
     if (0 == view->length) {
-        view->bytes = (void *) user;
+        view->bytes = no_bytes;
         return MPI_SUCCESS;
     }
     if (!(flags & VIEW_COPY) && ompi_datatype_is_contiguous_memory_layout(dtype, count)) {

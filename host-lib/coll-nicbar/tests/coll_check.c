@@ -111,8 +111,10 @@ static void scatters_gathers(MPI_Comm comm, const char *name, long n, int salt)
             int count = use ? (n ? 1 : 0) : (int) n;
             for (long i = 0; i < size * n; i++) all[i] = value(i / (n ? n : 1), i, salt);
             for (long i = 0; i < 2 * n + 1; i++) mine[i] = -1;
-            check_code(MPI_Scatter(all, (int) n, MPI_INT, in_place ? MPI_IN_PLACE : mine, count,
-                                   type, root, comm),
+            /* With no data, the buffers may be NULL (mpi4py passes NULL). */
+            check_code(MPI_Scatter(n ? all : NULL, (int) n, MPI_INT,
+                                   in_place ? MPI_IN_PLACE : (n ? mine : NULL), count, type, root,
+                                   comm),
                        "MPI_Scatter");
             if (!in_place) {
                 for (long i = 0; i < n; i++)
@@ -130,7 +132,8 @@ static void scatters_gathers(MPI_Comm comm, const char *name, long n, int salt)
                                       root, comm),
                            "MPI_Gather");
             } else {
-                check_code(MPI_Gather(mine, count, type, all, (int) n, MPI_INT, root, comm),
+                check_code(MPI_Gather(n ? mine : NULL, count, type, n ? all : NULL, (int) n,
+                                      MPI_INT, root, comm),
                            "MPI_Gather");
             }
             if (rank == root) {
@@ -169,7 +172,8 @@ static void v_forms(MPI_Comm comm, const char *name, long n, int salt)
                 for (long i = 0; i < counts[r] + 3; i++)
                     all[displs[r] + i] = i < counts[r] ? value(r, i, salt) : -7;
             for (long i = 0; i < counts[rank]; i++) mine[i] = -1;
-            check_code(MPI_Scatterv(all, counts, displs, MPI_INT, here ? MPI_IN_PLACE : mine,
+            check_code(MPI_Scatterv(all, counts, displs, MPI_INT,
+                                    here ? MPI_IN_PLACE : (counts[rank] ? mine : NULL),
                                     counts[rank], MPI_INT, root, comm),
                        "MPI_Scatterv");
             if (!here) {
@@ -185,8 +189,9 @@ static void v_forms(MPI_Comm comm, const char *name, long n, int salt)
             } else {
                 for (long i = 0; i < counts[rank]; i++) all[displs[rank] + i] = value(rank, i, salt + 1);
             }
-            check_code(MPI_Gatherv(here ? MPI_IN_PLACE : mine, counts[rank], MPI_INT, all, counts,
-                                   displs, MPI_INT, root, comm),
+            check_code(MPI_Gatherv(here ? MPI_IN_PLACE : (counts[rank] ? mine : NULL),
+                                   counts[rank], MPI_INT, all, counts, displs, MPI_INT, root,
+                                   comm),
                        "MPI_Gatherv");
             if (rank == root) {
                 for (int r = 0; r < size; r++)

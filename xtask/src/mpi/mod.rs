@@ -16,7 +16,8 @@
 //!   Fortran program, a program one of whose ranks is killed (the others' errors must name it),
 //!   and mpi4py's own test suite (from the `mpi4py==3.1.4` source distribution, with Debian's
 //!   python3-mpi4py under /usr/bin/python3) at 2 and 4 processes, printing how many barriers
-//!   went through the NIC.
+//!   went through the NIC and how many data collectives went over it; and `coll_check`, every
+//!   data collective against MPI's definition and Open MPI's own results.
 //! - `bench mpi` (run through `cargo xtask bench mpi`): MPI_Barrier latency and MPI_Ibarrier
 //!   overlap (OSU's definition) with the component beside Open MPI's own collectives over
 //!   shared memory and over TCP, at 2, 4, 8 and 16 processes; a table and a CSV.
@@ -495,6 +496,7 @@ fn compile_programs(dir: &Path) -> Result<()> {
         ("mpicc", "tests/coll_check.c", "coll_check"),
         ("mpifort", "tests/barrier.f90", "barrier_fortran"),
         ("mpicc", "bench/barrier_bench.c", "barrier_bench"),
+        ("mpicc", "bench/coll_bench.c", "coll_bench"),
     ] {
         run(Command::new(compiler)
             .args(["-O2", "-Wall", "-o"])
@@ -643,6 +645,7 @@ pub(crate) fn run_tests(args: &TestArgs) -> Result<()> {
                 return Err(format!("mpi4py's test suite failed at {processes} processes").into());
             }
             expect_through_nic(&text, 1)?;
+            expect_data_over_nic(&text, 1)?;
         }
     }
     println!("\nMPI checks passed");
@@ -684,39 +687,68 @@ fn check_data_collectives(
         };
     println!("\n-- the data collectives through Open MPI's own (the reference)");
     let reference = digests(&run(&daemon.socket, 5, -1, &[], CHECK_BYTES)?);
-    if reference.len() != 5 {
+    let small_reference = digests(&run(&daemon.socket, 5, -1, &[], "131072")?);
+    if reference.len() != 5 || small_reference.len() != 5 {
         return Err(format!("coll_check printed {} digests, not 5", reference.len()).into());
     }
-    // Each row forces one algorithm per collective; together they cover every algorithm.
-    let forced: Vec<Vec<(&str, String)>> = std::iter::once(Vec::new())
+    // Chosen by size up to CHECK_BYTES; then each row forces one algorithm per collective
+    // (together they cover every algorithm) up to 128 KiB; the last switches every data
+    // collective off, so that the component below (saved at enable) serves them.
+    let forced: Vec<(Vec<(&str, String)>, &str)> = std::iter::once((Vec::new(), CHECK_BYTES))
         .chain((1..=5).map(|k: i32| {
-            vec![
-                ("coll_nicbar_bcast_algorithm", k.to_string()),
-                (
-                    "coll_nicbar_scatter_algorithm",
-                    ((k - 1) % 2 + 1).to_string(),
-                ),
-                ("coll_nicbar_gather_algorithm", (k % 2 + 1).to_string()),
-                (
-                    "coll_nicbar_alltoall_algorithm",
-                    ((k - 1) % 3 + 1).to_string(),
-                ),
-                ("coll_nicbar_segment", (8192 * k).to_string()),
-            ]
+            (
+                vec![
+                    ("coll_nicbar_bcast_algorithm", k.to_string()),
+                    (
+                        "coll_nicbar_scatter_algorithm",
+                        ((k - 1) % 2 + 1).to_string(),
+                    ),
+                    ("coll_nicbar_gather_algorithm", (k % 2 + 1).to_string()),
+                    (
+                        "coll_nicbar_alltoall_algorithm",
+                        ((k - 1) % 3 + 1).to_string(),
+                    ),
+                    ("coll_nicbar_segment", (8192 * k).to_string()),
+                ],
+                "131072",
+            )
         }))
+        .chain(std::iter::once((
+            [
+                "coll_nicbar_bcast_algorithm",
+                "coll_nicbar_scatter_algorithm",
+                "coll_nicbar_gather_algorithm",
+                "coll_nicbar_alltoall_algorithm",
+            ]
+            .into_iter()
+            .map(|name| (name, "-1".to_owned()))
+            .collect(),
+            "131072",
+        )))
         .collect();
-    for parameters in &forced {
-        println!("\n-- the data collectives through the component {parameters:?}");
-        let text = run(&daemon.socket, 5, 100, parameters, CHECK_BYTES)?;
+    for (parameters, bytes) in &forced {
+        println!("\n-- the data collectives through the component {parameters:?}, to {bytes} B");
+        let text = run(&daemon.socket, 5, 100, parameters, bytes)?;
         let through = digests(&text);
-        if through != reference {
+        let expected = if *bytes == CHECK_BYTES {
+            reference.clone()
+        } else {
+            small_reference.clone()
+        };
+        if through != expected {
             return Err(format!(
                 "coll_check's results through the component differ from Open MPI's own \
-                 ({parameters:?}): {through:?} against {reference:?}"
+                 ({parameters:?}): {through:?} against {expected:?}"
             )
             .into());
         }
-        expect_data_over_nic(&text, 5 * 100)?;
+        let off = parameters.iter().any(|(_, value)| value == "-1");
+        let count = expect_data_over_nic(&text, if off { 0 } else { 5 * 100 })?;
+        if off && count > 0 {
+            return Err(
+                format!("{count} data collectives went over the NIC though switched off").into(),
+            );
+        }
     }
     let seed = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -755,8 +787,9 @@ fn digests(text: &str) -> std::collections::BTreeMap<u32, String> {
         .collect()
 }
 
-/// Fails unless at least `least` data collectives went over the NIC; prints how many did.
-fn expect_data_over_nic(text: &str, least: u64) -> Result<()> {
+/// Fails unless at least `least` data collectives went over the NIC; prints and returns how many
+/// did.
+fn expect_data_over_nic(text: &str, least: u64) -> Result<u64> {
     let count: u64 = text
         .lines()
         .filter_map(|line| {
@@ -773,7 +806,7 @@ fn expect_data_over_nic(text: &str, least: u64) -> Result<()> {
             format!("only {count} data collectives went over the NIC, expected {least}").into(),
         );
     }
-    Ok(())
+    Ok(count)
 }
 
 /// Fails unless at least `least` barriers went through the NIC; prints how many did.
@@ -816,8 +849,28 @@ fn check_kill_report(text: &str, processes: usize, victim: usize) -> Result<()> 
 
 #[cfg(test)]
 mod tests {
-    use super::bench::parse_result;
+    use super::bench::{parse_collective_results, parse_result};
     use super::*;
+
+    #[test]
+    fn the_collective_result_lines_are_read() {
+        let text = "noise\n  result collective=bcast bytes=4096 us=12.50 iterations=40\n\
+                    result collective=alltoall bytes=8 us=x iterations=3\n";
+        assert_eq!(
+            parse_collective_results(text),
+            vec![("bcast".to_owned(), 4096, 12.5)]
+        );
+    }
+
+    #[test]
+    fn digests_are_read_by_rank() {
+        let text = "  coll_check: rank 1 digest 00ff checks 3 failures 0\n\
+                    coll_check: rank 0 digest 0a0b checks 3 failures 0\ncoll_check: ok\n";
+        let read = digests(text);
+        assert_eq!(read.len(), 2);
+        assert_eq!(read[&0], "0a0b");
+        assert_eq!(read[&1], "00ff");
+    }
 
     #[test]
     fn the_count_lines_are_summed() {
