@@ -345,7 +345,10 @@ impl<'a> Op<'a> {
         }
     }
 
-    /// Waits until every send of the operation is delivered.
+    /// Waits until every send of the operation is in the NIC's hands (its data copied into the
+    /// port's send buffers: the NIC delivers it from there, retrying as it must). A send that
+    /// fails after that is counted ([`transfer::TransferCounters::late_failures`]); the peer's
+    /// next operation fails on its own.
     ///
     /// # Errors
     /// As [`Op::step`].

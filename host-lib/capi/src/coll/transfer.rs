@@ -156,10 +156,13 @@ struct InFlight {
     length: usize,
 }
 
-/// A message's sends: segments not yet delivered, and its error if one failed.
+/// A message's sends: segments not yet handed to the NIC, segments not yet delivered, its
+/// error if one failed, and whether its sender has stopped asking (it was handed over whole).
 struct SendRecord {
+    unposted: usize,
     undelivered: usize,
     error: Option<TransferError>,
+    detached: bool,
 }
 
 /// A message being assembled from its segments.
@@ -178,6 +181,9 @@ pub(crate) struct TransferCounters {
     pub(crate) messages_received: u64,
     /// Segments sent again after the NIC gave up on them.
     pub(crate) resent: u64,
+    /// Messages that failed after their sender had stopped asking (the peer died after the
+    /// operation ended here; its next operation with that peer fails on its own).
+    pub(crate) late_failures: u64,
     /// Arrivals dropped: malformed, inconsistent or duplicated.
     pub(crate) dropped: u64,
 }
@@ -257,8 +263,10 @@ impl Transfers {
         self.sends.insert(
             id,
             SendRecord {
+                unposted: segment_count(data.len()),
                 undelivered: segment_count(data.len()),
                 error: None,
+                detached: false,
             },
         );
         self.outgoing.push_back(Outgoing {
@@ -271,22 +279,26 @@ impl Transfers {
         id
     }
 
-    /// Whether the message `id` is delivered (`Ok(true)`, and forgotten), still on its way
-    /// (`Ok(false)`), or failed (and forgotten). An unknown id counts as delivered.
+    /// Whether the message `id` is wholly in the NIC's hands (`Ok(true)`: the NIC delivers it
+    /// reliably from there, as an eager send; the caller asks no more), still waiting for send
+    /// buffers or tokens (`Ok(false)`), or failed (and forgotten). An unknown id counts as done.
     ///
     /// # Errors
     /// How the send failed.
     pub(crate) fn send_done(&mut self, id: SendId) -> Result<bool, TransferError> {
-        let Some(record) = self.sends.get(&id) else {
+        let Some(record) = self.sends.get_mut(&id) else {
             return Ok(true);
         };
         if let Some(error) = record.error.clone() {
             self.forget_send(id);
             return Err(error);
         }
-        if record.undelivered == 0 {
-            self.forget_send(id);
+        if record.unposted == 0 {
+            record.detached = true;
             self.counters.messages_sent += 1;
+            if record.undelivered == 0 {
+                self.forget_send(id);
+            }
             return Ok(true);
         }
         Ok(false)
@@ -381,6 +393,9 @@ impl Transfers {
             self.spare.push(buffer);
             if let Some(record) = self.sends.get_mut(&flight.id) {
                 record.undelivered = record.undelivered.saturating_sub(1);
+                if record.detached && record.undelivered == 0 {
+                    self.forget_send(flight.id);
+                }
             }
             return;
         }
@@ -397,11 +412,18 @@ impl Transfers {
             return;
         }
         self.spare.push(buffer);
-        if let Some(record) = self.sends.get_mut(&flight.id) {
-            record.error.get_or_insert(TransferError::Peer {
-                peer: flight.to,
-                status,
-            });
+        match self.sends.get_mut(&flight.id) {
+            Some(record) if record.detached => {
+                self.counters.late_failures += 1;
+                self.forget_send(flight.id);
+            }
+            Some(record) => {
+                record.error.get_or_insert(TransferError::Peer {
+                    peer: flight.to,
+                    status,
+                });
+            }
+            None => {}
         }
         self.outgoing.retain(|message| message.id != flight.id);
     }
@@ -535,6 +557,9 @@ impl Transfers {
                         },
                     );
                     message.next += 1;
+                    if let Some(record) = self.sends.get_mut(&id) {
+                        record.unposted = record.unposted.saturating_sub(1);
+                    }
                     if message.next >= segment_count(message.data.len()) {
                         self.outgoing.pop_front();
                     }
