@@ -97,7 +97,8 @@ static int nicbar_register(void)
                  "-2: spread the host's processes over the units by local rank)",
                  &C.unit);
     register_int("spin",
-                 "Polls of a blocking barrier before it sleeps on the port between polls",
+                 "Polls of a blocking barrier or data collective before it sleeps on the port "
+                 "between polls",
                  &C.spin);
     register_int("bcast_algorithm",
                  "MPI_Bcast over the NIC: -1 off (the component below serves), 0 chosen by size, "

@@ -138,6 +138,7 @@ static void op_init(nicbar_coll_op *op, mca_coll_nicbar_module_t *self,
     op->sequence = ++self->sequence;
     op->algorithm = algorithm < 0 ? 0 : algorithm;
     op->segment = C.segment > 0 ? (uint64_t) C.segment : 0;
+    op->spin = C.spin > 0 ? (uint32_t) C.spin : 0;
     op->idle = idle;
     op->idle_argument = NULL;
     op->failed_rank = -1;

@@ -784,9 +784,9 @@ typedef struct nicbar_coll_op {
      */
     int32_t algorithm;
     /**
-     * Reserved, 0.
+     * Polls with nothing to do before the call sleeps on the port between polls (0: 64).
      */
-    uint32_t reserved;
+    uint32_t spin;
     /**
      * Bytes per segment of the segmented broadcasts (0: 32 KiB).
      */

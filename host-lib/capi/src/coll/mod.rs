@@ -30,7 +30,7 @@ pub(crate) type Outcome = Result<(), (i32, String)>;
 /// nothing) when the group gives no timeout.
 pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Polls with nothing to do before a wait sleeps on the port.
+/// Polls with nothing to do before a wait sleeps on the port, by default.
 const SPINS: u32 = 64;
 /// How long one sleep on the port lasts at most (the idle callback runs between sleeps).
 const SLEEP: Duration = Duration::from_micros(200);
@@ -258,6 +258,7 @@ pub(crate) struct Op<'a> {
     timeout: Duration,
     idle: &'a mut dyn FnMut(),
     sends: Vec<(SendId, usize)>,
+    spin: u32,
 }
 
 impl<'a> Op<'a> {
@@ -288,7 +289,17 @@ impl<'a> Op<'a> {
             timeout: timeout.unwrap_or(DEFAULT_TIMEOUT),
             idle,
             sends: Vec::new(),
+            spin: SPINS,
         })
+    }
+
+    /// This operation with `spin` polls before each sleep on the port (0: the default).
+    #[must_use]
+    pub(crate) fn with_spin(mut self, spin: u32) -> Self {
+        if spin > 0 {
+            self.spin = spin;
+        }
+        self
     }
 
     /// This process's rank.
@@ -395,7 +406,7 @@ impl<'a> Op<'a> {
         if waited >= self.timeout {
             return Err(CollError::Timeout { rank, waited });
         }
-        if *polls > SPINS
+        if *polls > self.spin
             && let Ok(Some(event)) = self.endpoint.port.receive_timeout(SLEEP)
         {
             let _ = self

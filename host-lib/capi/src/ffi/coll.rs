@@ -90,8 +90,8 @@ pub struct nicbar_coll_op {
     pub sequence: u32,
     /// The algorithm: 0 chosen by size; else the collective's NICBAR_COLL_* algorithm number.
     pub algorithm: i32,
-    /// Reserved, 0.
-    pub reserved: u32,
+    /// Polls with nothing to do before the call sleeps on the port between polls (0: 64).
+    pub spin: u32,
     /// Bytes per segment of the segmented broadcasts (0: 32 KiB).
     pub segment: u64,
     /// Run between polls while the call waits (NULL: none).
@@ -657,7 +657,8 @@ unsafe fn collective(
                 op.sequence,
                 group.timeout,
                 &mut run_idle,
-            )?;
+            )?
+            .with_spin(op.spin);
             body(call, op.algorithm, op.segment)
         },
     );
