@@ -2425,7 +2425,7 @@ int32_t nicbar_coll_progress(struct nicbar_coll_endpoint *endpoint);
 /**
  * Sleeps until the NIC reports an event to the endpoint or `timeout_us` microseconds pass, then
  * progresses as nicbar_coll_progress() and returns what it returns. Returns at once if no
- * barrier is outstanding.
+ * barrier is outstanding and no collective's data waits to go out.
  *
  * # Safety
  * `endpoint` is NULL or a live endpoint.

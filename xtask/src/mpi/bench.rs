@@ -369,7 +369,12 @@ fn collectives_figure(results: &[CollectiveMeasurement], processes: usize) -> Re
                 collective[..1].to_uppercase(),
                 &collective[1..]
             ),
-            Axis::log("bytes per rank").with_ticks(&sizes),
+            // Every other size when there are many, so that the labels do not run together.
+            Axis::log("bytes per rank").with_ticks(&if sizes.len() > 5 {
+                sizes.iter().copied().step_by(2).collect::<Vec<_>>()
+            } else {
+                sizes.clone()
+            }),
             Axis::log("µs per collective"),
         );
         for (i, (served_by, stroke)) in [

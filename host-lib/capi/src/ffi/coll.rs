@@ -404,7 +404,7 @@ pub unsafe extern "C" fn nicbar_coll_progress(endpoint: *mut nicbar_coll_endpoin
 
 /// Sleeps until the NIC reports an event to the endpoint or `timeout_us` microseconds pass, then
 /// progresses as nicbar_coll_progress() and returns what it returns. Returns at once if no
-/// barrier is outstanding.
+/// barrier is outstanding and no collective's data waits to go out.
 ///
 /// # Safety
 /// `endpoint` is NULL or a live endpoint.
