@@ -29,13 +29,23 @@ fn run_ranks(
     faults: Option<FaultConfig>,
     body: impl Fn(usize, &mut CollEndpoint, &[Member]) + Send + Sync + 'static,
 ) {
+    run_ranks_with(name, size, |config| config.faults = faults, body);
+}
+
+/// As [`run_ranks`], the daemon configured by `configure`.
+fn run_ranks_with(
+    name: &str,
+    size: usize,
+    configure: impl FnOnce(&mut EmulatorConfig),
+    body: impl Fn(usize, &mut CollEndpoint, &[Member]) + Send + Sync + 'static,
+) {
     let dir: PathBuf =
         std::env::temp_dir().join(format!("nicbar-coll-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let socket = dir.join("control.sock");
     let mut config = EmulatorConfig::in_process(&socket, size as u16);
-    config.faults = faults;
+    configure(&mut config);
     let daemon = Emulator::spawn(config).expect("the emulator starts");
     let members: Arc<Vec<Member>> = Arc::new(
         (0..size)
@@ -307,4 +317,43 @@ fn collectives_survive_a_faulty_wire() {
             );
         }
     });
+}
+
+#[test]
+fn a_receiver_that_takes_nothing_for_a_while_still_gets_everything() {
+    // The NIC gives up on a segment whose receiver has no buffer after 100 ms here; the
+    // receiver stays away six times that long, so segments are given up on and sent again.
+    run_ranks_with(
+        "slow",
+        2,
+        |config| config.nic.receiver_not_ready_timeout = Duration::from_millis(100),
+        |rank, endpoint, members| {
+            let mut idle = || {};
+            let length = 1 << 20;
+            let mut buffer = if rank == 0 {
+                data(0, length, 1)
+            } else {
+                std::thread::sleep(Duration::from_millis(600));
+                vec![0; length]
+            };
+            let call = op(endpoint, members, 1, &mut idle);
+            algorithms::bcast(call, &mut buffer, 0, Bcast::Linear, 0).unwrap();
+            assert_eq!(buffer, data(0, length, 1));
+            if rank == 0 {
+                // The sender's last segments are delivered before it may close: a second
+                // operation the receiver answers.
+                let mut reply = vec![0; 8];
+                let call = op(endpoint, members, 2, &mut idle);
+                algorithms::bcast(call, &mut reply, 1, Bcast::Linear, 0).unwrap();
+                assert!(
+                    endpoint.transfer_counters().resent > 0,
+                    "no segment was sent again"
+                );
+            } else {
+                let mut reply = data(1, 8, 2);
+                let call = op(endpoint, members, 2, &mut idle);
+                algorithms::bcast(call, &mut reply, 1, Bcast::Linear, 0).unwrap();
+            }
+        },
+    );
 }

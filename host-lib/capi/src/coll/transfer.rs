@@ -363,12 +363,11 @@ impl Transfers {
                 status,
                 ..
             } if self.in_flight.contains_key(&context) => {
-                let status = if status == Status::SEND_TIMED_OUT {
-                    Status::INVALID_TOKEN
-                } else {
-                    status
-                };
-                self.sent(buffer, context, status);
+                // A refused token is not retried: what the NIC refuses, it refuses again.
+                if let Some(flight) = self.in_flight.remove(&context) {
+                    self.fail(flight, status);
+                }
+                self.spare.push(buffer);
                 None
             }
             Event::ReceiveRejected {
@@ -400,8 +399,12 @@ impl Transfers {
             return;
         }
         let now = Instant::now();
-        let first = *self.first_give_up.entry(flight.id).or_insert(now);
         let alive = self.sends.contains_key(&flight.id);
+        let first = if alive {
+            *self.first_give_up.entry(flight.id).or_insert(now)
+        } else {
+            now
+        };
         if status == Status::SEND_TIMED_OUT && alive && now < first + self.retry_window {
             // The receiver had no buffer for the NIC's whole receiver-not-ready time: it is
             // outside the library. Send the same bytes again.
@@ -412,6 +415,12 @@ impl Transfers {
             return;
         }
         self.spare.push(buffer);
+        self.fail(flight, status);
+    }
+
+    /// A segment of `flight`'s message failed for good with `status`: the message fails (or,
+    /// if its sender stopped asking, is counted as a late failure).
+    fn fail(&mut self, flight: InFlight, status: Status) {
         match self.sends.get_mut(&flight.id) {
             Some(record) if record.detached => {
                 self.counters.late_failures += 1;
@@ -515,7 +524,10 @@ impl Transfers {
                     return posted;
                 }
                 Err(refused) => {
-                    self.sent(refused.buffer, context, Status::INVALID_TOKEN);
+                    self.spare.push(refused.buffer);
+                    if let Some(flight) = self.in_flight.remove(&context) {
+                        self.fail(flight, Status::INVALID_TOKEN);
+                    }
                 }
             }
         }
