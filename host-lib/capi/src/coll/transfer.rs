@@ -5,8 +5,9 @@
 //! A message longer than one packet is cut into segments here, by [`segments`] alone (the one
 //! place to switch when the NIC segments messages itself). Every segment carries a small header
 //! (the key, its offset and the message's total length), so the receiver assembles a message
-//! whatever order its segments come in — a segment the NIC gave up on after the receiver-not-
-//! ready time is sent again, and may then arrive after the ones behind it.
+//! whatever order its segments come in — a segment the NIC gave up on (after the receiver-not-
+//! ready time, or the give-up time of a NIC that answered nothing) is sent again, until the
+//! retry window closes, and may then arrive after the ones behind it.
 //!
 //! The port keeps [`RECEIVE_BUFFERS`] buffers provided at all times: each arrival is copied out
 //! and its buffer provided again at once, so a sender waits only while its receiver is outside
@@ -110,8 +111,8 @@ pub(crate) struct SendId(u64);
 /// Why a transfer failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum TransferError {
-    /// The NIC could not deliver to `peer`: `status` says why (its port closed, its NIC stopped
-    /// answering, or it had no buffer for longer than the retry window).
+    /// The NIC could not deliver to `peer`: `status` says why (its port closed; or, for longer
+    /// than the retry window, its NIC answered nothing or it had no buffer).
     Peer {
         /// The receiver.
         peer: Member,
@@ -405,9 +406,13 @@ impl Transfers {
         } else {
             now
         };
-        if status == Status::SEND_TIMED_OUT && alive && now < first + self.retry_window {
-            // The receiver had no buffer for the NIC's whole receiver-not-ready time: it is
-            // outside the library. Send the same bytes again.
+        let given_up =
+            status == Status::SEND_TIMED_OUT || status == Status::TARGET_NODE_UNREACHABLE;
+        if given_up && alive && now < first + self.retry_window {
+            // The receiver had no buffer for the NIC's whole receiver-not-ready time (it is
+            // outside the library: computing, or not scheduled), or its NIC answered nothing
+            // for the NIC's give-up time (a busy host looks the same as a dead one for a while).
+            // Send the same bytes again until the retry window closes; a closed port is final.
             self.counters.resent += 1;
             let context = self.new_context();
             self.in_flight.insert(context, flight);
