@@ -46,6 +46,9 @@ pub(crate) struct BenchArgs {
     /// Measure only the data collectives.
     #[arg(long)]
     no_barriers: bool,
+    /// Measure nothing: draw bench-mpi-coll.svg again from the bench-mpi-coll.csv in --out.
+    #[arg(long)]
+    replot: bool,
 }
 
 /// All-to-alls whose whole exchange (block x processes x processes) passes this many bytes are
@@ -65,6 +68,9 @@ struct Measurement {
 
 /// Runs `cargo xtask bench mpi`.
 pub(crate) fn run_bench(args: BenchArgs) -> Result<()> {
+    if args.replot {
+        return replot_collectives(&workspace_root().join(&args.out));
+    }
     ensure_packages(true)?;
     let prefix = scratch().join("prefix");
     let component = build(&prefix, "capi")?;
@@ -258,7 +264,7 @@ fn bench_collectives(
         for (served_by, priority, transport, socket) in [
             ("nicbar", 100, Transport::SharedMemory, &daemon.socket),
             (
-                "nicbar, no auth",
+                "nicbar (no auth)",
                 100,
                 Transport::SharedMemory,
                 &unauthenticated.socket,
@@ -297,7 +303,7 @@ fn bench_collectives(
          emulated NIC per process; ratio = Open MPI / nicbar (above 1: the component wins):\n"
     );
     println!(
-        "| collective | processes | bytes | nicbar µs | nicbar, no auth µs | Open MPI shm µs | Open MPI TCP µs | shm / nicbar | TCP / nicbar |"
+        "| collective | processes | bytes | nicbar µs | nicbar (no auth) µs | Open MPI shm µs | Open MPI TCP µs | shm / nicbar | TCP / nicbar |"
     );
     println!("|---|---|---|---|---|---|---|---|---|");
     let mut csv = String::from("processes,served_by,collective,bytes,us\n");
@@ -319,7 +325,7 @@ fn bench_collectives(
             .map(|m| m.us)
     };
     for m in results.iter().filter(|m| m.served_by == "nicbar") {
-        let bare = find("nicbar, no auth", m.processes, &m.collective, m.bytes);
+        let bare = find("nicbar (no auth)", m.processes, &m.collective, m.bytes);
         let shm = find("Open MPI shm", m.processes, &m.collective, m.bytes);
         let tcp = find("Open MPI TCP lo", m.processes, &m.collective, m.bytes);
         let cell = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1}"));
@@ -340,6 +346,46 @@ fn bench_collectives(
     let path = out.join("bench-mpi-coll.csv");
     std::fs::write(&path, csv)?;
     println!("\nwrote {}", path.display());
+    let svg = out.join("bench-mpi-coll.svg");
+    collectives_figure(&results, largest)?.write_svg(&svg)?;
+    println!("wrote {}", svg.display());
+    Ok(())
+}
+
+/// Draws bench-mpi-coll.svg from the bench-mpi-coll.csv in `out`.
+fn replot_collectives(out: &Path) -> Result<()> {
+    let path = out.join("bench-mpi-coll.csv");
+    let text = std::fs::read_to_string(&path)
+        .map_err(|error| format!("reading {}: {error}", path.display()))?;
+    let mut results = Vec::new();
+    for line in text.lines().skip(1).filter(|l| !l.trim().is_empty()) {
+        let fields: Vec<&str> = line.split(',').collect();
+        let [processes, served_by, collective, bytes, us] = fields[..] else {
+            return Err(format!(
+                "{}: a row of {} fields: {line}",
+                path.display(),
+                fields.len()
+            )
+            .into());
+        };
+        let served_by = [
+            "nicbar",
+            "nicbar (no auth)",
+            "Open MPI shm",
+            "Open MPI TCP lo",
+        ]
+        .into_iter()
+        .find(|name| *name == served_by)
+        .ok_or_else(|| format!("{}: unknown series {served_by}", path.display()))?;
+        results.push(CollectiveMeasurement {
+            served_by,
+            processes: processes.parse()?,
+            collective: collective.to_owned(),
+            bytes: bytes.parse()?,
+            us: us.parse()?,
+        });
+    }
+    let largest = results.iter().map(|m| m.processes).max().ok_or("no rows")?;
     let svg = out.join("bench-mpi-coll.svg");
     collectives_figure(&results, largest)?.write_svg(&svg)?;
     println!("wrote {}", svg.display());
@@ -379,7 +425,7 @@ fn collectives_figure(results: &[CollectiveMeasurement], processes: usize) -> Re
         );
         for (i, (served_by, stroke)) in [
             ("nicbar", Stroke::Solid),
-            ("nicbar, no auth", Stroke::Solid),
+            ("nicbar (no auth)", Stroke::Solid),
             ("Open MPI shm", Stroke::Dashed),
             ("Open MPI TCP lo", Stroke::Dotted),
         ]
