@@ -1077,4 +1077,69 @@ mod tests {
             nicbar_coll_group_free(core::ptr::null_mut());
         }
     }
+
+    #[test]
+    fn data_collectives_refuse_null_handles_and_say_why() {
+        let mut op = nicbar_coll_op {
+            context: 1,
+            sequence: 1,
+            algorithm: 0,
+            spin: 0,
+            segment: 0,
+            idle: None,
+            idle_argument: core::ptr::null_mut(),
+            failed_rank: 7,
+            message: [0; NICBAR_COLL_MESSAGE_LENGTH],
+        };
+        let mut buffer = [0u8; 8];
+        // SAFETY: NULL handles are allowed; the buffer is 8 bytes; the op is ours.
+        let state = unsafe {
+            nicbar_coll_bcast(
+                core::ptr::null_mut(),
+                core::ptr::null(),
+                &mut op,
+                buffer.as_mut_ptr().cast(),
+                buffer.len(),
+                0,
+            )
+        };
+        assert_eq!(state, NICBAR_COLL_UNKNOWN);
+        assert_eq!(op.failed_rank, -1);
+        // SAFETY: write_message NUL-terminated it.
+        let text = unsafe { std::ffi::CStr::from_ptr(op.message.as_ptr()) };
+        assert!(text.to_string_lossy().contains("NULL"), "{text:?}");
+        // SAFETY: a NULL op is allowed.
+        let state = unsafe {
+            nicbar_coll_alltoall(
+                core::ptr::null_mut(),
+                core::ptr::null(),
+                core::ptr::null_mut(),
+                core::ptr::null(),
+                core::ptr::null_mut(),
+                8,
+            )
+        };
+        assert_eq!(state, NICBAR_COLL_UNKNOWN);
+    }
+
+    #[test]
+    fn overlapping_receive_blocks_are_refused_and_reads_that_overlap_writes_are_copied() {
+        let mut memory = [1u8; 32];
+        let base = memory.as_mut_ptr();
+        // SAFETY: every block lies in `memory`; the first call fails before making views.
+        unsafe {
+            let overlapping = Blocks::new(&[], &[(base.cast(), 16), (base.add(8).cast(), 16)]);
+            assert!(overlapping.is_err());
+            let blocks = Blocks::new(
+                &[
+                    (base.cast::<c_void>().cast_const(), 8),
+                    (base.add(24).cast::<c_void>().cast_const(), 8),
+                ],
+                &[(base.cast(), 16)],
+            )
+            .unwrap();
+            assert!(matches!(blocks.reads[0], std::borrow::Cow::Owned(_)));
+            assert!(matches!(blocks.reads[1], std::borrow::Cow::Borrowed(_)));
+        }
+    }
 }
