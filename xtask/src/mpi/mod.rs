@@ -494,6 +494,7 @@ fn compile_programs(dir: &Path) -> Result<()> {
         ("mpicc", "tests/barrier_concurrent.c", "barrier_concurrent"),
         ("mpicc", "tests/barrier_kill.c", "barrier_kill"),
         ("mpicc", "tests/coll_check.c", "coll_check"),
+        ("mpicc", "tests/coll_kill.c", "coll_kill"),
         ("mpifort", "tests/barrier.f90", "barrier_fortran"),
         ("mpicc", "bench/barrier_bench.c", "barrier_bench"),
         ("mpicc", "bench/coll_bench.c", "coll_bench"),
@@ -620,7 +621,16 @@ pub(crate) fn run_tests(args: &TestArgs) -> Result<()> {
         .arg(programs.join("barrier_kill"))
         .arg(victim.to_string());
     let (text, _) = run_captured(&mut command, Duration::from_secs(60))?;
-    check_kill_report(&text, 4, victim)?;
+    check_kill_report(&text, 4, victim, "MPI_Barrier")?;
+
+    println!("\n-- a killed rank in a data collective");
+    let mut command = mpirun(&components, &daemon.socket, 4, 100, Transport::SharedMemory)?;
+    command
+        .args(["--enable-recovery", "--mca", "coll_nicbar_timeout", "3000"])
+        .arg(programs.join("coll_kill"))
+        .arg(victim.to_string());
+    let (text, _) = run_captured(&mut command, Duration::from_secs(60))?;
+    check_kill_report(&text, 4, victim, "MPI_Alltoall")?;
 
     if args.no_mpi4py {
         println!("\n(mpi4py's test suite skipped: --no-mpi4py)");
@@ -819,24 +829,24 @@ fn expect_through_nic(text: &str, least: u64) -> Result<()> {
     Ok(())
 }
 
-/// Every survivor's barrier failed instead of hanging, each failure names a rank, and the
-/// processes whose schedule waits on the killed rank name it.
-fn check_kill_report(text: &str, processes: usize, victim: usize) -> Result<()> {
+/// Every survivor's `operation` failed instead of hanging, each failure names a rank, and at
+/// least one names the killed rank.
+fn check_kill_report(text: &str, processes: usize, victim: usize, operation: &str) -> Result<()> {
     let failures: Vec<&str> = text
         .lines()
-        .filter(|line| line.contains("MPI_Barrier failed:"))
+        .filter(|line| line.contains(&format!("{operation} failed:")))
         .collect();
     let naming = failures
         .iter()
         .filter(|line| line.contains(&format!("rank {victim} is missing")))
         .count();
     println!(
-        "{} of {} survivors reported a failed barrier; {naming} named rank {victim}",
+        "{} of {} survivors reported a failed {operation}; {naming} named rank {victim}",
         failures.len(),
         processes - 1
     );
     if failures.len() != processes - 1 {
-        return Err("a survivor's barrier did not fail".into());
+        return Err(format!("a survivor's {operation} did not fail").into());
     }
     if failures.iter().any(|line| !line.contains(" is missing")) {
         return Err("a failure does not name a missing rank".into());
@@ -894,9 +904,10 @@ mod tests {
         let good = "rank 0: MPI_Barrier failed: MPI_Barrier on MPI_COMM_WORLD: rank 2 is missing (x)\n\
                     rank 1: MPI_Barrier failed: MPI_Barrier on MPI_COMM_WORLD: rank 3 is missing (x)\n\
                     rank 3: MPI_Barrier failed: MPI_Barrier on MPI_COMM_WORLD: rank 2 is missing (x)\n";
-        assert!(check_kill_report(good, 4, 2).is_ok());
+        assert!(check_kill_report(good, 4, 2, "MPI_Barrier").is_ok());
         let short: String = good.lines().take(2).collect::<Vec<_>>().join("\n");
-        assert!(check_kill_report(&short, 4, 2).is_err());
-        assert!(check_kill_report(good, 4, 1).is_err());
+        assert!(check_kill_report(&short, 4, 2, "MPI_Barrier").is_err());
+        assert!(check_kill_report(good, 4, 1, "MPI_Barrier").is_err());
+        assert!(check_kill_report(good, 4, 2, "MPI_Alltoall").is_err());
     }
 }

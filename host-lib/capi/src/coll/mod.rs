@@ -211,13 +211,13 @@ pub(crate) enum CollError {
 }
 
 impl CollError {
-    /// The rank the failure is about, if one.
+    /// The rank that is missing, if the failure is one: a peer the NIC could not reach, or
+    /// one whose data did not come. (A rank that sent a wrong length is named in the message
+    /// alone: it is there.)
     pub(crate) fn rank(&self) -> Option<usize> {
         match self {
-            Self::Peer { rank, .. } | Self::Timeout { rank, .. } | Self::Length { rank, .. } => {
-                Some(*rank)
-            }
-            Self::Argument(_) | Self::Port(_) => None,
+            Self::Peer { rank, .. } | Self::Timeout { rank, .. } => Some(*rank),
+            Self::Length { .. } | Self::Argument(_) | Self::Port(_) => None,
         }
     }
 }
@@ -242,6 +242,15 @@ impl std::fmt::Display for CollError {
             ),
             Self::Argument(message) => write!(f, "{message}"),
             Self::Port(message) => write!(f, "the port failed: {message}"),
+        }
+    }
+}
+
+impl Drop for Op<'_> {
+    /// The operation's sends are the NIC's alone from here ([`Transfers::detach`]).
+    fn drop(&mut self) {
+        for &(id, _) in &self.sends {
+            self.endpoint.transfers.detach(id);
         }
     }
 }
@@ -357,17 +366,32 @@ impl<'a> Op<'a> {
     }
 
     /// Waits until every send of the operation is in the NIC's hands (its data copied into the
-    /// port's send buffers: the NIC delivers it from there, retrying as it must). A send that
-    /// fails after that is counted ([`transfer::TransferCounters::late_failures`]); the peer's
-    /// next operation fails on its own.
+    /// port's send buffers: the NIC delivers it from there, retrying as it must). Until the
+    /// operation ends, a send that fails (a peer's port closed) fails it at once; after, the
+    /// failure is counted ([`transfer::TransferCounters::late_failures`]) and the peer's next
+    /// operation fails on its own.
     ///
     /// # Errors
     /// As [`Op::step`].
     pub(crate) fn finish(mut self) -> Result<(), CollError> {
         let mut polls = 0;
-        while !self.sends.is_empty() {
-            let waiting_for = self.sends[0].1;
-            self.step(&mut polls, waiting_for)?;
+        loop {
+            let mut waiting_for = None;
+            for &(id, to) in &self.sends {
+                if !self
+                    .endpoint
+                    .transfers
+                    .send_done(id)
+                    .map_err(|error| CollError::Peer { rank: to, error })?
+                {
+                    waiting_for = Some(to);
+                    break;
+                }
+            }
+            let Some(rank) = waiting_for else {
+                break;
+            };
+            self.step(&mut polls, rank)?;
         }
         self.endpoint.collectives += 1;
         Ok(())
@@ -385,15 +409,9 @@ impl<'a> Op<'a> {
             .endpoint
             .pump_transfers()
             .map_err(|error| CollError::Port(error.to_string()))?;
-        let mut index = 0;
-        while index < self.sends.len() {
-            let (id, to) = self.sends[index];
-            match self.endpoint.transfers.send_done(id) {
-                Ok(true) => {
-                    self.sends.swap_remove(index);
-                }
-                Ok(false) => index += 1,
-                Err(error) => return Err(CollError::Peer { rank: to, error }),
+        for &(id, to) in &self.sends {
+            if let Err(error) = self.endpoint.transfers.send_done(id) {
+                return Err(CollError::Peer { rank: to, error });
             }
         }
         (self.idle)();

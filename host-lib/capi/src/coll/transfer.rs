@@ -176,7 +176,7 @@ struct Assembly {
 /// Counters of what the transfers did.
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
 pub(crate) struct TransferCounters {
-    /// Messages sent whole.
+    /// Messages delivered whole.
     pub(crate) messages_sent: u64,
     /// Messages received whole.
     pub(crate) messages_received: u64,
@@ -281,28 +281,39 @@ impl Transfers {
     }
 
     /// Whether the message `id` is wholly in the NIC's hands (`Ok(true)`: the NIC delivers it
-    /// reliably from there, as an eager send; the caller asks no more), still waiting for send
-    /// buffers or tokens (`Ok(false)`), or failed (and forgotten). An unknown id counts as done.
+    /// reliably from there, as an eager send) or still waiting for send buffers or tokens
+    /// (`Ok(false)`). An unknown id counts as in the NIC's hands.
     ///
     /// # Errors
-    /// How the send failed.
+    /// How the send failed (the message is then forgotten).
     pub(crate) fn send_done(&mut self, id: SendId) -> Result<bool, TransferError> {
-        let Some(record) = self.sends.get_mut(&id) else {
+        let Some(record) = self.sends.get(&id) else {
             return Ok(true);
         };
         if let Some(error) = record.error.clone() {
             self.forget_send(id);
             return Err(error);
         }
-        if record.unposted == 0 {
-            record.detached = true;
-            self.counters.messages_sent += 1;
-            if record.undelivered == 0 {
-                self.forget_send(id);
-            }
-            return Ok(true);
+        Ok(record.unposted == 0)
+    }
+
+    /// The sender asks no more about message `id`: it is forgotten once delivered, and a failure
+    /// after this is counted ([`TransferCounters::late_failures`]) instead of reported.
+    pub(crate) fn detach(&mut self, id: SendId) {
+        let Some(record) = self.sends.get_mut(&id) else {
+            return;
+        };
+        if record.detached {
+            return;
         }
-        Ok(false)
+        record.detached = true;
+        if record.error.is_some() {
+            self.counters.late_failures += 1;
+            self.forget_send(id);
+        } else if record.undelivered == 0 {
+            self.counters.messages_sent += 1;
+            self.forget_send(id);
+        }
     }
 
     fn forget_send(&mut self, id: SendId) {
@@ -394,6 +405,7 @@ impl Transfers {
             if let Some(record) = self.sends.get_mut(&flight.id) {
                 record.undelivered = record.undelivered.saturating_sub(1);
                 if record.detached && record.undelivered == 0 {
+                    self.counters.messages_sent += 1;
                     self.forget_send(flight.id);
                 }
             }
