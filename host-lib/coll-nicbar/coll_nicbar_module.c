@@ -46,12 +46,12 @@ static void module_destruct(mca_coll_nicbar_module_t *module)
 int mca_coll_nicbar_enable(mca_coll_base_module_t *base, struct ompi_communicator_t *comm)
 {
     mca_coll_nicbar_module_t *module = (mca_coll_nicbar_module_t *) base;
-#define SAVE(name)                                                                 \
-    module->previous.name = comm->c_coll->coll_##name;                             \
-    module->previous.name##_module = comm->c_coll->coll_##name##_module;           \
-    if (NULL == module->previous.name || NULL == module->previous.name##_module) { \
-        return OMPI_ERROR;                                                         \
-    }                                                                              \
+#define SAVE(name)                                                                   \
+    if (NULL == comm->c_coll->coll_##name || NULL == comm->c_coll->coll_##name##_module) { \
+        return OMPI_ERROR;                                                               \
+    }                                                                                    \
+    module->previous.name = comm->c_coll->coll_##name;                                   \
+    module->previous.name##_module = comm->c_coll->coll_##name##_module;                 \
     OBJ_RETAIN(module->previous.name##_module);
     PREVIOUS_MODULES(SAVE)
 #undef SAVE
