@@ -46,7 +46,8 @@ pub(crate) struct BenchArgs {
     /// Measure only the data collectives.
     #[arg(long)]
     no_barriers: bool,
-    /// Measure nothing: draw bench-mpi-coll.svg again from the bench-mpi-coll.csv in --out.
+    /// Measure nothing: draw bench-mpi.svg and bench-mpi-coll.svg again from the CSVs in --out
+    /// (those that are there).
     #[arg(long)]
     replot: bool,
 }
@@ -190,14 +191,23 @@ fn barrier_figure(results: &[Measurement]) -> Result<Figure> {
             lines.push(key);
         }
     }
-    for (i, (barrier, one_host)) in lines.into_iter().enumerate() {
+    // One colour per barrier, whatever the hosts (the stroke tells those apart).
+    let mut names: Vec<&str> = Vec::new();
+    for (barrier, one_host) in lines {
+        let colour = match names.iter().position(|n| *n == barrier) {
+            Some(i) => i,
+            None => {
+                names.push(barrier);
+                names.len() - 1
+            }
+        };
         let stroke = if one_host {
             Stroke::Solid
         } else {
             Stroke::Dashed
         };
-        let mut a = Series::new(barrier, Colour::Palette(i), stroke);
-        let mut b = Series::new(barrier, Colour::Palette(i), stroke);
+        let mut a = Series::new(barrier, Colour::Palette(colour), stroke);
+        let mut b = Series::new(barrier, Colour::Palette(colour), stroke);
         for m in results
             .iter()
             .filter(|m| m.barrier == barrier && (m.hosts == "one host") == one_host)
@@ -352,9 +362,53 @@ fn bench_collectives(
     Ok(())
 }
 
-/// Draws bench-mpi-coll.svg from the bench-mpi-coll.csv in `out`.
+/// Draws bench-mpi.svg and bench-mpi-coll.svg from the CSVs in `out`, those that are there.
 fn replot_collectives(out: &Path) -> Result<()> {
+    let barriers = out.join("bench-mpi.csv");
+    if barriers.exists() {
+        let text = std::fs::read_to_string(&barriers)?;
+        let mut results = Vec::new();
+        for line in text.lines().skip(1).filter(|l| !l.trim().is_empty()) {
+            let fields: Vec<&str> = line.split(',').collect();
+            let [
+                hosts,
+                processes,
+                barrier,
+                barrier_us,
+                ibarrier_us,
+                overlap_pct,
+            ] = fields[..]
+            else {
+                return Err(
+                    format!("{}: a row of {} fields", barriers.display(), fields.len()).into(),
+                );
+            };
+            let barrier = [
+                "nicbar (NIC)",
+                "Open MPI shm",
+                "Open MPI TCP lo",
+                "Open MPI TCP",
+            ]
+            .into_iter()
+            .find(|name| *name == barrier)
+            .ok_or_else(|| format!("{}: unknown barrier {barrier}", barriers.display()))?;
+            results.push(Measurement {
+                barrier,
+                hosts: hosts.to_owned(),
+                processes: processes.parse()?,
+                barrier_us: barrier_us.parse()?,
+                ibarrier_us: ibarrier_us.parse()?,
+                overlap_pct: overlap_pct.parse()?,
+            });
+        }
+        let svg = out.join("bench-mpi.svg");
+        barrier_figure(&results)?.write_svg(&svg)?;
+        println!("wrote {}", svg.display());
+    }
     let path = out.join("bench-mpi-coll.csv");
+    if !path.exists() {
+        return Ok(());
+    }
     let text = std::fs::read_to_string(&path)
         .map_err(|error| format!("reading {}: {error}", path.display()))?;
     let mut results = Vec::new();
