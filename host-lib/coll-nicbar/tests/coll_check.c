@@ -3,8 +3,9 @@
  * MPI_Alltoall[v] — checked against the result MPI defines: on MPI_COMM_WORLD, a dup of it and
  * a split into odd and even ranks (odd sizes when the world's is), every root, message sizes from
  * 0 bytes to MAX_BYTES, in place, and with a derived (strided, non-contiguous) datatype on some
- * ranks. Each result is also folded into a digest, so that runs through the component and
- * through Open MPI's own collectives can be compared.
+ * ranks, while a non-blocking barrier is outstanding on the dup. Each result is also folded into
+ * a digest, so that runs through the component and through Open MPI's own collectives can be
+ * compared.
  *
  * Usage: coll_check MAX_BYTES. Exits 0 when every check passed; each rank prints
  * "coll_check: rank R digest D checks N failures F", rank 0 then "coll_check: ok".
@@ -314,7 +315,10 @@ int main(int argc, char **argv)
 
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
         long n = sizes[s];
+        MPI_Request pending;
         if (n * (long) sizeof(int) > max_bytes) break;
+        /* A non-blocking barrier runs in the NIC while the data collectives run. */
+        check_code(MPI_Ibarrier(comms[1], &pending), "MPI_Ibarrier");
         for (int c = 0; c < 3; c++) {
             int size;
             MPI_Comm_size(comms[c], &size);
@@ -328,6 +332,7 @@ int main(int argc, char **argv)
             alltoalls(comms[c], names[c], n / 4, salt);
             salt += 1000;
         }
+        check_code(MPI_Wait(&pending, MPI_STATUS_IGNORE), "MPI_Wait of MPI_Ibarrier");
     }
     MPI_Comm_free(&comms[1]);
     MPI_Comm_free(&comms[2]);
