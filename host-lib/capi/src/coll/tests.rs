@@ -290,10 +290,16 @@ fn every_alltoall_delivers_every_block() {
 
 #[test]
 fn collectives_survive_a_faulty_wire() {
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(1, |d| d.as_nanos() as u64 & 0xffff);
-    println!("fault seed {seed}");
+    // NICBAR_COLL_SEED=N replays a run.
+    let seed = std::env::var("NICBAR_COLL_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64 & 0xffff)
+        });
+    println!("fault seed {seed} (NICBAR_COLL_SEED={seed} replays it)");
     let faults = FaultConfig {
         loss: 0.05,
         duplicate: 0.05,
