@@ -1,8 +1,10 @@
 /*
  * coll/nicbar: an Open MPI collective component that runs MPI_Barrier and MPI_Ibarrier in the
- * NIC through the nicbar library. The component is thin: it maps communicators to nicbar groups
- * and nicbar's barrier ends to MPI requests and errors; the barriers themselves, their queueing
- * and their failure reports are the library's (nicbar/gm.h, the nicbar_coll_* calls).
+ * NIC, and MPI_Bcast, MPI_Scatter[v], MPI_Gather[v] and MPI_Alltoall[v] over the NIC's messages,
+ * through the nicbar library. The component is thin: it maps communicators to nicbar groups,
+ * MPI datatypes to contiguous bytes, and nicbar's ends to MPI requests and errors; the barriers,
+ * their queueing, the collectives' algorithms and transfers, and the failure reports are the
+ * library's (nicbar/gm.h, the nicbar_coll_* calls).
  */
 #ifndef MCA_COLL_NICBAR_H
 #define MCA_COLL_NICBAR_H
@@ -39,6 +41,13 @@ typedef struct {
     int verbose;
     int unit;           /* -1: the first free port of any unit */
     int spin;           /* polls before a blocking barrier sleeps on the port */
+    /* The data collectives' algorithms: -1 the component below serves, 0 chosen by size, else
+     * the library's NICBAR_COLL_* number for the collective. */
+    int bcast_algorithm;
+    int scatter_algorithm;  /* and scatterv (always flat) */
+    int gather_algorithm;   /* and gatherv (always flat) */
+    int alltoall_algorithm; /* and alltoallv (linear or pairwise) */
+    int segment;            /* bytes per segment of the segmented broadcasts (0: the library's) */
     /* State */
     nicbar_coll_endpoint *endpoint;
     pthread_mutex_t lock; /* serialises calls on the endpoint (MPI_THREAD_MULTIPLE) */
@@ -47,9 +56,29 @@ typedef struct {
 
 OMPI_MODULE_DECLSPEC extern mca_coll_nicbar_component_t mca_coll_nicbar_component;
 
+/* The collectives of the component below this one, for those switched off. */
+typedef struct {
+    mca_coll_base_module_bcast_fn_t bcast;
+    mca_coll_base_module_t *bcast_module;
+    mca_coll_base_module_scatter_fn_t scatter;
+    mca_coll_base_module_t *scatter_module;
+    mca_coll_base_module_scatterv_fn_t scatterv;
+    mca_coll_base_module_t *scatterv_module;
+    mca_coll_base_module_gather_fn_t gather;
+    mca_coll_base_module_t *gather_module;
+    mca_coll_base_module_gatherv_fn_t gatherv;
+    mca_coll_base_module_t *gatherv_module;
+    mca_coll_base_module_alltoall_fn_t alltoall;
+    mca_coll_base_module_t *alltoall_module;
+    mca_coll_base_module_alltoallv_fn_t alltoallv;
+    mca_coll_base_module_t *alltoallv_module;
+} mca_coll_nicbar_previous_t;
+
 typedef struct {
     mca_coll_base_module_t super;
     nicbar_coll_group *group;
+    uint32_t sequence;  /* data collectives run on the communicator (the same on every rank) */
+    mca_coll_nicbar_previous_t previous;
 } mca_coll_nicbar_module_t;
 OBJ_CLASS_DECLARATION(mca_coll_nicbar_module_t);
 
@@ -67,6 +96,33 @@ int mca_coll_nicbar_barrier(struct ompi_communicator_t *comm, mca_coll_base_modu
 int mca_coll_nicbar_ibarrier(struct ompi_communicator_t *comm, ompi_request_t **request,
                              mca_coll_base_module_t *module);
 int mca_coll_nicbar_progress(void);
+int mca_coll_nicbar_failure_code(ompi_communicator_t *comm, const char *operation,
+                                 int failed_rank, const char *reason);
+int mca_coll_nicbar_enable(mca_coll_base_module_t *module, struct ompi_communicator_t *comm);
+
+int mca_coll_nicbar_bcast(void *buffer, int count, struct ompi_datatype_t *dtype, int root,
+                          struct ompi_communicator_t *comm, mca_coll_base_module_t *module);
+int mca_coll_nicbar_scatter(const void *sbuf, int scount, struct ompi_datatype_t *sdtype,
+                            void *rbuf, int rcount, struct ompi_datatype_t *rdtype, int root,
+                            struct ompi_communicator_t *comm, mca_coll_base_module_t *module);
+int mca_coll_nicbar_gather(const void *sbuf, int scount, struct ompi_datatype_t *sdtype,
+                           void *rbuf, int rcount, struct ompi_datatype_t *rdtype, int root,
+                           struct ompi_communicator_t *comm, mca_coll_base_module_t *module);
+int mca_coll_nicbar_scatterv(const void *sbuf, const int *scounts, const int *displs,
+                             struct ompi_datatype_t *sdtype, void *rbuf, int rcount,
+                             struct ompi_datatype_t *rdtype, int root,
+                             struct ompi_communicator_t *comm, mca_coll_base_module_t *module);
+int mca_coll_nicbar_gatherv(const void *sbuf, int scount, struct ompi_datatype_t *sdtype,
+                            void *rbuf, const int *rcounts, const int *displs,
+                            struct ompi_datatype_t *rdtype, int root,
+                            struct ompi_communicator_t *comm, mca_coll_base_module_t *module);
+int mca_coll_nicbar_alltoall(const void *sbuf, int scount, struct ompi_datatype_t *sdtype,
+                             void *rbuf, int rcount, struct ompi_datatype_t *rdtype,
+                             struct ompi_communicator_t *comm, mca_coll_base_module_t *module);
+int mca_coll_nicbar_alltoallv(const void *sbuf, const int *scounts, const int *sdispls,
+                              struct ompi_datatype_t *sdtype, void *rbuf, const int *rcounts,
+                              const int *rdispls, struct ompi_datatype_t *rdtype,
+                              struct ompi_communicator_t *comm, mca_coll_base_module_t *module);
 void mca_coll_nicbar_finalize_requests(void);
 
 END_C_DECLS

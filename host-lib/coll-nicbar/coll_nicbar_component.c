@@ -44,6 +44,11 @@ mca_coll_nicbar_component_t mca_coll_nicbar_component = {
     .verbose = 0,
     .unit = -1,
     .spin = 200,
+    .bcast_algorithm = 0,
+    .scatter_algorithm = 0,
+    .gather_algorithm = 0,
+    .alltoall_algorithm = 0,
+    .segment = 0,
     .endpoint = NULL,
     .lock = PTHREAD_MUTEX_INITIALIZER,
     .error_class = MPI_UNDEFINED,
@@ -92,8 +97,29 @@ static int nicbar_register(void)
                  "-2: spread the host's processes over the units by local rank)",
                  &C.unit);
     register_int("spin",
-                 "Polls of a blocking barrier before it sleeps on the port between polls",
+                 "Polls of a blocking barrier or data collective before it sleeps on the port "
+                 "between polls",
                  &C.spin);
+    register_int("bcast_algorithm",
+                 "MPI_Bcast over the NIC: -1 off (the component below serves), 0 chosen by size, "
+                 "1 linear, 2 binomial, 3 binary, 4 split-binary, 5 pipeline",
+                 &C.bcast_algorithm);
+    register_int("scatter_algorithm",
+                 "MPI_Scatter[v] over the NIC: -1 off, 0 chosen by size, 1 flat, 2 binomial "
+                 "(MPI_Scatterv is always flat)",
+                 &C.scatter_algorithm);
+    register_int("gather_algorithm",
+                 "MPI_Gather[v] over the NIC: -1 off, 0 chosen by size, 1 flat, 2 binomial "
+                 "(MPI_Gatherv is always flat)",
+                 &C.gather_algorithm);
+    register_int("alltoall_algorithm",
+                 "MPI_Alltoall[v] over the NIC: -1 off, 0 chosen by size, 1 linear, 2 pairwise, "
+                 "3 Bruck (MPI_Alltoallv: linear or pairwise)",
+                 &C.alltoall_algorithm);
+    register_int("segment",
+                 "Bytes per segment of the binary, split-binary and pipeline broadcasts (0: "
+                 "32768)",
+                 &C.segment);
     return OMPI_SUCCESS;
 }
 
@@ -107,10 +133,16 @@ static int nicbar_close(void)
     if (NULL != C.endpoint) {
         (void) opal_progress_unregister(mca_coll_nicbar_progress);
         mca_coll_nicbar_finalize_requests();
-        NICBAR_VERBOSE(1, "%llu barriers went through the NIC (node %u port %u)",
+        uint64_t resent = 0, dropped = 0;
+        nicbar_coll_transfer_counters(C.endpoint, &resent, &dropped);
+        NICBAR_VERBOSE(1, "%llu barriers went through the NIC (node %u port %u); %llu data "
+                          "collectives went over it (%llu segments sent again, %llu arrivals "
+                          "dropped)",
                        (unsigned long long) nicbar_coll_completed(C.endpoint),
                        (unsigned) nicbar_coll_node_id(C.endpoint),
-                       (unsigned) nicbar_coll_port_id(C.endpoint));
+                       (unsigned) nicbar_coll_port_id(C.endpoint),
+                       (unsigned long long) nicbar_coll_collectives(C.endpoint),
+                       (unsigned long long) resent, (unsigned long long) dropped);
         nicbar_coll_close(C.endpoint);
         C.endpoint = NULL;
     }
@@ -189,13 +221,6 @@ static mca_coll_nicbar_address_t lookup(ompi_communicator_t *comm, int peer)
     return result;
 }
 
-static int enable(mca_coll_base_module_t *module, struct ompi_communicator_t *comm)
-{
-    (void) module;
-    (void) comm;
-    return OMPI_SUCCESS;
-}
-
 mca_coll_base_module_t *mca_coll_nicbar_comm_query(struct ompi_communicator_t *comm,
                                                    int *priority)
 {
@@ -254,11 +279,19 @@ mca_coll_base_module_t *mca_coll_nicbar_comm_query(struct ompi_communicator_t *c
     nicbar_coll_group_set_id(C.endpoint, group, (uint32_t) OMPI_PROC_MY_NAME->jobid,
                              (uint32_t) comm->c_contextid);
     module->group = group;
-    module->super.coll_module_enable = enable;
+    module->super.coll_module_enable = mca_coll_nicbar_enable;
     module->super.coll_barrier = mca_coll_nicbar_barrier;
     module->super.coll_ibarrier = mca_coll_nicbar_ibarrier;
+    module->super.coll_bcast = mca_coll_nicbar_bcast;
+    module->super.coll_scatter = mca_coll_nicbar_scatter;
+    module->super.coll_scatterv = mca_coll_nicbar_scatterv;
+    module->super.coll_gather = mca_coll_nicbar_gather;
+    module->super.coll_gatherv = mca_coll_nicbar_gatherv;
+    module->super.coll_alltoall = mca_coll_nicbar_alltoall;
+    module->super.coll_alltoallv = mca_coll_nicbar_alltoallv;
     *priority = C.priority;
-    NICBAR_VERBOSE(2, "%s (context %u, %d ranks): barriers in the NIC", comm->c_name,
+    NICBAR_VERBOSE(2, "%s (context %u, %d ranks): barriers in the NIC, data collectives over it",
+                   comm->c_name,
                    (unsigned) comm->c_contextid, size);
     return &module->super;
 }

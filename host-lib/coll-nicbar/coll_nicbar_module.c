@@ -17,12 +17,45 @@
 static void module_construct(mca_coll_nicbar_module_t *module)
 {
     module->group = NULL;
+    module->sequence = 0;
+    memset(&module->previous, 0, sizeof module->previous);
 }
+
+#define PREVIOUS_MODULES(apply)                                                              \
+    apply(bcast) apply(scatter) apply(scatterv) apply(gather) apply(gatherv) apply(alltoall) \
+    apply(alltoallv)
 
 static void module_destruct(mca_coll_nicbar_module_t *module)
 {
+#define RELEASE(name)                                      \
+    if (NULL != module->previous.name##_module) {          \
+        OBJ_RELEASE(module->previous.name##_module);       \
+        module->previous.name##_module = NULL;             \
+    }
+    PREVIOUS_MODULES(RELEASE)
+#undef RELEASE
     nicbar_coll_group_free(module->group);
     module->group = NULL;
+}
+
+/*
+ * Called once every component's module is chosen, lowest priority first: the communicator's
+ * collectives are then those of the components below this one. Saves them (and holds their
+ * modules) for the collectives switched off here.
+ */
+int mca_coll_nicbar_enable(mca_coll_base_module_t *base, struct ompi_communicator_t *comm)
+{
+    mca_coll_nicbar_module_t *module = (mca_coll_nicbar_module_t *) base;
+#define SAVE(name)                                                                   \
+    if (NULL == comm->c_coll->coll_##name || NULL == comm->c_coll->coll_##name##_module) { \
+        return OMPI_ERROR;                                                               \
+    }                                                                                    \
+    module->previous.name = comm->c_coll->coll_##name;                                   \
+    module->previous.name##_module = comm->c_coll->coll_##name##_module;                 \
+    OBJ_RETAIN(module->previous.name##_module);
+    PREVIOUS_MODULES(SAVE)
+#undef SAVE
+    return OMPI_SUCCESS;
 }
 
 OBJ_CLASS_INSTANCE(mca_coll_nicbar_module_t, mca_coll_base_module_t, module_construct,
@@ -37,8 +70,8 @@ static size_t outstanding_count, outstanding_capacity;
  * The MPI error code for a failed barrier: a code of the component's error class whose string
  * is `message` (so MPI_Error_string names the missing rank).
  */
-static int failure_code(ompi_communicator_t *comm, const char *operation, int failed_rank,
-                        const char *reason)
+int mca_coll_nicbar_failure_code(ompi_communicator_t *comm, const char *operation,
+                                 int failed_rank, const char *reason)
 {
     char text[MPI_MAX_ERROR_STRING], name[MPI_MAX_OBJECT_NAME + 32];
     int code;
@@ -93,7 +126,7 @@ int mca_coll_nicbar_barrier(struct ompi_communicator_t *comm, mca_coll_base_modu
             return MPI_SUCCESS;
         }
         if (NICBAR_COLL_FAILED == state) {
-            return failure_code(comm, "MPI_Barrier", failed_rank, reason);
+            return mca_coll_nicbar_failure_code(comm, "MPI_Barrier", failed_rank, reason);
         }
         if (NICBAR_COLL_UNKNOWN == state) {
             return MPI_ERR_INTERN;
@@ -188,7 +221,7 @@ int mca_coll_nicbar_progress(void)
         }
         codes[count] = MPI_SUCCESS;
         if (NICBAR_COLL_FAILED == state) {
-            codes[count] = failure_code(barrier->super.req_mpi_object.comm, "MPI_Ibarrier",
+            codes[count] = mca_coll_nicbar_failure_code(barrier->super.req_mpi_object.comm, "MPI_Ibarrier",
                                         failed_rank, reason);
         } else if (NICBAR_COLL_UNKNOWN == state) {
             codes[count] = MPI_ERR_INTERN;

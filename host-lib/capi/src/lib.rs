@@ -43,6 +43,8 @@
 //! - `receive`: raw events into C events, settling the records they close;
 //! - `group`: barriers started from C, and nicbar_barrier's wait;
 //! - `names`: the fabric's host names, node ids and unique ids, asked of the daemon once;
+//! - `coll`: the collectives of an MPI library's `coll` component over one port (barriers in
+//!   the NIC; broadcast, scatter, gather and all-to-all over messages);
 //! - `ffi`: every `extern "C"` export, pointer checks, the handle registry and the panic
 //!   boundary — the one module with `unsafe` code.
 #![deny(unsafe_code)]
@@ -58,6 +60,7 @@ pub mod ffi;
 
 mod alarms;
 mod barrier;
+mod coll;
 mod events;
 mod group;
 mod names;

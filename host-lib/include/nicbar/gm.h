@@ -179,20 +179,77 @@
 #define NICBAR_COLL_PENDING 0
 
 /**
- * nicbar_coll_barrier_test(): the barrier completed.
+ * nicbar_coll_barrier_test() and the data collectives: the operation completed.
  */
 #define NICBAR_COLL_COMPLETED 1
 
 /**
- * nicbar_coll_barrier_test(): the barrier failed; `failed_rank` and `message` say why.
+ * nicbar_coll_barrier_test() and the data collectives: the operation failed; `failed_rank`
+ * and `message` say why.
  */
 #define NICBAR_COLL_FAILED -1
 
 /**
  * nicbar_coll_barrier_test(): no barrier has this ticket (never started, or its end already
- * taken), or a handle is NULL.
+ * taken), or a handle is NULL. The data collectives: a handle or a pointer is NULL, or the
+ * algorithm is unknown (nothing was sent).
  */
 #define NICBAR_COLL_UNKNOWN -2
+
+/**
+ * Bytes of `nicbar_coll_op`'s message.
+ */
+#define NICBAR_COLL_MESSAGE_LENGTH 256
+
+/**
+ * Broadcast: the root sends to every rank (nicbar_coll_op's `algorithm`).
+ */
+#define NICBAR_COLL_BCAST_LINEAR 1
+
+/**
+ * Broadcast: a binomial tree.
+ */
+#define NICBAR_COLL_BCAST_BINOMIAL 2
+
+/**
+ * Broadcast: a binary tree, segmented.
+ */
+#define NICBAR_COLL_BCAST_BINARY 3
+
+/**
+ * Broadcast: the split binary tree (each half down half the tree, then swapped in pairs).
+ */
+#define NICBAR_COLL_BCAST_SPLIT_BINARY 4
+
+/**
+ * Broadcast: a pipeline (a chain, segmented).
+ */
+#define NICBAR_COLL_BCAST_PIPELINE 5
+
+/**
+ * Scatter and gather: the root talks to every rank.
+ */
+#define NICBAR_COLL_TREE_FLAT 1
+
+/**
+ * Scatter and gather: a binomial tree (not for the v forms, which are flat).
+ */
+#define NICBAR_COLL_TREE_BINOMIAL 2
+
+/**
+ * All-to-all: every block at once.
+ */
+#define NICBAR_COLL_ALLTOALL_LINEAR 1
+
+/**
+ * All-to-all: step k exchanges with ranks +/- k.
+ */
+#define NICBAR_COLL_ALLTOALL_PAIRWISE 2
+
+/**
+ * All-to-all: Bruck's algorithm (not for alltoallv, which takes it as linear).
+ */
+#define NICBAR_COLL_ALLTOALL_BRUCK 3
 
 
 
@@ -292,8 +349,7 @@ typedef struct gm_mutex gm_mutex;
 typedef struct gm_port gm_port;
 
 /**
- * One process's port, with the barriers it has queued, the one running in the NIC, and the
- * ends not yet taken.
+ * One process's port, with its queue of barriers and its collectives' transfers.
  */
 typedef struct nicbar_coll_endpoint nicbar_coll_endpoint;
 
@@ -706,6 +762,54 @@ typedef struct gm_s64_n_t {
  * A process id (GM's `gm_pid_t`).
  */
 typedef gm_u32_t gm_pid_t;
+
+/**
+ * Work a data collective runs between polls while it waits (an MPI library's progress).
+ */
+typedef void (*nicbar_coll_idle_fn)(void *argument);
+
+/**
+ * One data collective's description and, after it, how it ended.
+ */
+typedef struct nicbar_coll_op {
+    /**
+     * The communicator's context id (the same on every rank).
+     */
+    uint32_t context;
+    /**
+     * The operation's sequence number on the communicator (the same on every rank; a new one
+     * for each operation).
+     */
+    uint32_t sequence;
+    /**
+     * The algorithm: 0 chosen by size; else the collective's NICBAR_COLL_* algorithm number.
+     */
+    int32_t algorithm;
+    /**
+     * Polls with nothing to do before the call sleeps on the port between polls (0: 64).
+     */
+    uint32_t spin;
+    /**
+     * Bytes per segment of the segmented broadcasts (0: 32 KiB).
+     */
+    uint64_t segment;
+    /**
+     * Run between polls while the call waits (NULL: none).
+     */
+    nicbar_coll_idle_fn idle;
+    /**
+     * `idle`'s argument.
+     */
+    void *idle_argument;
+    /**
+     * Out: the rank the failure is about, or -1.
+     */
+    int32_t failed_rank;
+    /**
+     * Out: why the operation failed, NUL-terminated.
+     */
+    char message[NICBAR_COLL_MESSAGE_LENGTH];
+} nicbar_coll_op;
 
 /**
  * A pointer into another node's memory (GM's `gm_remote_ptr_t`: 64 bits on every host). No
@@ -2342,7 +2446,7 @@ int32_t nicbar_coll_progress(struct nicbar_coll_endpoint *endpoint);
 /**
  * Sleeps until the NIC reports an event to the endpoint or `timeout_us` microseconds pass, then
  * progresses as nicbar_coll_progress() and returns what it returns. Returns at once if no
- * barrier is outstanding.
+ * barrier is outstanding and no collective's data waits to go out.
  *
  * # Safety
  * `endpoint` is NULL or a live endpoint.
@@ -2365,6 +2469,140 @@ int32_t nicbar_coll_barrier_test(struct nicbar_coll_endpoint *endpoint,
                                  int32_t *failed_rank,
                                  char *message,
                                  size_t message_length);
+
+/**
+ * How many data collectives (all but barriers) completed through this endpoint.
+ *
+ * # Safety
+ * `endpoint` is NULL or a live endpoint.
+ */
+uint64_t nicbar_coll_collectives(const struct nicbar_coll_endpoint *endpoint);
+
+/**
+ * Segments the transfers sent again after the NIC gave up on them (their receiver took nothing
+ * for the NIC's receiver-not-ready time), and arrivals dropped as malformed or duplicated.
+ *
+ * # Safety
+ * `endpoint` is NULL or a live endpoint; `resent` and `dropped` are NULL or writable.
+ */
+void nicbar_coll_transfer_counters(const struct nicbar_coll_endpoint *endpoint,
+                                   uint64_t *resent,
+                                   uint64_t *dropped);
+
+/**
+ * MPI_Bcast of `length` bytes at `buffer` from rank `root` (`op`'s algorithm: 0 by size, or a
+ * NICBAR_COLL_BCAST_*). Returns NICBAR_COLL_COMPLETED, NICBAR_COLL_FAILED (the op says why),
+ * or NICBAR_COLL_UNKNOWN for NULL handles or an unknown algorithm (nothing sent).
+ *
+ * # Safety
+ * `endpoint`, `group`, `op` are NULL or live; `buffer` is valid for `length` bytes.
+ */
+int32_t nicbar_coll_bcast(struct nicbar_coll_endpoint *endpoint,
+                          const struct nicbar_coll_group *group,
+                          struct nicbar_coll_op *op,
+                          void *buffer,
+                          size_t length,
+                          int32_t root);
+
+/**
+ * MPI_Scatter of `block` bytes per rank from `root`: `send` (read at the root only: every
+ * rank's block in rank order) to `receive` (`block` bytes; NULL at the root for MPI_IN_PLACE).
+ * `op`'s algorithm: 0 by size, or a NICBAR_COLL_TREE_*. Returns as nicbar_coll_bcast().
+ *
+ * # Safety
+ * As nicbar_coll_bcast(); `send` valid for `block` times the group's size bytes at the root,
+ * `receive` for `block` bytes or NULL.
+ */
+int32_t nicbar_coll_scatter(struct nicbar_coll_endpoint *endpoint,
+                            const struct nicbar_coll_group *group,
+                            struct nicbar_coll_op *op,
+                            const void *send,
+                            void *receive,
+                            size_t block,
+                            int32_t root);
+
+/**
+ * MPI_Gather of `block` bytes per rank to `root`: `send` (`block` bytes; NULL at the root for
+ * MPI_IN_PLACE, its block then already at its place in `receive`) into `receive` (written at
+ * the root only: every rank's block in rank order). Returns as nicbar_coll_bcast().
+ *
+ * # Safety
+ * As nicbar_coll_scatter(), the directions swapped.
+ */
+int32_t nicbar_coll_gather(struct nicbar_coll_endpoint *endpoint,
+                           const struct nicbar_coll_group *group,
+                           struct nicbar_coll_op *op,
+                           const void *send,
+                           void *receive,
+                           size_t block,
+                           int32_t root);
+
+/**
+ * MPI_Scatterv: the root's blocks (`send_blocks[i]`, `send_lengths[i]` bytes, for each rank i;
+ * read at the root only) to each rank's `receive` (`receive_length` bytes; NULL at the root for
+ * MPI_IN_PLACE). Flat. Returns as nicbar_coll_bcast().
+ *
+ * # Safety
+ * As nicbar_coll_bcast(); at the root the arrays hold the group's size of elements, each block
+ * valid for its length.
+ */
+int32_t nicbar_coll_scatterv(struct nicbar_coll_endpoint *endpoint,
+                             const struct nicbar_coll_group *group,
+                             struct nicbar_coll_op *op,
+                             const void *const *send_blocks,
+                             const size_t *send_lengths,
+                             void *receive,
+                             size_t receive_length,
+                             int32_t root);
+
+/**
+ * MPI_Gatherv: each rank's `send` (`send_length` bytes; NULL at the root for MPI_IN_PLACE)
+ * into the root's blocks (`receive_blocks[i]`, `receive_lengths[i]` bytes; written at the root
+ * only). Flat. Returns as nicbar_coll_bcast().
+ *
+ * # Safety
+ * As nicbar_coll_scatterv(), the directions swapped.
+ */
+int32_t nicbar_coll_gatherv(struct nicbar_coll_endpoint *endpoint,
+                            const struct nicbar_coll_group *group,
+                            struct nicbar_coll_op *op,
+                            const void *send,
+                            size_t send_length,
+                            void *const *receive_blocks,
+                            const size_t *receive_lengths,
+                            int32_t root);
+
+/**
+ * MPI_Alltoall of `block` bytes per pair: block j of `send` to rank j, into block i (this
+ * rank) of its `receive` (both the group's size of blocks; for MPI_IN_PLACE the caller copies
+ * `receive` to a `send` of its own first). `op`'s algorithm: 0 by size, or a
+ * NICBAR_COLL_ALLTOALL_*. Returns as nicbar_coll_bcast().
+ *
+ * # Safety
+ * As nicbar_coll_bcast(); `send` and `receive` valid for `block` times the group's size bytes.
+ */
+int32_t nicbar_coll_alltoall(struct nicbar_coll_endpoint *endpoint,
+                             const struct nicbar_coll_group *group,
+                             struct nicbar_coll_op *op,
+                             const void *send,
+                             void *receive,
+                             size_t block);
+
+/**
+ * MPI_Alltoallv: `send_blocks[j]` (`send_lengths[j]` bytes) to rank j, into its
+ * `receive_blocks[i]` (this rank; `receive_lengths[i]` bytes); the arrays hold the group's size
+ * of elements. Linear or pairwise (Bruck is taken as linear). Returns as nicbar_coll_bcast().
+ *
+ * # Safety
+ * As nicbar_coll_bcast(); every block valid for its length.
+ */
+int32_t nicbar_coll_alltoallv(struct nicbar_coll_endpoint *endpoint,
+                              const struct nicbar_coll_group *group,
+                              struct nicbar_coll_op *op,
+                              const void *const *send_blocks,
+                              const size_t *send_lengths,
+                              void *const *receive_blocks,
+                              const size_t *receive_lengths);
 
 /**
  * Registers `length` bytes at `ptr` — any memory the process owns: `malloc`ed, on the stack,

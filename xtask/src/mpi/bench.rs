@@ -1,8 +1,12 @@
 //! `cargo xtask bench mpi`: MPI_Barrier latency and MPI_Ibarrier overlap through coll/nicbar
-//! beside Open MPI's own collectives, on one host and across network namespaces.
+//! beside Open MPI's own collectives, on one host and across network namespaces; and the data
+//! collectives' latency (MPI_Bcast, MPI_Scatter[v], MPI_Gather[v], MPI_Alltoall[v]) over message
+//! sizes and process counts, the component beside Open MPI over shared memory and over TCP.
+//! Tables, CSVs and plots.
 
 // The benchmark runs the stage's own helpers: mpirun, daemons, the compiled programs.
 use super::*;
+use crate::plot::{Axis, Colour, Figure, Panel, Series, Stroke};
 
 // ---------------------------------------------------------------------------------------------
 // The benchmark.
@@ -23,7 +27,34 @@ pub(crate) struct BenchArgs {
     /// daemon and one process per namespace, the fabric formed by nicbar-fabric); needs root.
     #[arg(long, value_delimiter = ',')]
     namespaces: Vec<usize>,
+    /// Process counts of the data collectives' measurements.
+    #[arg(long, value_delimiter = ',', default_values_t = [2, 4, 8, 16])]
+    collective_sizes: Vec<usize>,
+    /// Message sizes of the data collectives, bytes per rank.
+    #[arg(long, value_delimiter = ',', default_values_t = [8, 64, 512, 4096, 32768, 262144, 1048576])]
+    bytes: Vec<usize>,
+    /// Time to spend on each (collective, size), in ms (at least 3 iterations each).
+    #[arg(long, default_value_t = 300)]
+    budget_ms: u64,
+    /// The quick mode for a small machine: 2, 4 and 8 processes, 8 B, 4 KiB, 64 KiB and 1 MiB,
+    /// 100 ms per point.
+    #[arg(long)]
+    quick: bool,
+    /// Measure only the barriers.
+    #[arg(long, conflicts_with = "no_barriers")]
+    no_collectives: bool,
+    /// Measure only the data collectives.
+    #[arg(long)]
+    no_barriers: bool,
+    /// Measure nothing: draw bench-mpi.svg and bench-mpi-coll.svg again from the CSVs in --out
+    /// (those that are there).
+    #[arg(long)]
+    replot: bool,
 }
+
+/// All-to-alls whose whole exchange (block x processes x processes) passes this many bytes are
+/// skipped: they would take minutes on two cores.
+const ALLTOALL_LIMIT: usize = 64 << 20;
 
 /// One measurement: what served the barrier, over which transport, how many processes.
 struct Measurement {
@@ -38,12 +69,34 @@ struct Measurement {
 
 /// Runs `cargo xtask bench mpi`.
 pub(crate) fn run_bench(args: BenchArgs) -> Result<()> {
+    if args.replot {
+        return replot_collectives(&workspace_root().join(&args.out));
+    }
     ensure_packages(true)?;
     let prefix = scratch().join("prefix");
     let component = build(&prefix, "capi")?;
     let components = component.parent().ok_or("no directory")?.to_owned();
     let programs = scratch().join("programs");
     compile_programs(&programs)?;
+    let out = workspace_root().join(&args.out);
+    std::fs::create_dir_all(&out)?;
+    if !args.no_barriers {
+        bench_barriers(&args, &prefix, &components, &programs, &out)?;
+    }
+    if !args.no_collectives {
+        bench_collectives(&args, &prefix, &components, &programs, &out)?;
+    }
+    Ok(())
+}
+
+/// MPI_Barrier and MPI_Ibarrier: bench-mpi.csv and bench-mpi.svg.
+fn bench_barriers(
+    args: &BenchArgs,
+    prefix: &Path,
+    components: &Path,
+    programs: &Path,
+    out: &Path,
+) -> Result<()> {
     let largest = args.sizes.iter().copied().max().unwrap_or(1);
     let daemon = Daemon::start(
         &prefix.join("bin/nicctl"),
@@ -58,7 +111,7 @@ pub(crate) fn run_bench(args: BenchArgs) -> Result<()> {
             ("Open MPI shm", -1, Transport::SharedMemory),
             ("Open MPI TCP lo", -1, Transport::Tcp),
         ] {
-            let mut command = mpirun(&components, &daemon.socket, processes, priority, transport)?;
+            let mut command = mpirun(components, &daemon.socket, processes, priority, transport)?;
             command
                 .args(["--mca", "mpi_yield_when_idle", "1"])
                 .arg(programs.join("barrier_bench"))
@@ -84,9 +137,9 @@ pub(crate) fn run_bench(args: BenchArgs) -> Result<()> {
     drop(daemon);
     for &hosts in &args.namespaces {
         results.extend(bench_namespaces(
-            &prefix,
-            &components,
-            &programs,
+            prefix,
+            components,
+            programs,
             hosts,
             args.iterations,
         )?);
@@ -109,12 +162,370 @@ pub(crate) fn run_bench(args: BenchArgs) -> Result<()> {
             m.hosts, m.processes, m.barrier, m.barrier_us, m.ibarrier_us, m.overlap_pct
         ));
     }
-    let out = workspace_root().join(&args.out);
-    std::fs::create_dir_all(&out)?;
     let path = out.join("bench-mpi.csv");
     std::fs::write(&path, csv)?;
     println!("\nwrote {}", path.display());
+    let svg = out.join("bench-mpi.svg");
+    barrier_figure(&results)?.write_svg(&svg)?;
+    println!("wrote {}", svg.display());
     Ok(())
+}
+
+/// The barriers' figure: latency against processes, and Ibarrier overlap, one line per barrier
+/// and hosts.
+fn barrier_figure(results: &[Measurement]) -> Result<Figure> {
+    let mut processes: Vec<f64> = results.iter().map(|m| m.processes as f64).collect();
+    processes.sort_by(f64::total_cmp);
+    processes.dedup();
+    let x = Axis::log("processes").with_ticks(&processes);
+    let mut latency = Panel::new("(a) MPI_Barrier", x.clone(), Axis::log("µs per barrier"));
+    let mut overlap = Panel::new(
+        "(b) MPI_Ibarrier overlap (OSU)",
+        x,
+        Axis::linear("overlap (%)").including(0.0).including(100.0),
+    );
+    let mut lines: Vec<(&str, bool)> = Vec::new();
+    for m in results {
+        let key = (m.barrier, m.hosts == "one host");
+        if !lines.contains(&key) {
+            lines.push(key);
+        }
+    }
+    // One colour per barrier, whatever the hosts (the stroke tells those apart).
+    let mut names: Vec<&str> = Vec::new();
+    for (barrier, one_host) in lines {
+        let colour = match names.iter().position(|n| *n == barrier) {
+            Some(i) => i,
+            None => {
+                names.push(barrier);
+                names.len() - 1
+            }
+        };
+        let stroke = if one_host {
+            Stroke::Solid
+        } else {
+            Stroke::Dashed
+        };
+        let mut a = Series::new(barrier, Colour::Palette(colour), stroke);
+        let mut b = Series::new(barrier, Colour::Palette(colour), stroke);
+        for m in results
+            .iter()
+            .filter(|m| m.barrier == barrier && (m.hosts == "one host") == one_host)
+        {
+            a.point(m.processes as f64, m.barrier_us.max(0.01));
+            b.point(m.processes as f64, m.overlap_pct);
+        }
+        latency.series.push(a);
+        overlap.series.push(b);
+    }
+    latency
+        .note(Stroke::Solid, "one host")
+        .note(Stroke::Dashed, "across namespaces");
+    Ok(Figure {
+        title: "MPI_Barrier and MPI_Ibarrier: coll/nicbar and Open MPI's own".into(),
+        panels: vec![latency, overlap],
+    })
+}
+
+/// One data collective's measurement.
+struct CollectiveMeasurement {
+    served_by: &'static str,
+    processes: usize,
+    collective: String,
+    bytes: usize,
+    us: f64,
+}
+
+/// The data collectives over sizes and process counts, the component beside Open MPI over
+/// shared memory and TCP: bench-mpi-coll.csv, a table, and bench-mpi-coll.svg.
+fn bench_collectives(
+    args: &BenchArgs,
+    prefix: &Path,
+    components: &Path,
+    programs: &Path,
+    out: &Path,
+) -> Result<()> {
+    let (process_counts, bytes, budget) = if args.quick {
+        (vec![2, 4, 8], vec![8, 4096, 65536, 1 << 20], 100)
+    } else {
+        (
+            args.collective_sizes.clone(),
+            args.bytes.clone(),
+            args.budget_ms,
+        )
+    };
+    let largest = process_counts.iter().copied().max().unwrap_or(1);
+    let daemon = Daemon::start(
+        &prefix.join("bin/nicctl"),
+        &scratch().join("run").join("bench-coll"),
+        largest,
+        &[],
+    )?;
+    // The same NICs with packets not authenticated: what the code costs per 4 KiB packet.
+    let unauthenticated = Daemon::start(
+        &prefix.join("bin/nicctl"),
+        &scratch().join("run").join("bench-coll-noauth"),
+        largest,
+        &["--insecure-no-auth".to_owned()],
+    )?;
+    let sizes: Vec<String> = bytes.iter().map(usize::to_string).collect();
+    let mut results = Vec::new();
+    for &processes in &process_counts {
+        for (served_by, priority, transport, socket) in [
+            ("nicbar", 100, Transport::SharedMemory, &daemon.socket),
+            (
+                "nicbar (no auth)",
+                100,
+                Transport::SharedMemory,
+                &unauthenticated.socket,
+            ),
+            ("Open MPI shm", -1, Transport::SharedMemory, &daemon.socket),
+            ("Open MPI TCP lo", -1, Transport::Tcp, &daemon.socket),
+        ] {
+            println!("\n-- data collectives, {served_by}, {processes} processes");
+            let mut command = mpirun(components, socket, processes, priority, transport)?;
+            command
+                .args(["--mca", "mpi_yield_when_idle", "1"])
+                .arg(programs.join("coll_bench"))
+                .arg(sizes.join(","))
+                .arg(budget.to_string())
+                .arg(ALLTOALL_LIMIT.to_string());
+            let (text, ok) = run_captured(&mut command, Duration::from_secs(1800))?;
+            let lines = parse_collective_results(&text);
+            if !ok || lines.is_empty() {
+                return Err(format!("{served_by} at {processes} processes gave no result").into());
+            }
+            for (collective, bytes, us) in lines {
+                results.push(CollectiveMeasurement {
+                    served_by,
+                    processes,
+                    collective,
+                    bytes,
+                    us,
+                });
+            }
+        }
+    }
+    drop(daemon);
+    drop(unauthenticated);
+    println!(
+        "\nData collectives, mean µs (the slowest rank), back-to-back with the root rotating; one \
+         emulated NIC per process; ratio = Open MPI / nicbar (above 1: the component wins):\n"
+    );
+    println!(
+        "| collective | processes | bytes | nicbar µs | nicbar (no auth) µs | Open MPI shm µs | Open MPI TCP µs | shm / nicbar | TCP / nicbar |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    let mut csv = String::from("processes,served_by,collective,bytes,us\n");
+    for m in &results {
+        csv.push_str(&format!(
+            "{},{},{},{},{:.2}\n",
+            m.processes, m.served_by, m.collective, m.bytes, m.us
+        ));
+    }
+    let find = |served_by: &str, processes: usize, collective: &str, bytes: usize| {
+        results
+            .iter()
+            .find(|m| {
+                m.served_by == served_by
+                    && m.processes == processes
+                    && m.collective == collective
+                    && m.bytes == bytes
+            })
+            .map(|m| m.us)
+    };
+    for m in results.iter().filter(|m| m.served_by == "nicbar") {
+        let bare = find("nicbar (no auth)", m.processes, &m.collective, m.bytes);
+        let shm = find("Open MPI shm", m.processes, &m.collective, m.bytes);
+        let tcp = find("Open MPI TCP lo", m.processes, &m.collective, m.bytes);
+        let cell = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1}"));
+        let ratio = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{:.2}", v / m.us));
+        println!(
+            "| {} | {} | {} | {:.1} | {} | {} | {} | {} | {} |",
+            m.collective,
+            m.processes,
+            m.bytes,
+            m.us,
+            cell(bare),
+            cell(shm),
+            cell(tcp),
+            ratio(shm),
+            ratio(tcp)
+        );
+    }
+    let path = out.join("bench-mpi-coll.csv");
+    std::fs::write(&path, csv)?;
+    println!("\nwrote {}", path.display());
+    let svg = out.join("bench-mpi-coll.svg");
+    collectives_figure(&results, largest)?.write_svg(&svg)?;
+    println!("wrote {}", svg.display());
+    Ok(())
+}
+
+/// Draws bench-mpi.svg and bench-mpi-coll.svg from the CSVs in `out`, those that are there.
+fn replot_collectives(out: &Path) -> Result<()> {
+    let barriers = out.join("bench-mpi.csv");
+    if barriers.exists() {
+        let text = std::fs::read_to_string(&barriers)?;
+        let mut results = Vec::new();
+        for line in text.lines().skip(1).filter(|l| !l.trim().is_empty()) {
+            let fields: Vec<&str> = line.split(',').collect();
+            let [
+                hosts,
+                processes,
+                barrier,
+                barrier_us,
+                ibarrier_us,
+                overlap_pct,
+            ] = fields[..]
+            else {
+                return Err(
+                    format!("{}: a row of {} fields", barriers.display(), fields.len()).into(),
+                );
+            };
+            let barrier = [
+                "nicbar (NIC)",
+                "Open MPI shm",
+                "Open MPI TCP lo",
+                "Open MPI TCP",
+            ]
+            .into_iter()
+            .find(|name| *name == barrier)
+            .ok_or_else(|| format!("{}: unknown barrier {barrier}", barriers.display()))?;
+            results.push(Measurement {
+                barrier,
+                hosts: hosts.to_owned(),
+                processes: processes.parse()?,
+                barrier_us: barrier_us.parse()?,
+                ibarrier_us: ibarrier_us.parse()?,
+                overlap_pct: overlap_pct.parse()?,
+            });
+        }
+        let svg = out.join("bench-mpi.svg");
+        barrier_figure(&results)?.write_svg(&svg)?;
+        println!("wrote {}", svg.display());
+    }
+    let path = out.join("bench-mpi-coll.csv");
+    if !path.exists() {
+        return Ok(());
+    }
+    let text = std::fs::read_to_string(&path)
+        .map_err(|error| format!("reading {}: {error}", path.display()))?;
+    let mut results = Vec::new();
+    for line in text.lines().skip(1).filter(|l| !l.trim().is_empty()) {
+        let fields: Vec<&str> = line.split(',').collect();
+        let [processes, served_by, collective, bytes, us] = fields[..] else {
+            return Err(format!(
+                "{}: a row of {} fields: {line}",
+                path.display(),
+                fields.len()
+            )
+            .into());
+        };
+        let served_by = [
+            "nicbar",
+            "nicbar (no auth)",
+            "Open MPI shm",
+            "Open MPI TCP lo",
+        ]
+        .into_iter()
+        .find(|name| *name == served_by)
+        .ok_or_else(|| format!("{}: unknown series {served_by}", path.display()))?;
+        results.push(CollectiveMeasurement {
+            served_by,
+            processes: processes.parse()?,
+            collective: collective.to_owned(),
+            bytes: bytes.parse()?,
+            us: us.parse()?,
+        });
+    }
+    let largest = results.iter().map(|m| m.processes).max().ok_or("no rows")?;
+    let svg = out.join("bench-mpi-coll.svg");
+    collectives_figure(&results, largest)?.write_svg(&svg)?;
+    println!("wrote {}", svg.display());
+    Ok(())
+}
+
+/// CollGM's figures in shape: latency against message size, a panel per collective, at the
+/// largest process count; the component solid (with packets authenticated, and not), Open MPI
+/// over shared memory dashed, over TCP dotted.
+fn collectives_figure(results: &[CollectiveMeasurement], processes: usize) -> Result<Figure> {
+    let mut panels = Vec::new();
+    for (letter, collective) in ["bcast", "scatter", "gather", "alltoall"]
+        .iter()
+        .enumerate()
+    {
+        let mut sizes: Vec<f64> = results
+            .iter()
+            .filter(|m| m.collective == *collective)
+            .map(|m| m.bytes.max(1) as f64)
+            .collect();
+        sizes.sort_by(f64::total_cmp);
+        sizes.dedup();
+        let mut panel = Panel::new(
+            &format!(
+                "({}) MPI_{}{} at {processes} processes",
+                (b'a' + letter as u8) as char,
+                collective[..1].to_uppercase(),
+                &collective[1..]
+            ),
+            // Every other size when there are many, so that the labels do not run together.
+            Axis::log("bytes per rank").with_ticks(&if sizes.len() > 5 {
+                sizes.iter().copied().step_by(2).collect::<Vec<_>>()
+            } else {
+                sizes.clone()
+            }),
+            Axis::log("µs per collective"),
+        );
+        for (i, (served_by, stroke)) in [
+            ("nicbar", Stroke::Solid),
+            ("nicbar (no auth)", Stroke::Solid),
+            ("Open MPI shm", Stroke::Dashed),
+            ("Open MPI TCP lo", Stroke::Dotted),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let mut series = Series::new(served_by, Colour::Palette(i), stroke);
+            for m in results.iter().filter(|m| {
+                m.served_by == served_by && m.processes == processes && m.collective == *collective
+            }) {
+                series.point(m.bytes.max(1) as f64, m.us.max(0.01));
+            }
+            if !series.points.is_empty() {
+                panel.series.push(series);
+            }
+        }
+        if !panel.series.is_empty() {
+            panels.push(panel);
+        }
+    }
+    if panels.is_empty() {
+        return Err("no data collective was measured".into());
+    }
+    Ok(Figure {
+        title: "Data collectives: coll/nicbar over the emulated NIC and Open MPI's own".into(),
+        panels,
+    })
+}
+
+/// The collective benchmark's `result` lines: (collective, bytes, µs).
+pub(super) fn parse_collective_results(text: &str) -> Vec<(String, usize, f64)> {
+    text.lines()
+        .filter(|line| line.trim_start().starts_with("result collective="))
+        .filter_map(|line| {
+            let field = |name: &str| {
+                line.split_whitespace()
+                    .find_map(|f| f.strip_prefix(name))
+                    .map(str::to_owned)
+            };
+            Some((
+                field("collective=")?,
+                field("bytes=")?.parse().ok()?,
+                field("us=")?.parse().ok()?,
+            ))
+        })
+        .collect()
 }
 
 /// The bridge and the namespaces' names and addresses.

@@ -16,7 +16,8 @@
 //!   Fortran program, a program one of whose ranks is killed (the others' errors must name it),
 //!   and mpi4py's own test suite (from the `mpi4py==3.1.4` source distribution, with Debian's
 //!   python3-mpi4py under /usr/bin/python3) at 2 and 4 processes, printing how many barriers
-//!   went through the NIC.
+//!   went through the NIC and how many data collectives went over it; and `coll_check`, every
+//!   data collective against MPI's definition and Open MPI's own results.
 //! - `bench mpi` (run through `cargo xtask bench mpi`): MPI_Barrier latency and MPI_Ibarrier
 //!   overlap (OSU's definition) with the component beside Open MPI's own collectives over
 //!   shared memory and over TCP, at 2, 4, 8 and 16 processes; a table and a CSV.
@@ -50,6 +51,10 @@ const MPI4PY: &str = "3.1.4";
 const SYSTEM_PYTHON: &str = "/usr/bin/python3";
 /// What the component prints at MPI_Finalize under `coll_nicbar_verbose 1`.
 const COUNT_LINE: &str = "barriers went through the NIC";
+/// The same line's count of data collectives (bcast, scatter, gather, alltoall and v forms).
+const DATA_COUNT_LINE: &str = "data collectives went over it";
+/// The largest message `coll_check` moves in CI (bytes).
+const CHECK_BYTES: &str = "1048576";
 
 /// Options of `cargo xtask mpi`.
 #[derive(ClapArgs)]
@@ -221,6 +226,7 @@ fn build(prefix: &Path, profile: &str) -> Result<PathBuf> {
         .arg(&component)
         .arg(sources.join("coll_nicbar_component.c"))
         .arg(sources.join("coll_nicbar_module.c"))
+        .arg(sources.join("coll_nicbar_data.c"))
         .arg(format!("-L{}", lib.display()))
         .arg(format!("-Wl,-rpath,{}", lib.display()))
         .arg("-lnicbar");
@@ -487,8 +493,11 @@ fn compile_programs(dir: &Path) -> Result<()> {
     for (compiler, source, name) in [
         ("mpicc", "tests/barrier_concurrent.c", "barrier_concurrent"),
         ("mpicc", "tests/barrier_kill.c", "barrier_kill"),
+        ("mpicc", "tests/coll_check.c", "coll_check"),
+        ("mpicc", "tests/coll_kill.c", "coll_kill"),
         ("mpifort", "tests/barrier.f90", "barrier_fortran"),
         ("mpicc", "bench/barrier_bench.c", "barrier_bench"),
+        ("mpicc", "bench/coll_bench.c", "coll_bench"),
     ] {
         run(Command::new(compiler)
             .args(["-O2", "-Wall", "-o"])
@@ -593,6 +602,8 @@ pub(crate) fn run_tests(args: &TestArgs) -> Result<()> {
 
     let daemon = Daemon::start(&nicctl, &run_dir.join("plain"), 4, &[])?;
 
+    check_data_collectives(&components, &nicctl, &daemon, &programs, &run_dir)?;
+
     println!("\n-- Fortran");
     let mut command = mpirun(&components, &daemon.socket, 4, 100, Transport::SharedMemory)?;
     command.arg(programs.join("barrier_fortran"));
@@ -610,7 +621,16 @@ pub(crate) fn run_tests(args: &TestArgs) -> Result<()> {
         .arg(programs.join("barrier_kill"))
         .arg(victim.to_string());
     let (text, _) = run_captured(&mut command, Duration::from_secs(60))?;
-    check_kill_report(&text, 4, victim)?;
+    check_kill_report(&text, 4, victim, "MPI_Barrier")?;
+
+    println!("\n-- a killed rank in a data collective");
+    let mut command = mpirun(&components, &daemon.socket, 4, 100, Transport::SharedMemory)?;
+    command
+        .args(["--enable-recovery", "--mca", "coll_nicbar_timeout", "3000"])
+        .arg(programs.join("coll_kill"))
+        .arg(victim.to_string());
+    let (text, _) = run_captured(&mut command, Duration::from_secs(60))?;
+    check_kill_report(&text, 4, victim, "MPI_Alltoall")?;
 
     if args.no_mpi4py {
         println!("\n(mpi4py's test suite skipped: --no-mpi4py)");
@@ -635,10 +655,168 @@ pub(crate) fn run_tests(args: &TestArgs) -> Result<()> {
                 return Err(format!("mpi4py's test suite failed at {processes} processes").into());
             }
             expect_through_nic(&text, 1)?;
+            expect_data_over_nic(&text, 1)?;
         }
     }
     println!("\nMPI checks passed");
     Ok(())
+}
+
+/// The data collectives (`coll_check`): every result checked against MPI's definition by the
+/// program itself, and its digests compared with a run through Open MPI's own collectives; at 5
+/// processes (an odd world, splits of 3 and 2) with the sizes chosen by the component and with
+/// each algorithm forced, and at 4 processes on 4 NICs through the fault injector.
+fn check_data_collectives(
+    components: &Path,
+    nicctl: &Path,
+    daemon: &Daemon,
+    programs: &Path,
+    run_dir: &Path,
+) -> Result<()> {
+    let check = programs.join("coll_check");
+    let run =
+        |socket: &Path, processes: usize, priority: i32, forced: &[(&str, String)], bytes: &str| {
+            let mut command = mpirun(
+                components,
+                socket,
+                processes,
+                priority,
+                Transport::SharedMemory,
+            )?;
+            for (name, value) in forced {
+                command.args(["--mca", name, value]);
+            }
+            command.arg(&check).arg(bytes);
+            let started = Instant::now();
+            let (text, ok) = run_captured(&mut command, Duration::from_secs(600))?;
+            println!("({:.1} s)", started.elapsed().as_secs_f64());
+            if !ok || !text.contains("coll_check: ok") {
+                return Err(format!("coll_check failed (priority {priority}, {forced:?})").into());
+            }
+            Ok::<_, Box<dyn std::error::Error>>(text)
+        };
+    println!("\n-- the data collectives through Open MPI's own (the reference)");
+    let reference = digests(&run(&daemon.socket, 5, -1, &[], CHECK_BYTES)?);
+    let small_reference = digests(&run(&daemon.socket, 5, -1, &[], "131072")?);
+    if reference.len() != 5 || small_reference.len() != 5 {
+        return Err(format!("coll_check printed {} digests, not 5", reference.len()).into());
+    }
+    // Chosen by size up to CHECK_BYTES; then each row forces one algorithm per collective
+    // (together they cover every algorithm) up to 128 KiB; the last switches every data
+    // collective off, so that the component below (saved at enable) serves them.
+    let forced: Vec<(Vec<(&str, String)>, &str)> = std::iter::once((Vec::new(), CHECK_BYTES))
+        .chain((1..=5).map(|k: i32| {
+            (
+                vec![
+                    ("coll_nicbar_bcast_algorithm", k.to_string()),
+                    (
+                        "coll_nicbar_scatter_algorithm",
+                        ((k - 1) % 2 + 1).to_string(),
+                    ),
+                    ("coll_nicbar_gather_algorithm", (k % 2 + 1).to_string()),
+                    (
+                        "coll_nicbar_alltoall_algorithm",
+                        ((k - 1) % 3 + 1).to_string(),
+                    ),
+                    ("coll_nicbar_segment", (8192 * k).to_string()),
+                ],
+                "131072",
+            )
+        }))
+        .chain(std::iter::once((
+            [
+                "coll_nicbar_bcast_algorithm",
+                "coll_nicbar_scatter_algorithm",
+                "coll_nicbar_gather_algorithm",
+                "coll_nicbar_alltoall_algorithm",
+            ]
+            .into_iter()
+            .map(|name| (name, "-1".to_owned()))
+            .collect(),
+            "131072",
+        )))
+        .collect();
+    for (parameters, bytes) in &forced {
+        println!("\n-- the data collectives through the component {parameters:?}, to {bytes} B");
+        let text = run(&daemon.socket, 5, 100, parameters, bytes)?;
+        let through = digests(&text);
+        let expected = if *bytes == CHECK_BYTES {
+            reference.clone()
+        } else {
+            small_reference.clone()
+        };
+        if through != expected {
+            return Err(format!(
+                "coll_check's results through the component differ from Open MPI's own \
+                 ({parameters:?}): {through:?} against {expected:?}"
+            )
+            .into());
+        }
+        let off = parameters.iter().any(|(_, value)| value == "-1");
+        let count = expect_data_over_nic(&text, if off { 0 } else { 5 * 100 })?;
+        if off && count > 0 {
+            return Err(
+                format!("{count} data collectives went over the NIC though switched off").into(),
+            );
+        }
+    }
+    let seed = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64 & 0xffff_ffff);
+    println!("\n-- the data collectives through the fault injector, seed {seed}");
+    let faults: Vec<String> = [
+        "--loss",
+        "0.02",
+        "--duplicate",
+        "0.02",
+        "--reorder",
+        "0.02",
+        "--seed",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .chain([seed.to_string()])
+    .collect();
+    let faulty = Daemon::start(nicctl, &run_dir.join("faulty-data"), 4, &faults)?;
+    let text = run(&faulty.socket, 4, 100, &[], "65536")
+        .map_err(|error| format!("{error} (fault seed {seed})"))?;
+    expect_data_over_nic(&text, 4 * 100)?;
+    Ok(())
+}
+
+/// The digests `coll_check` printed, by rank.
+fn digests(text: &str) -> std::collections::BTreeMap<u32, String> {
+    text.lines()
+        .filter_map(|line| {
+            let rest = line.split("coll_check: rank ").nth(1)?;
+            let mut words = rest.split_whitespace();
+            let rank = words.next()?.parse().ok()?;
+            (words.next()? == "digest").then_some(())?;
+            Some((rank, words.next()?.to_owned()))
+        })
+        .collect()
+}
+
+/// Fails unless at least `least` data collectives went over the NIC; prints and returns how many
+/// did.
+fn expect_data_over_nic(text: &str, least: u64) -> Result<u64> {
+    let count: u64 = text
+        .lines()
+        .filter_map(|line| {
+            let before = line.split(DATA_COUNT_LINE).next()?;
+            if !line.contains(DATA_COUNT_LINE) {
+                return None;
+            }
+            before.split_whitespace().last()?.parse::<u64>().ok()
+        })
+        .sum();
+    println!("data collectives over the NIC (all processes): {count}");
+    if count < least {
+        return Err(
+            format!("only {count} data collectives went over the NIC, expected {least}").into(),
+        );
+    }
+    Ok(count)
 }
 
 /// Fails unless at least `least` barriers went through the NIC; prints how many did.
@@ -651,38 +829,64 @@ fn expect_through_nic(text: &str, least: u64) -> Result<()> {
     Ok(())
 }
 
-/// Every survivor's barrier failed instead of hanging, each failure names a rank, and the
-/// processes whose schedule waits on the killed rank name it.
-fn check_kill_report(text: &str, processes: usize, victim: usize) -> Result<()> {
+/// Every survivor's `operation` failed instead of hanging, each failure names a rank, and at
+/// least one names the killed rank.
+fn check_kill_report(text: &str, processes: usize, victim: usize, operation: &str) -> Result<()> {
     let failures: Vec<&str> = text
         .lines()
-        .filter(|line| line.contains("MPI_Barrier failed:"))
+        .filter(|line| line.contains(&format!("{operation} failed:")))
         .collect();
     let naming = failures
         .iter()
         .filter(|line| line.contains(&format!("rank {victim} is missing")))
         .count();
     println!(
-        "{} of {} survivors reported a failed barrier; {naming} named rank {victim}",
+        "{} of {} survivors reported a failed {operation}; {naming} named rank {victim}",
         failures.len(),
         processes - 1
     );
     if failures.len() != processes - 1 {
-        return Err("a survivor's barrier did not fail".into());
+        return Err(format!("a survivor's {operation} did not fail").into());
     }
     if failures.iter().any(|line| !line.contains(" is missing")) {
         return Err("a failure does not name a missing rank".into());
     }
-    if naming == 0 {
-        return Err(format!("no survivor named the killed rank {victim}").into());
+    // The NIC passes a failed barrier on to every member still waiting, naming the member that
+    // is missing: every survivor names the killed rank.
+    if naming != processes - 1 {
+        return Err(format!(
+            "{naming} of {} survivors named the killed rank {victim}",
+            processes - 1
+        )
+        .into());
     }
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
-    use super::bench::parse_result;
+    use super::bench::{parse_collective_results, parse_result};
     use super::*;
+
+    #[test]
+    fn the_collective_result_lines_are_read() {
+        let text = "noise\n  result collective=bcast bytes=4096 us=12.50 iterations=40\n\
+                    result collective=alltoall bytes=8 us=x iterations=3\n";
+        assert_eq!(
+            parse_collective_results(text),
+            vec![("bcast".to_owned(), 4096, 12.5)]
+        );
+    }
+
+    #[test]
+    fn digests_are_read_by_rank() {
+        let text = "  coll_check: rank 1 digest 00ff checks 3 failures 0\n\
+                    coll_check: rank 0 digest 0a0b checks 3 failures 0\ncoll_check: ok\n";
+        let read = digests(text);
+        assert_eq!(read.len(), 2);
+        assert_eq!(read[&0], "0a0b");
+        assert_eq!(read[&1], "00ff");
+    }
 
     #[test]
     fn the_count_lines_are_summed() {
@@ -704,11 +908,14 @@ mod tests {
     #[test]
     fn a_kill_report_must_fail_every_survivor_and_name_the_victim() {
         let good = "rank 0: MPI_Barrier failed: MPI_Barrier on MPI_COMM_WORLD: rank 2 is missing (x)\n\
-                    rank 1: MPI_Barrier failed: MPI_Barrier on MPI_COMM_WORLD: rank 3 is missing (x)\n\
+                    rank 1: MPI_Barrier failed: MPI_Barrier on MPI_COMM_WORLD: rank 2 is missing (x)\n\
                     rank 3: MPI_Barrier failed: MPI_Barrier on MPI_COMM_WORLD: rank 2 is missing (x)\n";
-        assert!(check_kill_report(good, 4, 2).is_ok());
+        assert!(check_kill_report(good, 4, 2, "MPI_Barrier").is_ok());
+        let one_names_a_survivor = good.replacen("rank 2 is missing", "rank 3 is missing", 1);
+        assert!(check_kill_report(&one_names_a_survivor, 4, 2, "MPI_Barrier").is_err());
         let short: String = good.lines().take(2).collect::<Vec<_>>().join("\n");
-        assert!(check_kill_report(&short, 4, 2).is_err());
-        assert!(check_kill_report(good, 4, 1).is_err());
+        assert!(check_kill_report(&short, 4, 2, "MPI_Barrier").is_err());
+        assert!(check_kill_report(good, 4, 1, "MPI_Barrier").is_err());
+        assert!(check_kill_report(good, 4, 2, "MPI_Alltoall").is_err());
     }
 }

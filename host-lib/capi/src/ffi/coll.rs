@@ -1,8 +1,9 @@
-//! Barriers for collective layers (an MPI library's `coll` component): one port per process, a
-//! group per communicator, and any number of barriers outstanding on the port at once.
+//! Collectives for collective layers (an MPI library's `coll` component): one port per process,
+//! a group per communicator, barriers in the NIC, and broadcast, scatter, gather and all-to-all
+//! over messages.
 //!
-//! The NIC runs one barrier at a time per port. A communication library needs more: a process
-//! may start non-blocking barriers on several communicators before it waits for any. An
+//! Barriers. The NIC runs one barrier at a time per port. A communication library needs more: a
+//! process may start non-blocking barriers on several communicators before it waits for any. An
 //! endpoint (`nicbar_coll_endpoint`) queues them: nicbar_coll_barrier_start() returns a ticket at
 //! once; nicbar_coll_progress() (called from the library's progress loop) posts the next queued
 //! barrier to the NIC as soon as the one running ends; nicbar_coll_barrier_test() says whether a
@@ -14,22 +15,28 @@
 //! A failed barrier names the member the NIC waited for by its rank in the group, which is the
 //! rank in the communicator when the group lists the communicator's ranks in order.
 //!
-//! They live at the FFI edge whole: the endpoint is a Rust `Port` behind an opaque handle, and
-//! what they add to it (a queue of tickets) is small. These calls are built over the library's Rust API (`Port`, `Group`, `barrier_start`,
-//! `barrier_test`, `barrier_wait`); they share nothing with the GM calls but the header. Every
-//! export runs under a panic boundary; handles may be NULL.
+//! Data collectives (CollGM's, seed 002): nicbar_coll_bcast(), nicbar_coll_scatter[v](),
+//! nicbar_coll_gather[v](), nicbar_coll_alltoall[v]() move contiguous bytes (the caller packs
+//! other datatypes) between the group's ranks over nicbar messages, segmented into packets,
+//! each call blocking until this rank's part is done. A `nicbar_coll_op` names the operation —
+//! the communicator's context and the operation's sequence number on it, the same on every rank
+//! — chooses its algorithm, gives the work to run while the call waits (an MPI library's
+//! progress), and receives the failure's rank and reason. Every rank of the group must make the
+//! same calls in the same order with matching lengths, as MPI requires.
+//!
+//! The endpoint and the collectives live in the safe module `coll`; here are only the C edge's
+//! pointer checks. Every export runs under a panic boundary; handles may be NULL.
 
-use core::ffi::c_char;
-use std::collections::{HashMap, VecDeque};
+use core::ffi::{c_char, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
 use shared_abi::ids::PORTS_PER_NIC;
 
-use nicbar_rs::{
-    Algorithm, BarrierError, BarrierOptions, Error, Group, Member, NodeId, PendingBarrier, Port,
-    PortId,
-};
+use nicbar_rs::{Algorithm, BarrierOptions, Error, Group, Member, NodeId, Port, PortId};
+
+use crate::coll::algorithms::{self, Alltoall, Bcast, Tree};
+use crate::coll::{CollEndpoint, CollError, Op};
 
 /// nicbar_coll_group_new()'s `algorithm`: the library's default for the group's size
 /// (pairwise exchange for a power of two, else one-way dissemination).
@@ -45,32 +52,78 @@ pub const NICBAR_COLL_ALGORITHM_DISSEMINATION: i32 = 3;
 
 /// nicbar_coll_barrier_test(): the barrier has not ended yet.
 pub const NICBAR_COLL_PENDING: i32 = 0;
-/// nicbar_coll_barrier_test(): the barrier completed.
+/// nicbar_coll_barrier_test() and the data collectives: the operation completed.
 pub const NICBAR_COLL_COMPLETED: i32 = 1;
-/// nicbar_coll_barrier_test(): the barrier failed; `failed_rank` and `message` say why.
+/// nicbar_coll_barrier_test() and the data collectives: the operation failed; `failed_rank`
+/// and `message` say why.
 pub const NICBAR_COLL_FAILED: i32 = -1;
 /// nicbar_coll_barrier_test(): no barrier has this ticket (never started, or its end already
-/// taken), or a handle is NULL.
+/// taken), or a handle is NULL. The data collectives: a handle or a pointer is NULL, or the
+/// algorithm is unknown (nothing was sent).
 pub const NICBAR_COLL_UNKNOWN: i32 = -2;
 
-/// How a barrier ended: `Ok`, or the failed member's rank (-1 if none) and a message.
-type Outcome = Result<(), (i32, String)>;
+/// Bytes of `nicbar_coll_op`'s message.
+pub const NICBAR_COLL_MESSAGE_LENGTH: usize = 256;
 
-/// One process's port, with the barriers it has queued, the one running in the NIC, and the
-/// ends not yet taken.
+/// One process's port, with its queue of barriers and its collectives' transfers.
 pub struct nicbar_coll_endpoint {
-    port: Port,
-    queued: VecDeque<(u64, Group)>,
-    running: Option<(u64, PendingBarrier)>,
-    ended: HashMap<u64, Outcome>,
-    next_ticket: u64,
-    completed: u64,
+    inner: CollEndpoint,
 }
 
 /// The members of a barrier, by rank (a communicator's ranks), and how its barriers run.
 pub struct nicbar_coll_group {
     group: Group,
+    members: Vec<Member>,
+    timeout: Option<Duration>,
 }
+
+/// Work a data collective runs between polls while it waits (an MPI library's progress).
+pub type nicbar_coll_idle_fn = Option<unsafe extern "C" fn(argument: *mut c_void)>;
+
+/// One data collective's description and, after it, how it ended.
+#[repr(C)]
+pub struct nicbar_coll_op {
+    /// The communicator's context id (the same on every rank).
+    pub context: u32,
+    /// The operation's sequence number on the communicator (the same on every rank; a new one
+    /// for each operation).
+    pub sequence: u32,
+    /// The algorithm: 0 chosen by size; else the collective's NICBAR_COLL_* algorithm number.
+    pub algorithm: i32,
+    /// Polls with nothing to do before the call sleeps on the port between polls (0: 64).
+    pub spin: u32,
+    /// Bytes per segment of the segmented broadcasts (0: 32 KiB).
+    pub segment: u64,
+    /// Run between polls while the call waits (NULL: none).
+    pub idle: nicbar_coll_idle_fn,
+    /// `idle`'s argument.
+    pub idle_argument: *mut c_void,
+    /// Out: the rank the failure is about, or -1.
+    pub failed_rank: i32,
+    /// Out: why the operation failed, NUL-terminated.
+    pub message: [c_char; NICBAR_COLL_MESSAGE_LENGTH],
+}
+
+/// Broadcast: the root sends to every rank (nicbar_coll_op's `algorithm`).
+pub const NICBAR_COLL_BCAST_LINEAR: i32 = 1;
+/// Broadcast: a binomial tree.
+pub const NICBAR_COLL_BCAST_BINOMIAL: i32 = 2;
+/// Broadcast: a binary tree, segmented.
+pub const NICBAR_COLL_BCAST_BINARY: i32 = 3;
+/// Broadcast: the split binary tree (each half down half the tree, then swapped in pairs).
+pub const NICBAR_COLL_BCAST_SPLIT_BINARY: i32 = 4;
+/// Broadcast: a pipeline (a chain, segmented).
+pub const NICBAR_COLL_BCAST_PIPELINE: i32 = 5;
+/// Scatter and gather: the root talks to every rank.
+pub const NICBAR_COLL_TREE_FLAT: i32 = 1;
+/// Scatter and gather: a binomial tree (not for the v forms, which are flat).
+pub const NICBAR_COLL_TREE_BINOMIAL: i32 = 2;
+/// All-to-all: every block at once.
+pub const NICBAR_COLL_ALLTOALL_LINEAR: i32 = 1;
+/// All-to-all: step k exchanges with ranks +/- k.
+pub const NICBAR_COLL_ALLTOALL_PAIRWISE: i32 = 2;
+/// All-to-all: Bruck's algorithm (not for alltoallv, which takes it as linear).
+pub const NICBAR_COLL_ALLTOALL_BRUCK: i32 = 3;
 
 /// Runs `body`, turning a panic into `on_panic` instead of letting it unwind into C.
 fn boundary<T>(on_panic: T, body: impl FnOnce() -> T) -> T {
@@ -94,55 +147,6 @@ unsafe fn write_message(buffer: *mut c_char, length: usize, message: &str) {
     }
 }
 
-impl nicbar_coll_endpoint {
-    /// Takes the running barrier's end if it has come, and posts queued barriers while the port
-    /// is free. Returns how many barriers ended.
-    fn progress(&mut self) -> usize {
-        let mut ended = 0;
-        loop {
-            if let Some((_, pending)) = &self.running {
-                if let Ok(false) = self.port.barrier_test(pending) {
-                    return ended;
-                }
-                if let Some((ticket, pending)) = self.running.take() {
-                    let outcome = self.port.barrier_wait(pending);
-                    self.record(ticket, outcome);
-                    ended += 1;
-                }
-            }
-            let Some((ticket, group)) = self.queued.pop_front() else {
-                return ended;
-            };
-            match self.port.barrier_start(&group) {
-                Ok(pending) => self.running = Some((ticket, pending)),
-                Err(error) => {
-                    self.record(ticket, Err(error));
-                    ended += 1;
-                }
-            }
-        }
-    }
-
-    fn record(&mut self, ticket: u64, outcome: Result<(), BarrierError>) {
-        let outcome = match outcome {
-            Ok(()) => {
-                self.completed += 1;
-                Ok(())
-            }
-            Err(error) => {
-                let rank = match &error {
-                    BarrierError::Failed {
-                        rank: Some(rank), ..
-                    } => i32::try_from(*rank).unwrap_or(-1),
-                    _ => -1,
-                };
-                Err((rank, error.to_string()))
-            }
-        };
-        self.ended.insert(ticket, outcome);
-    }
-}
-
 /// Opens a port of the local daemon (its socket: `$NICBAR_SOCKET`, else the default): the first
 /// free port, from port 1 on, of NIC `unit`; or, with `unit` negative, of the first unit that
 /// has one, starting from unit `-1 - unit` (modulo the daemon's units: -1 fills unit 0 first,
@@ -157,25 +161,21 @@ pub unsafe extern "C" fn nicbar_coll_open(
     error: *mut c_char,
     error_length: usize,
 ) -> *mut nicbar_coll_endpoint {
-    let opened = boundary(
-        Err("a panic in the nicbar library".to_owned()),
-        || match u8::try_from(unit) {
+    let opened = boundary(Err("a panic in the nicbar library".to_owned()), || {
+        match u8::try_from(unit) {
             Ok(unit) => open_first_free(unit)
                 .map_err(|e| e.to_string())?
                 .ok_or_else(|| format!("every port of NIC unit {unit} is busy")),
             Err(_) if unit < 0 => open_any(unit.unsigned_abs() - 1),
             Err(_) => Err(format!("no NIC unit {unit}")),
-        },
-    );
+        }
+        .and_then(|port| {
+            CollEndpoint::new(port)
+                .map_err(|e| format!("cannot set up the collectives' buffers: {e}"))
+        })
+    });
     match opened {
-        Ok(port) => Box::into_raw(Box::new(nicbar_coll_endpoint {
-            port,
-            queued: VecDeque::new(),
-            running: None,
-            ended: HashMap::new(),
-            next_ticket: 1,
-            completed: 0,
-        })),
+        Ok(inner) => Box::into_raw(Box::new(nicbar_coll_endpoint { inner })),
         Err(message) => {
             // SAFETY: the caller's promise about `error`.
             unsafe { write_message(error, error_length, &message) };
@@ -195,7 +195,7 @@ pub unsafe extern "C" fn nicbar_coll_close(endpoint: *mut nicbar_coll_endpoint) 
         if !endpoint.is_null() {
             // SAFETY: the caller's promise: it came from Box::into_raw and is closed once.
             let endpoint = unsafe { Box::from_raw(endpoint) };
-            let _ = endpoint.port.close();
+            let _ = endpoint.inner.port.close();
         }
     });
 }
@@ -208,7 +208,7 @@ pub unsafe extern "C" fn nicbar_coll_close(endpoint: *mut nicbar_coll_endpoint) 
 pub unsafe extern "C" fn nicbar_coll_node_id(endpoint: *const nicbar_coll_endpoint) -> u16 {
     boundary(0, || {
         // SAFETY: the caller's promise.
-        unsafe { endpoint.as_ref() }.map_or(0, |e| e.port.node_id().get())
+        unsafe { endpoint.as_ref() }.map_or(0, |e| e.inner.port.node_id().get())
     })
 }
 
@@ -220,7 +220,7 @@ pub unsafe extern "C" fn nicbar_coll_node_id(endpoint: *const nicbar_coll_endpoi
 pub unsafe extern "C" fn nicbar_coll_port_id(endpoint: *const nicbar_coll_endpoint) -> u8 {
     boundary(0, || {
         // SAFETY: the caller's promise.
-        unsafe { endpoint.as_ref() }.map_or(0, |e| e.port.port_id().0)
+        unsafe { endpoint.as_ref() }.map_or(0, |e| e.inner.port.port_id().0)
     })
 }
 
@@ -232,7 +232,7 @@ pub unsafe extern "C" fn nicbar_coll_port_id(endpoint: *const nicbar_coll_endpoi
 pub unsafe extern "C" fn nicbar_coll_completed(endpoint: *const nicbar_coll_endpoint) -> u64 {
     boundary(0, || {
         // SAFETY: the caller's promise.
-        unsafe { endpoint.as_ref() }.map_or(0, |e| e.completed)
+        unsafe { endpoint.as_ref() }.map_or(0, |e| e.inner.completed)
     })
 }
 
@@ -300,7 +300,11 @@ pub unsafe extern "C" fn nicbar_coll_group_new(
         Ok(group)
     });
     match built {
-        Ok(group) => Box::into_raw(Box::new(nicbar_coll_group { group })),
+        Ok(group) => Box::into_raw(Box::new(nicbar_coll_group {
+            members: group.members().to_vec(),
+            timeout: group.options().timeout,
+            group,
+        })),
         Err(message) => {
             // SAFETY: the caller's promise about `error`.
             unsafe { write_message(error, error_length, &message) };
@@ -387,7 +391,7 @@ pub unsafe extern "C" fn nicbar_coll_group_set_id(
             return -1;
         };
         group.group = group.group.clone().with_job(job).with_id(id);
-        endpoint.port.restart_barrier_numbering(&group.group);
+        endpoint.inner.port.restart_barrier_numbering(&group.group);
         0
     })
 }
@@ -410,11 +414,7 @@ pub unsafe extern "C" fn nicbar_coll_barrier_start(
         else {
             return 0;
         };
-        let ticket = endpoint.next_ticket;
-        endpoint.next_ticket = endpoint.next_ticket.wrapping_add(1).max(1);
-        endpoint.queued.push_back((ticket, group.group.clone()));
-        endpoint.progress();
-        ticket
+        endpoint.inner.barrier_start(&group.group)
     })
 }
 
@@ -428,13 +428,15 @@ pub unsafe extern "C" fn nicbar_coll_barrier_start(
 pub unsafe extern "C" fn nicbar_coll_progress(endpoint: *mut nicbar_coll_endpoint) -> i32 {
     boundary(-1, || {
         // SAFETY: the caller's promise.
-        unsafe { endpoint.as_mut() }.map_or(-1, |e| i32::try_from(e.progress()).unwrap_or(i32::MAX))
+        unsafe { endpoint.as_mut() }.map_or(-1, |e| {
+            i32::try_from(e.inner.progress()).unwrap_or(i32::MAX)
+        })
     })
 }
 
 /// Sleeps until the NIC reports an event to the endpoint or `timeout_us` microseconds pass, then
 /// progresses as nicbar_coll_progress() and returns what it returns. Returns at once if no
-/// barrier is outstanding.
+/// barrier is outstanding and no collective's data waits to go out.
 ///
 /// # Safety
 /// `endpoint` is NULL or a live endpoint.
@@ -448,15 +450,9 @@ pub unsafe extern "C" fn nicbar_coll_wait(
         let Some(endpoint) = (unsafe { endpoint.as_mut() }) else {
             return -1;
         };
-        let mut ended = endpoint.progress();
-        if ended == 0 && endpoint.running.is_some() {
-            // The barrier's end is taken by the port's barrier code; any other event is
-            // nobody's on a port that only runs barriers.
-            let _ = endpoint
-                .port
-                .receive_timeout(Duration::from_micros(u64::from(timeout_us)));
-            ended = endpoint.progress();
-        }
+        let ended = endpoint
+            .inner
+            .wait(Duration::from_micros(u64::from(timeout_us)));
         i32::try_from(ended).unwrap_or(i32::MAX)
     })
 }
@@ -483,10 +479,9 @@ pub unsafe extern "C" fn nicbar_coll_barrier_test(
         let Some(endpoint) = (unsafe { endpoint.as_mut() }) else {
             return NICBAR_COLL_UNKNOWN;
         };
-        endpoint.progress();
-        match endpoint.ended.remove(&ticket) {
-            Some(Ok(())) => NICBAR_COLL_COMPLETED,
-            Some(Err((rank, text))) => {
+        match endpoint.inner.barrier_end(ticket) {
+            (Some(Ok(())), _) => NICBAR_COLL_COMPLETED,
+            (Some(Err((rank, text))), _) => {
                 // SAFETY: the caller's promises about `failed_rank` and `message`.
                 unsafe {
                     if let Some(failed_rank) = failed_rank.as_mut() {
@@ -496,14 +491,548 @@ pub unsafe extern "C" fn nicbar_coll_barrier_test(
                 }
                 NICBAR_COLL_FAILED
             }
-            None if endpoint.running.as_ref().is_some_and(|(t, _)| *t == ticket)
-                || endpoint.queued.iter().any(|(t, _)| *t == ticket) =>
-            {
-                NICBAR_COLL_PENDING
-            }
-            None => NICBAR_COLL_UNKNOWN,
+            (None, true) => NICBAR_COLL_PENDING,
+            (None, false) => NICBAR_COLL_UNKNOWN,
         }
     })
+}
+
+/// How many data collectives (all but barriers) completed through this endpoint.
+///
+/// # Safety
+/// `endpoint` is NULL or a live endpoint.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nicbar_coll_collectives(endpoint: *const nicbar_coll_endpoint) -> u64 {
+    boundary(0, || {
+        // SAFETY: the caller's promise.
+        unsafe { endpoint.as_ref() }.map_or(0, |e| e.inner.collectives)
+    })
+}
+
+/// Segments the transfers sent again after the NIC gave up on them (their receiver took nothing
+/// for the NIC's receiver-not-ready time), and arrivals dropped as malformed or duplicated.
+///
+/// # Safety
+/// `endpoint` is NULL or a live endpoint; `resent` and `dropped` are NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nicbar_coll_transfer_counters(
+    endpoint: *const nicbar_coll_endpoint,
+    resent: *mut u64,
+    dropped: *mut u64,
+) {
+    boundary((), || {
+        // SAFETY: the caller's promise.
+        let Some(endpoint) = (unsafe { endpoint.as_ref() }) else {
+            return;
+        };
+        let counters = endpoint.inner.transfer_counters();
+        // SAFETY: the caller's promise about the outputs.
+        unsafe {
+            if let Some(resent) = resent.as_mut() {
+                *resent = counters.resent;
+            }
+            if let Some(dropped) = dropped.as_mut() {
+                *dropped = counters.dropped;
+            }
+        }
+    })
+}
+
+/// `length` bytes at `pointer` as a slice (empty for no bytes, whatever the pointer; `None` for
+/// NULL with bytes).
+///
+/// # Safety
+/// `pointer` is NULL or valid for reads of `length` bytes for `'a`, and no one writes them
+/// meanwhile.
+unsafe fn bytes<'a>(pointer: *const c_void, length: usize) -> Option<&'a [u8]> {
+    if length == 0 {
+        return Some(&[]);
+    }
+    if pointer.is_null() || length > isize::MAX as usize {
+        return None;
+    }
+    // SAFETY: the caller's promise.
+    Some(unsafe { core::slice::from_raw_parts(pointer.cast::<u8>(), length) })
+}
+
+/// As [`bytes`], writable.
+///
+/// # Safety
+/// `pointer` is NULL or valid for reads and writes of `length` bytes for `'a`, and no other
+/// reference reaches them meanwhile.
+unsafe fn bytes_mut<'a>(pointer: *mut c_void, length: usize) -> Option<&'a mut [u8]> {
+    if length == 0 {
+        return Some(&mut []);
+    }
+    if pointer.is_null() || length > isize::MAX as usize {
+        return None;
+    }
+    // SAFETY: the caller's promise.
+    Some(unsafe { core::slice::from_raw_parts_mut(pointer.cast::<u8>(), length) })
+}
+
+/// The address ranges `[start, end)` of the non-empty blocks among `(pointer, length)`.
+fn ranges(blocks: &[(usize, usize)]) -> Vec<(usize, usize)> {
+    let mut ranges: Vec<(usize, usize)> = blocks
+        .iter()
+        .filter(|(_, length)| *length > 0)
+        .map(|&(start, length)| (start, start.saturating_add(length)))
+        .collect();
+    ranges.sort_unstable();
+    ranges
+}
+
+/// Whether any two of the sorted `ranges` overlap.
+fn overlapping(ranges: &[(usize, usize)]) -> bool {
+    ranges.windows(2).any(|pair| pair[1].0 < pair[0].1)
+}
+
+/// Whether `range` overlaps any of the sorted `ranges`.
+fn touches(ranges: &[(usize, usize)], range: (usize, usize)) -> bool {
+    range.1 > range.0 && ranges.iter().any(|r| r.0 < range.1 && range.0 < r.1)
+}
+
+/// The blocks of a call: what it reads (copied first when they share bytes with what it writes,
+/// which MPI forbids but which must not make two views of one byte here) and what it writes
+/// (refused when two of them overlap).
+struct Blocks<'a> {
+    reads: Vec<std::borrow::Cow<'a, [u8]>>,
+    writes: Vec<&'a mut [u8]>,
+}
+
+impl<'a> Blocks<'a> {
+    /// # Safety
+    /// Each `(pointer, length)` of `reads` is NULL or readable for `length` bytes, each of
+    /// `writes` NULL or writable, for `'a`.
+    unsafe fn new(
+        reads: &[(*const c_void, usize)],
+        writes: &[(*mut c_void, usize)],
+    ) -> Result<Self, String> {
+        let write_ranges = ranges(
+            &writes
+                .iter()
+                .map(|&(p, l)| (p as usize, l))
+                .collect::<Vec<_>>(),
+        );
+        if overlapping(&write_ranges) {
+            return Err("two receive blocks overlap".to_owned());
+        }
+        let mut read_blocks = Vec::with_capacity(reads.len());
+        for &(pointer, length) in reads {
+            let range = (pointer as usize, (pointer as usize).saturating_add(length));
+            if length > 0 && pointer.is_null() {
+                return Err("a send block is NULL".to_owned());
+            }
+            if touches(&write_ranges, range) {
+                let mut copy = vec![0u8; length];
+                // SAFETY: the caller's promise: readable for `length` bytes; `copy` is ours.
+                // A raw copy: no reference to the bytes is made while one to them may exist.
+                unsafe {
+                    core::ptr::copy(pointer.cast::<u8>(), copy.as_mut_ptr(), length);
+                }
+                read_blocks.push(std::borrow::Cow::Owned(copy));
+            } else {
+                // SAFETY: the caller's promise; no write block overlaps it (checked).
+                let slice = unsafe { bytes(pointer, length) }.ok_or("a send block is NULL")?;
+                read_blocks.push(std::borrow::Cow::Borrowed(slice));
+            }
+        }
+        let mut write_blocks = Vec::with_capacity(writes.len());
+        for &(pointer, length) in writes {
+            // SAFETY: the caller's promise; the write blocks do not overlap one another, and
+            // the reads that overlapped them were copied.
+            write_blocks
+                .push(unsafe { bytes_mut(pointer, length) }.ok_or("a receive block is NULL")?);
+        }
+        Ok(Self {
+            reads: read_blocks,
+            writes: write_blocks,
+        })
+    }
+}
+
+/// Runs a data collective: checks the handles, builds its [`Op`], runs `body`, and reports.
+///
+/// # Safety
+/// `endpoint`, `group` and `op` are NULL or live; `op`'s idle function is safe to call with its
+/// argument.
+unsafe fn collective(
+    endpoint: *mut nicbar_coll_endpoint,
+    group: *const nicbar_coll_group,
+    op: *mut nicbar_coll_op,
+    body: impl FnOnce(Op<'_>, i32, u64) -> Result<(), CollError>,
+) -> i32 {
+    // SAFETY: the caller's promise.
+    let Some(op) = (unsafe { op.as_mut() }) else {
+        return NICBAR_COLL_UNKNOWN;
+    };
+    let outcome = boundary(
+        Err(CollError::Argument("a panic in the nicbar library".into())),
+        || {
+            // SAFETY: the caller's promise.
+            let (Some(endpoint), Some(group)) =
+                (unsafe { endpoint.as_mut() }, unsafe { group.as_ref() })
+            else {
+                return Err(CollError::Argument("a NULL endpoint or group".into()));
+            };
+            let (idle, argument) = (op.idle, op.idle_argument);
+            let mut run_idle = || {
+                if let Some(idle) = idle {
+                    // SAFETY: the caller's promise about the idle function and its argument.
+                    unsafe { idle(argument) };
+                }
+            };
+            let call = Op::new(
+                &mut endpoint.inner,
+                &group.members,
+                op.context,
+                op.sequence,
+                group.timeout,
+                &mut run_idle,
+            )?
+            .with_spin(op.spin);
+            body(call, op.algorithm, op.segment)
+        },
+    );
+    match outcome {
+        Ok(()) => {
+            op.failed_rank = -1;
+            op.message[0] = 0;
+            NICBAR_COLL_COMPLETED
+        }
+        Err(error) => {
+            op.failed_rank = error
+                .rank()
+                .and_then(|r| i32::try_from(r).ok())
+                .unwrap_or(-1);
+            // SAFETY: `message` is the op's own array.
+            unsafe {
+                write_message(
+                    op.message.as_mut_ptr(),
+                    NICBAR_COLL_MESSAGE_LENGTH,
+                    &error.to_string(),
+                );
+            }
+            if matches!(error, CollError::Argument(_)) {
+                NICBAR_COLL_UNKNOWN
+            } else {
+                NICBAR_COLL_FAILED
+            }
+        }
+    }
+}
+
+/// An unknown algorithm number, as an error.
+fn unknown_algorithm(which: &str, id: i32) -> CollError {
+    CollError::Argument(format!("no {which} algorithm {id}"))
+}
+
+/// MPI_Bcast of `length` bytes at `buffer` from rank `root` (`op`'s algorithm: 0 by size, or a
+/// NICBAR_COLL_BCAST_*). Returns NICBAR_COLL_COMPLETED, NICBAR_COLL_FAILED (the op says why),
+/// or NICBAR_COLL_UNKNOWN for NULL handles or an unknown algorithm (nothing sent).
+///
+/// # Safety
+/// `endpoint`, `group`, `op` are NULL or live; `buffer` is valid for `length` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nicbar_coll_bcast(
+    endpoint: *mut nicbar_coll_endpoint,
+    group: *const nicbar_coll_group,
+    op: *mut nicbar_coll_op,
+    buffer: *mut c_void,
+    length: usize,
+    root: i32,
+) -> i32 {
+    // SAFETY: the caller's promises.
+    unsafe {
+        collective(endpoint, group, op, |call, algorithm, segment| {
+            let algorithm = Bcast::from_id(algorithm, call.size(), length)
+                .ok_or_else(|| unknown_algorithm("broadcast", algorithm))?;
+            let buffer = bytes_mut(buffer, length)
+                .ok_or_else(|| CollError::Argument("a NULL buffer".into()))?;
+            let segment = if segment == 0 {
+                32 * 1024
+            } else {
+                segment as usize
+            };
+            algorithms::bcast(
+                call,
+                buffer,
+                usize::try_from(root).unwrap_or(usize::MAX),
+                algorithm,
+                segment,
+            )
+        })
+    }
+}
+
+/// MPI_Scatter of `block` bytes per rank from `root`: `send` (read at the root only: every
+/// rank's block in rank order) to `receive` (`block` bytes; NULL at the root for MPI_IN_PLACE).
+/// `op`'s algorithm: 0 by size, or a NICBAR_COLL_TREE_*. Returns as nicbar_coll_bcast().
+///
+/// # Safety
+/// As nicbar_coll_bcast(); `send` valid for `block` times the group's size bytes at the root,
+/// `receive` for `block` bytes or NULL.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nicbar_coll_scatter(
+    endpoint: *mut nicbar_coll_endpoint,
+    group: *const nicbar_coll_group,
+    op: *mut nicbar_coll_op,
+    send: *const c_void,
+    receive: *mut c_void,
+    block: usize,
+    root: i32,
+) -> i32 {
+    // SAFETY: the caller's promises.
+    unsafe {
+        collective(endpoint, group, op, |call, algorithm, _| {
+            let algorithm = Tree::from_id(algorithm, block)
+                .ok_or_else(|| unknown_algorithm("scatter", algorithm))?;
+            let root = usize::try_from(root).unwrap_or(usize::MAX);
+            let size = call.size();
+            let at_root = call.rank() == root;
+            let total = block
+                .checked_mul(size)
+                .ok_or_else(|| CollError::Argument("too long".into()))?;
+            let reads = if at_root {
+                vec![(send, total)]
+            } else {
+                Vec::new()
+            };
+            let writes = if receive.is_null() {
+                Vec::new()
+            } else {
+                vec![(receive, block)]
+            };
+            let mut blocks = Blocks::new(&reads, &writes).map_err(CollError::Argument)?;
+            let send = blocks.reads.first().map(|b| &b[..]);
+            let receive = blocks.writes.pop();
+            algorithms::scatter(call, send, receive, block, root, algorithm)
+        })
+    }
+}
+
+/// MPI_Gather of `block` bytes per rank to `root`: `send` (`block` bytes; NULL at the root for
+/// MPI_IN_PLACE, its block then already at its place in `receive`) into `receive` (written at
+/// the root only: every rank's block in rank order). Returns as nicbar_coll_bcast().
+///
+/// # Safety
+/// As nicbar_coll_scatter(), the directions swapped.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nicbar_coll_gather(
+    endpoint: *mut nicbar_coll_endpoint,
+    group: *const nicbar_coll_group,
+    op: *mut nicbar_coll_op,
+    send: *const c_void,
+    receive: *mut c_void,
+    block: usize,
+    root: i32,
+) -> i32 {
+    // SAFETY: the caller's promises.
+    unsafe {
+        collective(endpoint, group, op, |call, algorithm, _| {
+            let algorithm = Tree::from_id(algorithm, block)
+                .ok_or_else(|| unknown_algorithm("gather", algorithm))?;
+            let root = usize::try_from(root).unwrap_or(usize::MAX);
+            let size = call.size();
+            let at_root = call.rank() == root;
+            let total = block
+                .checked_mul(size)
+                .ok_or_else(|| CollError::Argument("too long".into()))?;
+            let reads = if send.is_null() {
+                Vec::new()
+            } else {
+                vec![(send, block)]
+            };
+            let writes = if at_root {
+                vec![(receive, total)]
+            } else {
+                Vec::new()
+            };
+            let mut blocks = Blocks::new(&reads, &writes).map_err(CollError::Argument)?;
+            let send = blocks.reads.first().map(|b| &b[..]);
+            let receive = blocks.writes.pop();
+            algorithms::gather(call, send, receive, block, root, algorithm)
+        })
+    }
+}
+
+/// The `count` (pointer, length) pairs of C arrays of pointers and lengths (`None` for NULL
+/// arrays with a count).
+///
+/// # Safety
+/// `pointers` and `lengths` are NULL or valid for `count` elements.
+unsafe fn pairs<P: Copy>(
+    pointers: *const P,
+    lengths: *const usize,
+    count: usize,
+) -> Option<Vec<(P, usize)>> {
+    if count == 0 {
+        return Some(Vec::new());
+    }
+    if pointers.is_null() || lengths.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's promise.
+    let (pointers, lengths) = unsafe {
+        (
+            core::slice::from_raw_parts(pointers, count),
+            core::slice::from_raw_parts(lengths, count),
+        )
+    };
+    Some(
+        pointers
+            .iter()
+            .copied()
+            .zip(lengths.iter().copied())
+            .collect(),
+    )
+}
+
+/// MPI_Scatterv: the root's blocks (`send_blocks[i]`, `send_lengths[i]` bytes, for each rank i;
+/// read at the root only) to each rank's `receive` (`receive_length` bytes; NULL at the root for
+/// MPI_IN_PLACE). Flat. Returns as nicbar_coll_bcast().
+///
+/// # Safety
+/// As nicbar_coll_bcast(); at the root the arrays hold the group's size of elements, each block
+/// valid for its length.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nicbar_coll_scatterv(
+    endpoint: *mut nicbar_coll_endpoint,
+    group: *const nicbar_coll_group,
+    op: *mut nicbar_coll_op,
+    send_blocks: *const *const c_void,
+    send_lengths: *const usize,
+    receive: *mut c_void,
+    receive_length: usize,
+    root: i32,
+) -> i32 {
+    // SAFETY: the caller's promises.
+    unsafe {
+        collective(endpoint, group, op, |call, _, _| {
+            let root = usize::try_from(root).unwrap_or(usize::MAX);
+            let reads = if call.rank() == root {
+                pairs(send_blocks, send_lengths, call.size())
+                    .ok_or_else(|| CollError::Argument("NULL send block arrays".into()))?
+            } else {
+                Vec::new()
+            };
+            let writes = if receive.is_null() {
+                Vec::new()
+            } else {
+                vec![(receive, receive_length)]
+            };
+            let mut blocks = Blocks::new(&reads, &writes).map_err(CollError::Argument)?;
+            let send: Vec<&[u8]> = blocks.reads.iter().map(|b| &b[..]).collect();
+            let receive = blocks.writes.pop();
+            algorithms::scatterv(call, (!send.is_empty()).then_some(&send[..]), receive, root)
+        })
+    }
+}
+
+/// MPI_Gatherv: each rank's `send` (`send_length` bytes; NULL at the root for MPI_IN_PLACE)
+/// into the root's blocks (`receive_blocks[i]`, `receive_lengths[i]` bytes; written at the root
+/// only). Flat. Returns as nicbar_coll_bcast().
+///
+/// # Safety
+/// As nicbar_coll_scatterv(), the directions swapped.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nicbar_coll_gatherv(
+    endpoint: *mut nicbar_coll_endpoint,
+    group: *const nicbar_coll_group,
+    op: *mut nicbar_coll_op,
+    send: *const c_void,
+    send_length: usize,
+    receive_blocks: *const *mut c_void,
+    receive_lengths: *const usize,
+    root: i32,
+) -> i32 {
+    // SAFETY: the caller's promises.
+    unsafe {
+        collective(endpoint, group, op, |call, _, _| {
+            let root = usize::try_from(root).unwrap_or(usize::MAX);
+            let at_root = call.rank() == root;
+            let writes = if at_root {
+                pairs(receive_blocks, receive_lengths, call.size())
+                    .ok_or_else(|| CollError::Argument("NULL receive block arrays".into()))?
+            } else {
+                Vec::new()
+            };
+            let reads = if send.is_null() {
+                Vec::new()
+            } else {
+                vec![(send, send_length)]
+            };
+            let mut blocks = Blocks::new(&reads, &writes).map_err(CollError::Argument)?;
+            let send = blocks.reads.first().map(|b| &b[..]);
+            let receive = at_root.then_some(&mut blocks.writes[..]);
+            algorithms::gatherv(call, send, receive, root)
+        })
+    }
+}
+
+/// MPI_Alltoall of `block` bytes per pair: block j of `send` to rank j, into block i (this
+/// rank) of its `receive` (both the group's size of blocks; for MPI_IN_PLACE the caller copies
+/// `receive` to a `send` of its own first). `op`'s algorithm: 0 by size, or a
+/// NICBAR_COLL_ALLTOALL_*. Returns as nicbar_coll_bcast().
+///
+/// # Safety
+/// As nicbar_coll_bcast(); `send` and `receive` valid for `block` times the group's size bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nicbar_coll_alltoall(
+    endpoint: *mut nicbar_coll_endpoint,
+    group: *const nicbar_coll_group,
+    op: *mut nicbar_coll_op,
+    send: *const c_void,
+    receive: *mut c_void,
+    block: usize,
+) -> i32 {
+    // SAFETY: the caller's promises.
+    unsafe {
+        collective(endpoint, group, op, |call, algorithm, _| {
+            let algorithm = Alltoall::from_id(algorithm, call.size(), block)
+                .ok_or_else(|| unknown_algorithm("all-to-all", algorithm))?;
+            let total = block
+                .checked_mul(call.size())
+                .ok_or_else(|| CollError::Argument("too long".into()))?;
+            let mut blocks =
+                Blocks::new(&[(send, total)], &[(receive, total)]).map_err(CollError::Argument)?;
+            let receive = blocks.writes.pop().unwrap_or_default();
+            algorithms::alltoall(call, &blocks.reads[0], receive, block, algorithm)
+        })
+    }
+}
+
+/// MPI_Alltoallv: `send_blocks[j]` (`send_lengths[j]` bytes) to rank j, into its
+/// `receive_blocks[i]` (this rank; `receive_lengths[i]` bytes); the arrays hold the group's size
+/// of elements. Linear or pairwise (Bruck is taken as linear). Returns as nicbar_coll_bcast().
+///
+/// # Safety
+/// As nicbar_coll_bcast(); every block valid for its length.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nicbar_coll_alltoallv(
+    endpoint: *mut nicbar_coll_endpoint,
+    group: *const nicbar_coll_group,
+    op: *mut nicbar_coll_op,
+    send_blocks: *const *const c_void,
+    send_lengths: *const usize,
+    receive_blocks: *const *mut c_void,
+    receive_lengths: *const usize,
+) -> i32 {
+    // SAFETY: the caller's promises.
+    unsafe {
+        collective(endpoint, group, op, |call, algorithm, _| {
+            let size = call.size();
+            let algorithm = Alltoall::from_id(algorithm, size, 0)
+                .ok_or_else(|| unknown_algorithm("all-to-all", algorithm))?;
+            let reads = pairs(send_blocks, send_lengths, size)
+                .ok_or_else(|| CollError::Argument("NULL send block arrays".into()))?;
+            let writes = pairs(receive_blocks, receive_lengths, size)
+                .ok_or_else(|| CollError::Argument("NULL receive block arrays".into()))?;
+            let mut blocks = Blocks::new(&reads, &writes).map_err(CollError::Argument)?;
+            let send: Vec<&[u8]> = blocks.reads.iter().map(|b| &b[..]).collect();
+            algorithms::alltoallv(call, &send, &mut blocks.writes, algorithm)
+        })
+    }
 }
 
 #[cfg(test)]
@@ -578,6 +1107,71 @@ mod tests {
             );
             nicbar_coll_close(core::ptr::null_mut());
             nicbar_coll_group_free(core::ptr::null_mut());
+        }
+    }
+
+    #[test]
+    fn data_collectives_refuse_null_handles_and_say_why() {
+        let mut op = nicbar_coll_op {
+            context: 1,
+            sequence: 1,
+            algorithm: 0,
+            spin: 0,
+            segment: 0,
+            idle: None,
+            idle_argument: core::ptr::null_mut(),
+            failed_rank: 7,
+            message: [0; NICBAR_COLL_MESSAGE_LENGTH],
+        };
+        let mut buffer = [0u8; 8];
+        // SAFETY: NULL handles are allowed; the buffer is 8 bytes; the op is ours.
+        let state = unsafe {
+            nicbar_coll_bcast(
+                core::ptr::null_mut(),
+                core::ptr::null(),
+                &mut op,
+                buffer.as_mut_ptr().cast(),
+                buffer.len(),
+                0,
+            )
+        };
+        assert_eq!(state, NICBAR_COLL_UNKNOWN);
+        assert_eq!(op.failed_rank, -1);
+        // SAFETY: write_message NUL-terminated it.
+        let text = unsafe { std::ffi::CStr::from_ptr(op.message.as_ptr()) };
+        assert!(text.to_string_lossy().contains("NULL"), "{text:?}");
+        // SAFETY: a NULL op is allowed.
+        let state = unsafe {
+            nicbar_coll_alltoall(
+                core::ptr::null_mut(),
+                core::ptr::null(),
+                core::ptr::null_mut(),
+                core::ptr::null(),
+                core::ptr::null_mut(),
+                8,
+            )
+        };
+        assert_eq!(state, NICBAR_COLL_UNKNOWN);
+    }
+
+    #[test]
+    fn overlapping_receive_blocks_are_refused_and_reads_that_overlap_writes_are_copied() {
+        let mut memory = [1u8; 32];
+        let base = memory.as_mut_ptr();
+        // SAFETY: every block lies in `memory`; the first call fails before making views.
+        unsafe {
+            let overlapping = Blocks::new(&[], &[(base.cast(), 16), (base.add(8).cast(), 16)]);
+            assert!(overlapping.is_err());
+            let blocks = Blocks::new(
+                &[
+                    (base.cast::<c_void>().cast_const(), 8),
+                    (base.add(24).cast::<c_void>().cast_const(), 8),
+                ],
+                &[(base.cast(), 16)],
+            )
+            .unwrap();
+            assert!(matches!(blocks.reads[0], std::borrow::Cow::Owned(_)));
+            assert!(matches!(blocks.reads[1], std::borrow::Cow::Borrowed(_)));
         }
     }
 }

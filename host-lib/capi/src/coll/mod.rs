@@ -1,0 +1,437 @@
+//! Collectives for an MPI library's `coll` component, as CollGM (seed 002) splits them: a
+//! process's endpoint (one port) running barriers in the NIC and, over messages, broadcast,
+//! scatter, gather and all-to-all.
+//!
+//! - [`transfer`]: the NIC level — reliable transfers of any length keyed by (communicator,
+//!   operation, part) and sender, arrivals saved until wanted.
+//! - [`algorithms`]: the MPI level — the algorithms over contiguous bytes and their choice by
+//!   size. Packing other datatypes is the component's (it knows MPI's datatypes).
+//! - this module: the endpoint (the port, its queue of barriers, its transfers) and [`Op`], one
+//!   collective operation's sends and receives with the wait between them.
+
+pub(crate) mod algorithms;
+pub(crate) mod transfer;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nicbar_rs::{BarrierError, Error, Group, Member, PendingBarrier, Port};
+
+use transfer::{Key, SendId, TransferError, Transfers};
+
+/// How a barrier ended: `Ok`, or the failed member's rank (-1 if none) and a message.
+pub(crate) type Outcome = Result<(), (i32, String)>;
+
+/// How long a collective waits for a peer (and a send is retried while its receiver takes
+/// nothing) when the group gives no timeout.
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Polls with nothing to do before a wait sleeps on the port, by default.
+const SPINS: u32 = 64;
+/// How long one sleep on the port lasts at most (the idle callback runs between sleeps).
+const SLEEP: Duration = Duration::from_micros(200);
+
+/// One process's port, with the barriers it has queued, the one running in the NIC, the ends
+/// not yet taken, and the collectives' transfers.
+pub(crate) struct CollEndpoint {
+    pub(crate) port: Port,
+    queued: VecDeque<(u64, Group)>,
+    running: Option<(u64, PendingBarrier)>,
+    ended: HashMap<u64, Outcome>,
+    next_ticket: u64,
+    /// Barriers completed.
+    pub(crate) completed: u64,
+    /// Collectives other than barriers completed.
+    pub(crate) collectives: u64,
+    transfers: Transfers,
+}
+
+impl CollEndpoint {
+    /// The endpoint over `port`: its transfer buffers allocated and provided.
+    ///
+    /// # Errors
+    /// What the port says when its arena has no room.
+    pub(crate) fn new(mut port: Port) -> Result<Self, Error> {
+        let transfers = Transfers::new(&mut port, DEFAULT_TIMEOUT)?;
+        Ok(Self {
+            port,
+            queued: VecDeque::new(),
+            running: None,
+            ended: HashMap::new(),
+            next_ticket: 1,
+            completed: 0,
+            collectives: 0,
+            transfers,
+        })
+    }
+
+    /// What the transfers did so far.
+    pub(crate) fn transfer_counters(&self) -> transfer::TransferCounters {
+        self.transfers.counters()
+    }
+
+    /// Queues a barrier of `group`; returns its ticket (never 0).
+    pub(crate) fn barrier_start(&mut self, group: &Group) -> u64 {
+        let ticket = self.next_ticket;
+        self.next_ticket = self.next_ticket.wrapping_add(1).max(1);
+        self.queued.push_back((ticket, group.clone()));
+        self.progress();
+        ticket
+    }
+
+    /// The end of the barrier with `ticket`, taken; `None` while it runs or if no barrier has
+    /// this ticket (then `pending` says which).
+    pub(crate) fn barrier_end(&mut self, ticket: u64) -> (Option<Outcome>, bool) {
+        self.progress();
+        match self.ended.remove(&ticket) {
+            Some(outcome) => (Some(outcome), false),
+            None => (
+                None,
+                self.running.as_ref().is_some_and(|(t, _)| *t == ticket)
+                    || self.queued.iter().any(|(t, _)| *t == ticket),
+            ),
+        }
+    }
+
+    /// Takes the running barrier's end if it has come, posts queued barriers while the port is
+    /// free, and moves the transfers on. Returns how many barriers ended.
+    pub(crate) fn progress(&mut self) -> usize {
+        let mut ended = 0;
+        loop {
+            if let Some((_, pending)) = &self.running {
+                if let Ok(false) = self.port.barrier_test(pending) {
+                    break;
+                }
+                if let Some((ticket, pending)) = self.running.take() {
+                    let outcome = self.port.barrier_wait(pending);
+                    self.record(ticket, outcome);
+                    ended += 1;
+                }
+            }
+            let Some((ticket, group)) = self.queued.pop_front() else {
+                break;
+            };
+            match self.port.barrier_start(&group) {
+                Ok(pending) => self.running = Some((ticket, pending)),
+                Err(error) => {
+                    self.record(ticket, Err(error));
+                    ended += 1;
+                }
+            }
+        }
+        let _ = self.pump_transfers();
+        ended
+    }
+
+    /// Hands the port's waiting events to the transfers and posts what they have to send.
+    /// Returns whether anything happened.
+    fn pump_transfers(&mut self) -> Result<bool, TransferError> {
+        let mut any = false;
+        loop {
+            match self.port.receive() {
+                Ok(Some(event)) => {
+                    any = true;
+                    // Nothing else on this port takes events: the barriers' own were absorbed.
+                    let _ = self.transfers.handle(&mut self.port, event);
+                }
+                Ok(None) => break,
+                Err(error) => return Err(TransferError::Port(error.to_string())),
+            }
+        }
+        Ok(self.transfers.post(&mut self.port) || any)
+    }
+
+    /// Sleeps until the NIC reports an event or `timeout` passes, then progresses. Returns how
+    /// many barriers ended.
+    pub(crate) fn wait(&mut self, timeout: Duration) -> usize {
+        let mut ended = self.progress();
+        if ended == 0 && (self.running.is_some() || self.transfers.has_outgoing()) {
+            if let Ok(Some(event)) = self.port.receive_timeout(timeout) {
+                let _ = self.transfers.handle(&mut self.port, event);
+            }
+            ended = self.progress();
+        }
+        ended
+    }
+
+    fn record(&mut self, ticket: u64, outcome: Result<(), BarrierError>) {
+        let outcome = match outcome {
+            Ok(()) => {
+                self.completed += 1;
+                Ok(())
+            }
+            Err(error) => {
+                let rank = match &error {
+                    BarrierError::Failed {
+                        rank: Some(rank), ..
+                    } => i32::try_from(*rank).unwrap_or(-1),
+                    _ => -1,
+                };
+                Err((rank, error.to_string()))
+            }
+        };
+        self.ended.insert(ticket, outcome);
+    }
+}
+
+/// Why a collective failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum CollError {
+    /// Sending to `rank` failed.
+    Peer {
+        /// The receiver's rank.
+        rank: usize,
+        /// How.
+        error: TransferError,
+    },
+    /// `rank`'s data did not come within the timeout.
+    Timeout {
+        /// The rank waited for.
+        rank: usize,
+        /// How long.
+        waited: Duration,
+    },
+    /// `rank` sent another length than this rank expects (the ranks' counts or types differ).
+    Length {
+        /// The sender.
+        rank: usize,
+        /// What this rank expected.
+        expected: usize,
+        /// What came.
+        got: usize,
+    },
+    /// The arguments cannot describe the operation.
+    Argument(String),
+    /// The port failed.
+    Port(String),
+}
+
+impl CollError {
+    /// The rank that is missing, if the failure is one: a peer the NIC could not reach, or
+    /// one whose data did not come. (A rank that sent a wrong length is named in the message
+    /// alone: it is there.)
+    pub(crate) fn rank(&self) -> Option<usize> {
+        match self {
+            Self::Peer { rank, .. } | Self::Timeout { rank, .. } => Some(*rank),
+            Self::Length { .. } | Self::Argument(_) | Self::Port(_) => None,
+        }
+    }
+}
+
+impl std::fmt::Display for CollError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Peer { rank, error } => write!(f, "rank {rank}: {error}"),
+            Self::Timeout { rank, waited } => write!(
+                f,
+                "waited {:.1} s for rank {rank}'s data: is it still running this collective?",
+                waited.as_secs_f64()
+            ),
+            Self::Length {
+                rank,
+                expected,
+                got,
+            } => write!(
+                f,
+                "rank {rank} sent {got} bytes where {expected} were expected (do the ranks' \
+                 counts and datatypes match?)"
+            ),
+            Self::Argument(message) => write!(f, "{message}"),
+            Self::Port(message) => write!(f, "the port failed: {message}"),
+        }
+    }
+}
+
+impl Drop for Op<'_> {
+    /// The operation's sends are the NIC's alone from here ([`Transfers::detach`]).
+    fn drop(&mut self) {
+        for &(id, _) in &self.sends {
+            self.endpoint.transfers.detach(id);
+        }
+    }
+}
+
+/// One collective operation of a communicator on an endpoint: its sends, its receives, and the
+/// wait between them (which progresses everything on the port and runs the caller's idle work).
+pub(crate) struct Op<'a> {
+    endpoint: &'a mut CollEndpoint,
+    members: &'a [Member],
+    rank: usize,
+    context: u32,
+    sequence: u32,
+    started: Instant,
+    timeout: Duration,
+    idle: &'a mut dyn FnMut(),
+    sends: Vec<(SendId, usize)>,
+    spin: u32,
+}
+
+impl<'a> Op<'a> {
+    /// Operation `sequence` of the communicator with `context` whose ranks are `members`, run by
+    /// the member at this endpoint's port; `idle` runs between polls while it waits.
+    ///
+    /// # Errors
+    /// [`CollError::Argument`] if this endpoint's port is not a member.
+    pub(crate) fn new(
+        endpoint: &'a mut CollEndpoint,
+        members: &'a [Member],
+        context: u32,
+        sequence: u32,
+        timeout: Option<Duration>,
+        idle: &'a mut dyn FnMut(),
+    ) -> Result<Self, CollError> {
+        let me = Member::new(endpoint.port.node_id(), endpoint.port.port_id());
+        let rank = members.iter().position(|m| *m == me).ok_or_else(|| {
+            CollError::Argument(format!("this process's port ({me}) is not in the group"))
+        })?;
+        Ok(Self {
+            endpoint,
+            members,
+            rank,
+            context,
+            sequence,
+            started: Instant::now(),
+            timeout: timeout.unwrap_or(DEFAULT_TIMEOUT),
+            idle,
+            sends: Vec::new(),
+            spin: SPINS,
+        })
+    }
+
+    /// This operation with `spin` polls before each sleep on the port (0: the default).
+    #[must_use]
+    pub(crate) fn with_spin(mut self, spin: u32) -> Self {
+        if spin > 0 {
+            self.spin = spin;
+        }
+        self
+    }
+
+    /// This process's rank.
+    pub(crate) fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// The communicator's size.
+    pub(crate) fn size(&self) -> usize {
+        self.members.len()
+    }
+
+    fn key(&self, part: u32) -> Key {
+        Key {
+            context: self.context,
+            sequence: self.sequence,
+            part,
+        }
+    }
+
+    /// Sends `data` to `to` as `part` of this operation (queued: it goes out while the
+    /// operation waits).
+    pub(crate) fn send(&mut self, to: usize, part: u32, data: Arc<[u8]>) {
+        let key = self.key(part);
+        let id = self.endpoint.transfers.send(self.members[to], key, data);
+        self.sends.push((id, to));
+    }
+
+    /// Waits for `part` of this operation from `from`, which must be `length` bytes.
+    ///
+    /// # Errors
+    /// [`CollError::Length`], or as [`Op::step`].
+    pub(crate) fn receive(
+        &mut self,
+        from: usize,
+        part: u32,
+        length: usize,
+    ) -> Result<Vec<u8>, CollError> {
+        let key = self.key(part);
+        let member = self.members[from];
+        let mut polls = 0;
+        loop {
+            if let Some(message) = self.endpoint.transfers.take(member, key) {
+                if message.len() != length {
+                    return Err(CollError::Length {
+                        rank: from,
+                        expected: length,
+                        got: message.len(),
+                    });
+                }
+                return Ok(message);
+            }
+            self.step(&mut polls, from)?;
+        }
+    }
+
+    /// Waits until every send of the operation is in the NIC's hands (its data copied into the
+    /// port's send buffers: the NIC delivers it from there, retrying as it must). Until the
+    /// operation ends, a send that fails (a peer's port closed) fails it at once; after, the
+    /// failure is counted ([`transfer::TransferCounters::late_failures`]) and the peer's next
+    /// operation fails on its own.
+    ///
+    /// # Errors
+    /// As [`Op::step`].
+    pub(crate) fn finish(mut self) -> Result<(), CollError> {
+        let mut polls = 0;
+        loop {
+            let mut waiting_for = None;
+            for &(id, to) in &self.sends {
+                if !self
+                    .endpoint
+                    .transfers
+                    .send_done(id)
+                    .map_err(|error| CollError::Peer { rank: to, error })?
+                {
+                    waiting_for = Some(to);
+                    break;
+                }
+            }
+            let Some(rank) = waiting_for else {
+                break;
+            };
+            self.step(&mut polls, rank)?;
+        }
+        self.endpoint.collectives += 1;
+        Ok(())
+    }
+
+    /// One poll of a wait for `rank`: progresses the port, settles delivered sends, runs the
+    /// idle work, and after a few empty polls sleeps on the port a little.
+    ///
+    /// # Errors
+    /// [`CollError::Peer`] when a send failed; [`CollError::Timeout`] past the timeout;
+    /// [`CollError::Port`].
+    fn step(&mut self, polls: &mut u32, rank: usize) -> Result<(), CollError> {
+        self.endpoint.progress();
+        let busy = self
+            .endpoint
+            .pump_transfers()
+            .map_err(|error| CollError::Port(error.to_string()))?;
+        for &(id, to) in &self.sends {
+            if let Err(error) = self.endpoint.transfers.send_done(id) {
+                return Err(CollError::Peer { rank: to, error });
+            }
+        }
+        (self.idle)();
+        if busy {
+            *polls = 0;
+            return Ok(());
+        }
+        *polls += 1;
+        let waited = self.started.elapsed();
+        if waited >= self.timeout {
+            return Err(CollError::Timeout { rank, waited });
+        }
+        if *polls > self.spin
+            && let Ok(Some(event)) = self.endpoint.port.receive_timeout(SLEEP)
+        {
+            let _ = self
+                .endpoint
+                .transfers
+                .handle(&mut self.endpoint.port, event);
+        }
+        Ok(())
+    }
+}
