@@ -548,9 +548,12 @@ impl Armci {
         payload: &[u8],
     ) -> Result<(), ArmciError> {
         let len = message::HEADER + payload.len();
-        let size = nicbar::min_size_for_length(len as u32)
-            .filter(|&s| s <= self.receive_size)
-            .ok_or_else(|| ArmciError::Invalid(format!("a message of {len} bytes")))?;
+        // Every message is of the one size class the ranks provide buffers of: the NIC puts a
+        // message only into a buffer of its own size class.
+        let size = self.receive_size;
+        if len > nicbar::max_length_for_size(size) as usize {
+            return Err(ArmciError::Invalid(format!("a message of {len} bytes")));
+        }
         let mut buffer: DmaBuffer = loop {
             match self.port.dma_alloc(len) {
                 Ok(buffer) => break buffer,
