@@ -354,6 +354,20 @@ impl Armci {
         self.config
     }
 
+    /// Switches the job to `config` (a benchmark compares modes in one job). Every rank must
+    /// switch to the same configuration at the same point, right after a barrier, with no lock
+    /// held and no mutexes created (a new lock mode reads the lock words its own way: this rank's
+    /// accumulate lock is reset here, and mutexes must be created afresh).
+    pub fn set_config(&mut self, config: Config) {
+        if config.lock != self.config.lock {
+            // Past the barrier no peer touches this rank's lock words.
+            self.control
+                .bytes()
+                .write(control::ACC_LOCK as usize, &[0; 16]);
+        }
+        self.config = config;
+    }
+
     /// The port (for its node and port ids and counters).
     pub fn port(&self) -> &Port {
         &self.port

@@ -15,6 +15,7 @@
 //! value with the top bit set — a reader takes `next` as written only once all three are.
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use nicbar::{AtomicOp, MemoryRegion, RemotePointer, SharedBytes};
 
@@ -62,6 +63,9 @@ pub(crate) struct LockState {
     held: HashMap<LockName, u64>,
     sequence: u64,
 }
+
+/// How often a releasing rank looks for its successor's link while it waits for it.
+const LINK_POLL: Duration = Duration::from_micros(20);
 
 /// Bytes of one lock's words and of one queue node.
 const SLOT: usize = 16;
@@ -308,9 +312,6 @@ impl Armci {
             0,
             Some("lock link"),
         )?;
-        // Behind the link on the same connection: if the predecessor waits in its release for
-        // this link, this wakes it.
-        self.send_message(predecessor, message::WAKE, 0, 0, &[])?;
         while node.to_vec(at + 8, 1)[0] != 0 {
             self.progress(None)?;
         }
@@ -349,12 +350,14 @@ impl Armci {
                         if old == tag {
                             return Ok(());
                         }
-                        // Someone did, and has not linked yet: its link comes with a wake-up.
+                        // Someone did, and links itself right after its swap returned: look
+                        // again every LINK_POLL (sleeping on the port meanwhile), rather than
+                        // have every queued acquisition send a wake-up for this rare case.
                         loop {
                             if let Some(successor) = read_next(&node) {
                                 break successor;
                             }
-                            self.progress(None)?;
+                            self.progress(Some(Instant::now() + LINK_POLL))?;
                         }
                     }
                 };
