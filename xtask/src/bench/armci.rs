@@ -102,7 +102,9 @@ fn figure(csv: &Csv) -> Result<Figure> {
         x,
         Axis::log("latency (µs)"),
     );
-    let mut colours = 0;
+    // Colours by panel: (panel, variant) in first-seen order; lock and unlock of one algorithm
+    // share one.
+    let mut colours: Vec<(&str, &str)> = Vec::new();
     for (m, v, points) in &lines {
         let baseline = v == "one at a time" || v.starts_with("AllFence (one");
         let (panel, stroke, label) = match m.as_str() {
@@ -128,16 +130,17 @@ fn figure(csv: &Csv) -> Result<Figure> {
             "unlock" => (&mut lock, Stroke::Dashed, None),
             _ => continue,
         };
-        // Lock and unlock of one algorithm share a colour.
-        let colour = if m == "unlock" {
-            lines
-                .iter()
-                .filter(|l| l.0 == "lock" || l.0 == "allfence" || l.0 == "barrier")
-                .position(|l| l.0 == "lock" && &l.1 == v)
-                .unwrap_or(0)
-        } else {
-            colours += 1;
-            colours - 1
+        let panel_name = if m == "unlock" { "lock" } else { m.as_str() };
+        let colour = match colours
+            .iter()
+            .filter(|c| c.0 == panel_name)
+            .position(|c| c.1 == v.as_str())
+        {
+            Some(index) => index,
+            None => {
+                colours.push((panel_name, v.as_str()));
+                colours.iter().filter(|c| c.0 == panel_name).count() - 1
+            }
         };
         let mut series = match label {
             Some(label) => Series::new(&label, Colour::Palette(colour), stroke),
