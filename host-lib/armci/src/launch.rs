@@ -181,9 +181,11 @@ pub fn rendezvous(
     Ok(peers)
 }
 
-/// Removes this rank's rendezvous file (at the end of the job, once every rank has read it).
+/// Removes this rank's rendezvous file (at the end of the job, once every rank has read it), and
+/// the directory if it is then empty (the last rank to leave removes it).
 pub fn leave(placement: &Placement) {
     let _ = std::fs::remove_file(rank_file(&placement.directory, placement.rank));
+    let _ = std::fs::remove_dir(&placement.directory);
 }
 
 fn parse_rank_file(text: &str) -> Option<(NodeId, PortId)> {

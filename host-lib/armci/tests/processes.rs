@@ -3,7 +3,8 @@
 //! sections end with exact totals; a put before a fence (or before nothing at all) is visible to
 //! every rank past the next barrier, in each fence and barrier mode; the mutex is mutually
 //! exclusive and grants in FIFO order under 8 contending ranks, in both lock modes; and a C
-//! program written against `armci.h`, started by `nicbar-armci-run`, gets the same totals.
+//! program written against `armci.h` gets exact totals started by `nicbar-armci-run`, and by
+//! `mpirun` (where Open MPI is installed) with no setting but the daemon's socket.
 //!
 //! The daemon runs in the test process; each rank is a child (this test binary in a role, or the
 //! C program), so the NIC reaches the ranks' memory across processes as for any program.
@@ -468,9 +469,8 @@ fn built_dir() -> PathBuf {
     exe.parent().unwrap().to_owned()
 }
 
-#[test]
-fn a_c_program_using_armci_h_gets_exact_totals_under_the_launcher() {
-    let seed = seed(18);
+/// Compiles `c/armci_counter.c` against this build's `libarmci.so` into `dir`.
+fn compile_counter(dir: &Path) -> PathBuf {
     let built = built_dir();
     let library = built.join("libarmci.so");
     assert!(
@@ -478,11 +478,7 @@ fn a_c_program_using_armci_h_gets_exact_totals_under_the_launcher() {
         "{} is missing: the crate builds a cdylib",
         library.display()
     );
-    let dir = tempfile::Builder::new()
-        .prefix("nicbar-armci-c")
-        .tempdir()
-        .unwrap();
-    let program = dir.path().join("armci_counter");
+    let program = dir.join("armci_counter");
     let cc = std::env::var_os("CC").unwrap_or_else(|| "cc".into());
     let compiled = Command::new(cc)
         .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-I"])
@@ -505,6 +501,17 @@ fn a_c_program_using_armci_h_gets_exact_totals_under_the_launcher() {
         compiled.success(),
         "the C program does not compile: {compiled}"
     );
+    program
+}
+
+#[test]
+fn a_c_program_using_armci_h_gets_exact_totals_under_the_launcher() {
+    let seed = seed(18);
+    let dir = tempfile::Builder::new()
+        .prefix("nicbar-armci-c")
+        .tempdir()
+        .unwrap();
+    let program = compile_counter(dir.path());
     let size = 4;
     let daemon = daemon(dir.path(), size, seed);
     for lock in ["mcs", "ticket"] {
@@ -534,4 +541,44 @@ fn a_c_program_using_armci_h_gets_exact_totals_under_the_launcher() {
         );
         assert!(ok.iter().all(|l| l.ends_with(" ok")), "{}", outputs[0]);
     }
+}
+
+#[test]
+fn the_c_program_runs_under_mpirun_with_no_setting_but_the_socket() {
+    let Ok(version) = Command::new("mpirun").arg("--version").output() else {
+        eprintln!("mpirun is not installed: this test checks nothing here");
+        return;
+    };
+    assert!(version.status.success());
+    let seed = seed(19);
+    let dir = tempfile::Builder::new()
+        .prefix("nicbar-armci-mpi")
+        .tempdir()
+        .unwrap();
+    let program = compile_counter(dir.path());
+    let size: u16 = 4;
+    let daemon = daemon(dir.path(), size, seed);
+    let mpirun = Command::new("mpirun")
+        .args(["--oversubscribe", "-np", &size.to_string()])
+        .args(["-x", "NICBAR_SOCKET", "-x", "NICBAR_ARMCI_UNITS"])
+        .arg(&program)
+        .arg("10")
+        .env("NICBAR_SOCKET", daemon.socket())
+        .env("NICBAR_ARMCI_UNITS", size.to_string())
+        // Open MPI refuses root without these; they change nothing for anyone else.
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env_remove("LD_LIBRARY_PATH")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let outputs = wait_all(vec![("mpirun".to_owned(), mpirun)]);
+    let ok: Vec<&str> = lines(&outputs[0], "armci_counter: ").collect();
+    assert_eq!(
+        ok.len(),
+        usize::from(size),
+        "every rank reports: {}",
+        outputs[0]
+    );
+    assert!(ok.iter().all(|l| l.ends_with(" ok")), "{}", outputs[0]);
 }
