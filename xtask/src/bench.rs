@@ -7,6 +7,7 @@ use crate::Result;
 use crate::command::{cargo, run};
 use crate::plot::{Axis, Colour, Figure, Panel, Series, Stroke};
 
+mod armci;
 mod rttp;
 
 /// Options of `cargo xtask bench`.
@@ -76,6 +77,11 @@ enum Bench {
     /// MPI_Barrier latency and MPI_Ibarrier overlap (OSU's definition) through the coll/nicbar
     /// component beside Open MPI's own collectives over shared memory and TCP (table, CSV).
     Mpi(crate::mpi::BenchArgs),
+    /// Seed 004 on ARMCI over the emulated NIC: AllFence latency against K and node count (one
+    /// request at a time, K outstanding in a shuffled order, and the NIC's own completions), the
+    /// fused fence-and-barrier against AllFence + barrier, and lock/unlock under contention
+    /// (ticket against MCS queue lock), each beside its baseline in one run (table, CSV, figure).
+    Armci(armci::Args),
 }
 
 /// Builds the benchmark program with the fast release profile and runs it.
@@ -139,6 +145,7 @@ pub(crate) fn run_bench(args: Args) -> Result<()> {
         }
         Bench::Rttp(args) => rttp::run_rttp(args),
         Bench::Mpi(args) => crate::mpi::run_bench(args),
+        Bench::Armci(args) => armci::run_armci(args),
     }
 }
 
