@@ -518,7 +518,8 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             }
             open.barrier_retries = kept;
             let mut blocked: Vec<(NodeId, PortId), RETRIES> = Vec::new();
-            for retry in due {
+            // By reference: dropping a consumed heapless iterator links a slice-index panic.
+            for retry in due.iter().copied() {
                 busy = true;
                 let destination = (retry.step.node, retry.step.port);
                 if blocked.contains(&destination)
