@@ -173,8 +173,6 @@ struct Barrier {
     completed: Vec<bool>,
     /// Which members got `BARRIER_FAILED` for it.
     failed: Vec<bool>,
-    /// Which members skipped it (see [`BarrierCampaign::absences`]).
-    absent: Vec<bool>,
     /// A member will skip it: its members give up after [`DOOMED_TIMEOUT`], well inside the
     /// NIC's default, so that the delay does not make later barriers time out too.
     doomed: bool,
@@ -230,6 +228,17 @@ impl HostState {
         self.until.is_some_and(|until| until > now)
             && (!self.resends.is_empty() || !self.sending.is_empty())
     }
+}
+
+/// Schedules `process`'s next host step `after` from now.
+fn wake(world: &mut World, process: &Process, after: Duration) {
+    world.schedule_in(
+        after,
+        Happening::Host {
+            node: process.node,
+            port: process.port,
+        },
+    );
 }
 
 /// The timeout of a barrier a member skips.
@@ -349,13 +358,7 @@ pub fn run(campaign: &BarrierCampaign) -> Result<BarrierReport, CampaignFailure<
             continue;
         }
         let start = Duration::from_nanos(world.rng.below(campaign.skew.as_nanos() as u64 + 1));
-        world.schedule_in(
-            start,
-            Happening::Host {
-                node: process.node,
-                port: process.port,
-            },
-        );
+        wake(&mut world, process, start);
     }
     for _ in 0..campaign.deaths {
         let victim = world.rng.below(process_count as u64);
@@ -526,14 +529,12 @@ fn plan_barriers(campaign: &BarrierCampaign, rng: &mut Rng, processes: usize) ->
         let algorithm = draw_algorithm(rng, campaign.family, members.len());
         let entered = vec![None; members.len()];
         let (completed, failed) = (vec![false; members.len()], vec![false; members.len()]);
-        let absent = vec![false; members.len()];
         plan.push(Barrier {
             members,
             algorithm,
             entered,
             completed,
             failed,
-            absent,
             doomed: false,
             host: campaign.host_barriers && rng.chance(0.4),
         });
@@ -611,15 +612,8 @@ fn enter_next_barrier(
         .ok_or("process not in its own barrier")?;
     if process.skips.contains(&process.position) {
         // Absent from this one: on to the next at the next host step.
-        barrier.absent[rank] = true;
         process.position += 1;
-        world.schedule_in(
-            Duration::from_micros(1),
-            Happening::Host {
-                node: process.node,
-                port: process.port,
-            },
-        );
+        wake(world, process, Duration::from_micros(1));
         return Ok(());
     }
     let members: Vec<Member> = barrier
@@ -662,20 +656,8 @@ fn enter_next_barrier(
         process.host.until = Some(deadline);
         provide_host_buffers(world, process)?;
         // Its deadline, and a first look at once.
-        world.schedule_in(
-            timeout,
-            Happening::Host {
-                node: process.node,
-                port: process.port,
-            },
-        );
-        world.schedule_in(
-            Duration::ZERO,
-            Happening::Host {
-                node: process.node,
-                port: process.port,
-            },
-        );
+        wake(world, process, timeout);
+        wake(world, process, Duration::ZERO);
         return Ok(());
     }
     let Some(memory) = world.nodes[process.node]
@@ -832,13 +814,7 @@ fn complete(
     if process.slow {
         skew = skew.saturating_mul(20).max(200_000);
     }
-    world.schedule_in(
-        Duration::from_nanos(skew),
-        Happening::Host {
-            node: process.node,
-            port: process.port,
-        },
-    );
+    wake(world, process, Duration::from_nanos(skew));
     Ok(())
 }
 
@@ -902,13 +878,7 @@ fn barrier_failed(
         // error does.
         process.position += 1;
         process.state = State::Computing;
-        world.schedule_in(
-            Duration::from_micros(1),
-            Happening::Host {
-                node: process.node,
-                port: process.port,
-            },
-        );
+        wake(world, process, Duration::from_micros(1));
     } else {
         process.state = State::Failed;
         exit_if_done(world, campaign, process);
@@ -966,12 +936,10 @@ fn exit_if_done(world: &mut World, campaign: &BarrierCampaign, process: &mut Pro
             .map(|r| r.at)
             .min()
             .unwrap_or_else(|| now.saturating_add(HOST_RETRY));
-        world.schedule_in(
+        wake(
+            world,
+            process,
             at.saturating_since(now).max(Duration::from_micros(1)),
-            Happening::Host {
-                node: process.node,
-                port: process.port,
-            },
         );
         return;
     }
@@ -1129,13 +1097,7 @@ fn host_event(
                     at,
                     until,
                 });
-                world.schedule_in(
-                    HOST_RETRY,
-                    Happening::Host {
-                        node: process.node,
-                        port: process.port,
-                    },
-                );
+                wake(world, process, HOST_RETRY);
             }
         }
     }
@@ -1166,13 +1128,7 @@ fn host_resend(
                 at: now.saturating_add(HOST_RETRY),
                 ..resend
             });
-            world.schedule_in(
-                HOST_RETRY,
-                Happening::Host {
-                    node: process.node,
-                    port: process.port,
-                },
-            );
+            wake(world, process, HOST_RETRY);
         }
     }
     Ok(())
