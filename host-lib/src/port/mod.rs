@@ -270,6 +270,28 @@ impl Port {
         self.wait(Some(Instant::now() + timeout), false)
     }
 
+    /// Waits at most `timeout` until an event waits to be taken — by [`Port::receive`], or by
+    /// the barrier calls, whose own ends [`Port::receive`] does not return — without taking it.
+    /// Returns whether one waits. For a progress loop that sleeps between polls: unlike
+    /// [`Port::receive_timeout`], the end of a started barrier wakes it.
+    ///
+    /// # Errors
+    /// [`Error::DaemonGone`] if the daemon exits meanwhile; [`Error::EventRing`].
+    pub fn wait_ready(&mut self, timeout: Duration) -> Result<bool, Error> {
+        if !self.deferred.is_empty() {
+            return Ok(true);
+        }
+        let now = Instant::now();
+        let deadline = now + timeout;
+        let spin_until = self.wait_mode.spin_until(now, Some(deadline));
+        let wake = self
+            .barrier
+            .host
+            .next_resend()
+            .map_or(deadline, |resend| resend.min(deadline));
+        self.endpoint.raw_mut().wait(Some(wake), spin_until)
+    }
+
     /// Waits until `deadline` for the next event of the event ring, as
     /// [`Port::next_from_ring`] takes it (for the barrier code's own waits).
     ///

@@ -150,9 +150,8 @@ impl CollEndpoint {
     pub(crate) fn wait(&mut self, timeout: Duration) -> usize {
         let mut ended = self.progress();
         if ended == 0 && (self.running.is_some() || self.transfers.has_outgoing()) {
-            if let Ok(Some(event)) = self.port.receive_timeout(timeout) {
-                let _ = self.transfers.handle(&mut self.port, event);
-            }
+            // Wakes for any event, the barrier's own end included (which `receive` keeps).
+            let _ = self.port.wait_ready(timeout);
             ended = self.progress();
         }
         ended
