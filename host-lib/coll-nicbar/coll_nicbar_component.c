@@ -6,6 +6,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "opal/mca/base/mca_base_var.h"
 #include "opal/mca/pmix/pmix.h"
@@ -43,7 +44,7 @@ mca_coll_nicbar_component_t mca_coll_nicbar_component = {
     .timeout_ms = 0,
     .verbose = 0,
     .unit = -1,
-    .spin = 200,
+    .spin = -1,
     .bcast_algorithm = 0,
     .scatter_algorithm = 0,
     .gather_algorithm = 0,
@@ -98,7 +99,8 @@ static int nicbar_register(void)
                  &C.unit);
     register_int("spin",
                  "Polls of a blocking barrier or data collective before it sleeps on the port "
-                 "between polls",
+                 "between polls (-1: 200 when this host has a core for each of its processes "
+                 "and one for the NIC, else 0: spinning processes would take the NIC's core)",
                  &C.spin);
     register_int("bcast_algorithm",
                  "MPI_Bcast over the NIC: -1 off (the component below serves), 0 chosen by size, "
@@ -163,6 +165,11 @@ int mca_coll_nicbar_init_query(bool enable_progress_threads, bool enable_mpi_thr
 
     if (C.priority < 0) {
         return OMPI_ERR_NOT_AVAILABLE;
+    }
+    if (C.spin < 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        long processes = (long) orte_process_info.num_local_peers + 1;
+        C.spin = cores > processes ? 200 : 0;
     }
     if (-2 == C.unit) {
         /* Spread this host's processes over the daemon's units, from unit local-rank on. */

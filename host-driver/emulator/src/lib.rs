@@ -316,7 +316,7 @@ impl Emulator {
             .map_err(EmulatorError::Resources)?;
         let inboxes: Vec<_> = wakes
             .iter()
-            .map(|wake| Arc::new(wire::Inbox::new(wake.clone())))
+            .map(|_| Arc::new(wire::Inbox::default()))
             .collect();
         let local = Arc::new(wire::LocalFabric::new(
             config

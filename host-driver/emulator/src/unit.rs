@@ -256,6 +256,7 @@ pub(crate) fn spawn_all(setups: Vec<UnitSetup>) -> io::Result<Vec<UnitHandle>> {
                         stale_rounds: 0,
                         stale_reported: false,
                         stopped: false,
+                        dormant: false,
                     },
                 )
                 .collect();
@@ -296,8 +297,15 @@ impl Units {
     fn run(mut self) {
         let mut events = vec![EpollEvent::empty(); 2 * self.units.len().max(1)];
         let mut last_busy = std::time::Instant::now();
+        // Units whose wake-up eventfd or UDP socket was ready in the last wait: every unit at
+        // first. Only these are drained and asked for commands (a command always rings).
+        let mut woken = vec![true; self.units.len()];
         loop {
-            for unit in self.units.iter_mut() {
+            for (unit, woken) in self.units.iter_mut().zip(woken.iter_mut()) {
+                if !std::mem::take(woken) {
+                    continue;
+                }
+                unit.dormant = false;
                 doorbell::drain(&*unit.wake);
                 if !unit.stopped && !unit.serve_commands() {
                     unit.stop();
@@ -309,16 +317,16 @@ impl Units {
             if self.work() {
                 last_busy = std::time::Instant::now();
             }
-            let timeout = self
-                .units
-                .iter_mut()
-                .filter(|unit| !unit.stopped)
-                .map(UnitLoop::sleep_timeout)
-                .fold(None, |a: Option<Duration>, b| match (a, b) {
-                    (Some(a), Some(b)) => Some(a.min(b)),
-                    (a, None) => a,
-                    (None, b) => b,
-                });
+            let mut timeout: Option<Duration> = None;
+            for unit in self.units.iter_mut().filter(|unit| unit.runs()) {
+                match unit.sleep_timeout() {
+                    Some(t) => timeout = Some(timeout.map_or(t, |timeout| timeout.min(t))),
+                    // Nothing due, ever, and nothing to serve: skip it until something
+                    // arrives for it.
+                    None if unit.idle() => unit.dormant = true,
+                    None => {}
+                }
+            }
             if timeout == Some(Duration::ZERO) {
                 continue;
             }
@@ -328,23 +336,38 @@ impl Units {
                 // soon needs no doorbell (io_uring's SQPOLL idle time). A process that spins on
                 // its event ring instead would only compete with this spin for the cores: then
                 // sleep at once, and let its next post ring the doorbell.
-                let _ = self.epoll.wait(&mut events, EpollTimeout::ZERO);
+                let ready = self
+                    .epoll
+                    .wait(&mut events, EpollTimeout::ZERO)
+                    .unwrap_or(0);
+                mark_woken(&events[..ready], &mut woken);
                 std::thread::yield_now();
                 continue;
             }
             for unit in &self.units {
                 unit.set_sleeping(true);
             }
-            let late_work = self
-                .units
-                .iter_mut()
-                .filter(|unit| !unit.stopped)
-                .any(|unit| {
-                    let now = unit.now();
-                    unit.nic.poll(now) || !unit.nic.hal().wire.loopback.is_empty()
-                });
+            // The flags are up: a token published from now on rings the doorbell. One published
+            // before, or a packet one unit left another, is seen here.
+            let late_work = self.units.iter_mut().any(|unit| {
+                if unit.stopped {
+                    return false;
+                }
+                if !unit.inbox.is_empty() {
+                    return true;
+                }
+                if unit.dormant {
+                    return false;
+                }
+                let now = unit.now();
+                unit.nic.poll(now) || !unit.nic.hal().wire.loopback.is_empty()
+            });
             if !late_work {
-                let _ = self.epoll.wait(&mut events, epoll_timeout(timeout));
+                let ready = self
+                    .epoll
+                    .wait(&mut events, epoll_timeout(timeout))
+                    .unwrap_or(0);
+                mark_woken(&events[..ready], &mut woken);
             }
             for unit in &self.units {
                 unit.set_sleeping(false);
@@ -361,12 +384,19 @@ impl Units {
     }
 
     /// Runs every unit until none has anything to do (bounded, to serve commands): a packet one
-    /// unit sends another is taken in the next pass. Returns whether there was anything to do.
+    /// unit sends another is taken in the next pass. Dormant units are skipped unless a packet
+    /// came for them. Returns whether there was anything to do.
     fn work(&mut self) -> bool {
         let mut any = false;
         for _ in 0..MAX_ROUNDS {
             let mut busy = false;
             for unit in self.units.iter_mut().filter(|unit| !unit.stopped) {
+                if unit.dormant {
+                    if unit.inbox.is_empty() {
+                        continue;
+                    }
+                    unit.dormant = false;
+                }
                 busy |= unit.work();
             }
             if !busy {
@@ -375,6 +405,18 @@ impl Units {
             any = true;
         }
         any
+    }
+}
+
+/// Marks the units whose descriptors `ready` names (epoll data `unit << 1 | WAKE/UDP`).
+fn mark_woken(ready: &[EpollEvent], woken: &mut [bool]) {
+    for event in ready {
+        if let Some(flag) = usize::try_from(event.data() >> 1)
+            .ok()
+            .and_then(|index| woken.get_mut(index))
+        {
+            *flag = true;
+        }
     }
 }
 
@@ -392,6 +434,10 @@ struct UnitLoop {
     stale_reported: bool,
     /// Told to stop: its ports are closed and it runs no more.
     stopped: bool,
+    /// No port open, nothing due and nothing queued: the loop skips it until its eventfd or
+    /// socket is ready or a packet comes into its inbox (a daemon of many units, few in use,
+    /// costs no more per pass than its busy ones).
+    dormant: bool,
     /// Ports finishing an orderly close, with the answer their process waits for.
     closing: [Option<CloseReply>; PORTS_PER_NIC],
     /// Opens of a port that was still finishing an orderly close: served when it has.
@@ -404,6 +450,22 @@ type WaitingOpen = (AttachedPort, Sender<Result<Generation, OpenError>>);
 impl UnitLoop {
     fn now(&self) -> Instant {
         Instant::from_nanos(u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// Whether the loop runs it this pass.
+    fn runs(&self) -> bool {
+        !self.stopped && !self.dormant
+    }
+
+    /// Whether it has nothing to serve: no port open or closing, no open waiting, no packet
+    /// queued for it.
+    fn idle(&self) -> bool {
+        self.nic.hal().ports.iter().all(Option::is_none)
+            && self.closing.iter().all(Option::is_none)
+            && self.waiting_opens.iter().all(Option::is_none)
+            && self.arrivals.is_empty()
+            && self.nic.hal().wire.loopback.is_empty()
+            && self.inbox.is_empty()
     }
 
     /// Closes every open port (the daemon stops) and runs no more.

@@ -7,7 +7,6 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
-use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -19,46 +18,41 @@ use zerocopy::FromBytes;
 use super::fabric::FabricMap;
 use super::fault::FaultInjector;
 use nicbar_control::WireCounters;
-use nicbar_control::doorbell;
 
 /// Packets an in-process NIC's inbox holds before the wire drops what arrives (a switch with a
 /// full output queue: the reliability protocol resends).
 pub(crate) const INBOX_CAPACITY: usize = 8192;
 
 /// Packets for one NIC from the other NICs of the daemon.
-#[derive(Debug)]
+///
+/// Every NIC of a daemon runs on the daemon's one units thread, so a push never needs to wake
+/// anyone: the loop takes each unit's inbox in every round and looks at them all once more
+/// before it sleeps ([`Inbox::is_empty`]).
+#[derive(Debug, Default)]
 pub(crate) struct Inbox {
     queue: Mutex<VecDeque<Vec<u8>>>,
-    wake: Arc<OwnedFd>,
 }
 
 impl Inbox {
-    /// An inbox whose arrivals ring `wake` (the receiving NIC's eventfd).
-    pub(crate) fn new(wake: Arc<OwnedFd>) -> Self {
-        Self {
-            queue: Mutex::new(VecDeque::new()),
-            wake,
-        }
-    }
-
     /// Queues `packet`; `false` if the inbox is full and the packet was dropped.
     fn push(&self, packet: Vec<u8>) -> bool {
         let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
         if queue.len() >= INBOX_CAPACITY {
             return false;
         }
-        let was_empty = queue.is_empty();
         queue.push_back(packet);
-        drop(queue);
-        // The receiver empties the queue under the lock after every wake-up, so only the push
-        // onto an empty queue needs to wake it.
-        if was_empty {
-            doorbell::ring(&self.wake);
-        }
         true
     }
 
-    /// Moves everything queued into `out`.
+    /// Whether nothing is queued.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.queue
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty()
+    }
+
+/// Moves everything queued into `out`.
     pub(crate) fn take_all(&self, out: &mut VecDeque<Vec<u8>>) {
         let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
         out.append(&mut queue);
