@@ -52,7 +52,7 @@ impl Inbox {
             .is_empty()
     }
 
-/// Moves everything queued into `out`.
+    /// Moves everything queued into `out`.
     pub(crate) fn take_all(&self, out: &mut VecDeque<Vec<u8>>) {
         let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
         out.append(&mut queue);

@@ -65,6 +65,35 @@ struct Measurement {
     barrier_us: f64,
     ibarrier_us: f64,
     overlap_pct: f64,
+    /// Mean time in the MPI_Ibarrier call of the overlap loop (largest over the ranks).
+    post_us: f64,
+    /// Mean time in its MPI_Wait after the compute (largest over the ranks).
+    wait_us: f64,
+}
+
+/// What `barrier_bench` prints.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct BarrierResult {
+    pub(super) barrier_us: f64,
+    pub(super) ibarrier_us: f64,
+    pub(super) overlap_pct: f64,
+    pub(super) post_us: f64,
+    pub(super) wait_us: f64,
+}
+
+impl Measurement {
+    fn new(barrier: &'static str, hosts: String, processes: usize, result: BarrierResult) -> Self {
+        Self {
+            barrier,
+            hosts,
+            processes,
+            barrier_us: result.barrier_us,
+            ibarrier_us: result.ibarrier_us,
+            overlap_pct: result.overlap_pct,
+            post_us: result.post_us,
+            wait_us: result.wait_us,
+        }
+    }
 }
 
 /// Runs `cargo xtask bench mpi`.
@@ -117,21 +146,18 @@ fn bench_barriers(
                 .arg(programs.join("barrier_bench"))
                 .arg(args.iterations.to_string());
             let (text, ok) = run_captured(&mut command, Duration::from_secs(600))?;
-            let Some((barrier_us, ibarrier_us, overlap_pct)) = parse_result(&text).filter(|_| ok)
-            else {
+            let Some(result) = parse_result(&text).filter(|_| ok) else {
                 return Err(format!("{barrier} at {processes} processes gave no result").into());
             };
             if priority > 0 && barriers_through_nic(&text) == 0 {
                 return Err("the component ran no barrier: is the NIC daemon reachable?".into());
             }
-            results.push(Measurement {
+            results.push(Measurement::new(
                 barrier,
-                hosts: "one host".to_owned(),
+                "one host".to_owned(),
                 processes,
-                barrier_us,
-                ibarrier_us,
-                overlap_pct,
-            });
+                result,
+            ));
         }
     }
     drop(daemon);
@@ -149,19 +175,43 @@ fn bench_barriers(
          emulated NIC per process, across namespaces one daemon and one process each:\n",
         args.iterations
     );
-    println!("| hosts | processes | barrier | MPI_Barrier µs | MPI_Ibarrier µs | overlap % |");
-    println!("|---|---|---|---|---|---|");
-    let mut csv = String::from("hosts,processes,barrier,barrier_us,ibarrier_us,overlap_pct\n");
+    println!(
+        "| hosts | processes | barrier | MPI_Barrier µs | MPI_Ibarrier µs | overlap % | \
+         in MPI_Ibarrier µs | in MPI_Wait µs |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    let mut csv = String::from(
+        "hosts,processes,barrier,barrier_us,ibarrier_us,overlap_pct,post_us,wait_us\n",
+    );
     for m in &results {
         println!(
-            "| {} | {} | {} | {:.1} | {:.1} | {:.0} |",
-            m.hosts, m.processes, m.barrier, m.barrier_us, m.ibarrier_us, m.overlap_pct
+            "| {} | {} | {} | {:.1} | {:.1} | {:.0} | {:.1} | {:.1} |",
+            m.hosts,
+            m.processes,
+            m.barrier,
+            m.barrier_us,
+            m.ibarrier_us,
+            m.overlap_pct,
+            m.post_us,
+            m.wait_us
         );
         csv.push_str(&format!(
-            "{},{},{},{:.2},{:.2},{:.1}\n",
-            m.hosts, m.processes, m.barrier, m.barrier_us, m.ibarrier_us, m.overlap_pct
+            "{},{},{},{:.2},{:.2},{:.1},{:.2},{:.2}\n",
+            m.hosts,
+            m.processes,
+            m.barrier,
+            m.barrier_us,
+            m.ibarrier_us,
+            m.overlap_pct,
+            m.post_us,
+            m.wait_us
         ));
     }
+    println!(
+        "\n(overlap: the time of t_total - t_compute is the time in MPI_Ibarrier plus the time \
+         in MPI_Wait; where the emulated NIC has no core of its own, its work runs in the call \
+         that wakes it)"
+    );
     let path = out.join("bench-mpi.csv");
     std::fs::write(&path, csv)?;
     println!("\nwrote {}", path.display());
@@ -370,19 +420,20 @@ fn replot_collectives(out: &Path) -> Result<()> {
         let mut results = Vec::new();
         for line in text.lines().skip(1).filter(|l| !l.trim().is_empty()) {
             let fields: Vec<&str> = line.split(',').collect();
-            let [
-                hosts,
-                processes,
-                barrier,
-                barrier_us,
-                ibarrier_us,
-                overlap_pct,
-            ] = fields[..]
-            else {
-                return Err(
-                    format!("{}: a row of {} fields", barriers.display(), fields.len()).into(),
-                );
-            };
+            // Rows of 6 fields come from before the post and wait columns.
+            let (hosts, processes, barrier, barrier_us, ibarrier_us, overlap_pct, post, wait) =
+                match fields[..] {
+                    [a, b, c, d, e, f] => (a, b, c, d, e, f, "0", "0"),
+                    [a, b, c, d, e, f, g, h] => (a, b, c, d, e, f, g, h),
+                    _ => {
+                        return Err(format!(
+                            "{}: a row of {} fields",
+                            barriers.display(),
+                            fields.len()
+                        )
+                        .into());
+                    }
+                };
             let barrier = [
                 "nicbar (NIC)",
                 "Open MPI shm",
@@ -399,6 +450,8 @@ fn replot_collectives(out: &Path) -> Result<()> {
                 barrier_us: barrier_us.parse()?,
                 ibarrier_us: ibarrier_us.parse()?,
                 overlap_pct: overlap_pct.parse()?,
+                post_us: post.parse()?,
+                wait_us: wait.parse()?,
             });
         }
         let svg = out.join("bench-mpi.svg");
@@ -684,34 +737,34 @@ fn bench_namespaces(
             .ok()
             .filter(|(text, _)| priority < 0 || barriers_through_nic(text) > 0)
             .and_then(|(text, ok)| parse_result(&text).filter(|_| ok));
-        let Some((barrier_us, ibarrier_us, overlap_pct)) = measured else {
+        let Some(result) = measured else {
             stop();
             return Err(format!("{barrier} across {hosts} namespaces gave no result").into());
         };
-        results.push(Measurement {
+        results.push(Measurement::new(
             barrier,
-            hosts: format!("{hosts} namespaces"),
-            processes: hosts,
-            barrier_us,
-            ibarrier_us,
-            overlap_pct,
-        });
+            format!("{hosts} namespaces"),
+            hosts,
+            result,
+        ));
     }
     stop();
     Ok(results)
 }
 
-/// The benchmark program's `result` line: barrier µs, Ibarrier µs, overlap %.
-pub(super) fn parse_result(text: &str) -> Option<(f64, f64, f64)> {
+/// The benchmark program's `result` line.
+pub(super) fn parse_result(text: &str) -> Option<BarrierResult> {
     let line = text.lines().find(|l| l.starts_with("result "))?;
     let field = |name: &str| -> Option<f64> {
         line.split_whitespace()
             .find_map(|f| f.strip_prefix(name))
             .and_then(|v| v.parse().ok())
     };
-    Some((
-        field("barrier_us=")?,
-        field("ibarrier_pure_us=")?,
-        field("overlap_pct=")?,
-    ))
+    Some(BarrierResult {
+        barrier_us: field("barrier_us=")?,
+        ibarrier_us: field("ibarrier_pure_us=")?,
+        overlap_pct: field("overlap_pct=")?,
+        post_us: field("post_us=")?,
+        wait_us: field("wait_us=")?,
+    })
 }

@@ -900,8 +900,19 @@ mod tests {
 
     #[test]
     fn the_result_line_is_read() {
-        let text = "noise\nresult barrier_us=12.50 ibarrier_pure_us=20.00 overlap_pct=95.5\n";
-        assert_eq!(parse_result(text), Some((12.5, 20.0, 95.5)));
+        let text = "noise\nresult barrier_us=12.50 ibarrier_pure_us=20.00 overlap_pct=95.5 \
+                    post_us=0.40 wait_us=0.50\n";
+        let result = parse_result(text).expect("parses");
+        assert_eq!(
+            (
+                result.barrier_us,
+                result.ibarrier_us,
+                result.overlap_pct,
+                result.post_us,
+                result.wait_us
+            ),
+            (12.5, 20.0, 95.5, 0.4, 0.5)
+        );
         assert_eq!(parse_result("result barrier_us=1"), None);
     }
 
