@@ -92,7 +92,9 @@ int ARMCI_Create_mutexes(int num);
 int ARMCI_Destroy_mutexes(void);
 
 /* Waits until this rank holds mutex `mutex` of rank proc, in FIFO order; gives it up. Fence
- * the puts made under the mutex before unlocking it, as ARMCI requires. */
+ * the puts made under the mutex before unlocking it, as ARMCI requires. A rank that died holding
+ * the mutex, or queued ahead of this one, makes ARMCI_Lock print which and exit (no wait for
+ * ever); ticket-lock waits give up after the collective timeout. */
 void ARMCI_Lock(int mutex, int proc);
 void ARMCI_Unlock(int mutex, int proc);
 

@@ -497,6 +497,16 @@ impl Armci {
         }
     }
 
+    /// Drops the kept failure of a background operation `what` to `rank`, if that is the one
+    /// kept (a caller that reports the failure in its own words).
+    pub(crate) fn forget_failure(&mut self, what: &'static str, rank: usize) {
+        if matches!(&self.failure, Some(ArmciError::Operation { what: w, rank: r, .. })
+            if *w == what && *r == rank)
+        {
+            self.failure = None;
+        }
+    }
+
     fn rank_of(&self, node: NodeId, port: PortId) -> Option<usize> {
         self.peers.iter().position(|&p| p == (node, port))
     }

@@ -30,6 +30,16 @@ pub enum ArmciError {
         /// The rank it waited for.
         rank: usize,
     },
+    /// A queued lock acquisition gave up: `rank`, ahead of this rank in the lock's queue, is
+    /// gone (`gone`), or gave up itself because a rank further ahead is gone.
+    LockAbandoned {
+        /// Which lock.
+        lock: String,
+        /// The rank just ahead in the queue.
+        rank: usize,
+        /// Whether that rank's process is gone (else it gave up in turn).
+        gone: bool,
+    },
     /// A message from a peer that does not parse, or one that breaks the collective's order.
     Protocol(String),
     /// An argument the call cannot take: a rank out of range, an address outside every
@@ -47,6 +57,24 @@ impl fmt::Display for ArmciError {
             }
             Self::Barrier(error) => write!(f, "the barrier: {error}"),
             Self::Timeout { what, rank } => write!(f, "{what} waited too long for rank {rank}"),
+            Self::LockAbandoned {
+                lock,
+                rank,
+                gone: true,
+            } => write!(
+                f,
+                "{lock}: rank {rank}, ahead of this rank in its queue, is gone; this \
+                 acquisition gave up (what the lock protected may be half updated)"
+            ),
+            Self::LockAbandoned {
+                lock,
+                rank,
+                gone: false,
+            } => write!(
+                f,
+                "{lock}: rank {rank}, ahead of this rank in its queue, gave up because a rank \
+                 ahead of it is gone; so did this acquisition"
+            ),
             Self::Protocol(why) => write!(f, "a peer broke the protocol: {why}"),
             Self::Invalid(why) => write!(f, "invalid argument: {why}"),
         }
@@ -78,6 +106,7 @@ impl ArmciError {
             Self::Timeout { .. } => -5,
             Self::Protocol(_) => -6,
             Self::Invalid(_) => -7,
+            Self::LockAbandoned { .. } => -8,
         }
     }
 }

@@ -67,6 +67,14 @@ pub(crate) struct LockState {
 /// How often a releasing rank looks for its successor's link while it waits for it.
 const LINK_POLL: Duration = Duration::from_micros(20);
 
+/// How often a queued rank asks the NIC whether the rank ahead of it is still there (an atomic
+/// read of that rank's queue node, refused once its process is gone).
+const PROBE: Duration = Duration::from_millis(50);
+
+/// The `locked` byte a queued rank finds when the rank ahead of it gave up because a rank
+/// further ahead is gone (it is 1 while waiting and 0 once granted).
+const BROKEN: u8 = 2;
+
 /// Bytes of one lock's words and of one queue node.
 const SLOT: usize = 16;
 
@@ -261,8 +269,18 @@ impl Armci {
                 let ticket = self.atomic(AtomicOp::FETCH_ADD, owner, words, 1, 0)?;
                 let serving = words + 8;
                 // Thesis §5.1.3: poll the owner's counter until it shows the ticket. Each poll
-                // is a round trip to the owner's NIC, during which this process sleeps.
-                while self.atomic(AtomicOp::FETCH_ADD, owner, serving, 0, 0)? != ticket {}
+                // is a round trip to the owner's NIC, during which this process sleeps. The
+                // ticket lock does not know its holder: a holder that died is seen only as a
+                // wait past the timeout.
+                let deadline = Instant::now() + self.config.collective_timeout;
+                while self.atomic(AtomicOp::FETCH_ADD, owner, serving, 0, 0)? != ticket {
+                    if Instant::now() >= deadline {
+                        return Err(ArmciError::Timeout {
+                            what: "ARMCI_Lock (a ticket lock: its holder may be gone)",
+                            rank: owner,
+                        });
+                    }
+                }
                 (Grant::Ticket(ticket), ticket)
             }
             LockMode::Mcs => self.acquire_queued(name, owner, words)?,
@@ -312,8 +330,42 @@ impl Armci {
             0,
             Some("lock link"),
         )?;
-        while node.to_vec(at + 8, 1)[0] != 0 {
-            self.progress(None)?;
+        // Wait for the grant, asking now and then whether the rank ahead is still there: a
+        // holder or waiter that died would otherwise keep everyone behind it waiting for ever.
+        let mut probe_at = Instant::now() + PROBE;
+        loop {
+            match node.to_vec(at + 8, 1)[0] {
+                0 => break,
+                BROKEN => {
+                    let error = ArmciError::LockAbandoned {
+                        lock: describe(name),
+                        rank: predecessor,
+                        gone: false,
+                    };
+                    return Err(self.abandon(name, owner, tail, me, error));
+                }
+                _ => {}
+            }
+            if Instant::now() >= probe_at {
+                match self.atomic(AtomicOp::FETCH_ADD, predecessor, their_next, 0, 0) {
+                    Ok(_) => {}
+                    Err(ArmciError::Operation { .. }) => {
+                        // The link to it failed too, if it died before the link came.
+                        self.poll()?;
+                        self.forget_failure("lock link", predecessor);
+                        // It may have told this rank it gave up just before it left.
+                        let error = ArmciError::LockAbandoned {
+                            lock: describe(name),
+                            rank: predecessor,
+                            gone: node.to_vec(at + 8, 1)[0] != BROKEN,
+                        };
+                        return Err(self.abandon(name, owner, tail, me, error));
+                    }
+                    Err(error) => return Err(error),
+                }
+                probe_at = Instant::now() + PROBE;
+            }
+            self.progress(Some(probe_at))?;
         }
         Ok((
             Grant::Queue {
@@ -350,15 +402,8 @@ impl Armci {
                         if old == tag {
                             return Ok(());
                         }
-                        // Someone did, and links itself right after its swap returned: look
-                        // again every LINK_POLL (sleeping on the port meanwhile), rather than
-                        // have every queued acquisition send a wake-up for this rare case.
-                        loop {
-                            if let Some(successor) = read_next(&node) {
-                                break successor;
-                            }
-                            self.progress(Some(Instant::now() + LINK_POLL))?;
-                        }
+                        // Someone did, and links itself right after its swap returned.
+                        self.await_link(name, &node, at, words)?
                     }
                 };
                 if successor >= self.size() {
@@ -379,6 +424,98 @@ impl Armci {
             }
         }
         Ok(())
+    }
+
+    /// Waits for the rank that swapped itself in behind this one to link into this rank's
+    /// `next`: looks again every LINK_POLL (sleeping on the port meanwhile), rather than have
+    /// every queued acquisition send a wake-up for this rare case. Gives up after the timeout
+    /// (that rank died between its swap and its link), naming the rank in the tail.
+    fn await_link(
+        &mut self,
+        name: LockName,
+        node: &SharedBytes,
+        at: usize,
+        tail: u64,
+    ) -> Result<usize, ArmciError> {
+        let deadline = Instant::now() + self.config.collective_timeout;
+        loop {
+            let mut bytes = [0; 3];
+            node.read(at, &mut bytes);
+            if let Some(successor) = decode_next(bytes) {
+                return Ok(successor);
+            }
+            if Instant::now() >= deadline {
+                let (owner, _) = self.lock_words(name);
+                let last = self.atomic(AtomicOp::FETCH_ADD, owner, tail, 0, 0)?;
+                return Err(ArmciError::Timeout {
+                    what: "the lock's next waiter to link itself",
+                    rank: ((last & 0xffff) as usize).saturating_sub(1),
+                });
+            }
+            self.progress(Some(Instant::now() + LINK_POLL))?;
+        }
+    }
+
+    /// A queued acquisition gives up with `error` (the rank ahead is gone, or gave up itself):
+    /// with nobody behind, the lock is freed, so that later acquisitions are served; else the
+    /// rank behind is told (its `locked` byte becomes [`BROKEN`]) and gives up in turn. Every
+    /// rank queued behind a dead one thus fails, naming it or the rank ahead, and none waits
+    /// for ever. Returns `error`, or what failed on the way.
+    fn abandon(
+        &mut self,
+        name: LockName,
+        owner: usize,
+        tail: u64,
+        me: u64,
+        error: ArmciError,
+    ) -> ArmciError {
+        let (node, at) = self.own_queue_node(name);
+        let successor = match self.atomic(AtomicOp::COMPARE_SWAP, owner, tail, 0, me) {
+            Ok(old) if old == me => return error,
+            Ok(_) => self.await_link(name, &node, at, tail),
+            // The lock's owner is gone too: nobody can take the lock again, but a rank
+            // already linked behind this one is still told.
+            Err(_) => {
+                let mut bytes = [0; 3];
+                node.read(at, &mut bytes);
+                match decode_next(bytes) {
+                    Some(successor) => Ok(successor),
+                    None => return error,
+                }
+            }
+        };
+        let successor = match successor {
+            Ok(successor) if successor < self.size() => successor,
+            Ok(successor) => {
+                return ArmciError::Protocol(format!(
+                    "the queue node of {name:?} names rank {successor}"
+                ));
+            }
+            Err(failed) => return failed,
+        };
+        // Waited for, so that the rank behind hears it even if this process exits next.
+        let their_locked = self.queue_node(name, successor) + 8;
+        if let Err(failed) = self
+            .atomic(
+                AtomicOp::SWAP,
+                successor,
+                their_locked,
+                u64::from(BROKEN),
+                0,
+            )
+            .and_then(|_| self.send_message(successor, message::WAKE, 0, 0, &[]))
+        {
+            return failed;
+        }
+        error
+    }
+}
+
+/// A lock's name as ARMCI's user knows it.
+fn describe(name: LockName) -> String {
+    match name {
+        LockName::Accumulate(rank) => format!("the accumulate lock of rank {rank}"),
+        LockName::Mutex { mutex, rank } => format!("mutex {mutex} of rank {rank}"),
     }
 }
 

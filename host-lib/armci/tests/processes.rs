@@ -323,6 +323,61 @@ fn lock_scenario(armci: &mut Armci) {
     armci.destroy_mutexes().unwrap();
 }
 
+/// Rank 0 takes mutex 0 of rank 2 and dies holding it; ranks 1 and 3 then ask for it. Neither
+/// may wait for ever: each fails naming the dead rank (or the waiter ahead of it that gave up
+/// because of it), or is granted the lock once the rank ahead gave up and freed it. Rank 2 (the
+/// lock's owner) stays until both say they are done and have left.
+/// The survivors leave without ARMCI_Finalize, whose barrier would wait for the dead rank.
+fn holder_dies_scenario(armci: &mut Armci) {
+    let me = armci.rank();
+    let bases = armci.malloc(8).unwrap();
+    armci.create_mutexes(1).unwrap();
+    if me == 0 {
+        armci.lock(0, 2).unwrap();
+    }
+    armci.barrier().unwrap();
+    match me {
+        0 => {
+            println!("dying with the lock held");
+            std::process::exit(0);
+        }
+        2 => {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let memory = armci.local_memory(bases[2]).unwrap();
+            while memory.to_vec(0, 8)[1] == 0 || memory.to_vec(0, 8)[3] == 0 {
+                assert!(Instant::now() < deadline, "the waiters never finished");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            println!("both waiters done");
+            // Stay until both have left, so that their fences to this rank complete.
+            for waiter in [1, 3] {
+                while armci
+                    .rmw(Rmw::FetchAndAddLong(0), bases[waiter], waiter)
+                    .is_ok()
+                {
+                    assert!(Instant::now() < deadline, "rank {waiter} never left");
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+        }
+        _ => {
+            match armci.lock(0, 2) {
+                Ok(_) => {
+                    println!("first attempt granted");
+                    armci.unlock(0, 2).unwrap();
+                }
+                Err(armci::ArmciError::LockAbandoned { rank, gone, .. }) => {
+                    println!("first attempt abandoned: rank {rank} gone {gone}");
+                }
+                Err(other) => panic!("rank {me}: the wrong failure: {other}"),
+            }
+            armci.put(&[1], bases[2] + me as u64, 2).unwrap();
+            armci.fence(2).unwrap();
+        }
+    }
+    std::process::exit(0);
+}
+
 /// The body of the child processes: one scenario each, chosen by [`ROLE`].
 #[test]
 #[ignore = "run by the other tests as a child process"]
@@ -333,6 +388,7 @@ fn child() {
         "accumulate" => accumulate_scenario(&mut armci),
         "visibility" => visibility_scenario(&mut armci),
         "lock" => lock_scenario(&mut armci),
+        "holder dies" => holder_dies_scenario(&mut armci),
         other => panic!("unknown role {other}"),
     }
     armci.finalize().unwrap();
@@ -454,6 +510,39 @@ fn the_mutex_excludes_and_grants_in_fifo_order_under_8_contending_ranks() {
                 "8 contending ranks never queued: no contention tested"
             );
         }
+    }
+}
+
+#[test]
+fn a_rank_dying_with_the_mutex_held_fails_its_waiters_and_frees_the_lock() {
+    let seed = seed(19);
+    let outputs = run_job("holder dies", 4, Config::default(), seed);
+    assert_eq!(
+        lines(&outputs[0], "dying").count(),
+        1,
+        "rank 0 took the lock before it died"
+    );
+    assert_eq!(lines(&outputs[2], "both waiters done").count(), 1);
+    let mut abandoned = Vec::new();
+    for rank in [1, 3] {
+        let first: Vec<&str> = lines(&outputs[rank], "first attempt ").collect();
+        assert_eq!(first.len(), 1, "rank {rank}: {}", outputs[rank]);
+        if let Some(why) = first[0].strip_prefix("abandoned: ") {
+            abandoned.push((rank, why.to_owned()));
+        }
+    }
+    // Whoever queued right behind the dead holder names it; a waiter behind that one names
+    // the waiter that gave up. The first to ask always queued behind the holder.
+    assert!(
+        abandoned.iter().any(|(_, why)| why == "rank 0 gone true"),
+        "no waiter named the dead holder: {abandoned:?}"
+    );
+    for (rank, why) in &abandoned {
+        let other = 4 - rank;
+        assert!(
+            why == "rank 0 gone true" || why == &format!("rank {other} gone false"),
+            "rank {rank}: {why}"
+        );
     }
 }
 
