@@ -71,6 +71,28 @@ struct Measurement {
     wait_us: f64,
 }
 
+impl Measurement {
+    /// Its row: where, how many, which barrier, then the latencies with `places` decimals and
+    /// the overlap with `overlap_places`.
+    fn cells(&self, places: usize, overlap_places: usize) -> Vec<String> {
+        let mut cells = vec![
+            self.hosts.clone(),
+            self.processes.to_string(),
+            self.barrier.to_owned(),
+        ];
+        for (value, places) in [
+            (self.barrier_us, places),
+            (self.ibarrier_us, places),
+            (self.overlap_pct, overlap_places),
+            (self.post_us, places),
+            (self.wait_us, places),
+        ] {
+            cells.push(format!("{value:.places$}"));
+        }
+        cells
+    }
+}
+
 /// What `barrier_bench` prints.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) struct BarrierResult {
@@ -184,28 +206,9 @@ fn bench_barriers(
         "hosts,processes,barrier,barrier_us,ibarrier_us,overlap_pct,post_us,wait_us\n",
     );
     for m in &results {
-        println!(
-            "| {} | {} | {} | {:.1} | {:.1} | {:.0} | {:.1} | {:.1} |",
-            m.hosts,
-            m.processes,
-            m.barrier,
-            m.barrier_us,
-            m.ibarrier_us,
-            m.overlap_pct,
-            m.post_us,
-            m.wait_us
-        );
-        csv.push_str(&format!(
-            "{},{},{},{:.2},{:.2},{:.1},{:.2},{:.2}\n",
-            m.hosts,
-            m.processes,
-            m.barrier,
-            m.barrier_us,
-            m.ibarrier_us,
-            m.overlap_pct,
-            m.post_us,
-            m.wait_us
-        ));
+        println!("| {} |", m.cells(1, 0).join(" | "));
+        csv.push_str(&m.cells(2, 1).join(","));
+        csv.push('\n');
     }
     println!(
         "\n(overlap: the time of t_total - t_compute is the time in MPI_Ibarrier plus the time \
