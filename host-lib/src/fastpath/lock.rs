@@ -9,7 +9,7 @@
 //! meanwhile alone). Shared: fetch-and-add of 1, kept if no exclusive owner was there, else taken
 //! back by adding `u64::MAX` (the paper's decrement) and tried again; released by adding
 //! `u64::MAX`. Retries back off exponentially up to 64 µs, polling the caller's own traffic
-//! meanwhile.
+//! meanwhile and yielding the core.
 //!
 //! **Served** ([`LockMode::Served`], the baseline that needs the target's progress): a lock
 //! request message to the target, which its process grants in FIFO order from inside its own
@@ -107,7 +107,11 @@ impl FastPath {
                         )));
                     }
                     self.progress()?;
-                    std::hint::spin_loop();
+                    if !self.served.granted.contains(&(index, lock)) {
+                        // The grant is a message: wait for an event as the port's mode says.
+                        self.port
+                            .wait_ready(deadline.saturating_duration_since(Instant::now()))?;
+                    }
                 }
             }
         }
@@ -154,7 +158,7 @@ impl FastPath {
         let until = now + *backoff;
         while Instant::now() < until {
             self.progress()?;
-            std::hint::spin_loop();
+            std::thread::yield_now();
         }
         *backoff = (*backoff * 2).min(MAX_BACKOFF);
         Ok(())

@@ -180,7 +180,7 @@ pub enum Route {
     Ordinary,
 }
 
-/// A message [`FastPath::receive`] delivers.
+/// A message [`FastPath::poll`] or [`FastPath::receive_timeout`] delivers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Message {
     /// Who sent it.
@@ -259,8 +259,8 @@ struct Peer {
 
 /// The RDMA-write eager fast path over a port: see the module's documentation.
 ///
-/// It owns the port and takes every event from it; operations of its own (puts, atomics, gets)
-/// go through [`FastPath::port_mut`] only when the caller drains their events itself.
+/// It owns the port and takes every event from it: a caller's own calls through
+/// [`FastPath::port_mut`] should be ones that produce no events (their events would be dropped).
 #[derive(Debug)]
 pub struct FastPath {
     port: Port,
@@ -326,8 +326,8 @@ impl FastPath {
     /// The fast path over `port`: registers the lock region and provides the receive buffers.
     ///
     /// # Errors
-    /// [`Error::InvalidSize`]-like refusals of a bad `config` as [`Error::Protocol`]; what
-    /// registering memory or providing buffers returns.
+    /// [`Error::Protocol`] for a `config` out of bounds; what registering memory or providing
+    /// buffers returns.
     pub fn new(mut port: Port, config: FastPathConfig) -> Result<Self, Error> {
         if config.slots > MAX_SLOTS || config.slot_payload > MAX_MESSAGE {
             return Err(Error::Protocol(format!(
@@ -888,11 +888,12 @@ impl FastPath {
                     _ => {}
                 }
             }
-            Event::ReceiveRejected { buffer, .. } => {
+            Event::ReceiveRejected {
+                buffer: Some(buffer),
+                ..
+            } => {
                 // Keep the buffer as a spare send buffer; the port stays usable.
-                if let Some(buffer) = buffer {
-                    self.spare.push(buffer);
-                }
+                self.spare.push(buffer);
             }
             _ => {}
         }
@@ -1123,11 +1124,15 @@ impl FastPath {
                 }
                 return Ok(value);
             }
-            if Instant::now() >= deadline {
+            let now = Instant::now();
+            if now >= deadline {
                 return Err(Error::Protocol("an operation did not complete".into()));
             }
             self.progress()?;
-            std::hint::spin_loop();
+            if !self.results.contains_key(&ctx) {
+                // Its completion is an event: wait for one as the port's wait mode says.
+                self.port.wait_ready(deadline - now)?;
+            }
         }
     }
 

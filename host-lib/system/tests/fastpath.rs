@@ -1,9 +1,9 @@
 //! Seed 001 between real processes on the emulated NIC, through its fault injector: the RDMA-write
 //! eager fast path (thousands of messages both ways, byte for byte and in order, rings wrapping
 //! many times, long messages falling back; a ring run out of credit falling back in order and
-//! recovering), and remote locks (eight contending processes keeping a counter updated by plain
-//! get and put exact — with the passive lock while the target process computes and never calls
-//! the library, and with the lock its process serves).
+//! recovering), and remote locks (eight contending processes, 100 critical sections each,
+//! keeping a counter updated by plain get and put exact — with the passive lock while the target
+//! process computes and never calls the library, and with the lock its process serves).
 //!
 //! The daemon runs in the test process; every process is this test binary in a role, on its own
 //! NIC (unit), so its node id is its unit number.
@@ -378,7 +378,7 @@ fn a_ring_out_of_credit_falls_back_in_order_and_recovers() {
 fn contend(mode: &str, default_seed: u64) {
     let seed = common::seed(default_seed);
     let contenders = 8u16;
-    let iterations = 25u64;
+    let iterations = 100u64;
     let dir = common::temp_dir("nicbar-fastpath");
     let daemon = emulator(dir.path(), contenders + 1, seed);
     let socket = daemon.socket().to_owned();
