@@ -42,8 +42,8 @@ const PATHS: [&str; 3] = ["fast path", "ordinary path", "raw UDP"];
 /// The lock variants, in the order of the first round.
 const LOCKS: [&str; 3] = [
     "passive",
-    "served, target polls between chunks",
-    "served, target polls",
+    "served (target polls between chunks)",
+    "served (target polls)",
 ];
 /// The lock target's mode while the ping-pongs run: resting, off the cores.
 const IDLE: u8 = 3;

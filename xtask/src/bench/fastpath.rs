@@ -150,7 +150,7 @@ mod tests {
             "measurement,variant,bytes,p50_us,p99_us\n\
              latency,fast path,8,20,30\nlatency,ordinary path,8,30,40\n\
              latency,fast path,64,22,31\nlatency,raw UDP,8,6,9\n\
-             lock,passive,0,40,70\nlock,served, target polls,0,30,60\n",
+             lock,passive,0,40,70\nlock,served (target polls),0,30,60\n",
         )
         .expect("parses");
         let figure = figure(&csv).expect("draws");
@@ -162,7 +162,7 @@ mod tests {
         assert_eq!(lock.series.len(), 2);
         assert_eq!(
             lock.series[1].label.as_deref(),
-            Some("served, target polls")
+            Some("served (target polls)")
         );
         assert_eq!(lock.series[1].points, [(50.0, 30.0), (99.0, 60.0)]);
         assert!(figure.to_svg().is_ok());
