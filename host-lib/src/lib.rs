@@ -41,6 +41,7 @@ mod endpoint;
 mod error;
 mod event;
 mod failure;
+pub mod fastpath;
 mod group;
 mod port;
 pub mod raw;
@@ -55,6 +56,7 @@ pub use barrier::{
 pub use dma::{BufferError, DmaBuffer};
 pub use error::Error;
 pub use event::Event;
+pub use fastpath::{FastPath, FastPathConfig, LockMode, Message, PeerId, Route};
 pub use nicbar_schedule::{Algorithm, Member, ScheduleError};
 pub use port::Port;
 pub use port::memory::MemoryRegion;

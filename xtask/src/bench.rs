@@ -8,6 +8,7 @@ use crate::command::{cargo, run};
 use crate::plot::{Axis, Colour, Figure, Panel, Series, Stroke};
 
 mod armci;
+mod fastpath;
 mod rttp;
 
 /// Options of `cargo xtask bench`.
@@ -82,6 +83,11 @@ enum Bench {
     /// fused fence-and-barrier against AllFence + barrier, and lock/unlock under contention
     /// (ticket against MCS queue lock), each beside its baseline in one run (table, CSV, figure).
     Armci(armci::Args),
+    /// Seed 001 over the emulated NIC: one-way small-message latency (8 B .. 4 KiB) of the
+    /// RDMA-write eager fast path against the ordinary send/receive path and raw UDP, and lock +
+    /// unlock latency of the passive lock on NIC atomics against the lock the target's process
+    /// serves, with the target computing; interleaved rounds, medians (table, CSV, figure).
+    Fastpath(fastpath::Args),
 }
 
 /// Builds the benchmark program with the fast release profile and runs it.
@@ -146,6 +152,7 @@ pub(crate) fn run_bench(args: Args) -> Result<()> {
         Bench::Rttp(args) => rttp::run_rttp(args),
         Bench::Mpi(args) => crate::mpi::run_bench(args),
         Bench::Armci(args) => armci::run_armci(args),
+        Bench::Fastpath(args) => fastpath::run_fastpath(args),
     }
 }
 
