@@ -21,6 +21,9 @@
 //! - `bench mpi` (run through `cargo xtask bench mpi`): MPI_Barrier latency and MPI_Ibarrier
 //!   overlap (OSU's definition) with the component beside Open MPI's own collectives over
 //!   shared memory and over TCP, at 2, 4, 8 and 16 processes; a table and a CSV.
+//! - `tune` (run through `cargo xtask tune`): every algorithm of each data collective forced in
+//!   turn over communicator and message sizes; the selection map the library loads, as a file,
+//!   a table and a picture.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -33,8 +36,10 @@ use crate::command::run;
 use crate::{Result, target_dir, workspace_root};
 
 mod bench;
+mod tune;
 
 pub(crate) use bench::{BenchArgs, run_bench};
+pub(crate) use tune::{TuneArgs, run_tune};
 
 /// The component's sources, relative to the workspace root.
 const SOURCES: &str = "host-lib/coll-nicbar";

@@ -464,8 +464,9 @@ alltoall      4          0-32767      bruck   # small blocks
     const WRITTEN: &str = "\
 # measured by cargo xtask tune
 nicbar-coll-map 1
-bcast 2-3 0-4095 linear
-bcast 2-3 4096-max binomial
+bcast 2-3 0-65535 linear
+bcast 2-3 65536-max binomial
+bcast 4-4 0-max binomial
 gather 4-4 0-max flat
 alltoall 8-8 0-511 linear
 alltoall 8-8 512-max pairwise
@@ -475,9 +476,14 @@ alltoall 8-8 512-max pairwise
     fn what_the_tuner_writes_reads() {
         let map = CollMap::parse(WRITTEN).unwrap();
         assert_eq!(
-            map.choose(Collective::Bcast, 3, 5000),
+            map.choose(Collective::Bcast, 3, 65535),
+            Some(Choice::Bcast(Bcast::Linear))
+        );
+        assert_eq!(
+            map.choose(Collective::Bcast, 3, 65536),
             Some(Choice::Bcast(Bcast::Binomial))
         );
+        assert_eq!(map.choose(Collective::Bcast, 5, 8), None);
         assert_eq!(
             map.choose(Collective::Alltoall, 8, 512),
             Some(Choice::Alltoall(Alltoall::Pairwise))
