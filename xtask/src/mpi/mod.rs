@@ -765,6 +765,45 @@ fn check_data_collectives(
             );
         }
     }
+    // A selection map (`cargo xtask tune`'s format) choosing other algorithms than the defaults
+    // by size, and a malformed one, which is refused naming its line (the defaults serve).
+    let good = run_dir.join("coll-map");
+    std::fs::write(
+        &good,
+        "nicbar-coll-map 1\n\
+         bcast 2-64 0-4095 split-binary\n\
+         bcast 2-64 4096-max pipeline\n\
+         scatter 2-64 0-max binomial\n\
+         gather 2-64 0-max binomial\n\
+         alltoall 2-64 0-max bruck\n",
+    )?;
+    let bad = run_dir.join("coll-map-bad");
+    std::fs::write(&bad, "nicbar-coll-map 1\n\nbcast 2-64 0-max fastest\n")?;
+    for (map, refused) in [(&good, false), (&bad, true)] {
+        println!(
+            "\n-- the data collectives chosen by the map {}",
+            map.display()
+        );
+        let parameters = [("coll_nicbar_map", map.display().to_string())];
+        let text = run(&daemon.socket, 5, 100, &parameters, "131072")?;
+        if digests(&text) != small_reference {
+            return Err(format!(
+                "coll_check's results with the map {} differ from Open MPI's own",
+                map.display()
+            )
+            .into());
+        }
+        let said = text.contains("refused, line 3:") && text.contains("fastest");
+        if said != refused {
+            return Err(format!(
+                "the map {} was {}reported refused",
+                map.display(),
+                if said { "" } else { "not " }
+            )
+            .into());
+        }
+        expect_data_over_nic(&text, 5 * 100)?;
+    }
     let seed = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(1, |d| d.as_nanos() as u64 & 0xffff_ffff);
