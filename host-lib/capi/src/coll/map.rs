@@ -198,15 +198,15 @@ impl CollMap {
                     _ => return Err(MapError::NoFormatLine),
                 }
             }
-            let [collective, processes, bytes, algorithm] = words.as_slice() else {
+            let [name, processes, bytes, algorithm] = words.as_slice() else {
                 return Err(bad(format!(
                     "{} words; an entry is `COLLECTIVE PROCESSES BYTES ALGORITHM`",
                     words.len()
                 )));
             };
-            let collective = Collective::parse(collective).ok_or_else(|| {
+            let collective = Collective::parse(name).ok_or_else(|| {
                 bad(format!(
-                    "unknown collective {collective:?} (bcast, scatter, gather, alltoall)"
+                    "unknown collective {name:?} (bcast, scatter, gather, alltoall)"
                 ))
             })?;
             let processes = range(processes, false).map_err(|e| bad(format!("processes: {e}")))?;
@@ -219,7 +219,7 @@ impl CollMap {
             let bytes = range(bytes, true).map_err(|e| bad(format!("bytes: {e}")))?;
             let choice = Choice::parse(collective, algorithm).ok_or_else(|| {
                 bad(format!(
-                    "{collective:?} has no algorithm {algorithm:?} ({})",
+                    "{name} has no algorithm {algorithm:?} ({})",
                     collective.names().join(", ")
                 ))
             })?;
