@@ -48,6 +48,8 @@ typedef struct {
     int gather_algorithm;   /* and gatherv (always flat) */
     int alltoall_algorithm; /* and alltoallv (linear or pairwise) */
     int segment;            /* bytes per segment of the segmented broadcasts (0: the library's) */
+    char *map;              /* the selection map file for algorithm 0 (NULL or "": the library's
+                             * default place; "off": none) */
     /* State */
     nicbar_coll_endpoint *endpoint;
     pthread_mutex_t lock; /* serialises calls on the endpoint (MPI_THREAD_MULTIPLE) */

@@ -50,6 +50,7 @@ mca_coll_nicbar_component_t mca_coll_nicbar_component = {
     .gather_algorithm = 0,
     .alltoall_algorithm = 0,
     .segment = 0,
+    .map = NULL,
     .endpoint = NULL,
     .lock = PTHREAD_MUTEX_INITIALIZER,
     .error_class = MPI_UNDEFINED,
@@ -103,25 +104,32 @@ static int nicbar_register(void)
                  "and one for the NIC, else 0: spinning processes would take the NIC's core)",
                  &C.spin);
     register_int("bcast_algorithm",
-                 "MPI_Bcast over the NIC: -1 off (the component below serves), 0 chosen by size, "
-                 "1 linear, 2 binomial, 3 binary, 4 split-binary, 5 pipeline",
+                 "MPI_Bcast over the NIC: -1 off (the component below serves), 0 chosen by the "
+                 "selection map (coll_nicbar_map) or size, 1 linear, 2 binomial, 3 binary, "
+                 "4 split-binary, 5 pipeline",
                  &C.bcast_algorithm);
     register_int("scatter_algorithm",
-                 "MPI_Scatter[v] over the NIC: -1 off, 0 chosen by size, 1 flat, 2 binomial "
-                 "(MPI_Scatterv is always flat)",
+                 "MPI_Scatter[v] over the NIC: -1 off, 0 chosen by the map or size, 1 flat, "
+                 "2 binomial (MPI_Scatterv is always flat)",
                  &C.scatter_algorithm);
     register_int("gather_algorithm",
-                 "MPI_Gather[v] over the NIC: -1 off, 0 chosen by size, 1 flat, 2 binomial "
-                 "(MPI_Gatherv is always flat)",
+                 "MPI_Gather[v] over the NIC: -1 off, 0 chosen by the map or size, 1 flat, "
+                 "2 binomial (MPI_Gatherv is always flat)",
                  &C.gather_algorithm);
     register_int("alltoall_algorithm",
-                 "MPI_Alltoall[v] over the NIC: -1 off, 0 chosen by size, 1 linear, 2 pairwise, "
-                 "3 Bruck (MPI_Alltoallv: linear or pairwise)",
+                 "MPI_Alltoall[v] over the NIC: -1 off, 0 chosen by the map or size, 1 linear, "
+                 "2 pairwise, 3 Bruck (MPI_Alltoallv: linear or pairwise)",
                  &C.alltoall_algorithm);
     register_int("segment",
                  "Bytes per segment of the binary, split-binary and pipeline broadcasts (0: "
                  "32768)",
                  &C.segment);
+    (void) mca_base_component_var_register(
+        &C.super.collm_version, "map",
+        "Selection map for the data collectives' algorithm 0, as `cargo xtask tune` writes it (empty: $NICBAR_COLL_MAP, else $XDG_CONFIG_HOME/nicbar/coll-map, else "
+        "~/.config/nicbar/coll-map; \"off\": none, the library's defaults)",
+        MCA_BASE_VAR_TYPE_STRING, NULL, 0, 0, OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_READONLY,
+        &C.map);
     return OMPI_SUCCESS;
 }
 
@@ -202,6 +210,17 @@ int mca_coll_nicbar_init_query(bool enable_progress_threads, bool enable_mpi_thr
         return OMPI_ERR_NOT_AVAILABLE;
     }
     NICBAR_VERBOSE(2, "port %u of node %u", (unsigned) address.port, (unsigned) address.node);
+    {
+        /* The selection map for the data collectives' algorithm 0: the same file on every rank,
+         * or ranks would choose different algorithms. A refused map is said at any verbosity. */
+        char said[512] = "";
+        int loaded = nicbar_coll_map_load(C.map, said, sizeof said);
+        if (NICBAR_COLL_MAP_REFUSED == loaded) {
+            opal_output(0, "coll:nicbar: rank %u: %s", OMPI_PROC_MY_NAME->vpid, said);
+        } else {
+            NICBAR_VERBOSE(2, "%s", said);
+        }
+    }
     opal_progress_register(mca_coll_nicbar_progress);
     return OMPI_SUCCESS;
 }

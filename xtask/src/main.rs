@@ -60,6 +60,9 @@ enum Task {
     /// The Open MPI collective component coll/nicbar: `build`, `install [--prefix DIR]
     /// [--components DIR]`, `test` (installs Debian's Open MPI, gfortran and mpi4py if missing).
     Mpi(mpi::Args),
+    /// Measure every algorithm of the data collectives over communicator and message sizes and
+    /// write the selection map coll/nicbar loads (a table, a picture, the map file).
+    Tune(mpi::TuneArgs),
 }
 
 fn main() -> ExitCode {
@@ -74,6 +77,7 @@ fn main() -> ExitCode {
         Task::Capi(args) => capi::run_capi(args),
         Task::Mpi(args) => mpi::run_mpi(args),
         Task::Soak(args) => soak::run_soak(args),
+        Task::Tune(args) => mpi::run_tune(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -119,8 +119,20 @@ impl Series {
     }
 }
 
+/// A filled rectangle of a region map (a selection map: which algorithm wins where), drawn
+/// under the series; cells of one label share a colour and one legend entry.
+#[derive(Clone, Debug)]
+pub(crate) struct Cell {
+    /// From and to on the x axis.
+    pub(crate) x: (f64, f64),
+    /// From and to on the y axis.
+    pub(crate) y: (f64, f64),
+    pub(crate) colour: Colour,
+    pub(crate) label: String,
+}
+
 /// One chart: a title, two axes, its series, and legend notes (a line style and what it means,
-/// such as "dashed: host-based").
+/// such as "dashed: host-based"); a region map's cells, if any, under the series.
 #[derive(Clone, Debug)]
 pub(crate) struct Panel {
     pub(crate) title: String,
@@ -128,6 +140,7 @@ pub(crate) struct Panel {
     pub(crate) y: Axis,
     pub(crate) series: Vec<Series>,
     pub(crate) notes: Vec<(Stroke, String)>,
+    pub(crate) cells: Vec<Cell>,
 }
 
 impl Panel {
@@ -138,6 +151,7 @@ impl Panel {
             y,
             series: Vec::new(),
             notes: Vec::new(),
+            cells: Vec::new(),
         }
     }
 
@@ -193,11 +207,13 @@ fn draw_panel(panel: &Panel, area: &Area<'_>) -> Result<()> {
         .series
         .iter()
         .flat_map(|s| s.points.iter().map(|p| p.0))
+        .chain(panel.cells.iter().flat_map(|c| [c.x.0, c.x.1]))
         .collect();
     let ys: Vec<f64> = panel
         .series
         .iter()
         .flat_map(|s| s.points.iter().map(|p| p.1))
+        .chain(panel.cells.iter().flat_map(|c| [c.y.0, c.y.1]))
         .collect();
     let x = AxisCoord::new(&panel.x, &xs)?;
     let y = AxisCoord::new(&panel.y, &ys)?;
@@ -221,6 +237,18 @@ fn draw_panel(panel: &Panel, area: &Area<'_>) -> Result<()> {
         .bold_line_style(RGBColor(210, 210, 210))
         .light_line_style(RGBColor(240, 240, 240))
         .draw()?;
+    chart.draw_series(panel.cells.iter().map(|cell| {
+        Rectangle::new(
+            [(cell.x.0, cell.y.0), (cell.x.1, cell.y.1)],
+            rgb(cell.colour).filled(),
+        )
+    }))?;
+    chart.draw_series(panel.cells.iter().map(|cell| {
+        Rectangle::new(
+            [(cell.x.0, cell.y.0), (cell.x.1, cell.y.1)],
+            WHITE.stroke_width(1),
+        )
+    }))?;
     for series in &panel.series {
         let colour = rgb(series.colour);
         let style = colour.stroke_width(2);
@@ -267,6 +295,25 @@ fn draw_legend(panel: &Panel, area: &Area<'_>) -> Result<()> {
                 .map(|(stroke, text)| (Colour::Black, *stroke, text.as_str())),
         );
     let mut y = 48;
+    // A region map's labels first, each a filled square of its colour.
+    let mut labels: Vec<(&str, Colour)> = Vec::new();
+    for cell in &panel.cells {
+        if !labels.iter().any(|(l, _)| *l == cell.label) {
+            labels.push((&cell.label, cell.colour));
+        }
+    }
+    for (text, colour) in labels {
+        area.draw(&Rectangle::new(
+            [(8, y - 8), (26, y + 8)],
+            rgb(colour).filled(),
+        ))?;
+        area.draw(&Text::new(
+            text.to_string(),
+            (42, y - 7),
+            (FONT, 13).into_font().color(&RGBColor(30, 30, 30)),
+        ))?;
+        y += 22;
+    }
     for (i, (colour, stroke, text)) in rows.enumerate() {
         if i == panel.series.iter().filter(|s| s.label.is_some()).count() && i > 0 {
             y += 10; // a gap between the series and the notes
@@ -588,6 +635,46 @@ mod tests {
                 "tick {text} in {texts:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_region_map_has_its_cells_and_their_legend() {
+        let mut panel = Panel::new(
+            "map",
+            Axis::log("bytes").with_ticks(&[8.0, 1024.0]),
+            Axis::log("processes").with_ticks(&[2.0, 4.0]),
+        );
+        for (x, y, colour, label) in [
+            ((4.0, 90.0), (1.4, 2.8), 0, "linear"),
+            ((90.0, 2048.0), (1.4, 2.8), 1, "binomial"),
+            ((4.0, 2048.0), (2.8, 5.6), 1, "binomial"),
+        ] {
+            panel.cells.push(Cell {
+                x,
+                y,
+                colour: Colour::Palette(colour),
+                label: label.into(),
+            });
+        }
+        let svg = Figure {
+            title: "a map".into(),
+            panels: vec![panel],
+        }
+        .to_svg()
+        .expect("draws");
+        let texts: Vec<&str> = svg
+            .split('>')
+            .filter_map(|part| part.split('<').next())
+            .map(str::trim)
+            .filter(|text| !text.is_empty())
+            .collect();
+        // One legend entry per label, however many cells it has.
+        assert_eq!(texts.iter().filter(|t| **t == "binomial").count(), 1);
+        assert_eq!(texts.iter().filter(|t| **t == "linear").count(), 1);
+        // Each label's cells and its legend square in its colour: one linear cell, two
+        // binomial ones.
+        assert_eq!(svg.matches("fill=\"#0072B2\"").count(), 2, "{svg}");
+        assert_eq!(svg.matches("fill=\"#D55E00\"").count(), 3, "{svg}");
     }
 
     #[test]

@@ -4,8 +4,8 @@
  * rank: the broadcast's message, the scatter's and gather's block, the all-to-all's block to each
  * rank).
  *
- * Usage: coll_bench SIZES TIME_BUDGET_MS ALLTOALL_LIMIT. SIZES is a comma-separated list of byte
- * counts. Each (collective, size) runs a warm-up and then as many iterations as fit about
+ * Usage: coll_bench SIZES TIME_BUDGET_MS ALLTOALL_LIMIT [COLLECTIVES]. SIZES is a comma-separated
+ * list of byte counts; COLLECTIVES, a comma-separated list of the names below (default: all). Each (collective, size) runs a warm-up and then as many iterations as fit about
  * TIME_BUDGET_MS (at least 3, at most 1000); the root rotates. An all-to-all whose whole
  * exchange (block x size x size) exceeds ALLTOALL_LIMIT bytes is skipped. Rank 0 prints, per
  * measurement:
@@ -58,11 +58,30 @@ static void run(int collective, int bytes, int root)
     }
 }
 
+/* Whether `name` is one of the comma-separated `list`. */
+static int listed(const char *list, const char *name)
+{
+    size_t length = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *end = strchr(p, ',');
+        size_t word = end ? (size_t) (end - p) : strlen(p);
+        if (word == length && 0 == strncmp(p, name, length)) {
+            return 1;
+        }
+        if (!end) {
+            break;
+        }
+        p = end + 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *sizes = argc > 1 ? argv[1] : "8,1024,65536";
     double budget = (argc > 2 ? atof(argv[2]) : 200.0) / 1000.0;
     double alltoall_limit = argc > 3 ? atof(argv[3]) : 64.0 * 1024 * 1024;
+    const char *only = argc > 4 ? argv[4] : NULL;
     long largest = 0;
 
     MPI_Init(&argc, &argv);
@@ -83,6 +102,9 @@ int main(int argc, char **argv)
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     for (int collective = 0; collective < COLLECTIVES; collective++) {
+        if (only && !listed(only, names[collective])) {
+            continue;
+        }
         for (const char *p = sizes; *p;) {
             int bytes = (int) strtol(p, (char **) &p, 10);
             if (*p == ',') p++;

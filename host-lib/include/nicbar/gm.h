@@ -251,6 +251,24 @@
  */
 #define NICBAR_COLL_ALLTOALL_BRUCK 3
 
+/**
+ * nicbar_coll_map_load(): a selection map was read; the data collectives' algorithm 0 takes
+ * its choices (the defaults where it has none).
+ */
+#define NICBAR_COLL_MAP_LOADED 1
+
+/**
+ * nicbar_coll_map_load(): no map (none at the default place, or `NICBAR_COLL_MAP=off`): the
+ * defaults serve.
+ */
+#define NICBAR_COLL_MAP_NONE 0
+
+/**
+ * nicbar_coll_map_load(): the map could not be read or is malformed (the message names the
+ * line): the defaults serve.
+ */
+#define NICBAR_COLL_MAP_REFUSED -1
+
 
 
 /**
@@ -2488,6 +2506,23 @@ uint64_t nicbar_coll_collectives(const struct nicbar_coll_endpoint *endpoint);
 void nicbar_coll_transfer_counters(const struct nicbar_coll_endpoint *endpoint,
                                    uint64_t *resent,
                                    uint64_t *dropped);
+
+/**
+ * Loads the process's selection map (`cargo xtask tune` writes it) for the data collectives'
+ * algorithm 0: from `path` (`off`: none), or, when `path` is NULL or empty, from
+ * `$NICBAR_COLL_MAP` (`off`: none), else `$XDG_CONFIG_HOME/nicbar/coll-map`, else `$HOME/.config/nicbar/coll-map`. Without
+ * this call the default place is read at the first collective. Every process of a job must
+ * load the same map. Writes a sentence saying what was loaded, or why not, into `message`
+ * (`message_length` bytes, NUL-terminated; may be NULL). Returns NICBAR_COLL_MAP_LOADED,
+ * NICBAR_COLL_MAP_NONE or NICBAR_COLL_MAP_REFUSED.
+ *
+ * # Safety
+ * `path` is NULL or a NUL-terminated string; `message` is NULL or valid for writes of
+ * `message_length` bytes.
+ */
+int32_t nicbar_coll_map_load(const char *path,
+                             char *message,
+                             size_t message_length);
 
 /**
  * MPI_Bcast of `length` bytes at `buffer` from rank `root` (`op`'s algorithm: 0 by size, or a

@@ -21,6 +21,9 @@
 //! - `bench mpi` (run through `cargo xtask bench mpi`): MPI_Barrier latency and MPI_Ibarrier
 //!   overlap (OSU's definition) with the component beside Open MPI's own collectives over
 //!   shared memory and over TCP, at 2, 4, 8 and 16 processes; a table and a CSV.
+//! - `tune` (run through `cargo xtask tune`): every algorithm of each data collective forced in
+//!   turn over communicator and message sizes; the selection map the library loads, as a file,
+//!   a table and a picture.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -33,8 +36,10 @@ use crate::command::run;
 use crate::{Result, target_dir, workspace_root};
 
 mod bench;
+mod tune;
 
 pub(crate) use bench::{BenchArgs, run_bench};
+pub(crate) use tune::{TuneArgs, run_tune};
 
 /// The component's sources, relative to the workspace root.
 const SOURCES: &str = "host-lib/coll-nicbar";
@@ -759,6 +764,45 @@ fn check_data_collectives(
                 format!("{count} data collectives went over the NIC though switched off").into(),
             );
         }
+    }
+    // A selection map (`cargo xtask tune`'s format) choosing other algorithms than the defaults
+    // by size, and a malformed one, which is refused naming its line (the defaults serve).
+    let good = run_dir.join("coll-map");
+    std::fs::write(
+        &good,
+        "nicbar-coll-map 1\n\
+         bcast 2-64 0-4095 split-binary\n\
+         bcast 2-64 4096-max pipeline\n\
+         scatter 2-64 0-max binomial\n\
+         gather 2-64 0-max binomial\n\
+         alltoall 2-64 0-max bruck\n",
+    )?;
+    let bad = run_dir.join("coll-map-bad");
+    std::fs::write(&bad, "nicbar-coll-map 1\n\nbcast 2-64 0-max fastest\n")?;
+    for (map, refused) in [(&good, false), (&bad, true)] {
+        println!(
+            "\n-- the data collectives chosen by the map {}",
+            map.display()
+        );
+        let parameters = [("coll_nicbar_map", map.display().to_string())];
+        let text = run(&daemon.socket, 5, 100, &parameters, "131072")?;
+        if digests(&text) != small_reference {
+            return Err(format!(
+                "coll_check's results with the map {} differ from Open MPI's own",
+                map.display()
+            )
+            .into());
+        }
+        let said = text.contains("refused, line 3:") && text.contains("fastest");
+        if said != refused {
+            return Err(format!(
+                "the map {} was {}reported refused",
+                map.display(),
+                if said { "" } else { "not " }
+            )
+            .into());
+        }
+        expect_data_over_nic(&text, 5 * 100)?;
     }
     let seed = SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use super::map::{self, Choice, CollMap, Collective};
 use super::{CollError, Op};
 use crate::coll::transfer::SEGMENT_PAYLOAD;
 
@@ -27,10 +28,10 @@ pub(crate) enum Bcast {
 }
 
 impl Bcast {
-    /// The algorithm numbered `id` (0: chosen by size).
+    /// The algorithm numbered `id` (0: chosen by the process's selection map, else by size).
     pub(crate) fn from_id(id: i32, size: usize, bytes: usize) -> Option<Self> {
         Some(match id {
-            0 => Self::default_for(size, bytes),
+            0 => Self::chosen(map::current().map.as_ref(), size, bytes),
             1 => Self::Linear,
             2 => Self::Binomial,
             3 => Self::Binary,
@@ -38,6 +39,15 @@ impl Bcast {
             5 => Self::Pipeline,
             _ => return None,
         })
+    }
+
+    /// The choice of `map` for `size` ranks and `bytes`, or [`Bcast::default_for`] where it has
+    /// none.
+    pub(crate) fn chosen(map: Option<&CollMap>, size: usize, bytes: usize) -> Self {
+        match map.and_then(|m| m.choose(Collective::Bcast, size, bytes)) {
+            Some(Choice::Bcast(algorithm)) => algorithm,
+            _ => Self::default_for(size, bytes),
+        }
     }
 
     /// The choice without a measured map. CollGM's Figure 9 (Myrinet) takes binomial for small
@@ -66,14 +76,34 @@ pub(crate) enum Tree {
 }
 
 impl Tree {
-    /// The algorithm numbered `id` (0: chosen by size).
-    pub(crate) fn from_id(id: i32, block: usize) -> Option<Self> {
+    /// The algorithm numbered `id` of `collective` (scatter or gather) on `size` ranks (0:
+    /// chosen by the process's selection map, else by size).
+    pub(crate) fn from_id(
+        id: i32,
+        collective: Collective,
+        size: usize,
+        block: usize,
+    ) -> Option<Self> {
         Some(match id {
-            0 => Self::default_for(block),
+            0 => Self::chosen(map::current().map.as_ref(), collective, size, block),
             1 => Self::Flat,
             2 => Self::Binomial,
             _ => return None,
         })
+    }
+
+    /// The choice of `map` for `collective` on `size` ranks and `block` bytes per rank, or
+    /// [`Tree::default_for`] where it has none.
+    pub(crate) fn chosen(
+        map: Option<&CollMap>,
+        collective: Collective,
+        size: usize,
+        block: usize,
+    ) -> Self {
+        match map.and_then(|m| m.choose(collective, size, block)) {
+            Some(Choice::Tree(algorithm)) => algorithm,
+            _ => Self::default_for(block),
+        }
     }
 
     /// The choice without a measured map. CollGM's Figure 11 takes binomial below 1 KiB per
@@ -97,15 +127,24 @@ pub(crate) enum Alltoall {
 }
 
 impl Alltoall {
-    /// The algorithm numbered `id` (0: chosen by size).
+    /// The algorithm numbered `id` (0: chosen by the process's selection map, else by size).
     pub(crate) fn from_id(id: i32, size: usize, block: usize) -> Option<Self> {
         Some(match id {
-            0 => Self::default_for(size, block),
+            0 => Self::chosen(map::current().map.as_ref(), size, block),
             1 => Self::Linear,
             2 => Self::Pairwise,
             3 => Self::Bruck,
             _ => return None,
         })
+    }
+
+    /// The choice of `map` for `size` ranks and `block` bytes per pair, or
+    /// [`Alltoall::default_for`] where it has none.
+    pub(crate) fn chosen(map: Option<&CollMap>, size: usize, block: usize) -> Self {
+        match map.and_then(|m| m.choose(Collective::Alltoall, size, block)) {
+            Some(Choice::Alltoall(algorithm)) => algorithm,
+            _ => Self::default_for(size, block),
+        }
     }
 
     /// The choice without a measured map. CollGM's Figure 7 takes Bruck for small blocks; on
@@ -832,6 +871,41 @@ mod tests {
         assert_eq!(Alltoall::default_for(16, 8), Alltoall::Linear);
         assert_eq!(Alltoall::default_for(16, 1 << 16), Alltoall::Pairwise);
         assert_eq!(Bcast::from_id(9, 4, 4), None);
-        assert_eq!(Tree::from_id(2, 8), Some(Tree::Binomial));
+        assert_eq!(
+            Tree::from_id(2, Collective::Scatter, 4, 8),
+            Some(Tree::Binomial)
+        );
+    }
+
+    #[test]
+    fn the_map_chooses_where_it_has_an_entry_and_the_defaults_elsewhere() {
+        let map = CollMap::parse(
+            "nicbar-coll-map 1\n\
+             bcast 4-8 0-1023 pipeline\n\
+             gather 2-16 0-max binomial\n\
+             alltoall 8 0-max bruck\n",
+        )
+        .unwrap();
+        let map = Some(&map);
+        // Entries.
+        assert_eq!(Bcast::chosen(map, 4, 8), Bcast::Pipeline);
+        assert_eq!(Bcast::chosen(map, 8, 1023), Bcast::Pipeline);
+        assert_eq!(
+            Tree::chosen(map, Collective::Gather, 16, 1 << 20),
+            Tree::Binomial
+        );
+        assert_eq!(Alltoall::chosen(map, 8, 1 << 20), Alltoall::Bruck);
+        // Outside them: the defaults.
+        assert_eq!(Bcast::chosen(map, 4, 1024), Bcast::default_for(4, 1024));
+        assert_eq!(Bcast::chosen(map, 2, 8), Bcast::default_for(2, 8));
+        assert_eq!(Bcast::chosen(map, 16, 8), Bcast::default_for(16, 8));
+        assert_eq!(
+            Tree::chosen(map, Collective::Scatter, 4, 8),
+            Tree::default_for(8)
+        );
+        assert_eq!(Alltoall::chosen(map, 4, 8), Alltoall::default_for(4, 8));
+        // No map: the defaults everywhere.
+        assert_eq!(Bcast::chosen(None, 4, 8), Bcast::default_for(4, 8));
+        assert_eq!(Alltoall::chosen(None, 8, 8), Alltoall::default_for(8, 8));
     }
 }

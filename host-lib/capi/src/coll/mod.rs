@@ -6,10 +6,12 @@
 //!   operation, part) and sender, arrivals saved until wanted.
 //! - [`algorithms`]: the MPI level — the algorithms over contiguous bytes and their choice by
 //!   size. Packing other datatypes is the component's (it knows MPI's datatypes).
+//! - [`map`]: the measured selection map (`cargo xtask tune`) the choice takes first.
 //! - this module: the endpoint (the port, its queue of barriers, its transfers) and [`Op`], one
 //!   collective operation's sends and receives with the wait between them.
 
 pub(crate) mod algorithms;
+pub(crate) mod map;
 pub(crate) mod transfer;
 
 #[cfg(test)]

@@ -36,6 +36,7 @@ use shared_abi::ids::PORTS_PER_NIC;
 use nicbar_rs::{Algorithm, BarrierOptions, Error, Group, Member, NodeId, Port, PortId};
 
 use crate::coll::algorithms::{self, Alltoall, Bcast, Tree};
+use crate::coll::map::{self, Collective, LoadOutcome};
 use crate::coll::{CollEndpoint, CollError, Op};
 
 /// nicbar_coll_group_new()'s `algorithm`: the library's default for the group's size
@@ -727,6 +728,59 @@ fn unknown_algorithm(which: &str, id: i32) -> CollError {
     CollError::Argument(format!("no {which} algorithm {id}"))
 }
 
+/// nicbar_coll_map_load(): a selection map was read; the data collectives' algorithm 0 takes
+/// its choices (the defaults where it has none).
+pub const NICBAR_COLL_MAP_LOADED: i32 = 1;
+/// nicbar_coll_map_load(): no map (none at the default place, or `NICBAR_COLL_MAP=off`): the
+/// defaults serve.
+pub const NICBAR_COLL_MAP_NONE: i32 = 0;
+/// nicbar_coll_map_load(): the map could not be read or is malformed (the message names the
+/// line): the defaults serve.
+pub const NICBAR_COLL_MAP_REFUSED: i32 = -1;
+
+/// Loads the process's selection map (`cargo xtask tune` writes it) for the data collectives'
+/// algorithm 0: from `path` (`off`: none), or, when `path` is NULL or empty, from
+/// `$NICBAR_COLL_MAP` (`off`: none), else `$XDG_CONFIG_HOME/nicbar/coll-map`, else `$HOME/.config/nicbar/coll-map`. Without
+/// this call the default place is read at the first collective. Every process of a job must
+/// load the same map. Writes a sentence saying what was loaded, or why not, into `message`
+/// (`message_length` bytes, NUL-terminated; may be NULL). Returns NICBAR_COLL_MAP_LOADED,
+/// NICBAR_COLL_MAP_NONE or NICBAR_COLL_MAP_REFUSED.
+///
+/// # Safety
+/// `path` is NULL or a NUL-terminated string; `message` is NULL or valid for writes of
+/// `message_length` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nicbar_coll_map_load(
+    path: *const c_char,
+    message: *mut c_char,
+    message_length: usize,
+) -> i32 {
+    let (outcome, description) = boundary(
+        (
+            LoadOutcome::Refused,
+            "a panic in the nicbar library".to_owned(),
+        ),
+        || {
+            let path = if path.is_null() {
+                None
+            } else {
+                // SAFETY: the caller's promise: a NUL-terminated string.
+                let text = unsafe { std::ffi::CStr::from_ptr(path) };
+                let text = text.to_string_lossy();
+                (!text.is_empty()).then(|| std::path::PathBuf::from(text.into_owned()))
+            };
+            map::load(path.as_deref())
+        },
+    );
+    // SAFETY: the caller's promise about `message`.
+    unsafe { write_message(message, message_length, &description) };
+    match outcome {
+        LoadOutcome::Loaded => NICBAR_COLL_MAP_LOADED,
+        LoadOutcome::None => NICBAR_COLL_MAP_NONE,
+        LoadOutcome::Refused => NICBAR_COLL_MAP_REFUSED,
+    }
+}
+
 /// MPI_Bcast of `length` bytes at `buffer` from rank `root` (`op`'s algorithm: 0 by size, or a
 /// NICBAR_COLL_BCAST_*). Returns NICBAR_COLL_COMPLETED, NICBAR_COLL_FAILED (the op says why),
 /// or NICBAR_COLL_UNKNOWN for NULL handles or an unknown algorithm (nothing sent).
@@ -785,7 +839,7 @@ pub unsafe extern "C" fn nicbar_coll_scatter(
     // SAFETY: the caller's promises.
     unsafe {
         collective(endpoint, group, op, |call, algorithm, _| {
-            let algorithm = Tree::from_id(algorithm, block)
+            let algorithm = Tree::from_id(algorithm, Collective::Scatter, call.size(), block)
                 .ok_or_else(|| unknown_algorithm("scatter", algorithm))?;
             let root = usize::try_from(root).unwrap_or(usize::MAX);
             let size = call.size();
@@ -830,7 +884,7 @@ pub unsafe extern "C" fn nicbar_coll_gather(
     // SAFETY: the caller's promises.
     unsafe {
         collective(endpoint, group, op, |call, algorithm, _| {
-            let algorithm = Tree::from_id(algorithm, block)
+            let algorithm = Tree::from_id(algorithm, Collective::Gather, call.size(), block)
                 .ok_or_else(|| unknown_algorithm("gather", algorithm))?;
             let root = usize::try_from(root).unwrap_or(usize::MAX);
             let size = call.size();
