@@ -45,6 +45,16 @@ pub(crate) enum Body {
         round: u8,
         attempt: u8,
     },
+    /// Segment `segment` of the message longer than a packet held in `slot` of `port` (its
+    /// held send's `serial`): read from the arena when the packet is built.
+    DataSegment {
+        port: u8,
+        slot: u8,
+        generation: Generation,
+        dst_port: PortId,
+        serial: u32,
+        segment: u32,
+    },
     /// Generation `generation` of `port` closed.
     PortClosed { port: u8, generation: Generation },
     /// A withdrawn message: holds the sequence slot so the stream stays gap-free.
@@ -79,6 +89,22 @@ pub(crate) enum Body {
     ReadData(crate::remote::ReadSegment),
     /// The answer to a one-sided operation of the peer.
     Reply(crate::remote::Reply),
+}
+
+/// A message longer than a packet that is arriving: the receive buffer its first segment took,
+/// and how far it has come.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Assembly {
+    /// Our port it goes to, and that port's generation when it began.
+    pub(crate) port: u8,
+    pub(crate) generation: Generation,
+    /// The buffer (taken from the port's receive buffers).
+    pub(crate) buffer: shared_abi::token::ReceiveToken,
+    /// The message's length, and the bytes that arrived so far (the next segment's offset).
+    pub(crate) total: u32,
+    pub(crate) received: u32,
+    /// The first failure to write a segment into the buffer, if any.
+    pub(crate) status: shared_abi::event::Status,
 }
 
 /// A sequenced packet in the sent list.
@@ -139,6 +165,9 @@ pub(crate) struct Connection {
     pub(crate) replies: Deque<Body, { crate::remote::RDMA_OPS }>,
     /// Gets of the peer this NIC is serving: their data is queued as room appears.
     pub(crate) reads: Deque<crate::remote::ReadStream, { crate::remote::RDMA_OPS }>,
+    /// Messages longer than a packet being received from the peer, by its source port: each
+    /// segment is written into the receive buffer the first one took, in order.
+    pub(crate) assemblies: [Option<Assembly>; PORTS_PER_NIC],
     /// The peer's put (source port, operation) a segment of which we refused, with the status of
     /// that first refusal: its last segment's reply reports it.
     pub(crate) failed_put: Option<((u8, u32), shared_abi::event::Status)>,
@@ -192,6 +221,7 @@ impl Connection {
             closed_notices: Deque::new(),
             replies: Deque::new(),
             reads: Deque::new(),
+            assemblies: [None; PORTS_PER_NIC],
             failed_put: None,
             last_progress: now,
             retransmit_at: None,
@@ -223,6 +253,7 @@ impl Connection {
             && self.nack_pending.is_none()
             && self.rejects.is_empty()
             && self.record.is_empty()
+            && self.assemblies.iter().all(Option::is_none)
     }
 
     /// Marks every descriptor from `seq` on for retransmission (go-back-N).

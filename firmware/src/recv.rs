@@ -73,6 +73,8 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     fn handle_ack(&mut self, index: usize, ack: Seq, epoch: u32, now: Instant) {
         let mut completed: heapless::Vec<(u8, u8), { crate::connection::WINDOW }> =
             heapless::Vec::new();
+        let mut segments: heapless::Vec<(u8, u8, u32, u32), { crate::connection::WINDOW }> =
+            heapless::Vec::new();
         let Some(connection) = self.connections.get_mut(index) else {
             return;
         };
@@ -88,8 +90,20 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             if !front.seq.precedes(ack) {
                 break;
             }
-            if let Body::Data { port, slot, .. } = front.body {
-                let _ = completed.push((port, slot));
+            match front.body {
+                Body::Data { port, slot, .. } => {
+                    let _ = completed.push((port, slot));
+                }
+                Body::DataSegment {
+                    port,
+                    slot,
+                    serial,
+                    segment,
+                    ..
+                } => {
+                    let _ = segments.push((port, slot, serial, segment));
+                }
+                _ => {}
             }
             connection.sent.pop_front();
             progressed = true;
@@ -107,6 +121,9 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         }
         for (port, slot) in completed {
             self.complete_send(usize::from(port), usize::from(slot), Status::SUCCESS);
+        }
+        for (port, slot, serial, segment) in segments {
+            self.segment_acknowledged(port, slot, serial, segment);
         }
     }
 
@@ -184,8 +201,34 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             return;
         }
         let mut failed_send = None;
+        let mut failed_message = None;
         let mut withdrawn = None;
         match (reason, descriptor.body) {
+            (
+                RejectReason::PORT_CLOSED | RejectReason::PORT_GONE | RejectReason::INCOMPLETE,
+                Body::DataSegment {
+                    port, slot, serial, ..
+                },
+            ) => {
+                let status = if reason == RejectReason::INCOMPLETE {
+                    Status::INCOMPLETE
+                } else {
+                    Status::TARGET_PORT_CLOSED
+                };
+                failed_message = Some((port, slot, serial, status));
+                descriptor.body = Body::Cancelled;
+            }
+            (
+                _,
+                Body::DataSegment {
+                    port, slot, serial, ..
+                },
+            ) if now.saturating_since(descriptor.first_sent)
+                >= config.receiver_not_ready_timeout =>
+            {
+                failed_message = Some((port, slot, serial, Status::SEND_TIMED_OUT));
+                descriptor.body = Body::Cancelled;
+            }
             (RejectReason::PORT_CLOSED, Body::Data { port, slot, .. }) => {
                 failed_send = Some((port, slot, Status::TARGET_PORT_CLOSED));
                 descriptor.body = Body::Cancelled;
@@ -220,6 +263,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 _,
                 Body::Barrier { .. }
                 | Body::Data { .. }
+                | Body::DataSegment { .. }
                 | Body::Put { .. }
                 | Body::Get { .. }
                 | Body::Atomic { .. },
@@ -298,6 +342,9 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         if let Some((port, slot, status)) = failed_send {
             self.complete_send(usize::from(port), usize::from(slot), status);
         }
+        if let Some((port, slot, serial, status)) = failed_message {
+            self.fail_message(index, port, slot, serial, status);
+        }
     }
 
     /// A sequenced packet (data, barrier, port closed, cancelled).
@@ -323,6 +370,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         };
         let seq = Seq(header.seq.get());
         let epoch = header.epoch.get();
+        let mut new_epoch = false;
         if connection.rx_epoch != Some(epoch) {
             let newer = connection
                 .rx_epoch
@@ -331,6 +379,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 connection.rx_epoch = Some(epoch);
                 connection.expected = Seq(0);
                 connection.refused_closed = None;
+                new_epoch = true;
             } else {
                 connection.counters.drops += 1;
                 let queued = connection
@@ -351,6 +400,14 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 return;
             }
         }
+        if new_epoch {
+            // The peer starts over: the long messages it was sending us are gone with its old
+            // stream.
+            self.abandon_assemblies(index);
+        }
+        let Some(connection) = self.connections.get_mut(index) else {
+            return;
+        };
         if seq.precedes(connection.expected) {
             // A duplicate: we have it. Ack again, in case our ack was lost.
             connection.counters.drops += 1;
@@ -370,17 +427,20 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             return;
         }
         let peer = connection.peer;
-        let refused_before =
-            connection.refused_closed == Some(seq) && header.kind == PacketKind::DATA;
+        let is_data = matches!(header.kind, PacketKind::DATA | PacketKind::DATA_SEGMENT);
+        let refused_before = connection.refused_closed == Some(seq) && is_data;
         let outcome = if refused_before {
             Err(RejectReason::PORT_CLOSED)
         } else {
             match header.kind {
                 PacketKind::DATA => self.deliver_data(peer, header, payload),
+                PacketKind::DATA_SEGMENT => self.deliver_segment(index, peer, header, payload),
                 PacketKind::BARRIER => {
                     self.receive_barrier_packet(index, peer, header, payload, now)
                 }
                 PacketKind::PORT_CLOSED => {
+                    // A long message its port was sending will not go on.
+                    self.abandon_assembly(peer, index, usize::from(header.src_port.0));
                     self.peer_port_closed(
                         peer,
                         usize::from(header.src_port.0),
@@ -403,7 +463,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 connection.ack_pending = true;
             }
             Err(reason) => {
-                if reason == RejectReason::PORT_CLOSED && header.kind == PacketKind::DATA {
+                if reason == RejectReason::PORT_CLOSED && is_data {
                     connection.refused_closed = Some(seq);
                 }
                 if !connection.rejects.iter().any(|(s, _, _, _)| *s == seq) {

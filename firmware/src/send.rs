@@ -206,6 +206,9 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 header.src_generation = generation;
             }
             Body::Cancelled => {}
+            Body::DataSegment { .. } => {
+                payload_len = self.build_data_segment(&mut header, descriptor.body);
+            }
             Body::Put { .. }
             | Body::Get { .. }
             | Body::Atomic { .. }
@@ -398,6 +401,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 Status::TARGET_NODE_UNREACHABLE,
             );
         }
+        self.give_up_messages(peer);
         for port in 0..PORTS_PER_NIC {
             self.fail_barrier_needing(port, peer, None, Status::TARGET_NODE_UNREACHABLE);
         }

@@ -4,7 +4,7 @@
 //! bytes: part of class 13, all of the larger classes) cannot be sent; the NIC takes buffers of
 //! classes 3 to 13.
 
-use shared_abi::{MAX_SIZE_CLASS, MTU_PAYLOAD};
+use shared_abi::MAX_SIZE_CLASS;
 
 /// The smallest size class.
 pub(crate) const MIN_SIZE_CLASS: u32 = 3;
@@ -37,7 +37,7 @@ pub(crate) fn min_size_for_gm_length(length: crate::types::gm_size_t) -> u32 {
     min_size_for_length(u64::from(length))
 }
 
-/// The size class `size` names, if the NIC takes buffers of it (3 to 13).
+/// The size class `size` names, if the NIC takes buffers of it (3 to 31).
 pub(crate) fn nic_size_class(size: u32) -> Option<u8> {
     u8::try_from(size)
         .ok()
@@ -50,12 +50,6 @@ pub(crate) fn refuse_length(size: u32, length: u64) -> Option<String> {
     if length > most {
         return Some(format!(
             "a {length} byte message does not fit size class {size} ({most} bytes at most)"
-        ));
-    }
-    if length > MTU_PAYLOAD as u64 {
-        return Some(format!(
-            "a {length} byte message is longer than the NIC's one-packet limit ({MTU_PAYLOAD} \
-             bytes, gm_mtu())"
         ));
     }
     None
