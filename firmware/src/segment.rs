@@ -305,12 +305,18 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         // Bytes past what the buffer holds are not written (a correct sender never sends them:
         // it checked the length against the same size class).
         let capacity = u64::from(max_length_for_size(assembly.buffer.size));
-        let writable = capacity.saturating_sub(u64::from(offset)).min(data.len() as u64) as usize;
+        let writable = capacity
+            .saturating_sub(u64::from(offset))
+            .min(data.len() as u64) as usize;
         let mut status = assembly.status;
         if writable > 0 {
             let written = self.hal.port_memory(port).and_then(|memory| {
                 let open = self.ports.get(port)?.open.as_ref()?;
-                let at = assembly.buffer.buffer.get().checked_add(u64::from(offset))?;
+                let at = assembly
+                    .buffer
+                    .buffer
+                    .get()
+                    .checked_add(u64::from(offset))?;
                 let region_offset = open.layout.arena_range(at, writable)?;
                 Some(memory.write(region_offset, data.get(..writable)?))
             });

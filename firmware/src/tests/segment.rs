@@ -73,10 +73,19 @@ fn a_message_longer_than_a_packet_arrives_whole_in_one_buffer_and_completes_once
     );
     assert!(segments.iter().all(|p| p.bytes.len() <= MAX_PACKET_LEN));
     let received = net[1].events(2);
-    assert_eq!(received.len(), 1, "one event for the whole message: {received:?}");
+    assert_eq!(
+        received.len(),
+        1,
+        "one event for the whole message: {received:?}"
+    );
     let event = received[0];
     assert_eq!(
-        (event.kind, event.status, event.length.get(), event.tag.get()),
+        (
+            event.kind,
+            event.status,
+            event.length.get(),
+            event.tag.get()
+        ),
         (EventKind::RECEIVED, Status::SUCCESS, LENGTH as u32, 7)
     );
     assert_eq!((event.size, event.buffer.get()), (SIZE, BUFFERS[0]));
@@ -308,10 +317,8 @@ fn forged_segments_are_taken_without_touching_memory_outside_the_buffer() {
     net.inject(1, &out[..len]);
     let answer = net[1].take_outbox();
     assert!(
-        answer
-            .iter()
-            .any(|p| p.kind() == PacketKind::REJECT
-                && p.header().aux == shared_abi::packet::RejectReason::INCOMPLETE.0),
+        answer.iter().any(|p| p.kind() == PacketKind::REJECT
+            && p.header().aux == shared_abi::packet::RejectReason::INCOMPLETE.0),
         "refused as continuing nothing: {answer:?}"
     );
     assert!(net[1].events(2).is_empty());
