@@ -86,18 +86,16 @@ mod tests {
     }
 
     #[test]
-    fn the_nic_takes_classes_3_to_13_and_one_packet_messages() {
+    fn the_nic_takes_classes_3_to_31_and_messages_of_any_length_they_hold() {
         assert_eq!(nic_size_class(3), Some(3));
-        assert_eq!(nic_size_class(13), Some(13));
+        assert_eq!(nic_size_class(31), Some(31));
         assert_eq!(nic_size_class(2), None);
-        assert_eq!(nic_size_class(14), None);
+        assert_eq!(nic_size_class(32), None);
         assert_eq!(refuse_length(3, 0), None);
         assert!(refuse_length(3, 1).unwrap().contains("does not fit"));
-        assert_eq!(refuse_length(13, 4096), None);
-        assert!(
-            refuse_length(13, 4097)
-                .unwrap()
-                .contains("one-packet limit")
-        );
+        // Longer than a packet: the NIC cuts it into segments.
+        assert_eq!(refuse_length(13, 8184), None);
+        assert_eq!(refuse_length(21, 1 << 20), None);
+        assert!(refuse_length(13, 8185).unwrap().contains("does not fit"));
     }
 }
