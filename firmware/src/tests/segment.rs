@@ -332,7 +332,6 @@ fn forged_segments_are_taken_without_touching_memory_outside_the_buffer() {
 
     // A first segment that claims more than its buffer holds: the buffer is filled up to its
     // size and not a byte past it.
-    let mut header = header;
     header.size = 8;
     net[1].provide_buffer(2, 8, Priority::LOW, 300 * 1024, 2);
     net[1].write_arena(2, 300 * 1024 + 248, &[UNTOUCHED; 64]);
