@@ -475,8 +475,13 @@ fn rdma_figure(csv: &Csv) -> Result<Figure> {
             sizes.push(size);
         }
     }
-    sizes.sort_by(f64::total_cmp);
-    let x = Axis::log("operation size (bytes)").with_ticks(&sizes);
+    names.sort();
+    // 8 B, 1 KiB and 1 MiB: every size's label would overlap its neighbours'.
+    let ticks: Vec<f64> = [8.0, 1024.0, 1_048_576.0]
+        .into_iter()
+        .filter(|tick| sizes.contains(tick))
+        .collect();
+    let x = Axis::log("operation size (bytes)").with_ticks(&ticks);
     let mut latency_panel = Panel::new(
         "(a) latency of one operation",
         x.clone(),
@@ -506,6 +511,9 @@ fn rdma_figure(csv: &Csv) -> Result<Figure> {
                 on_bandwidth.point(size, mb_s);
             }
         }
+        // The benchmark writes its rows in the order it met them (shuffled rounds).
+        on_latency.points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        on_bandwidth.points.sort_by(|a, b| a.0.total_cmp(&b.0));
         if !on_latency.points.is_empty() {
             latency_panel.series.push(on_latency);
         }
@@ -531,7 +539,7 @@ mod tests {
     fn the_rdma_figure_draws_latency_and_bandwidth_per_series() {
         let csv = Csv::parse(
             "series,bytes,latency_us,bandwidth_mb_s,samples\n\
-             put in-process,8,15,0.5,5\nput in-process,1048576,9000,110,5\n\
+             put in-process,1048576,9000,110,5\nput in-process,8,15,0.5,5\n\
              atomic UDP,8,40,,5\nraw UDP stream,8,,1.5,5\n",
         )
         .expect("parses");
@@ -541,7 +549,7 @@ mod tests {
             .iter()
             .map(|s| s.label.as_deref())
             .collect();
-        assert_eq!(latency, [Some("put in-process"), Some("atomic UDP")]);
+        assert_eq!(latency, [Some("atomic UDP"), Some("put in-process")]);
         let bandwidth = &figure.panels[1].series;
         assert_eq!(
             bandwidth.len(),
@@ -549,6 +557,7 @@ mod tests {
             "atomics have no bandwidth, the stream no latency"
         );
         assert_eq!(bandwidth[0].points, [(8.0, 0.5), (1_048_576.0, 110.0)]);
+        assert_eq!(bandwidth[0].label.as_deref(), Some("put in-process"));
         assert!(figure.to_svg().is_ok());
     }
 
