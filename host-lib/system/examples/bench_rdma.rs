@@ -224,6 +224,7 @@ fn orchestrate(args: &[String]) -> Result {
             _ => entry.3.push(value),
         }
     }
+    samples.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
     let rows: Vec<Row> = samples
         .iter_mut()
         .map(|(series, bytes, latency, bandwidth)| Row {
