@@ -351,3 +351,45 @@ fn forged_segments_are_taken_without_touching_memory_outside_the_buffer() {
         "nothing past the size class's 248 bytes"
     );
 }
+
+#[test]
+fn a_receiver_that_restarts_midway_fails_the_message_incomplete_and_takes_the_next() {
+    let mut net = pair();
+    net[1].provide_buffer(2, SIZE, Priority::LOW, BUFFERS[0], 1);
+    net.doorbell(1);
+    send_long(&mut net, 1, LENGTH, 0);
+    let first = net.poll(0);
+    for packet in first.iter().take(5) {
+        net.deliver(packet);
+    }
+    for packet in net.poll(1) {
+        net.deliver(&packet);
+    }
+    // Node 1 restarts: a new NIC that knows nothing of the message's start.
+    let config = *net[1].nic.config();
+    net.nodes[1] = Node::new(1, config);
+    net.advance(Duration::from_secs(1));
+    net.open_with(1, 2, shape());
+    net[1].provide_buffer(2, SIZE, Priority::LOW, BUFFERS[1], 2);
+    net.doorbell(1);
+    net.run_for(Duration::from_millis(100));
+    assert_eq!(
+        sent(&net[0].events(1)),
+        [(Status::INCOMPLETE, 1)],
+        "the sender learns the rest cannot be placed"
+    );
+    assert!(
+        net[1].events(2).is_empty(),
+        "the new NIC delivers no part of a message it never saw begin"
+    );
+
+    send_long(&mut net, 2, LENGTH, 0);
+    net.run_for(Duration::from_millis(100));
+    let received = net[1].events(2);
+    assert_eq!(
+        summary(&received),
+        [(EventKind::RECEIVED, Status::SUCCESS, 0)]
+    );
+    assert!(net[1].read_arena(2, BUFFERS[1], LENGTH) == payload(2, LENGTH));
+    assert_eq!(sent(&net[0].events(1)), [(Status::SUCCESS, 2)]);
+}
