@@ -136,6 +136,19 @@ impl OpenPort {
         self.faulted.is_none() && self.promised_events() < PENDING_EVENTS
     }
 
+    /// Takes the receive buffer at `position` out of the provided ones (the last one takes its
+    /// place, as `swap_remove` does, without a panic path for a position out of range).
+    pub(crate) fn take_receive_buffer(&mut self, position: usize) -> Option<ReceiveToken> {
+        if position >= self.receive_buffers.len() {
+            return None;
+        }
+        let last = self.receive_buffers.pop()?;
+        match self.receive_buffers.get_mut(position) {
+            Some(slot) => Some(core::mem::replace(slot, last)),
+            None => Some(last),
+        }
+    }
+
     pub(crate) fn free_send_slot(&self) -> Option<usize> {
         self.sends.iter().position(Option::is_none)
     }

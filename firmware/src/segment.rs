@@ -270,7 +270,9 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             else {
                 return Err(RejectReason::NO_BUFFER);
             };
-            let buffer = open.receive_buffers.swap_remove(position);
+            let Some(buffer) = open.take_receive_buffer(position) else {
+                return Err(RejectReason::NO_BUFFER);
+            };
             open.assembling = open.assembling.saturating_add(1);
             if let Some(entry) = self
                 .connections
