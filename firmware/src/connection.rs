@@ -406,17 +406,11 @@ impl Connection {
             .filter_map(of_feeding)
             .min();
         let kept = |body: &Body| of_feeding(body).is_none_or(|segment| Some(segment) == first);
-        let waiting = || {
-            let mut waiting = Waiting::new();
-            waiting.add(&refused);
-            for parked in self.parked.iter() {
-                waiting.add(&parked.body);
-            }
-            waiting
-        };
         // What goes, in stream order: what waits behind the refused message or behind anything
-        // that goes before it.
-        let mut goes = waiting();
+        // that goes before it. (Nothing in the stream waits behind a message parked before: a
+        // flow's parked messages always come after its messages in the stream.)
+        let mut goes = Waiting::new();
+        goes.add(&refused);
         let mut count = 0;
         for body in self
             .sent
@@ -433,15 +427,14 @@ impl Connection {
         if self.parked.len() + count > QUEUE {
             return false;
         }
-        let mut goes = waiting();
+        let mut goes = Waiting::new();
+        goes.add(&refused);
+        let mut taken: heapless::Vec<Body, QUEUE> = heapless::Vec::new();
         for descriptor in self.sent.iter_mut() {
             if !descriptor.seq.precedes(seq) && goes.holds(&descriptor.body) {
                 goes.add(&descriptor.body);
                 if kept(&descriptor.body) {
-                    let _ = self.parked.push_back(Parked {
-                        body: descriptor.body,
-                        at,
-                    });
+                    let _ = taken.push(descriptor.body);
                 }
                 descriptor.body = Body::Cancelled;
                 descriptor.not_before = None;
@@ -455,9 +448,14 @@ impl Connection {
                 }
                 goes.add(&body);
                 if kept(&body) {
-                    let _ = self.parked.push_back(Parked { body, at });
+                    let _ = taken.push(body);
                 }
             }
+        }
+        // Ahead of what was parked before: those of the same flows (some of their messages
+        // may have gone back into the queue when the queue filled) come after these.
+        while let Some(body) = taken.pop() {
+            let _ = self.parked.push_front(Parked { body, at });
         }
         self.go_back_to(seq);
         true
