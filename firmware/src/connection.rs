@@ -47,6 +47,18 @@ pub(crate) enum Body {
         round: u8,
         attempt: u8,
     },
+    /// Segment `segment` of the message longer than a packet held in `slot` of `port` (its
+    /// held send's `serial`): read from the arena when the packet is built.
+    DataSegment {
+        port: u8,
+        slot: u8,
+        generation: Generation,
+        dst_port: PortId,
+        /// The message's priority (its flow's, as in [`Body::Data`]).
+        priority: u8,
+        serial: u32,
+        segment: u32,
+    },
     /// Generation `generation` of `port` closed.
     PortClosed { port: u8, generation: Generation },
     /// A withdrawn message: holds the sequence slot so the stream stays gap-free.
@@ -94,7 +106,8 @@ pub(crate) struct Parked {
     pub(crate) at: Instant,
 }
 
-/// A data message's flow: (source port, destination port, priority).
+/// A data message's flow: (source port, destination port, priority). A long message's segments
+/// belong to its flow as a one-packet message does.
 pub(crate) fn flow_of(body: &Body) -> Option<(u8, PortId, u8)> {
     match *body {
         Body::Data {
@@ -102,8 +115,74 @@ pub(crate) fn flow_of(body: &Body) -> Option<(u8, PortId, u8)> {
             dst_port,
             priority,
             ..
+        }
+        | Body::DataSegment {
+            port,
+            dst_port,
+            priority,
+            ..
         } => Some((port, dst_port, priority)),
         _ => None,
+    }
+}
+
+/// A message longer than a packet that is arriving: the receive buffer its first segment took,
+/// and how far it has come.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Assembly {
+    /// Our port it goes to, and that port's generation when it began.
+    pub(crate) port: u8,
+    pub(crate) generation: Generation,
+    /// The buffer (taken from the port's receive buffers).
+    pub(crate) buffer: shared_abi::token::ReceiveToken,
+    /// The message's length, and the bytes that arrived so far (the next segment's offset).
+    pub(crate) total: u32,
+    pub(crate) received: u32,
+    /// The first failure to write a segment into the buffer, if any.
+    pub(crate) status: shared_abi::event::Status,
+}
+
+/// What decides whether one data packet waits behind another parked one: its flow, and whether it
+/// is a segment of a long message.
+type WaitKey = (u8, PortId, u8, bool);
+
+fn wait_key(body: &Body) -> Option<WaitKey> {
+    let (port, dst_port, priority) = flow_of(body)?;
+    Some((
+        port,
+        dst_port,
+        priority,
+        matches!(body, Body::DataSegment { .. }),
+    ))
+}
+
+/// Whether a packet of `later` waits behind a parked one of `earlier`: the same flow (a flow stays
+/// in order), or long messages of one source port (the receiver assembles one long message per
+/// source port at a time, so a port's long messages go one after another).
+fn waits_behind(earlier: WaitKey, later: WaitKey) -> bool {
+    (earlier.0, earlier.1, earlier.2) == (later.0, later.1, later.2)
+        || (earlier.0 == later.0 && earlier.3 && later.3)
+}
+
+/// The data that waits: every packet that waits behind one of these does too.
+struct Waiting(heapless::Vec<WaitKey, { QUEUE + WINDOW + QUEUE + 1 }>);
+
+impl Waiting {
+    fn new() -> Self {
+        Self(heapless::Vec::new())
+    }
+
+    fn holds(&self, body: &Body) -> bool {
+        wait_key(body).is_some_and(|key| self.0.iter().any(|&earlier| waits_behind(earlier, key)))
+    }
+
+    fn add(&mut self, body: &Body) {
+        if let Some(key) = wait_key(body)
+            && !self.0.contains(&key)
+        {
+            // Room for every body a connection holds: never full.
+            let _ = self.0.push(key);
+        }
     }
 }
 
@@ -167,6 +246,9 @@ pub(crate) struct Connection {
     pub(crate) replies: Deque<Body, { crate::remote::RDMA_OPS }>,
     /// Gets of the peer this NIC is serving: their data is queued as room appears.
     pub(crate) reads: Deque<crate::remote::ReadStream, { crate::remote::RDMA_OPS }>,
+    /// Messages longer than a packet being received from the peer, by its source port: each
+    /// segment is written into the receive buffer the first one took, in order.
+    pub(crate) assemblies: [Option<Assembly>; PORTS_PER_NIC],
     /// The peer's put (source port, operation) a segment of which we refused, with the status of
     /// that first refusal: its last segment's reply reports it.
     pub(crate) failed_put: Option<((u8, u32), shared_abi::event::Status)>,
@@ -232,6 +314,7 @@ impl Connection {
             closed_notices: Deque::new(),
             replies: Deque::new(),
             reads: Deque::new(),
+            assemblies: [None; PORTS_PER_NIC],
             failed_put: None,
             last_progress: now,
             retransmit_at: None,
@@ -266,83 +349,146 @@ impl Connection {
             && self.nack_pending.is_none()
             && self.rejects.is_empty()
             && self.record.is_empty()
+            && self.assemblies.iter().all(Option::is_none)
     }
 
-    /// When the parked messages of `body`'s flow are due, if it has any (a new message of the flow
-    /// parks behind them).
+    /// When the parked messages `body` waits behind are due (those of its flow; for a long
+    /// message's segment, also its port's parked long messages), if there are any: a new message
+    /// parks behind them.
     pub(crate) fn parked_until(&self, body: &Body) -> Option<Instant> {
-        let flow = flow_of(body)?;
+        let key = wait_key(body)?;
         self.parked
             .iter()
-            .filter(|parked| flow_of(&parked.body) == Some(flow))
+            .filter(|parked| {
+                wait_key(&parked.body).is_some_and(|earlier| waits_behind(earlier, key))
+            })
             .map(|parked| parked.at)
             .max()
     }
 
     /// The receiver refused the message in sequence slot `seq` for want of a buffer: parks it
-    /// until `at`, with every later message of its flow, sent or queued, in order; their slots
-    /// become cancelled packets and the stream goes back to `seq`, so the rest flows on. Returns
-    /// `false` (and changes nothing) if there is no room to park them all.
-    pub(crate) fn park_flow(&mut self, seq: Seq, at: Instant) -> bool {
-        let Some(flow) = self
-            .sent
-            .iter()
-            .find(|d| d.seq == seq)
-            .and_then(|d| flow_of(&d.body))
-        else {
+    /// until `at`, with every later message of its flow, sent or queued, in order (and, if it is
+    /// a long message, its port's later long messages, with theirs); their slots become cancelled
+    /// packets and the stream goes back to `seq`, so the rest flows on. Returns `false` (and
+    /// changes nothing) if there is no room to park them all.
+    ///
+    /// `feeding` names the refused message's port's long message still being fed, if any (its
+    /// slot and serial; the port's last data, since its later tokens wait for it): it parks as
+    /// its first segment taken back alone, and the caller rewinds its feeder to the segment after
+    /// that one (see [`Connection::parked_segment`]), so a message of any length takes one parked
+    /// entry. A long message wholly queued parks segment by segment.
+    pub(crate) fn park_flow(&mut self, seq: Seq, at: Instant, feeding: Option<(u8, u32)>) -> bool {
+        let Some(refused) = self.sent.iter().find(|d| d.seq == seq).map(|d| d.body) else {
             return false;
         };
-        let same = |body: &Body| flow_of(body) == Some(flow);
-        let sent = self
+        let Some((port, _, _)) = flow_of(&refused) else {
+            return false;
+        };
+        let of_feeding = |body: &Body| match (*body, feeding) {
+            (
+                Body::DataSegment {
+                    port: p,
+                    slot,
+                    serial,
+                    segment,
+                    ..
+                },
+                Some((s, n)),
+            ) if p == port && slot == s && serial == n => Some(segment),
+            _ => None,
+        };
+        let first = self
             .sent
             .iter()
-            .filter(|d| !d.seq.precedes(seq) && same(&d.body))
-            .count();
-        let queued = self.queue.iter().filter(|body| same(body)).count();
-        if self.parked.len() + sent + queued > QUEUE {
+            .filter(|d| !d.seq.precedes(seq))
+            .map(|d| &d.body)
+            .chain(self.queue.iter())
+            .filter_map(of_feeding)
+            .min();
+        let kept = |body: &Body| of_feeding(body).is_none_or(|segment| Some(segment) == first);
+        // What goes, in stream order: what waits behind the refused message or behind anything
+        // that goes before it. (Nothing in the stream waits behind a message parked before: a
+        // flow's parked messages always come after its messages in the stream.)
+        let mut goes = Waiting::new();
+        goes.add(&refused);
+        let mut count = 0;
+        for body in self
+            .sent
+            .iter()
+            .filter(|d| !d.seq.precedes(seq))
+            .map(|d| &d.body)
+            .chain(self.queue.iter())
+        {
+            if goes.holds(body) {
+                goes.add(body);
+                count += usize::from(kept(body));
+            }
+        }
+        if self.parked.len() + count > QUEUE {
             return false;
         }
+        let mut goes = Waiting::new();
+        goes.add(&refused);
+        let mut taken: heapless::Vec<Body, QUEUE> = heapless::Vec::new();
         for descriptor in self.sent.iter_mut() {
-            if !descriptor.seq.precedes(seq) && same(&descriptor.body) {
-                let _ = self.parked.push_back(Parked {
-                    body: descriptor.body,
-                    at,
-                });
+            if !descriptor.seq.precedes(seq) && goes.holds(&descriptor.body) {
+                goes.add(&descriptor.body);
+                if kept(&descriptor.body) {
+                    let _ = taken.push(descriptor.body);
+                }
                 descriptor.body = Body::Cancelled;
                 descriptor.not_before = None;
             }
         }
         for _ in 0..self.queue.len() {
             if let Some(body) = self.queue.pop_front() {
-                if same(&body) {
-                    let _ = self.parked.push_back(Parked { body, at });
-                } else {
+                if !goes.holds(&body) {
                     let _ = self.queue.push_back(body);
+                    continue;
+                }
+                goes.add(&body);
+                if kept(&body) {
+                    let _ = taken.push(body);
                 }
             }
+        }
+        // Ahead of what was parked before: those of the same flows (some of their messages
+        // may have gone back into the queue when the queue filled) come after these.
+        while let Some(body) = taken.pop() {
+            let _ = self.parked.push_front(Parked { body, at });
         }
         self.go_back_to(seq);
         true
     }
 
+    /// The parked segment of the long message in `slot` of `port` numbered `serial`, if any.
+    pub(crate) fn parked_segment(&self, port: u8, slot: u8, serial: u32) -> Option<u32> {
+        self.parked.iter().find_map(|parked| match parked.body {
+            Body::DataSegment {
+                port: p,
+                slot: s,
+                serial: n,
+                segment,
+                ..
+            } if p == port && s == slot && n == serial => Some(segment),
+            _ => None,
+        })
+    }
+
     /// Queues again the parked messages that are due, in order, as the queue has room; a flow's
-    /// messages go together (a later one never overtakes an earlier one still parked).
+    /// messages go together (a later one never overtakes an earlier one still parked), and so do
+    /// a port's long messages.
     pub(crate) fn unpark_due(&mut self, now: Instant) {
-        let mut blocked: heapless::Vec<(u8, PortId, u8), QUEUE> = heapless::Vec::new();
+        let mut waiting = Waiting::new();
         for _ in 0..self.parked.len() {
             let Some(parked) = self.parked.pop_front() else {
                 return;
             };
-            let flow = flow_of(&parked.body);
-            let free = flow.is_some_and(|flow| !blocked.contains(&flow));
+            let free = flow_of(&parked.body).is_some() && !waiting.holds(&parked.body);
             if free && parked.at <= now && self.queue.push_back(parked.body).is_ok() {
                 continue;
             }
-            if let Some(flow) = flow
-                && !blocked.contains(&flow)
-            {
-                let _ = blocked.push(flow);
-            }
+            waiting.add(&parked.body);
             let _ = self.parked.push_back(parked);
         }
     }

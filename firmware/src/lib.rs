@@ -30,6 +30,7 @@ mod record;
 mod recv;
 mod remote;
 mod sdma;
+mod segment;
 mod send;
 pub mod seq;
 pub mod time;
@@ -364,6 +365,7 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
             }
         }
         self.forget_records_for(index);
+        self.forget_assemblies_for(index);
         self.local_port_closed(index, generation);
         Some(generation)
     }
@@ -472,6 +474,7 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
         busy |= self.run_connection_timers(now);
         busy |= self.run_operation_timers(now);
         busy |= self.feed_operations(now);
+        busy |= self.feed_messages(now);
         self.advance_all_barriers(now);
         busy |= self.transmit_all(now);
         for index in 0..PORTS_PER_NIC {

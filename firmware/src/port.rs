@@ -30,6 +30,39 @@ pub(crate) struct HeldSend {
     /// When the receiver first refused the message for want of a buffer (the receiver-not-ready
     /// clock, which survives the message being parked and sequenced again).
     pub(crate) refused_since: Option<crate::time::Instant>,
+    /// A message longer than a packet: its number (a segment built after the message ended finds
+    /// another number, or none, and goes as a cancelled slot), and how many of its segments are
+    /// queued on the connection so far. Zero for everything else.
+    pub(crate) serial: u32,
+    pub(crate) queued_segments: u32,
+}
+
+impl HeldSend {
+    /// A held send of anything but a long message.
+    pub(crate) fn new(token: SendToken, payload_offset: usize) -> Self {
+        Self {
+            token,
+            payload_offset,
+            refused_since: None,
+            serial: 0,
+            queued_segments: 0,
+        }
+    }
+
+    /// Segments of a data message longer than one packet; 0 for everything else.
+    pub(crate) fn segments(&self) -> u32 {
+        let length = self.token.length.get() as usize;
+        if self.token.kind != shared_abi::token::SendKind::DATA || length <= shared_abi::MTU_PAYLOAD
+        {
+            return 0;
+        }
+        length.div_ceil(shared_abi::packet::DATA_SEGMENT) as u32
+    }
+
+    /// Whether this is a long message not yet wholly queued.
+    pub(crate) fn is_feeding(&self) -> bool {
+        self.queued_segments < self.segments()
+    }
 }
 
 /// An open port.
@@ -61,6 +94,9 @@ pub(crate) struct OpenPort {
     pub(crate) memory: crate::memory::MemoryRegions,
     /// The one-sided operation held in each send slot, beside its token in `sends`.
     pub(crate) operations: [Option<crate::remote::Operation>; SEND_TOKENS],
+    /// Receive buffers of this port that long messages arriving are filling (in connections'
+    /// assemblies): each still owes its event.
+    pub(crate) assembling: u8,
 }
 
 impl OpenPort {
@@ -82,6 +118,7 @@ impl OpenPort {
             job: 0,
             memory: Default::default(),
             operations: [None; SEND_TOKENS],
+            assembling: 0,
         }
     }
 
@@ -94,12 +131,26 @@ impl OpenPort {
         self.pending_events.len()
             + self.held_sends()
             + self.receive_buffers.len()
+            + usize::from(self.assembling)
             + usize::from(self.barrier_buffers)
     }
 
     /// Whether the port may take one more token (its event is guaranteed room).
     pub(crate) fn can_take_token(&self) -> bool {
         self.faulted.is_none() && self.promised_events() < PENDING_EVENTS
+    }
+
+    /// Takes the receive buffer at `position` out of the provided ones (the last one takes its
+    /// place, as `swap_remove` does, without a panic path for a position out of range).
+    pub(crate) fn take_receive_buffer(&mut self, position: usize) -> Option<ReceiveToken> {
+        if position >= self.receive_buffers.len() {
+            return None;
+        }
+        let last = self.receive_buffers.pop()?;
+        match self.receive_buffers.get_mut(position) {
+            Some(slot) => Some(core::mem::replace(slot, last)),
+            None => Some(last),
+        }
     }
 
     pub(crate) fn free_send_slot(&self) -> Option<usize> {

@@ -93,7 +93,9 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         else {
             return Err(RejectReason::NO_BUFFER);
         };
-        let buffer = open.receive_buffers.swap_remove(position);
+        let Some(buffer) = open.take_receive_buffer(position) else {
+            return Err(RejectReason::NO_BUFFER);
+        };
         let length = payload.len().min(max_length_for_size(buffer.size) as usize);
         let written = open
             .layout

@@ -6,7 +6,7 @@
 use shared_abi::event::Status;
 use shared_abi::packet::{Packet, PacketFlags, PacketHeader, PacketKind, RejectReason};
 
-use crate::connection::Body;
+use crate::connection::{Body, flow_of};
 use crate::seq::Seq;
 use crate::time::Instant;
 use crate::{Hal, Nic};
@@ -73,6 +73,8 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     fn handle_ack(&mut self, index: usize, ack: Seq, epoch: u32, now: Instant) {
         let mut completed: heapless::Vec<(u8, u8), { crate::connection::WINDOW }> =
             heapless::Vec::new();
+        let mut segments: heapless::Vec<(u8, u8, u32, u32), { crate::connection::WINDOW }> =
+            heapless::Vec::new();
         let Some(connection) = self.connections.get_mut(index) else {
             return;
         };
@@ -88,8 +90,20 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             if !front.seq.precedes(ack) {
                 break;
             }
-            if let Body::Data { port, slot, .. } = front.body {
-                let _ = completed.push((port, slot));
+            match front.body {
+                Body::Data { port, slot, .. } => {
+                    let _ = completed.push((port, slot));
+                }
+                Body::DataSegment {
+                    port,
+                    slot,
+                    serial,
+                    segment,
+                    ..
+                } => {
+                    let _ = segments.push((port, slot, serial, segment));
+                }
+                _ => {}
             }
             connection.sent.pop_front();
             progressed = true;
@@ -107,6 +121,9 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         }
         for (port, slot) in completed {
             self.complete_send(usize::from(port), usize::from(slot), Status::SUCCESS);
+        }
+        for (port, slot, serial, segment) in segments {
+            self.segment_acknowledged(port, slot, serial, segment);
         }
     }
 
@@ -184,9 +201,60 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             return;
         }
         let mut failed_send = None;
+        let mut failed_message = None;
         let mut withdrawn = None;
         let mut park = false;
         match (reason, descriptor.body) {
+            (
+                RejectReason::PORT_CLOSED | RejectReason::PORT_GONE | RejectReason::INCOMPLETE,
+                Body::DataSegment {
+                    port, slot, serial, ..
+                },
+            ) => {
+                let status = if reason == RejectReason::INCOMPLETE {
+                    Status::INCOMPLETE
+                } else {
+                    Status::TARGET_PORT_CLOSED
+                };
+                failed_message = Some((port, slot, serial, status));
+                descriptor.body = Body::Cancelled;
+            }
+            (
+                RejectReason::NO_BUFFER,
+                Body::DataSegment {
+                    port, slot, serial, ..
+                },
+            ) => {
+                // As for a one-packet message: the receiver-not-ready clock runs from the first
+                // refusal, across parkings; until it runs out the message's flow is parked.
+                let since = self
+                    .ports
+                    .get_mut(usize::from(port))
+                    .and_then(|p| p.open.as_mut())
+                    .and_then(|open| open.sends.get_mut(usize::from(slot)))
+                    .and_then(Option::as_mut)
+                    .filter(|held| held.serial == serial)
+                    .map(|held| *held.refused_since.get_or_insert(now));
+                if since.is_none_or(|since| {
+                    now.saturating_since(since) >= config.receiver_not_ready_timeout
+                }) {
+                    failed_message = Some((port, slot, serial, Status::SEND_TIMED_OUT));
+                    descriptor.body = Body::Cancelled;
+                } else {
+                    park = true;
+                }
+            }
+            (
+                _,
+                Body::DataSegment {
+                    port, slot, serial, ..
+                },
+            ) if now.saturating_since(descriptor.first_sent)
+                >= config.receiver_not_ready_timeout =>
+            {
+                failed_message = Some((port, slot, serial, Status::SEND_TIMED_OUT));
+                descriptor.body = Body::Cancelled;
+            }
             (RejectReason::PORT_CLOSED, Body::Data { port, slot, .. }) => {
                 failed_send = Some((port, slot, Status::TARGET_PORT_CLOSED));
                 descriptor.body = Body::Cancelled;
@@ -239,6 +307,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 _,
                 Body::Barrier { .. }
                 | Body::Data { .. }
+                | Body::DataSegment { .. }
                 | Body::Put { .. }
                 | Body::Get { .. }
                 | Body::Atomic { .. },
@@ -327,17 +396,13 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             return;
         }
         if park {
-            // The flow moves to its next attempt (the receiver now refuses the old one's copies).
-            if let Some(Body::Data {
-                port,
-                dst_port,
-                priority,
-                ..
-            }) = connection
+            let refused = connection
                 .sent
                 .iter()
                 .find(|d| d.seq == seq)
-                .map(|d| d.body)
+                .map(|d| d.body);
+            // The flow moves to its next attempt (the receiver now refuses the old one's copies).
+            if let Some((port, dst_port, priority)) = refused.as_ref().and_then(flow_of)
                 && let Some(cell) = connection
                     .data_attempts
                     .get_mut(usize::from(port))
@@ -345,9 +410,35 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             {
                 cell[usize::from(priority & 1)] = cell[usize::from(priority & 1)].wrapping_add(1);
             }
+            // The port's long message still being fed (there is at most one, and it is the
+            // port's last data: its later tokens wait for it) parks as one entry, its feeder
+            // rewound.
+            let feeding = refused.as_ref().and_then(flow_of).and_then(|(port, _, _)| {
+                let open = self.ports.get(usize::from(port))?.open.as_ref()?;
+                open.sends.iter().enumerate().find_map(|(slot, held)| {
+                    let held = held.as_ref()?;
+                    (held.is_feeding() && held.token.target_node == connection.peer)
+                        .then_some((slot as u8, held.serial))
+                })
+            });
             // Out of the stream until the receiver may have a buffer, with the rest of its flow,
             // so that nothing else waits behind it; in place if there is no room to park.
-            if !connection.park_flow(seq, now.saturating_add(config.retry_interval)) {
+            if connection.park_flow(seq, now.saturating_add(config.retry_interval), feeding) {
+                if let Some((port, _, _)) = refused.as_ref().and_then(flow_of)
+                    && let Some((slot, serial)) = feeding
+                    && let Some(segment) = connection.parked_segment(port, slot, serial)
+                    && let Some(held) = self
+                        .ports
+                        .get_mut(usize::from(port))
+                        .and_then(|p| p.open.as_mut())
+                        .and_then(|open| open.sends.get_mut(usize::from(slot)))
+                        .and_then(Option::as_mut)
+                        .filter(|held| held.serial == serial)
+                {
+                    // Its feeder resumes after the parked segment once that is queued again.
+                    held.queued_segments = segment.saturating_add(1);
+                }
+            } else {
                 if let Some(descriptor) = connection.sent.iter_mut().find(|d| d.seq == seq) {
                     descriptor.not_before = Some(now.saturating_add(config.retry_interval));
                 }
@@ -359,6 +450,9 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         connection.go_back_to(seq);
         if let Some((port, slot, status)) = failed_send {
             self.complete_send(usize::from(port), usize::from(slot), status);
+        }
+        if let Some((port, slot, serial, status)) = failed_message {
+            self.fail_message(index, port, slot, serial, status);
         }
     }
 
@@ -385,6 +479,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         };
         let seq = Seq(header.seq.get());
         let epoch = header.epoch.get();
+        let mut new_epoch = false;
         if connection.rx_epoch != Some(epoch) {
             let newer = connection
                 .rx_epoch
@@ -395,6 +490,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 connection.refused_closed = None;
                 connection.data_refused =
                     [[[None; 2]; shared_abi::ids::PORTS_PER_NIC]; shared_abi::ids::PORTS_PER_NIC];
+                new_epoch = true;
             } else {
                 connection.counters.drops += 1;
                 let queued = connection
@@ -415,6 +511,14 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 return;
             }
         }
+        if new_epoch {
+            // The peer starts over: the long messages it was sending us are gone with its old
+            // stream.
+            self.abandon_assemblies(index);
+        }
+        let Some(connection) = self.connections.get_mut(index) else {
+            return;
+        };
         if seq.precedes(connection.expected) {
             // A duplicate: we have it. Ack again, in case our ack was lost.
             connection.counters.drops += 1;
@@ -434,14 +538,16 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             return;
         }
         let peer = connection.peer;
-        let refused_before =
-            connection.refused_closed == Some(seq) && header.kind == PacketKind::DATA;
+        let is_data = matches!(header.kind, PacketKind::DATA | PacketKind::DATA_SEGMENT);
+        let refused_before = connection.refused_closed == Some(seq) && is_data;
         let flow = (
             usize::from(header.src_port.0),
             usize::from(header.dst_port.0),
             usize::from(header.priority & 1),
         );
-        let refused_no_buffer = header.kind == PacketKind::DATA
+        // A long message's segments belong to its flow as a one-packet message does: a copy of
+        // an attempt we refused is refused again.
+        let refused_no_buffer = is_data
             && connection
                 .data_refused
                 .get(flow.0)
@@ -455,10 +561,13 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         } else {
             match header.kind {
                 PacketKind::DATA => self.deliver_data(peer, header, payload),
+                PacketKind::DATA_SEGMENT => self.deliver_segment(index, peer, header, payload),
                 PacketKind::BARRIER => {
                     self.receive_barrier_packet(index, peer, header, payload, now)
                 }
                 PacketKind::PORT_CLOSED => {
+                    // A long message its port was sending will not go on.
+                    self.abandon_assembly(peer, index, usize::from(header.src_port.0));
                     self.peer_port_closed(
                         peer,
                         usize::from(header.src_port.0),
@@ -481,11 +590,11 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 connection.ack_pending = true;
             }
             Err(reason) => {
-                if reason == RejectReason::PORT_CLOSED && header.kind == PacketKind::DATA {
+                if reason == RejectReason::PORT_CLOSED && is_data {
                     connection.refused_closed = Some(seq);
                 }
                 if reason == RejectReason::NO_BUFFER
-                    && header.kind == PacketKind::DATA
+                    && is_data
                     && !refused_no_buffer
                     && let Some(cell) = connection
                         .data_refused

@@ -206,11 +206,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             && let (Some(held), Some(state)) =
                 (open.sends.get_mut(slot), open.operations.get_mut(slot))
         {
-            *held = Some(HeldSend {
-                token: *token,
-                payload_offset: 0,
-                refused_since: None,
-            });
+            *held = Some(HeldSend::new(*token, 0));
             *state = Some(Operation {
                 serial: operation,
                 segments,
@@ -221,8 +217,9 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         Disposition::Taken
     }
 
-    /// Whether `port` holds a put not yet wholly queued: its later tokens wait for it, so a
-    /// port's operations and messages start in the order it posted them.
+    /// Whether `port` holds a put or a long message not yet wholly queued: its later tokens wait
+    /// for it, so a port's operations and messages start in the order it posted them (and the
+    /// segments of a long message follow one another with nothing of the port between them).
     pub(crate) fn port_is_feeding(&self, port: usize) -> bool {
         self.ports
             .get(port)
@@ -232,6 +229,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                     .iter()
                     .flatten()
                     .any(|operation| operation.queued < operation.segments)
+                    || open.sends.iter().flatten().any(HeldSend::is_feeding)
             })
     }
 

@@ -96,7 +96,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         if !token.priority.is_valid() || !(3..=MAX_SIZE_CLASS).contains(&token.size) {
             return Disposition::Reject(Status::INVALID_TOKEN);
         }
-        if length > max_length_for_size(token.size) || length as usize > MTU_PAYLOAD {
+        if length > max_length_for_size(token.size) {
             return Disposition::Reject(Status::TOO_LONG);
         }
         if token.target_port.index().is_none() {
@@ -121,6 +121,46 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         let Some(connection) = self.connection_for(token.target_node, now) else {
             return Disposition::Wait;
         };
+        if length as usize > MTU_PAYLOAD {
+            // A message longer than a packet: its segments are fed to the connection as room
+            // appears ([`Nic::feed_messages`]), each read from the arena when it is built.
+            self.operation_serial = self.operation_serial.wrapping_add(1);
+            let serial = self.operation_serial;
+            let first = Body::DataSegment {
+                port: port as u8,
+                slot: slot as u8,
+                generation,
+                dst_port: token.target_port,
+                priority: token.priority.0,
+                serial,
+                segment: 0,
+            };
+            let Some(connection) = self.connections.get_mut(connection) else {
+                return Disposition::Wait;
+            };
+            // Behind its flow's parked messages, as a one-packet message waits (its feeder
+            // waits with it).
+            let queued = match connection.parked_until(&first) {
+                Some(at) => connection
+                    .parked
+                    .push_back(Parked { body: first, at })
+                    .is_ok(),
+                None => connection.queue.push_back(first).is_ok(),
+            };
+            if !queued {
+                return Disposition::Wait;
+            }
+            if let Some(open) = self.ports.get_mut(port).and_then(|slot| slot.open.as_mut())
+                && let Some(held) = open.sends.get_mut(slot)
+            {
+                *held = Some(HeldSend {
+                    serial,
+                    queued_segments: 1,
+                    ..HeldSend::new(*token, payload_offset)
+                });
+            }
+            return Disposition::Taken;
+        }
         let body = Body::Data {
             port: port as u8,
             slot: slot as u8,
@@ -145,11 +185,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         if let Some(open) = self.ports.get_mut(port).and_then(|slot| slot.open.as_mut())
             && let Some(held) = open.sends.get_mut(slot)
         {
-            *held = Some(HeldSend {
-                token: *token,
-                payload_offset,
-                refused_since: None,
-            });
+            *held = Some(HeldSend::new(*token, payload_offset));
         }
         Disposition::Taken
     }
@@ -225,6 +261,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
 pub(crate) fn cancel_port_data(connection: &mut Connection, port: u8) {
     let is_ours = |body: &Body| {
         matches!(body, Body::Data { port: p, .. }
+            | Body::DataSegment { port: p, .. }
             | Body::Put { port: p, .. }
             | Body::Get { port: p, .. }
             | Body::Atomic { port: p, .. } if *p == port)

@@ -219,6 +219,23 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 header.src_generation = generation;
             }
             Body::Cancelled => {}
+            Body::DataSegment {
+                port,
+                dst_port,
+                priority,
+                ..
+            } => {
+                // The flow's current attempt, as a one-packet message of the flow carries it.
+                header.attempt = connection
+                    .data_attempts
+                    .get(usize::from(port))
+                    .and_then(|row| row.get(usize::from(dst_port.0)))
+                    .map_or(0, |cell| cell[usize::from(priority & 1)]);
+                payload_len = self.build_data_segment(&mut header, descriptor.body);
+                if header.kind != PacketKind::DATA_SEGMENT {
+                    header.attempt = 0;
+                }
+            }
             Body::Put { .. }
             | Body::Get { .. }
             | Body::Atomic { .. }
@@ -413,6 +430,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 Status::TARGET_NODE_UNREACHABLE,
             );
         }
+        self.give_up_messages(peer);
         for port in 0..PORTS_PER_NIC {
             self.fail_barrier_needing(port, peer, None, Status::TARGET_NODE_UNREACHABLE);
         }

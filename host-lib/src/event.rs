@@ -27,7 +27,8 @@ pub enum Event {
         sender_node: NodeId,
         /// The sending port.
         sender_port: PortId,
-        /// `SUCCESS`, or `BAD_BUFFER` if the NIC could not write the buffer.
+        /// `SUCCESS`; `BAD_BUFFER` if the NIC could not write the buffer; `INCOMPLETE` if a message
+        /// longer than a packet stopped part way (its sender withdrew it): `length` bytes arrived.
         status: Status,
     },
     /// A send finished (GM's send callback): `status` says how. The send token and the buffer

@@ -99,6 +99,10 @@ impl Status {
     /// The kernel refused the NIC access to the process's memory (on the emulated NIC:
     /// `process_vm_readv`/`process_vm_writev` failed — ptrace scope, or the memory is unmapped).
     pub const MEMORY_FAULT: Self = Self(17);
+    /// A message longer than a packet stopped part way. Receiving: its sender withdrew it (its
+    /// port closed, or it gave up), and the buffer comes back holding the `length` bytes that
+    /// arrived. Sending: the receiver lost the message's start (it restarted).
+    pub const INCOMPLETE: Self = Self(18);
 }
 
 /// An event: one entry of a port's event ring. 64 bytes.

@@ -29,25 +29,23 @@ pub mod token;
 /// packet carrying another version is refused.
 pub const ABI_VERSION: u32 = 1;
 
-/// Largest payload one wire packet carries, in bytes. A message is at most this long.
+/// Largest payload one wire packet carries, in bytes. A message up to this long travels in one
+/// [`packet::PacketKind::DATA`] packet; a longer one is cut by the NIC into
+/// [`packet::PacketKind::DATA_SEGMENT`] packets of [`packet::DATA_SEGMENT`] bytes.
 pub const MTU_PAYLOAD: usize = 4096;
 
 /// Largest GM size class a port accepts: buffers of `2^size` bytes, holding at most
-/// [`max_length_for_size`] bytes.
-pub const MAX_SIZE_CLASS: u8 = 13;
+/// [`max_length_for_size`] bytes (GM's sizes on a 32-bit length, as GM 2 had them).
+pub const MAX_SIZE_CLASS: u8 = 31;
 
 /// The largest message length a buffer of size class `size` holds (GM's `gm_max_length_for_size`):
-/// `2^size - 8`, capped by [`MTU_PAYLOAD`]. Returns 0 for a size class out of range.
+/// `2^size - 8`. Returns 0 for a size class out of range. A message of size class `k` fills a
+/// receive buffer of class `k`, whatever the packets it travels in.
 pub const fn max_length_for_size(size: u8) -> u32 {
     if size < 3 || size > MAX_SIZE_CLASS {
         return 0;
     }
-    let length = (1u32 << size) - 8;
-    if length as usize > MTU_PAYLOAD {
-        MTU_PAYLOAD as u32
-    } else {
-        length
-    }
+    (1u32 << size) - 8
 }
 
 /// The smallest size class whose buffers hold `length` bytes (GM's `gm_min_size_for_length`), or
@@ -72,12 +70,14 @@ mod tests {
         assert_eq!(min_size_for_length(0), Some(3));
         assert_eq!(max_length_for_size(3), 0);
         assert_eq!(min_size_for_length(1), Some(4));
-        assert_eq!(max_length_for_size(13), MTU_PAYLOAD as u32);
+        assert_eq!(max_length_for_size(13), 8184);
         assert_eq!(min_size_for_length(MTU_PAYLOAD as u32), Some(13));
-        assert_eq!(min_size_for_length(MTU_PAYLOAD as u32 + 1), None);
+        assert_eq!(min_size_for_length(1 << 20), Some(21));
+        assert_eq!(max_length_for_size(31), (1 << 31) - 8);
+        assert_eq!(min_size_for_length((1 << 31) - 7), None);
         assert_eq!(max_length_for_size(2), 0);
-        assert_eq!(max_length_for_size(14), 0);
-        for length in 0..=MTU_PAYLOAD as u32 {
+        assert_eq!(max_length_for_size(32), 0);
+        for length in (0..=3 * MTU_PAYLOAD as u32).chain([(1 << 30) - 8, (1 << 30) - 7]) {
             let size = min_size_for_length(length).unwrap();
             assert!(max_length_for_size(size) >= length);
             assert!(size == 3 || max_length_for_size(size - 1) < length);

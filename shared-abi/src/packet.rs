@@ -11,7 +11,7 @@ use crate::ids::{Generation, NodeId, PortId};
 /// First byte of every nicbar packet.
 pub const PACKET_MAGIC: u8 = 0x4e;
 /// Wire format version, second byte of every packet.
-pub const WIRE_VERSION: u8 = 2;
+pub const WIRE_VERSION: u8 = 3;
 
 /// What a packet is.
 #[derive(
@@ -64,14 +64,20 @@ impl PacketKind {
     /// target back to the initiator (sequenced).
     pub const RDMA_REPLY: Self = Self(12);
 
+    /// One segment of a message longer than a packet (sequenced): a [`DataSegmentHeader`], then
+    /// the segment's bytes. `priority` and `size` are the message's, as in [`Self::DATA`]; the
+    /// segments of one message follow one another on the connection, from offset 0, with no
+    /// other message of the same source port between them.
+    pub const DATA_SEGMENT: Self = Self(13);
+
     /// Whether packets of this kind occupy a sequence number.
     pub const fn is_sequenced(self) -> bool {
-        matches!(self.0, 1 | 5 | 6 | 7) || self.is_rdma()
+        matches!(self.0, 1 | 5 | 6 | 7 | 13) || self.is_rdma()
     }
 
     /// Whether the value names a known kind.
     pub const fn is_known(self) -> bool {
-        self.0 >= 1 && self.0 <= 7 || self.is_rdma()
+        self.0 >= 1 && self.0 <= 7 || self.0 == 13 || self.is_rdma()
     }
 
     /// Whether packets of this kind are one-sided operations or their answers (kinds 8 to 12;
@@ -100,7 +106,37 @@ impl RejectReason {
     /// The destination port is closed, and its last owner ran barriers of the packet's job: it is
     /// gone for good (not "not open yet"), and the sender's barrier fails at once.
     pub const PORT_GONE: Self = Self(5);
+    /// A segment of a long message that continues no message the receiver is assembling (it
+    /// lost the message's start with a new epoch): the sender fails the message.
+    pub const INCOMPLETE: Self = Self(6);
 }
+
+/// The header at the start of a [`PacketKind::DATA_SEGMENT`] packet's payload. 8 bytes.
+#[derive(
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Debug,
+    Default,
+    FromBytes,
+    IntoBytes,
+    Immutable,
+    KnownLayout,
+    Unaligned,
+)]
+#[repr(C)]
+pub struct DataSegmentHeader {
+    /// The whole message's length in bytes.
+    pub total: U32,
+    /// Where this segment's bytes start in the message.
+    pub offset: U32,
+}
+const _: () = assert!(core::mem::size_of::<DataSegmentHeader>() == 8);
+
+/// Bytes of a message one [`PacketKind::DATA_SEGMENT`] packet carries (every segment but the
+/// last carries exactly this many).
+pub const DATA_SEGMENT: usize = crate::MTU_PAYLOAD - core::mem::size_of::<DataSegmentHeader>();
 
 /// Packet flags.
 #[derive(
@@ -413,7 +449,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn header_strategy() -> impl Strategy<Value = PacketHeader> {
-        (any::<[u8; HEADER_LEN]>(), 1u8..=12).prop_map(|(bytes, kind)| {
+        (any::<[u8; HEADER_LEN]>(), 1u8..=13).prop_map(|(bytes, kind)| {
             let mut header = PacketHeader::read_from_bytes(&bytes[..]).unwrap();
             header.magic = PACKET_MAGIC;
             header.version = WIRE_VERSION;

@@ -75,6 +75,30 @@ enum Bench {
     /// model fitted to it by least squares, the n-way dissemination n it predicts best per group
     /// size, and (`--write`) the tuning file from which `nicbar::tuning` gives that n.
     Rttp(rttp::Args),
+    /// One-sided operations through the emulated NIC: put and get latency and bandwidth from 8 B
+    /// to 16 MiB and NIC atomic latency, in-process (two units of one daemon) and over UDP between
+    /// two daemons, beside memcpy and a raw UDP stream, interleaved in rounds (medians; table,
+    /// CSV, figure), with the ratios issue 13 sets targets for.
+    Rdma {
+        /// Rounds of interleaved samples (one sample of every measurement per round).
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+        /// The seed of each round's order (default: from the clock; printed).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Processes spin on their event rings instead of sleeping on doorbells.
+        #[arg(long)]
+        spin: bool,
+        /// Packets not authenticated, to see what the fabric's code costs.
+        #[arg(long)]
+        no_auth: bool,
+        /// Where to write bench-rdma.csv and bench-rdma.svg.
+        #[arg(long, default_value = "target")]
+        out: std::path::PathBuf,
+        /// Only draw OUT/bench-rdma.svg from OUT/bench-rdma.csv, without measuring.
+        #[arg(long)]
+        plot_only: bool,
+    },
     /// MPI_Barrier latency and MPI_Ibarrier overlap (OSU's definition) through the coll/nicbar
     /// component beside Open MPI's own collectives over shared memory and TCP (table, CSV).
     Mpi(crate::mpi::BenchArgs),
@@ -148,6 +172,34 @@ pub(crate) fn run_bench(args: Args) -> Result<()> {
                 &out.join("bench-barrier.svg"),
                 barrier_figure,
             )
+        }
+        Bench::Rdma {
+            rounds,
+            seed,
+            spin,
+            no_auth,
+            out,
+            plot_only,
+        } => {
+            let out = crate::workspace_root().join(out);
+            let csv = out.join("bench-rdma.csv");
+            if !plot_only {
+                std::fs::create_dir_all(&out)?;
+                let mut command = example("bench_rdma")?;
+                command.arg("--rounds").arg(rounds.to_string());
+                command.arg("--csv").arg(&csv);
+                if let Some(seed) = seed {
+                    command.arg("--seed").arg(seed.to_string());
+                }
+                if spin {
+                    command.arg("--spin");
+                }
+                if no_auth {
+                    command.arg("--no-auth");
+                }
+                run(&mut command)?;
+            }
+            draw(&csv, &out.join("bench-rdma.svg"), rdma_figure)
         }
         Bench::Rttp(args) => rttp::run_rttp(args),
         Bench::Mpi(args) => crate::mpi::run_bench(args),
@@ -415,9 +467,113 @@ fn pingpong_figure(csv: &Csv) -> Result<Figure> {
     })
 }
 
+/// The one-sided benchmark's figure: (a) latency and (b) bandwidth against operation size, both
+/// log-log; the NIC's series solid (in-process) and dashed (UDP), the references dotted; atomic
+/// latency as a point at 8 bytes.
+fn rdma_figure(csv: &Csv) -> Result<Figure> {
+    let (series, bytes, latency, bandwidth) = (
+        csv.column("series")?,
+        csv.column("bytes")?,
+        csv.column("latency_us")?,
+        csv.column("bandwidth_mb_s")?,
+    );
+    let mut names: Vec<String> = Vec::new();
+    let mut sizes: Vec<f64> = Vec::new();
+    for row in &csv.rows {
+        let name = row.get(series).ok_or("a row without series")?;
+        if !names.contains(name) {
+            names.push(name.clone());
+        }
+        let size = Csv::number(row, bytes)?.ok_or("a row without bytes")?;
+        if !sizes.contains(&size) {
+            sizes.push(size);
+        }
+    }
+    names.sort();
+    // 8 B, 1 KiB and 1 MiB: every size's label would overlap its neighbours'.
+    let ticks: Vec<f64> = [8.0, 1024.0, 1_048_576.0]
+        .into_iter()
+        .filter(|tick| sizes.contains(tick))
+        .collect();
+    let x = Axis::log("operation size (bytes)").with_ticks(&ticks);
+    let mut latency_panel = Panel::new(
+        "(a) latency of one operation",
+        x.clone(),
+        Axis::log("median latency (µs)"),
+    );
+    let mut bandwidth_panel = Panel::new(
+        "(b) bandwidth, 8 operations outstanding",
+        x,
+        Axis::log("median bandwidth (MB/s)"),
+    );
+    for (i, name) in names.iter().enumerate() {
+        let stroke = if name.ends_with("UDP") {
+            Stroke::Dashed
+        } else if name.ends_with("in-process") {
+            Stroke::Solid
+        } else {
+            Stroke::Dotted
+        };
+        let mut on_latency = Series::new(name, Colour::Palette(i), stroke);
+        let mut on_bandwidth = Series::new(name, Colour::Palette(i), stroke);
+        for row in csv.rows.iter().filter(|row| row.get(series) == Some(name)) {
+            let size = Csv::number(row, bytes)?.ok_or("a row without bytes")?;
+            if let Some(us) = Csv::number(row, latency)? {
+                on_latency.point(size, us);
+            }
+            if let Some(mb_s) = Csv::number(row, bandwidth)? {
+                on_bandwidth.point(size, mb_s);
+            }
+        }
+        // The benchmark writes its rows in the order it met them (shuffled rounds).
+        on_latency.points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        on_bandwidth.points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        if !on_latency.points.is_empty() {
+            latency_panel.series.push(on_latency);
+        }
+        if !on_bandwidth.points.is_empty() {
+            bandwidth_panel.series.push(on_bandwidth);
+        }
+    }
+    latency_panel
+        .note(Stroke::Solid, "in-process")
+        .note(Stroke::Dashed, "over UDP")
+        .note(Stroke::Dotted, "reference");
+    Ok(Figure {
+        title: "One-sided operations through the emulated NIC".into(),
+        panels: vec![latency_panel, bandwidth_panel],
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_rdma_figure_draws_latency_and_bandwidth_per_series() {
+        let csv = Csv::parse(
+            "series,bytes,latency_us,bandwidth_mb_s,samples\n\
+             put in-process,1048576,9000,110,5\nput in-process,8,15,0.5,5\n\
+             atomic UDP,8,40,,5\nraw UDP stream,8,,1.5,5\n",
+        )
+        .expect("parses");
+        let figure = rdma_figure(&csv).expect("draws");
+        let latency: Vec<Option<&str>> = figure.panels[0]
+            .series
+            .iter()
+            .map(|s| s.label.as_deref())
+            .collect();
+        assert_eq!(latency, [Some("atomic UDP"), Some("put in-process")]);
+        let bandwidth = &figure.panels[1].series;
+        assert_eq!(
+            bandwidth.len(),
+            2,
+            "atomics have no bandwidth, the stream no latency"
+        );
+        assert_eq!(bandwidth[0].points, [(8.0, 0.5), (1_048_576.0, 110.0)]);
+        assert_eq!(bandwidth[0].label.as_deref(), Some("put in-process"));
+        assert!(figure.to_svg().is_ok());
+    }
 
     #[test]
     fn a_name_with_commas_stays_one_field() {

@@ -6,7 +6,9 @@ use std::path::Path;
 
 use shared_abi::ids::{Generation, NodeId, PortId};
 use shared_abi::image::{ImageHeader, ImageTarget};
-use shared_abi::packet::{MAX_PACKET_LEN, PacketHeader, PacketKind};
+use shared_abi::packet::{
+    DATA_SEGMENT, DataSegmentHeader, MAX_PACKET_LEN, PacketHeader, PacketKind,
+};
 use shared_abi::region::RegionLayout;
 use zerocopy::IntoBytes;
 
@@ -46,14 +48,34 @@ fn main() {
 
     let mut out = vec![0u8; MAX_PACKET_LEN];
     let mut packets: Vec<Vec<u8>> = Vec::new();
-    for kind in 1..=7u8 {
+    // A long message's first and second segments (a segment header, then its bytes).
+    let segment = |offset: u32| {
+        let mut payload = DataSegmentHeader {
+            total: 8000.into(),
+            offset: offset.into(),
+        }
+        .as_bytes()
+        .to_vec();
+        payload.extend_from_slice(&[0xcd; 64]);
+        payload
+    };
+    let (first, second) = (segment(0), segment(DATA_SEGMENT as u32));
+    for (kind, name, payload) in (1..=7u8)
+        .map(|kind| {
+            let payload = if kind == 1 { &[0xab; 64][..] } else { &[][..] };
+            (kind, format!("kind{kind}"), payload)
+        })
+        .chain([
+            (PacketKind::DATA_SEGMENT.0, "kind13-first".into(), &first[..]),
+            (PacketKind::DATA_SEGMENT.0, "kind13-second".into(), &second[..]),
+        ])
+    {
         let mut header = PacketHeader::new(PacketKind(kind), NodeId::new(0), NodeId::new(1));
         header.dst_port = PortId(u8::from(kind == 5));
-        header.size = 7;
+        header.size = if kind == PacketKind::DATA_SEGMENT.0 { 13 } else { 7 };
         header.epoch = 1.into();
-        let payload = if kind == 1 { &[0xab; 64][..] } else { &[][..] };
         let len = header.emit(payload, &mut out).expect("fits");
-        write("packet", &format!("kind{kind}"), &out[..len]);
+        write("packet", &name, &out[..len]);
         packets.push(out[..len].to_vec());
     }
     // nic_packets: every packet kind in turn, each framed as [len u16][wait u8][bytes].

@@ -19,6 +19,7 @@ mod rdma;
 mod recv;
 mod remote;
 mod sdma;
+mod segment;
 mod send;
 
 use core::cell::Cell;

@@ -204,8 +204,8 @@ fn malformed_packets_are_counted_and_ignored() {
         ),
         ("kind zero", with(&|b| b[2] = 0)),
         (
-            "kind thirteen (past the last one-sided kind)",
-            with(&|b| b[2] = 13),
+            "kind fourteen (past the last kind, a long message's segment)",
+            with(&|b| b[2] = 14),
         ),
         ("kind 255", with(&|b| b[2] = 0xff)),
         (

@@ -100,7 +100,7 @@ fn sent(events: &[Event]) -> Vec<(Status, u64)> {
 /// A deterministic lossy wire: each packet is lost, duplicated or held back one round with the
 /// given odds (in percent), from `seed`. Runs until the wire is quiet and no timer is due before
 /// `limit` of virtual time.
-fn run_lossy(net: &mut Net, seed: u64, percent: u64, limit: Duration) {
+pub(super) fn run_lossy(net: &mut Net, seed: u64, percent: u64, limit: Duration) {
     let mut state = seed;
     let mut next = move || {
         state = state

@@ -91,8 +91,8 @@ fn each_malformed_send_token_is_rejected_once_with_its_status_and_context() {
             Status::INVALID_TOKEN,
         ),
         (
-            "size class 14",
-            SendToken { size: 14, ..good },
+            "size class 32",
+            SendToken { size: 32, ..good },
             Status::INVALID_TOKEN,
         ),
         (

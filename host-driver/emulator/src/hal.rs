@@ -154,7 +154,10 @@ pub(crate) mod process_memory {
                     .map(|s| s.trim().to_owned())
                     .unwrap_or_else(|_| "absent".to_owned());
                 format!(
-                    "the kernel refused the NIC daemon access to process {pid}'s memory                      (process_vm_readv: EPERM); it needs the daemon to run as the same user and,                      under Yama, kernel.yama.ptrace_scope = 0 (it is {scope}) or the process to                      name the daemon with prctl(PR_SET_PTRACER)"
+                    "the kernel refused the NIC daemon access to process {pid}'s memory \
+                     (process_vm_readv: EPERM); it needs the daemon to run as the same user and, \
+                     under Yama, kernel.yama.ptrace_scope = 0 (it is {scope}) or the process to \
+                     name the daemon with prctl(PR_SET_PTRACER)"
                 )
             }
             nix::Error::ESRCH => format!("process {pid} is gone"),

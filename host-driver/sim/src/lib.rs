@@ -13,6 +13,7 @@ pub mod hal;
 pub mod host;
 pub mod memory;
 pub mod messages;
+pub mod rdma;
 pub mod rng;
 pub mod world;
 

@@ -186,6 +186,14 @@ impl PortState {
             );
             return Some(self.refused_receive(provided.info, why));
         }
+        if event.status == Status::INCOMPLETE {
+            let why = format!(
+                "a message longer than a packet stopped part way ({} bytes arrived): its sender \
+                 withdrew it",
+                event.length.get()
+            );
+            return Some(self.refused_receive(provided.info, why));
+        }
         if event.status != Status::SUCCESS {
             let why = format!("the NIC could not write the buffer ({:?})", event.status);
             return Some(self.refused_receive(provided.info, why));

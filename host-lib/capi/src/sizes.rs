@@ -4,7 +4,7 @@
 //! bytes: part of class 13, all of the larger classes) cannot be sent; the NIC takes buffers of
 //! classes 3 to 13.
 
-use shared_abi::{MAX_SIZE_CLASS, MTU_PAYLOAD};
+use shared_abi::MAX_SIZE_CLASS;
 
 /// The smallest size class.
 pub(crate) const MIN_SIZE_CLASS: u32 = 3;
@@ -37,7 +37,7 @@ pub(crate) fn min_size_for_gm_length(length: crate::types::gm_size_t) -> u32 {
     min_size_for_length(u64::from(length))
 }
 
-/// The size class `size` names, if the NIC takes buffers of it (3 to 13).
+/// The size class `size` names, if the NIC takes buffers of it (3 to 31).
 pub(crate) fn nic_size_class(size: u32) -> Option<u8> {
     u8::try_from(size)
         .ok()
@@ -50,12 +50,6 @@ pub(crate) fn refuse_length(size: u32, length: u64) -> Option<String> {
     if length > most {
         return Some(format!(
             "a {length} byte message does not fit size class {size} ({most} bytes at most)"
-        ));
-    }
-    if length > MTU_PAYLOAD as u64 {
-        return Some(format!(
-            "a {length} byte message is longer than the NIC's one-packet limit ({MTU_PAYLOAD} \
-             bytes, gm_mtu())"
         ));
     }
     None
@@ -92,18 +86,16 @@ mod tests {
     }
 
     #[test]
-    fn the_nic_takes_classes_3_to_13_and_one_packet_messages() {
+    fn the_nic_takes_classes_3_to_31_and_messages_of_any_length_they_hold() {
         assert_eq!(nic_size_class(3), Some(3));
-        assert_eq!(nic_size_class(13), Some(13));
+        assert_eq!(nic_size_class(31), Some(31));
         assert_eq!(nic_size_class(2), None);
-        assert_eq!(nic_size_class(14), None);
+        assert_eq!(nic_size_class(32), None);
         assert_eq!(refuse_length(3, 0), None);
         assert!(refuse_length(3, 1).unwrap().contains("does not fit"));
-        assert_eq!(refuse_length(13, 4096), None);
-        assert!(
-            refuse_length(13, 4097)
-                .unwrap()
-                .contains("one-packet limit")
-        );
+        // Longer than a packet: the NIC cuts it into segments.
+        assert_eq!(refuse_length(13, 8184), None);
+        assert_eq!(refuse_length(21, 1 << 20), None);
+        assert!(refuse_length(13, 8185).unwrap().contains("does not fit"));
     }
 }

@@ -278,10 +278,38 @@ int main(int argc, char **argv)
         check(callbacks == 1 && last_status == GM_SUCCESS, "and its callback says GM_SUCCESS");
     }
 
-    /* The NIC's one packet: a size class 13 message longer than gm_mtu() is refused. */
-    status = send_and_wait(a, out, 13, gm_mtu(a) + 1, node_b, PORT_ID);
-    check(status == GM_INVALID_PARAMETER && contains(nicbar_last_error(), "one-packet"),
-          "a message longer than gm_mtu() is refused, saying why");
+    /* A message longer than its size class holds is refused (one longer than gm_mtu() is not:
+     * the NIC cuts it into packets). */
+    status = send_and_wait(a, out, 5, gm_max_length_for_size(5) + 1, node_b, PORT_ID);
+    check(status == GM_INVALID_PARAMETER && contains(nicbar_last_error(), "does not fit"),
+          "a message longer than its size class is refused, saying why");
+
+    /* A message longer than gm_mtu(): the NIC cuts it into packets, and it arrives whole in one
+     * buffer of its size class. */
+    {
+        gm_recv_event_t *whole = NULL;
+        int intact = 1;
+        long i;
+        for (i = 0; i < 8000; i++)
+            out[i] = (unsigned char)(i * 7 + 3);
+        gm_provide_receive_buffer_with_tag(b, big, 13, GM_LOW_PRIORITY, 32);
+        status = send_and_wait(a, out, 13, 8000, node_b, PORT_ID);
+        check(status == GM_SUCCESS, "a message of 8000 bytes (two packets) is sent");
+        for (i = 0; i < 2000000 && whole == NULL; i++) {
+            gm_recv_event_t *next = gm_receive(b);
+            unsigned int type = GM_RECV_EVENT_TYPE(next);
+            if (type == GM_PEER_RECV_EVENT || type == GM_RECV_EVENT)
+                whole = next;
+            else if (type != GM_NO_RECV_EVENT)
+                gm_unknown(b, next);
+        }
+        for (i = 0; whole != NULL && i < 8000; i++)
+            intact &= big[i] == (unsigned char)(i * 7 + 3);
+        check(whole != NULL && gm_ntoh_u32(whole->recv.length) == 8000 &&
+                  gm_ntoh_u8(whole->recv.size) == 13 && gm_ntohp(whole->recv.buffer) == big &&
+                  intact,
+              "it arrives whole, byte for byte, in the buffer of its size class");
+    }
 
     /* A failed send stalls its connection: later sends wait for gm_resume_sending or end with
      * GM_SEND_DROPPED by gm_drop_sends. Port 3 of the other node is not open yet. */

@@ -1324,7 +1324,8 @@ unsigned int gm_get_port_id(struct gm_port *port);
 unsigned int gm_num_ports(struct gm_port *port);
 
 /**
- * The largest message length in bytes.
+ * The largest payload of one packet in bytes. A longer message is cut into packets by the NIC
+ * and arrives whole in one buffer of its size class.
  *
  * # Safety
  * `port` is ignored and may be anything, NULL included.
@@ -1386,16 +1387,16 @@ int gm_send_token_available(struct gm_port *port, unsigned int priority);
 
 /**
  * The smallest size class whose buffers hold `length` bytes, as GM computes it: 3 for an empty
- * message, 4 for 1 to 8 bytes, ..., 13 for up to 8184 bytes. The NIC carries messages of at most
- * gm_mtu() (4096) bytes: a size class above 13, or a longer message of class 13, is refused
- * when sent.
+ * message, 4 for 1 to 8 bytes, ..., 13 for up to 8184 bytes, 21 for a MiB. The NIC takes size
+ * classes 3 to 31 and messages of any length their class holds (longer than gm_mtu(), it cuts
+ * them into packets); a size class above 31 is refused when sent.
  */
 unsigned int gm_min_size_for_length(gm_size_t length);
 
 /**
  * The longest message a buffer of size class `size` holds, as GM computes it: 2^size - 8
  * (8184 for class 13); 0 below class 3 and above class 63. The NIC takes buffers of classes 3 to
- * 13 and messages of at most gm_mtu() (4096) bytes.
+ * 31, and messages of any length their class holds.
  */
 gm_size_t gm_max_length_for_size(unsigned int size);
 

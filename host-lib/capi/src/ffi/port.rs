@@ -177,7 +177,8 @@ pub unsafe extern "C" fn gm_num_ports(port: *mut gm_port) -> c_uint {
     })
 }
 
-/// The largest message length in bytes.
+/// The largest payload of one packet in bytes. A longer message is cut into packets by the NIC
+/// and arrives whole in one buffer of its size class.
 ///
 /// # Safety
 /// `port` is ignored and may be anything, NULL included.
@@ -277,9 +278,9 @@ pub unsafe extern "C" fn gm_send_token_available(port: *mut gm_port, priority: c
 }
 
 /// The smallest size class whose buffers hold `length` bytes, as GM computes it: 3 for an empty
-/// message, 4 for 1 to 8 bytes, ..., 13 for up to 8184 bytes. The NIC carries messages of at most
-/// gm_mtu() (4096) bytes: a size class above 13, or a longer message of class 13, is refused
-/// when sent.
+/// message, 4 for 1 to 8 bytes, ..., 13 for up to 8184 bytes, 21 for a MiB. The NIC takes size
+/// classes 3 to 31 and messages of any length their class holds (longer than gm_mtu(), it cuts
+/// them into packets); a size class above 31 is refused when sent.
 #[unsafe(no_mangle)]
 pub extern "C" fn gm_min_size_for_length(length: gm_size_t) -> c_uint {
     guard("gm_min_size_for_length", 0, || {
@@ -289,7 +290,7 @@ pub extern "C" fn gm_min_size_for_length(length: gm_size_t) -> c_uint {
 
 /// The longest message a buffer of size class `size` holds, as GM computes it: 2^size - 8
 /// (8184 for class 13); 0 below class 3 and above class 63. The NIC takes buffers of classes 3 to
-/// 13 and messages of at most gm_mtu() (4096) bytes.
+/// 31, and messages of any length their class holds.
 #[unsafe(no_mangle)]
 pub extern "C" fn gm_max_length_for_size(size: c_uint) -> gm_size_t {
     guard("gm_max_length_for_size", 0, || {
