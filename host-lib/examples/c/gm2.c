@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define PORT_ID 2
 
@@ -66,10 +67,21 @@ static void alarm_callback(void *context)
 
 /* Takes events until one of type `type` comes (passing the others to gm_unknown); NULL if none
  * came within a bounded number of waits. */
+/* Seconds on a monotonic clock. */
+static double seconds_now(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)now.tv_sec + (double)now.tv_nsec * 1e-9;
+}
+
+/* How long a wait for something that must come may take (a loaded machine is slow). */
+#define WAIT_SECONDS 20.0
+
 static gm_recv_event_t *await_type(struct gm_port *port, unsigned int type)
 {
-    long i;
-    for (i = 0; i < 2000000; i++) {
+    double deadline = seconds_now() + WAIT_SECONDS;
+    while (seconds_now() < deadline) {
         gm_recv_event_t *event = gm_receive(port);
         if (GM_RECV_EVENT_TYPE(event) == type)
             return event;
@@ -84,10 +96,10 @@ static gm_status_t send_and_wait(struct gm_port *port, void *message, unsigned i
                                  gm_size_t length, unsigned int node, unsigned int target_port)
 {
     int before = callbacks;
-    long i;
+    double deadline = seconds_now() + WAIT_SECONDS;
     gm_send_with_callback(port, message, size, length, GM_LOW_PRIORITY, node, target_port,
                           count_callback, NULL);
-    for (i = 0; i < 2000000 && callbacks == before; i++)
+    while (callbacks == before && seconds_now() < deadline)
         gm_unknown(port, gm_receive(port));
     return callbacks == before ? -1 : last_status;
 }
@@ -295,7 +307,8 @@ int main(int argc, char **argv)
         gm_provide_receive_buffer_with_tag(b, big, 13, GM_LOW_PRIORITY, 32);
         status = send_and_wait(a, out, 13, 8000, node_b, PORT_ID);
         check(status == GM_SUCCESS, "a message of 8000 bytes (two packets) is sent");
-        for (i = 0; i < 2000000 && whole == NULL; i++) {
+        double deadline = seconds_now() + WAIT_SECONDS;
+        while (whole == NULL && seconds_now() < deadline) {
             gm_recv_event_t *next = gm_receive(b);
             unsigned int type = GM_RECV_EVENT_TYPE(next);
             if (type == GM_PEER_RECV_EVENT || type == GM_RECV_EVENT)

@@ -80,15 +80,20 @@ use crate::port::memory::MemoryRegion;
 const ORDINARY_HEADER: usize = 16;
 /// The longest message [`FastPath::send`] takes: what one ordinary message carries after its
 /// header.
-pub const MAX_MESSAGE: usize = MTU_PAYLOAD - ORDINARY_HEADER;
+pub const MAX_MESSAGE: usize = BUFFER_LEN - ORDINARY_HEADER;
 /// The most slots a ring may have (credits travel modulo 256).
 pub const MAX_SLOTS: u32 = 128;
 /// Bytes a slot takes besides its payload: the header and the tail flag.
 pub const SLOT_OVERHEAD: usize = 40;
-/// The size class of every ordinary message (buffers of 4 KiB).
-const SIZE_CLASS: u8 = 13;
-/// Bytes of each receive buffer.
-const BUFFER_LEN: usize = MTU_PAYLOAD;
+/// The size class of every ordinary message: the largest whose messages are one packet.
+const SIZE_CLASS: u8 = 12;
+/// Bytes of each receive buffer: what a message of [`SIZE_CLASS`] holds (GM's
+/// `gm_max_length_for_size`).
+const BUFFER_LEN: usize = shared_abi::max_length_for_size(SIZE_CLASS) as usize;
+const _: () = assert!(
+    BUFFER_LEN <= MTU_PAYLOAD,
+    "an ordinary message is one packet"
+);
 /// Messages a peer may have waiting out of turn before it is reported as broken.
 const STASH_LIMIT: usize = 4096;
 /// How long a slot whose tail flag holds may fail its checksum before it is reported as corrupt.

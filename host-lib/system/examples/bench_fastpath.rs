@@ -65,7 +65,7 @@ fn main() -> Result {
     let mut options = Options {
         rounds: 5,
         round_trips: 2000,
-        sizes: vec![8, 64, 256, 1024, 4080],
+        sizes: vec![8, 64, 256, 1024, 4072],
         lock_pairs: 500,
         compute_us: 200,
         csv: None,

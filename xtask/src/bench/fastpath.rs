@@ -22,8 +22,8 @@ pub(crate) struct Args {
     /// Round trips per length and path per round (after a tenth as many to warm up).
     #[arg(long, default_value_t = 2000)]
     round_trips: usize,
-    /// Message lengths in bytes (at most 4080, what one ordinary message carries).
-    #[arg(long, value_delimiter = ',', default_values_t = [8, 64, 256, 1024, 4080])]
+    /// Message lengths in bytes (at most 4072, what one ordinary message carries).
+    #[arg(long, value_delimiter = ',', default_values_t = [8, 64, 256, 1024, 4072])]
     sizes: Vec<usize>,
     /// Lock + unlock pairs per lock variant per round.
     #[arg(long, default_value_t = 500)]

@@ -9,7 +9,7 @@ use nicbar_emulator::{Emulator, EmulatorConfig, FaultConfig};
 use nicbar_rs::{Member, NodeId, Port};
 
 use super::algorithms::{self, Alltoall, Bcast, Tree};
-use super::{CollEndpoint, Op};
+use super::{CollEndpoint, Op, transfer};
 
 /// The byte rank `rank` contributes at `index` for `salt`: every rank's, every position's and
 /// every operation's bytes differ.
@@ -100,7 +100,14 @@ fn op<'a>(
     .unwrap()
 }
 
-const LENGTHS: [usize; 5] = [0, 1, 4064, 4065, 50_001];
+/// Nothing, a byte, one segment's payload exactly, one byte more, and many segments.
+const LENGTHS: [usize; 5] = [
+    0,
+    1,
+    transfer::SEGMENT_PAYLOAD,
+    transfer::SEGMENT_PAYLOAD + 1,
+    50_001,
+];
 
 #[test]
 fn every_broadcast_reaches_every_rank_from_every_root() {

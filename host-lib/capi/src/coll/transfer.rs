@@ -28,9 +28,13 @@ const MAGIC: u32 = u32::from_le_bytes(*b"NBC1");
 /// Bytes of the header before each segment's payload.
 pub(crate) const HEADER_LEN: usize = 32;
 /// Payload bytes per segment.
-pub(crate) const SEGMENT_PAYLOAD: usize = MTU_PAYLOAD - HEADER_LEN;
-/// The size class of every send and receive buffer: one packet's payload.
-const SIZE_CLASS: u8 = 13;
+pub(crate) const SEGMENT_PAYLOAD: usize = BUFFER_LEN - HEADER_LEN;
+/// The size class of every send and receive buffer: the largest whose messages are one packet.
+const SIZE_CLASS: u8 = 12;
+/// Bytes of every send and receive buffer: what a message of [`SIZE_CLASS`] holds (GM's
+/// `gm_max_length_for_size`).
+const BUFFER_LEN: usize = shared_abi::max_length_for_size(SIZE_CLASS) as usize;
+const _: () = assert!(BUFFER_LEN <= MTU_PAYLOAD, "a segment is one packet");
 /// Receive buffers kept provided (the NIC holds 64 per port; the rest is the barriers' room).
 pub(crate) const RECEIVE_BUFFERS: usize = 48;
 /// Send buffers, so segments in the NIC at once (the NIC takes 32 sends per port).
@@ -216,10 +220,10 @@ impl Transfers {
     pub(crate) fn new(port: &mut Port, retry_window: Duration) -> Result<Self, Error> {
         let mut transfers = Self::empty(retry_window);
         for _ in 0..SEND_BUFFERS {
-            transfers.spare.push(port.dma_alloc(MTU_PAYLOAD)?);
+            transfers.spare.push(port.dma_alloc(BUFFER_LEN)?);
         }
         for _ in 0..RECEIVE_BUFFERS {
-            let buffer = port.dma_alloc(MTU_PAYLOAD)?;
+            let buffer = port.dma_alloc(BUFFER_LEN)?;
             transfers.provide(port, buffer)?;
         }
         Ok(transfers)
