@@ -272,6 +272,71 @@
 
 
 /**
+ * The longest message nicbar_fastpath_send takes (what one ordinary message carries).
+ */
+#define NICBAR_FASTPATH_MAX_MESSAGE 4072
+
+/**
+ * The most slots a fast path's ring may have (nicbar_fastpath_config's `slots`).
+ */
+#define NICBAR_FASTPATH_MAX_SLOTS 128
+
+/**
+ * nicbar_fastpath_config's bounds: the most peers, receive buffers, lock words and shared bytes
+ * a fast path takes, and the most bytes its rings may take in all.
+ */
+#define NICBAR_FASTPATH_MAX_PEERS 1024
+
+/**
+ * See NICBAR_FASTPATH_MAX_PEERS.
+ */
+#define NICBAR_FASTPATH_MAX_RECEIVE_BUFFERS 256
+
+/**
+ * See NICBAR_FASTPATH_MAX_PEERS.
+ */
+#define NICBAR_FASTPATH_MAX_LOCKS 1024
+
+/**
+ * See NICBAR_FASTPATH_MAX_PEERS.
+ */
+#define NICBAR_FASTPATH_MAX_SHARED_BYTES (1 << 20)
+
+/**
+ * See NICBAR_FASTPATH_MAX_PEERS.
+ */
+#define NICBAR_FASTPATH_MAX_RING_BYTES (64 << 20)
+
+/**
+ * A message took the fast path: one put into the receiver's ring.
+ */
+#define NICBAR_FASTPATH_ROUTE_FAST 1
+
+/**
+ * A message took the ordinary path: a message into a receive buffer.
+ */
+#define NICBAR_FASTPATH_ROUTE_ORDINARY 2
+
+/**
+ * A lock mode (nicbar_lock_attach): exclusive, by NIC atomics on the target's lock word; the
+ * target's process takes no part (it may compute and never call the library).
+ */
+#define NICBAR_LOCK_PASSIVE 0
+
+/**
+ * A lock mode: shared with other shared holders, never with an exclusive one; by NIC atomics,
+ * passive as NICBAR_LOCK_PASSIVE.
+ */
+#define NICBAR_LOCK_PASSIVE_SHARED 1
+
+/**
+ * A lock mode: exclusive, granted in FIFO order by the target's process from inside its own
+ * calls on its fast path (nicbar_fastpath_receive, ...): the baseline that needs the target's
+ * progress.
+ */
+#define NICBAR_LOCK_SERVED 2
+
+/**
  * An alarm's state (the `state` field of struct gm_alarm).
  */
 typedef enum gm_alarm_state {
@@ -375,6 +440,11 @@ typedef struct nicbar_coll_endpoint nicbar_coll_endpoint;
  * The members of a barrier, by rank (a communicator's ranks), and how its barriers run.
  */
 typedef struct nicbar_coll_group nicbar_coll_group;
+
+/**
+ * A fast path: its port, its peers' rings, its lock words. Opaque.
+ */
+typedef struct nicbar_fastpath nicbar_fastpath;
 
 /**
  * How an operation ended: `GM_SUCCESS` or one of the `GM_*` status codes below. The values are
@@ -834,6 +904,124 @@ typedef struct nicbar_coll_op {
  * call of this library takes one yet: directed sends and gets are not implemented.
  */
 typedef uint64_t gm_remote_ptr_t;
+
+/**
+ * The shape of a fast path (nicbar_fastpath_open). nicbar_fastpath_config_default() fills in
+ * the defaults; change the fields you need.
+ */
+typedef struct nicbar_fastpath_config {
+    /**
+     * Slots of each ring this process receives on (at most NICBAR_FASTPATH_MAX_SLOTS); 0 turns
+     * the fast path off toward this process (every peer then uses the ordinary path to it).
+     * Default 32.
+     */
+    uint32_t slots;
+    /**
+     * Payload bytes a slot holds (at most NICBAR_FASTPATH_MAX_MESSAGE); longer messages take
+     * the ordinary path. Default 1024.
+     */
+    uint32_t slot_payload;
+    /**
+     * Peers whose rings this process polls: the first this many it connects to (at most
+     * `max_peers`); peers beyond it send to this process the ordinary way. Default 8.
+     */
+    uint32_t polling_set;
+    /**
+     * The most peers this process connects to (1 to NICBAR_FASTPATH_MAX_PEERS). Default 64.
+     */
+    uint32_t max_peers;
+    /**
+     * Receive buffers kept provided for the ordinary path (1 to
+     * NICBAR_FASTPATH_MAX_RECEIVE_BUFFERS). Default 32.
+     */
+    uint32_t receive_buffers;
+    /**
+     * Lock words this process hosts for its peers (at most NICBAR_FASTPATH_MAX_LOCKS). Default
+     * 1.
+     */
+    uint32_t locks;
+    /**
+     * Bytes of shared memory after the lock words, which peers read and write with
+     * nicbar_fastpath_read_u64 and nicbar_fastpath_write_u64 (at most
+     * NICBAR_FASTPATH_MAX_SHARED_BYTES; rounded up to whole 8-byte words). Default 64.
+     */
+    uint32_t shared_bytes;
+    /**
+     * Milliseconds a wait for a peer's hello, an operation on a peer's memory or a lock may
+     * last before it fails (GM_TIMED_OUT); 0: the default, 30000.
+     */
+    uint32_t setup_timeout_ms;
+} nicbar_fastpath_config;
+
+/**
+ * What a fast path did so far (nicbar_fastpath_stats).
+ */
+typedef struct nicbar_fastpath_stats {
+    /**
+     * Messages sent by put into a ring.
+     */
+    gm_u64_t sent_fast;
+    /**
+     * Messages sent the ordinary way because they were longer than the receiver's slots.
+     */
+    gm_u64_t fallback_too_long;
+    /**
+     * Messages sent the ordinary way because the receiver's ring had no room (no credit).
+     */
+    gm_u64_t fallback_no_credit;
+    /**
+     * Messages sent the ordinary way because the receiver keeps no ring for this process, or by
+     * nicbar_fastpath_send_ordinary.
+     */
+    gm_u64_t fallback_no_ring;
+    /**
+     * Messages received from rings.
+     */
+    gm_u64_t received_fast;
+    /**
+     * Messages received the ordinary way.
+     */
+    gm_u64_t received_ordinary;
+    /**
+     * Messages delivered after waiting for an earlier one of the same peer.
+     */
+    gm_u64_t reordered;
+    /**
+     * Credit puts sent (besides the acknowledgements carried by messages).
+     */
+    gm_u64_t credit_puts;
+    /**
+     * Hellos, messages and slots refused as malformed, duplicated or from no known peer.
+     */
+    gm_u64_t rejected;
+} nicbar_fastpath_stats;
+
+/**
+ * A lock word of a peer, as nicbar_lock_attach found it: which fast path, peer, lock and mode,
+ * and whether this process holds it. Fill it only with nicbar_lock_attach; read it freely.
+ */
+typedef struct nicbar_lock {
+    /**
+     * The fast path the lock was attached on.
+     */
+    const struct nicbar_fastpath *fastpath;
+    /**
+     * The peer hosting the lock word (from nicbar_fastpath_connect).
+     */
+    uint32_t peer;
+    /**
+     * The lock word's number on the peer.
+     */
+    uint32_t index;
+    /**
+     * NICBAR_LOCK_PASSIVE, NICBAR_LOCK_PASSIVE_SHARED or NICBAR_LOCK_SERVED.
+     */
+    int mode;
+    /**
+     * 1 while this process holds it (between nicbar_lock_acquire and nicbar_lock_release).
+     */
+    uint32_t held;
+} nicbar_lock;
 
 /**
  * GM's name for struct gm_alarm.
@@ -2801,6 +2989,272 @@ void nicbar_atomic_compare_swap(struct gm_port *port,
  * `port` is NULL or a port from gm_open.
  */
 gm_status_t nicbar_fence(struct gm_port *port, unsigned int target_node_id);
+
+/**
+ * Fills `*config` with the defaults: 32 slots of 1024 bytes, a polling set of 8, 64 peers, 32
+ * receive buffers, 1 lock word, 64 shared bytes, a 30 s setup timeout. Ignores NULL.
+ *
+ * # Safety
+ * `config` is NULL or points to a writable nicbar_fastpath_config.
+ */
+void nicbar_fastpath_config_default(struct nicbar_fastpath_config *config);
+
+/**
+ * Opens port `port_id` of NIC `unit` (found as gm_open finds the daemon) and a fast path over
+ * it shaped by `*config` (NULL: the defaults), and stores its handle in `*fastpath` (NULL on
+ * failure). The fast path owns the port: do not gm_open it too. It registers its rings, lock
+ * words and shared bytes with the port and lets peers access them.
+ *
+ * Returns GM_SUCCESS; GM_INVALID_PARAMETER (`fastpath` is NULL, or a field of `*config` out of
+ * its bounds: nicbar_last_error() names it); GM_INVALID_PORT_NUMBER; and gm_open's statuses
+ * (GM_DEV_NOT_FOUND, GM_NO_SUCH_DEVICE, GM_BUSY, ...).
+ *
+ * # Safety
+ * `fastpath` is NULL or points to writable storage for a pointer; `config` is NULL or points to
+ * a nicbar_fastpath_config.
+ */
+gm_status_t nicbar_fastpath_open(struct nicbar_fastpath **fastpath,
+                                 unsigned int unit,
+                                 unsigned int port_id,
+                                 const struct nicbar_fastpath_config *config);
+
+/**
+ * Waits until everything this fast path sent has completed at its targets (at most the setup
+ * timeout), then closes its port in order and frees it. Peers' later sends to it fail. NULL, or
+ * a fast path closed already, is ignored (GM_SUCCESS). Returns what the wait reported
+ * (GM_FAILURE if a send had failed, GM_TIMED_OUT); the fast path is freed either way.
+ *
+ * # Safety
+ * No other thread uses the fast path during or after the call.
+ */
+gm_status_t nicbar_fastpath_close(struct nicbar_fastpath *fastpath);
+
+/**
+ * Connects to port `port_id` of node `node_id` — registers a ring for it if the polling set has
+ * room, and sends it this side's hello — and stores the peer's id (0, 1, ... in the order of
+ * connecting; the same id again for a peer connected already) in `*peer`. Does not wait for the
+ * peer: connect to every peer first, then call nicbar_fastpath_wait_connected, so that
+ * processes may connect in any order.
+ *
+ * Returns GM_SUCCESS; GM_INVALID_PARAMETER (NULL `peer`, a node or port out of range, more
+ * peers than `max_peers`); what sending the hello returned.
+ *
+ * # Safety
+ * `fastpath` is NULL or from nicbar_fastpath_open; `peer` is NULL or writable.
+ */
+gm_status_t nicbar_fastpath_connect(struct nicbar_fastpath *fastpath,
+                                    unsigned int node_id,
+                                    unsigned int port_id,
+                                    unsigned int *peer);
+
+/**
+ * Waits until every peer connected so far has sent its hello (it connected back), at most the
+ * setup timeout. Returns GM_SUCCESS; GM_TIMED_OUT naming the silent peers in
+ * nicbar_last_error(); GM_INVALID_PARAMETER for a bad handle.
+ *
+ * # Safety
+ * `fastpath` is NULL or from nicbar_fastpath_open.
+ */
+gm_status_t nicbar_fastpath_wait_connected(struct nicbar_fastpath *fastpath);
+
+/**
+ * Sends `length` bytes at `data` to `peer`: by one put into the peer's ring when they fit its
+ * slots and the ring has room, else the ordinary way — in order with the pair's other messages
+ * either way. Stores the path taken in `*route` (NICBAR_FASTPATH_ROUTE_FAST or _ORDINARY) if
+ * `route` is not NULL. The bytes are copied: `data` is free again on return. Waits (making
+ * progress) for the peer's hello and for a send token, never for the receiver.
+ *
+ * Returns GM_SUCCESS; GM_INVALID_PARAMETER (an unknown peer, NULL `data` with a length, more
+ * than NICBAR_FASTPATH_MAX_MESSAGE bytes); GM_TIMED_OUT (the peer never connected back);
+ * GM_FAILURE (the peer failed: a send to it failed, or it wrote a corrupt slot — its messages
+ * fail from then on, other peers' are unaffected).
+ *
+ * # Safety
+ * `fastpath` is NULL or from nicbar_fastpath_open; `data` is NULL or `length` readable bytes;
+ * `route` is NULL or writable.
+ */
+gm_status_t nicbar_fastpath_send(struct nicbar_fastpath *fastpath,
+                                 unsigned int peer,
+                                 const void *data,
+                                 size_t length,
+                                 int *route);
+
+/**
+ * Sends as nicbar_fastpath_send does, but always the ordinary way (the baseline), in order
+ * with the pair's fast-path messages.
+ *
+ * # Safety
+ * As nicbar_fastpath_send.
+ */
+gm_status_t nicbar_fastpath_send_ordinary(struct nicbar_fastpath *fastpath,
+                                          unsigned int peer,
+                                          const void *data,
+                                          size_t length);
+
+/**
+ * Waits at most `timeout_us` microseconds (0: only looks) for the next message from any peer,
+ * polling the rings of the polling set and taking the port's events (serving the
+ * NICBAR_LOCK_SERVED locks this process hosts meanwhile). Each peer's messages come in the
+ * order it sent them, whichever path each took. The message's bytes are copied to `buffer`,
+ * their count to `*length`, the sender's peer id to `*peer` and its path to `*route` (`peer`
+ * and `route` may be NULL).
+ *
+ * Returns GM_SUCCESS; GM_TIMED_OUT (no message within the time; nothing is written);
+ * GM_OUTPUT_BUFFER_TOO_SMALL (the message is longer than `capacity`: `*length` says how long,
+ * and the next call gets the same message); GM_INVALID_PARAMETER (NULL `length`, NULL `buffer`
+ * with a capacity); GM_FAILURE (a peer broke the protocol or a send to it failed: that peer is
+ * failed from then on, nicbar_last_error() names it, the others are unaffected).
+ *
+ * # Safety
+ * `fastpath` is NULL or from nicbar_fastpath_open; `buffer` is NULL or `capacity` writable
+ * bytes; `length`, `peer` and `route` are NULL or writable.
+ */
+gm_status_t nicbar_fastpath_receive(struct nicbar_fastpath *fastpath,
+                                    gm_u64_t timeout_us,
+                                    void *buffer,
+                                    size_t capacity,
+                                    size_t *length,
+                                    unsigned int *peer,
+                                    int *route);
+
+/**
+ * Waits (at most the setup timeout) until every message, put and credit this fast path sent
+ * has completed at its target. Returns GM_SUCCESS; GM_FAILURE if a send failed;
+ * GM_TIMED_OUT.
+ *
+ * # Safety
+ * `fastpath` is NULL or from nicbar_fastpath_open.
+ */
+gm_status_t nicbar_fastpath_flush(struct nicbar_fastpath *fastpath);
+
+/**
+ * Stores what the fast path did so far in `*stats`. GM_INVALID_PARAMETER for a NULL `stats`
+ * or a bad handle.
+ *
+ * # Safety
+ * `fastpath` is NULL or from nicbar_fastpath_open; `stats` is NULL or writable.
+ */
+gm_status_t nicbar_fastpath_stats(struct nicbar_fastpath *fastpath,
+                                  struct nicbar_fastpath_stats *stats);
+
+/**
+ * Stores the fast path's own node id and port id (for its peers' nicbar_fastpath_connect) in
+ * `*node_id` and `*port_id`; either may be NULL.
+ *
+ * # Safety
+ * `fastpath` is NULL or from nicbar_fastpath_open; the pointers are NULL or writable.
+ */
+gm_status_t nicbar_fastpath_address(struct nicbar_fastpath *fastpath,
+                                    unsigned int *node_id,
+                                    unsigned int *port_id);
+
+/**
+ * Reads the 64-bit word at byte `offset` of `peer`'s shared bytes (after its lock words) with a
+ * NIC get into `*value` — no atomicity with other processes: guard it with a lock. The peer's
+ * process takes no part.
+ *
+ * Returns GM_SUCCESS; GM_INVALID_PARAMETER (NULL `value`, an unknown peer, a word outside the
+ * peer's shared bytes); GM_PERMISSION_DENIED (the get failed); GM_TIMED_OUT.
+ *
+ * # Safety
+ * `fastpath` is NULL or from nicbar_fastpath_open; `value` is NULL or writable.
+ */
+gm_status_t nicbar_fastpath_read_u64(struct nicbar_fastpath *fastpath,
+                                     unsigned int peer,
+                                     size_t offset,
+                                     gm_u64_t *value);
+
+/**
+ * Writes `value` to the 64-bit word at byte `offset` of `peer`'s shared bytes with a NIC put,
+ * and returns once it is in the peer's memory. Statuses as nicbar_fastpath_read_u64.
+ *
+ * # Safety
+ * `fastpath` is NULL or from nicbar_fastpath_open.
+ */
+gm_status_t nicbar_fastpath_write_u64(struct nicbar_fastpath *fastpath,
+                                      unsigned int peer,
+                                      size_t offset,
+                                      gm_u64_t value);
+
+/**
+ * Reads the 64-bit word at byte `offset` of this process's own shared bytes (the ones its
+ * peers reach with nicbar_fastpath_read_u64 and _write_u64) into `*value`.
+ * GM_INVALID_PARAMETER for NULL `value` or a word outside the shared bytes.
+ *
+ * # Safety
+ * `fastpath` is NULL or from nicbar_fastpath_open; `value` is NULL or writable.
+ */
+gm_status_t nicbar_fastpath_local_read_u64(struct nicbar_fastpath *fastpath,
+                                           size_t offset,
+                                           gm_u64_t *value);
+
+/**
+ * Writes `value` to the 64-bit word at byte `offset` of this process's own shared bytes (not
+ * atomic with peers' accesses: do it before they start, or under a lock).
+ * GM_INVALID_PARAMETER for a word outside the shared bytes.
+ *
+ * # Safety
+ * `fastpath` is NULL or from nicbar_fastpath_open.
+ */
+gm_status_t nicbar_fastpath_local_write_u64(struct nicbar_fastpath *fastpath,
+                                            size_t offset,
+                                            gm_u64_t value);
+
+/**
+ * Attaches `*lock` to lock word `index` of `peer` (the peer hosts `locks` of them, from its
+ * nicbar_fastpath_config) in `mode` (NICBAR_LOCK_PASSIVE, NICBAR_LOCK_PASSIVE_SHARED or
+ * NICBAR_LOCK_SERVED), waiting for the peer's hello if it has not come yet. The lock words live
+ * in the peer's registered memory: nothing is created, and any number of processes may attach
+ * to the same word. A word must be used in one exclusive mode by everyone (passive or served),
+ * shared holders only beside passive exclusive ones.
+ *
+ * Returns GM_SUCCESS; GM_INVALID_PARAMETER (NULL `lock`, an unknown peer or mode, a lock the
+ * peer does not host); GM_TIMED_OUT (the peer never connected back).
+ *
+ * # Safety
+ * `fastpath` is NULL or from nicbar_fastpath_open; `lock` is NULL or writable.
+ */
+gm_status_t nicbar_lock_attach(struct nicbar_fastpath *fastpath,
+                               unsigned int peer,
+                               unsigned int index,
+                               int mode,
+                               struct nicbar_lock *lock);
+
+/**
+ * Takes the lock `*lock` names, returning once it is held (at most the setup timeout). Passive
+ * modes retry with an exponential back-off (up to 64 us) and need nothing of the target's
+ * process; NICBAR_LOCK_SERVED waits for the target's process to grant it, in FIFO order.
+ *
+ * Returns GM_SUCCESS; GM_INVALID_PARAMETER (NULL `lock`, a lock not attached on this fast
+ * path); GM_BUSY (this process holds it already through `*lock`); GM_TIMED_OUT (not had within
+ * the setup timeout); GM_PERMISSION_DENIED (an atomic failed).
+ *
+ * # Safety
+ * `fastpath` is NULL or from nicbar_fastpath_open; `lock` is NULL or a nicbar_lock filled by
+ * nicbar_lock_attach.
+ */
+gm_status_t nicbar_lock_acquire(struct nicbar_fastpath *fastpath, struct nicbar_lock *lock);
+
+/**
+ * Gives up the lock `*lock` names, taken with nicbar_lock_acquire. Returns GM_SUCCESS;
+ * GM_INVALID_PARAMETER (NULL `lock`, a lock not attached on this fast path, or not held through
+ * `*lock`: the lock word is then left alone); GM_FAILURE (the word says another process holds
+ * it); GM_PERMISSION_DENIED (an atomic failed).
+ *
+ * # Safety
+ * As nicbar_lock_acquire.
+ */
+gm_status_t nicbar_lock_release(struct nicbar_fastpath *fastpath, struct nicbar_lock *lock);
+
+/**
+ * Reads this process's own lock word `index` into `*value`: 0 when no one holds it (a
+ * diagnostic: holders change it with NIC atomics at any time). GM_INVALID_PARAMETER for NULL
+ * `value` or a lock this process does not host.
+ *
+ * # Safety
+ * `fastpath` is NULL or from nicbar_fastpath_open; `value` is NULL or writable.
+ */
+gm_status_t nicbar_lock_word(struct nicbar_fastpath *fastpath, unsigned int index, gm_u64_t *value);
 
 #ifdef __cplusplus
 }  // extern "C"

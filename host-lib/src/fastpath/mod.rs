@@ -401,6 +401,17 @@ impl FastPath {
         &self.lock_region
     }
 
+    /// How many lock words `peer` hosts (its [`FastPathConfig::locks`]), waiting for its hello as
+    /// a send does.
+    ///
+    /// # Errors
+    /// [`Error::Protocol`] for an unknown peer, or one silent for the setup timeout.
+    pub fn peer_locks(&mut self, peer: PeerId) -> Result<usize, Error> {
+        let index = self.check_peer(peer)?;
+        self.await_remote(index)?;
+        Ok(self.peers[index].remote.map_or(0, |r| r.locks as usize))
+    }
+
     /// The peer at `node`/`port`, if connected.
     pub fn peer(&self, node: NodeId, port: PortId) -> Option<PeerId> {
         self.by_address.get(&(node, port)).copied().map(PeerId)

@@ -30,6 +30,8 @@ pub mod coll;
 
 pub mod rdma;
 
+pub mod fastpath;
+
 use core::ffi::c_void;
 use std::cell::UnsafeCell;
 use std::collections::HashSet;
@@ -306,7 +308,7 @@ mod tests {
     use crate::events::{BufferInfo, barrier_event, receive_event};
 
     /// The edge's sources, by file name.
-    const SOURCES: [(&str, &str); 7] = [
+    const SOURCES: [(&str, &str); 8] = [
         ("ffi/mod.rs", include_str!("mod.rs")),
         ("ffi/port.rs", include_str!("port.rs")),
         ("ffi/gm2.rs", include_str!("gm2.rs")),
@@ -314,6 +316,7 @@ mod tests {
         ("ffi/bytes.rs", include_str!("bytes.rs")),
         ("ffi/status.rs", include_str!("status.rs")),
         ("ffi/util.rs", include_str!("util.rs")),
+        ("ffi/fastpath.rs", include_str!("fastpath.rs")),
     ];
 
     /// Every exported function's body is the panic boundary: after any `const` items and
