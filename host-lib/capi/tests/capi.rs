@@ -542,6 +542,56 @@ fn the_c_rdma_example_puts_gets_and_applies_atomics() {
     assert!(finished[0].stdout.contains("rdma: 0 check(s) failed"));
 }
 
+#[test]
+fn the_c_fast_path_example_exchanges_messages_and_counts_exactly_under_both_locks() {
+    let scratch = Scratch::new("fastpath");
+    let processes = 3u16;
+    let (messages, rounds) = (1500u32, 100u32);
+    let emulator = daemon(&scratch, processes);
+    let binary = example("fastpath", Link::Dynamic);
+    let running = (0..processes)
+        .map(|rank| {
+            start(
+                &format!("fastpath (rank {rank})"),
+                &binary,
+                &args(&[&rank, &processes, &messages, &rounds]),
+                emulator.socket(),
+            )
+        })
+        .collect();
+    let finished = finish(running, RUN_LIMIT);
+    for (rank, program) in finished.iter().enumerate() {
+        program.assert_success();
+        assert!(
+            program
+                .stdout
+                .contains(&format!("fastpath: rank {rank} of {processes}: "))
+                && program.stdout.contains(", 0 failed"),
+            "{program:#?}"
+        );
+        let peers = if rank == 0 {
+            u32::from(processes) - 1
+        } else {
+            1
+        };
+        assert!(
+            program.stdout.contains(&format!(
+                "rank {rank}: {0} messages in and {0} out, all intact",
+                messages * peers
+            )),
+            "{program:#?}"
+        );
+    }
+    let total = u32::from(processes - 1) * rounds;
+    assert!(
+        finished[0].stdout.contains(&format!(
+            "rank 0: counters {total} (passive) and {total} (served) of {total}, lock words 0 0"
+        )),
+        "{:#?}",
+        finished[0]
+    );
+}
+
 /// `nicctl` of this build (`target/<profile>/nicctl`), built first so it is current.
 fn nicctl() -> PathBuf {
     static NICCTL: OnceLock<PathBuf> = OnceLock::new();

@@ -954,7 +954,7 @@ typedef struct nicbar_fastpath_config {
 } nicbar_fastpath_config;
 
 /**
- * What a fast path did so far (nicbar_fastpath_stats).
+ * What a fast path did so far (nicbar_fastpath_get_stats).
  */
 typedef struct nicbar_fastpath_stats {
     /**
@@ -3134,8 +3134,8 @@ gm_status_t nicbar_fastpath_flush(struct nicbar_fastpath *fastpath);
  * # Safety
  * `fastpath` is NULL or from nicbar_fastpath_open; `stats` is NULL or writable.
  */
-gm_status_t nicbar_fastpath_stats(struct nicbar_fastpath *fastpath,
-                                  struct nicbar_fastpath_stats *stats);
+gm_status_t nicbar_fastpath_get_stats(struct nicbar_fastpath *fastpath,
+                                      struct nicbar_fastpath_stats *stats);
 
 /**
  * Stores the fast path's own node id and port id (for its peers' nicbar_fastpath_connect) in

@@ -101,7 +101,7 @@ pub struct nicbar_fastpath_config {
     pub setup_timeout_ms: u32,
 }
 
-/// What a fast path did so far (nicbar_fastpath_stats).
+/// What a fast path did so far (nicbar_fastpath_get_stats).
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
 pub struct nicbar_fastpath_stats {
@@ -707,12 +707,12 @@ pub unsafe extern "C" fn nicbar_fastpath_flush(fastpath: *mut nicbar_fastpath) -
 /// # Safety
 /// `fastpath` is NULL or from nicbar_fastpath_open; `stats` is NULL or writable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nicbar_fastpath_stats(
+pub unsafe extern "C" fn nicbar_fastpath_get_stats(
     fastpath: *mut nicbar_fastpath,
     stats: *mut nicbar_fastpath_stats,
 ) -> gm_status_t {
-    guard("nicbar_fastpath_stats", GM_INTERNAL_ERROR, || {
-        const F: &str = "nicbar_fastpath_stats";
+    guard("nicbar_fastpath_get_stats", GM_INTERNAL_ERROR, || {
+        const F: &str = "nicbar_fastpath_get_stats";
         with_fast(fastpath, F, |open| {
             if stats.is_null() {
                 return fail(GM_INVALID_PARAMETER, format!("{F}: `stats` is NULL"));
