@@ -282,28 +282,28 @@
 #define NICBAR_FASTPATH_MAX_SLOTS 128
 
 /**
- * nicbar_fastpath_config's bounds: the most peers, receive buffers, lock words and shared bytes
- * a fast path takes, and the most bytes its rings may take in all.
+ * The most peers a fast path connects to (nicbar_fastpath_config's `max_peers`).
  */
 #define NICBAR_FASTPATH_MAX_PEERS 1024
 
 /**
- * See NICBAR_FASTPATH_MAX_PEERS.
+ * The most receive buffers a fast path keeps provided (`receive_buffers`).
  */
 #define NICBAR_FASTPATH_MAX_RECEIVE_BUFFERS 256
 
 /**
- * See NICBAR_FASTPATH_MAX_PEERS.
+ * The most lock words a fast path hosts (`locks`).
  */
 #define NICBAR_FASTPATH_MAX_LOCKS 1024
 
 /**
- * See NICBAR_FASTPATH_MAX_PEERS.
+ * The most shared bytes a fast path hosts (`shared_bytes`).
  */
 #define NICBAR_FASTPATH_MAX_SHARED_BYTES (1 << 20)
 
 /**
- * See NICBAR_FASTPATH_MAX_PEERS.
+ * The most bytes a fast path's receiving rings take in all: `polling_set` x `slots` x
+ * (`slot_payload` rounded up to 8, plus 40).
  */
 #define NICBAR_FASTPATH_MAX_RING_BYTES (64 << 20)
 

@@ -28,16 +28,16 @@ pub const NICBAR_FASTPATH_MAX_SLOTS: c_uint = 128;
 const _: () = assert!(NICBAR_FASTPATH_MAX_MESSAGE as usize == MAX_MESSAGE);
 const _: () = assert!(NICBAR_FASTPATH_MAX_SLOTS == MAX_SLOTS);
 
-/// nicbar_fastpath_config's bounds: the most peers, receive buffers, lock words and shared bytes
-/// a fast path takes, and the most bytes its rings may take in all.
+/// The most peers a fast path connects to (nicbar_fastpath_config's `max_peers`).
 pub const NICBAR_FASTPATH_MAX_PEERS: c_uint = 1024;
-/// See NICBAR_FASTPATH_MAX_PEERS.
+/// The most receive buffers a fast path keeps provided (`receive_buffers`).
 pub const NICBAR_FASTPATH_MAX_RECEIVE_BUFFERS: c_uint = 256;
-/// See NICBAR_FASTPATH_MAX_PEERS.
+/// The most lock words a fast path hosts (`locks`).
 pub const NICBAR_FASTPATH_MAX_LOCKS: c_uint = 1024;
-/// See NICBAR_FASTPATH_MAX_PEERS.
+/// The most shared bytes a fast path hosts (`shared_bytes`).
 pub const NICBAR_FASTPATH_MAX_SHARED_BYTES: c_uint = 1 << 20;
-/// See NICBAR_FASTPATH_MAX_PEERS.
+/// The most bytes a fast path's receiving rings take in all: `polling_set` x `slots` x
+/// (`slot_payload` rounded up to 8, plus 40).
 pub const NICBAR_FASTPATH_MAX_RING_BYTES: u64 = 64 << 20;
 
 /// A message took the fast path: one put into the receiver's ring.
@@ -199,9 +199,8 @@ fn refuse(function: &str, error: &Error, since: Instant, open: &Open) -> gm_stat
     fail(status, format!("{function}: {error}"))
 }
 
-fn peer_of(function: &str, open: &Open, peer: c_uint) -> Result<PeerId, gm_status_t> {
-    // A peer id past the connected ones is refused by the library (`refuse_peer`).
-    let _ = open;
+/// The peer `peer` names; one past the connected ones is refused by the library (`refuse_peer`).
+fn peer_of(function: &str, peer: c_uint) -> Result<PeerId, gm_status_t> {
     usize::try_from(peer)
         .map(PeerId)
         .map_err(|_| fail(GM_INVALID_PARAMETER, format!("{function}: no peer {peer}")))
@@ -251,7 +250,9 @@ fn config_from(config: &nicbar_fastpath_config) -> Result<FastPathConfig, String
             ),
         ),
         (
-            u64::from(c.polling_set) * u64::from(c.slots) * (40 + u64::from(c.slot_payload) + 7)
+            u64::from(c.polling_set)
+                * u64::from(c.slots)
+                * (40 + u64::from(c.slot_payload).div_ceil(8) * 8)
                 <= NICBAR_FASTPATH_MAX_RING_BYTES,
             format!(
                 "rings of {} x {} slots of {} bytes: more than {NICBAR_FASTPATH_MAX_RING_BYTES} \
@@ -770,7 +771,7 @@ pub unsafe extern "C" fn nicbar_fastpath_read_u64(
             if value.is_null() {
                 return fail(GM_INVALID_PARAMETER, format!("{F}: `value` is NULL"));
             }
-            let peer = match peer_of(F, open, peer) {
+            let peer = match peer_of(F, peer) {
                 Ok(peer) => peer,
                 Err(status) => return status,
             };
@@ -802,7 +803,7 @@ pub unsafe extern "C" fn nicbar_fastpath_write_u64(
     guard("nicbar_fastpath_write_u64", GM_INTERNAL_ERROR, || {
         const F: &str = "nicbar_fastpath_write_u64";
         with_fast(fastpath, F, |open| {
-            let peer = match peer_of(F, open, peer) {
+            let peer = match peer_of(F, peer) {
                 Ok(peer) => peer,
                 Err(status) => return status,
             };
@@ -902,7 +903,7 @@ pub unsafe extern "C" fn nicbar_lock_attach(
             if lock_mode(mode).is_none() {
                 return fail(GM_INVALID_PARAMETER, format!("{F}: no lock mode {mode}"));
             }
-            let peer_id = match peer_of(F, open, peer) {
+            let peer_id = match peer_of(F, peer) {
                 Ok(peer) => peer,
                 Err(status) => return status,
             };
@@ -1075,7 +1076,7 @@ unsafe fn send(
                 format!("{function}: `data` is NULL with a length of {length}"),
             );
         };
-        let peer = match peer_of(function, open, peer) {
+        let peer = match peer_of(function, peer) {
             Ok(peer) => peer,
             Err(status) => return status,
         };
@@ -1151,5 +1152,127 @@ unsafe fn attached(
             GM_INVALID_PARAMETER,
             format!("{function}: the lock was not attached on this fast path"),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::CStr;
+
+    use super::*;
+    use crate::ffi::status::nicbar_last_error;
+
+    fn last_error() -> String {
+        // SAFETY: nicbar_last_error returns a NUL-terminated string owned by this thread.
+        unsafe { CStr::from_ptr(nicbar_last_error()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    fn defaults() -> nicbar_fastpath_config {
+        let mut config = core::mem::MaybeUninit::<nicbar_fastpath_config>::uninit();
+        // SAFETY: the pointer is writable; the call fills every field.
+        unsafe {
+            nicbar_fastpath_config_default(config.as_mut_ptr());
+            config.assume_init()
+        }
+    }
+
+    #[test]
+    fn the_default_config_is_the_rust_default_and_each_bound_is_refused_by_name() {
+        let config = defaults();
+        assert_eq!(config_from(&config), Ok(FastPathConfig::default()));
+        type Change = fn(&mut nicbar_fastpath_config);
+        let cases: [(&str, Change); 8] = [
+            ("129 slots", |c| c.slots = 129),
+            ("slots of 4073 bytes", |c| c.slot_payload = 4073),
+            ("0 peers", |c| c.max_peers = 0),
+            ("a polling set of 65 beyond 64 peers", |c| {
+                c.polling_set = 65
+            }),
+            ("0 receive buffers", |c| c.receive_buffers = 0),
+            ("1025 locks", |c| c.locks = 1025),
+            ("1048577 shared bytes", |c| c.shared_bytes = (1 << 20) + 1),
+            ("rings of 1024 x 128 slots", |c| {
+                c.max_peers = 1024;
+                c.polling_set = 1024;
+                c.slots = 128;
+                c.slot_payload = 4072;
+            }),
+        ];
+        for (words, change) in cases {
+            let mut bad = config;
+            change(&mut bad);
+            let why = config_from(&bad).expect_err(words);
+            assert!(why.contains(words), "{why}");
+        }
+        let mut zero_timeout = config;
+        zero_timeout.setup_timeout_ms = 0;
+        assert_eq!(
+            config_from(&zero_timeout).map(|c| c.setup_timeout),
+            Ok(FastPathConfig::default().setup_timeout)
+        );
+    }
+
+    #[test]
+    fn null_and_unknown_handles_and_pointers_are_refused_with_a_message() {
+        let mut config = defaults();
+        config.slots = 1000;
+        let mut handle: *mut nicbar_fastpath = core::ptr::dangling_mut();
+        // SAFETY: `handle` is writable; `config` readable.
+        let status = unsafe { nicbar_fastpath_open(&mut handle, 0, 3, &config) };
+        assert_eq!(status, GM_INVALID_PARAMETER);
+        assert!(handle.is_null(), "a failed open leaves NULL");
+        assert!(last_error().contains("1000 slots"), "{}", last_error());
+        // SAFETY: NULL is allowed for the out-pointer (refused).
+        let status = unsafe { nicbar_fastpath_open(core::ptr::null_mut(), 0, 3, &config) };
+        assert_eq!(status, GM_INVALID_PARAMETER);
+
+        // A pointer that is no fast path is never dereferenced.
+        let forged = 0x1000 as *mut nicbar_fastpath;
+        let mut value = 0u64;
+        for fast in [core::ptr::null_mut(), forged] {
+            // SAFETY: the handle is refused before any use.
+            let statuses = unsafe {
+                [
+                    nicbar_fastpath_send(fast, 0, b"x".as_ptr().cast(), 1, core::ptr::null_mut()),
+                    nicbar_fastpath_read_u64(fast, 0, 0, &mut value),
+                    nicbar_fastpath_wait_connected(fast),
+                    nicbar_lock_word(fast, 0, &mut value),
+                ]
+            };
+            assert_eq!(statuses, [GM_INVALID_PARAMETER; 4]);
+            assert!(last_error().contains("fast path"), "{}", last_error());
+        }
+        // SAFETY: NULL and unknown handles are ignored by close.
+        unsafe {
+            assert_eq!(nicbar_fastpath_close(core::ptr::null_mut()), GM_SUCCESS);
+            assert_eq!(nicbar_fastpath_close(forged), GM_SUCCESS);
+        }
+    }
+
+    #[test]
+    fn a_lock_is_refused_unless_attached_on_the_same_fast_path_in_a_known_mode() {
+        let here = 0x2000 as *mut nicbar_fastpath;
+        let elsewhere = 0x3000 as *const nicbar_fastpath;
+        let mut lock = nicbar_lock {
+            fastpath: elsewhere,
+            peer: 0,
+            index: 0,
+            mode: NICBAR_LOCK_PASSIVE,
+            held: 0,
+        };
+        // SAFETY: `lock` is readable.
+        assert!(unsafe { attached("t", here, &lock) }.is_err());
+        lock.fastpath = here;
+        lock.mode = 7;
+        // SAFETY: as above.
+        assert!(unsafe { attached("t", here, &lock) }.is_err());
+        lock.mode = NICBAR_LOCK_SERVED;
+        // SAFETY: as above.
+        let found = unsafe { attached("t", here, &lock) };
+        assert_eq!(found, Ok((PeerId(0), 0, LockMode::Served)));
+        // SAFETY: NULL is refused.
+        assert!(unsafe { attached("t", here, core::ptr::null()) }.is_err());
     }
 }
