@@ -63,13 +63,11 @@ fn libraries() -> &'static Path {
             .join("capi-examples")
             .join(format!("lib-{}", std::process::id()));
         std::fs::create_dir_all(&copy).unwrap();
-        if ["libnicbar.so", "libnicbar.a"]
-            .iter()
-            .any(|l| !built.join(l).exists())
         {
             // `cargo test` may not have built the C library yet (on a fresh tree, with a filter
-            // on the tests). Build it, into the same directory, with the same profile (the test
-            // profile's output is the dev profile's).
+            // on the tests), or may have left an older one (it does not rebuild a cdylib the
+            // tests do not link): build it, into the same directory, with the same profile (the
+            // test profile's output is the dev profile's). Cargo does nothing if it is current.
             let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
             let mut build = Command::new(cargo);
             build
