@@ -471,24 +471,25 @@ fn the_threshold_picks_the_protocol() {
     }
 }
 
-/// Two endpoints on two NICs of one in-process daemon, driven by one thread (so a test
-/// chooses exactly when each moves).
-fn two_endpoints(
-    name: &str,
-) -> (
+/// What [`two_endpoints`] sets up: the daemon, its directory, the endpoints, their members.
+type Two = (
     EmulatorHandle,
     PathBuf,
     CollEndpoint,
     CollEndpoint,
     Vec<Member>,
-) {
+);
+
+/// Two endpoints on two NICs of one in-process daemon of `units` NICs, driven by one thread (so
+/// a test chooses exactly when each moves).
+fn two_endpoints(name: &str, units: u16) -> Two {
     let dir: PathBuf =
         std::env::temp_dir().join(format!("nicbar-coll-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let socket = dir.join("control.sock");
     let daemon =
-        Emulator::spawn(EmulatorConfig::in_process(&socket, 2)).expect("the emulator starts");
+        Emulator::spawn(EmulatorConfig::in_process(&socket, units)).expect("the emulator starts");
     let endpoint = |unit: u8| {
         CollEndpoint::new(Port::open_at(&socket, unit, 1).expect("the port opens"))
             .expect("the endpoint sets up")
@@ -517,7 +518,7 @@ fn a_peer_gone_mid_rendezvous_fails_the_collective_naming_it() {
 
     // The receiver answers the ready-to-send, then its port closes before the sender has seen
     // the answer: the sender's puts find no port.
-    let (daemon, dir, mut sender, mut receiver, members) = two_endpoints("gone-receiver");
+    let (daemon, dir, mut sender, mut receiver, members) = two_endpoints("gone-receiver", 2);
     let mut call = Op::new(
         &mut sender,
         &members,
@@ -541,7 +542,7 @@ fn a_peer_gone_mid_rendezvous_fails_the_collective_naming_it() {
 
     // The sender's port closes once the receiver has answered: the receiver's wait for the
     // data fails, naming it, within the operation's timeout.
-    let (daemon, _, mut sender, mut receiver, members) = two_endpoints("gone-sender");
+    let (daemon, _, mut sender, mut receiver, members) = two_endpoints("gone-sender", 2);
     let mut call = Op::new(&mut sender, &members, 5, 1, None, &mut idle).unwrap();
     call.send(1, 0, data(0, length, 1).into());
     call.endpoint.pump_transfers().unwrap();
@@ -567,6 +568,116 @@ fn a_peer_gone_mid_rendezvous_fails_the_collective_naming_it() {
     receiver.port.close().unwrap();
     drop(daemon);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A rendezvous control message as a third port would forge it: `kind` 2 is a clear-to-send,
+/// 4 a "done"; `id` the sender's id of the message, `value` a remote pointer.
+fn forged_control(sequence: u32, kind: u32, id: u64, value: u64) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    bytes.extend_from_slice(b"NBR1");
+    for word in [5, sequence, 0, kind, 0] {
+        bytes.extend_from_slice(&u32::to_le_bytes(word));
+    }
+    bytes.extend_from_slice(&id.to_le_bytes());
+    bytes.extend_from_slice(&value.to_le_bytes());
+    bytes
+}
+
+/// Sends `bytes` from `port` to port 1 of `node` and waits until it is delivered.
+fn send_raw(port: &mut Port, node: u16, bytes: &[u8]) {
+    let mut buffer = port.dma_alloc(4096).unwrap();
+    buffer[..bytes.len()].copy_from_slice(bytes);
+    port.send(
+        buffer,
+        bytes.len(),
+        12,
+        nicbar_rs::Priority::LOW,
+        NodeId::new(node),
+        nicbar_rs::PortId(1),
+        77,
+    )
+    .map_err(|refused| refused.error)
+    .unwrap();
+    loop {
+        match port.receive_timeout(Duration::from_secs(10)).unwrap() {
+            Some(nicbar_rs::Event::Sent {
+                context: 77,
+                status,
+                ..
+            }) => {
+                assert_eq!(status, nicbar_rs::Status::SUCCESS);
+                return;
+            }
+            Some(_) => {}
+            None => panic!("the forged message was not delivered in 10 s"),
+        }
+    }
+}
+
+#[test]
+fn forged_rendezvous_answers_from_a_third_port_are_dropped() {
+    let length = 1 << 20;
+    let mut idle = || {};
+    let (daemon, dir, mut sender, mut receiver, members) = two_endpoints("forged", 3);
+    let socket = dir.join("control.sock");
+    let mut forger = Port::open_at(&socket, 2, 1).expect("the port opens");
+    let mine = forger.register_memory(length).unwrap();
+    forger.allow_remote_memory_access().unwrap();
+
+    let mut call = Op::new(
+        &mut sender,
+        &members,
+        5,
+        1,
+        Some(Duration::from_secs(20)),
+        &mut idle,
+    )
+    .unwrap();
+    call.send(1, 0, data(0, length, 1).into());
+    call.endpoint.pump_transfers().unwrap();
+    // Before the receiver answers, a third port claims to be it (the sender's first message has
+    // id 1), pointing the puts at its own memory; and says "done" for the receiver's message.
+    send_raw(&mut forger, 0, &forged_control(1, 2, 1, mine.remote(0)));
+    pump_until(&mut receiver, |r| {
+        r.transfers.counters().regions_registered > 0 && !r.transfers.has_outgoing()
+    });
+    send_raw(&mut forger, 1, &forged_control(1, 4, 1, 0));
+    call.finish().unwrap();
+
+    let mut receiving = Op::new(
+        &mut receiver,
+        &members,
+        5,
+        1,
+        Some(Duration::from_secs(20)),
+        &mut idle,
+    )
+    .unwrap();
+    let got = receiving.receive(0, 0, length).unwrap();
+    drop(receiving);
+    assert!(got == data(0, length, 1), "the message is the sender's");
+    assert!(
+        mine.bytes().to_vec(0, length).iter().all(|&b| b == 0),
+        "nothing was put into the forger's memory"
+    );
+    assert_eq!(sender.transfer_counters().dropped, 1);
+    assert_eq!(receiver.transfer_counters().dropped, 1);
+    assert_eq!(sender.transfer_counters().rendezvous_sent, 1);
+    forger.close().unwrap();
+    sender.port.close().unwrap();
+    receiver.port.close().unwrap();
+    drop(daemon);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_threshold_variable_reads_a_count_or_off() {
+    use super::rendezvous_threshold_from as read;
+    assert_eq!(read(None), None);
+    assert_eq!(read(Some("131072".into())), Some(131_072));
+    assert_eq!(read(Some(" off ".into())), Some(usize::MAX));
+    assert_eq!(read(Some("OFF".into())), Some(usize::MAX));
+    assert_eq!(read(Some("64k".into())), None);
 }
 
 #[test]

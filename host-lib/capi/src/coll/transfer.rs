@@ -76,6 +76,8 @@ pub(crate) const PUT_CHUNK: usize = 64 * 1024;
 pub(crate) const PUTS_IN_FLIGHT: usize = 4;
 /// Idle registered regions the pool keeps for later transfers (more are deregistered).
 const POOL_KEEP: usize = 8;
+/// Bytes of idle registered regions the pool keeps at most (the largest go first past it).
+const POOL_KEEP_BYTES: usize = 64 << 20;
 /// The smallest region the pool registers (smaller requests get this much, for reuse).
 const POOL_MINIMUM: usize = 64 * 1024;
 /// The first bytes of every rendezvous control message.
@@ -256,14 +258,24 @@ impl RegionPool {
         self.idle.push(region);
     }
 
-    /// Deregisters the smallest idle regions while more than [`POOL_KEEP`] are idle.
+    /// Deregisters idle regions while more than [`POOL_KEEP`] are idle (the smallest first) or
+    /// they hold more than [`POOL_KEEP_BYTES`] (the largest first).
     fn trim(&mut self, port: &mut Port) {
-        while self.idle.len() > POOL_KEEP {
-            let Some(at) = (0..self.idle.len()).min_by_key(|&at| self.idle[at].len()) else {
+        loop {
+            let bytes: usize = self.idle.iter().map(MemoryRegion::len).sum();
+            let lengths = (0..self.idle.len()).map(|at| (self.idle[at].len(), at));
+            let at = if self.idle.len() > POOL_KEEP {
+                lengths.min()
+            } else if bytes > POOL_KEEP_BYTES {
+                lengths.max()
+            } else {
+                None
+            };
+            let Some((_, at)) = at else {
                 break;
             };
-            let smallest = self.idle.swap_remove(at);
-            let _ = port.deregister_memory(&smallest);
+            let region = self.idle.swap_remove(at);
+            let _ = port.deregister_memory(&region);
         }
     }
 }
@@ -1317,6 +1329,56 @@ mod tests {
                 next += length;
             }
             assert_eq!(next, total);
+        }
+    }
+
+    #[test]
+    fn the_threshold_picks_the_protocol() {
+        let mut transfers = Transfers::empty(Duration::from_secs(1));
+        assert!(!transfers.by_rendezvous(0));
+        assert!(!transfers.by_rendezvous(RENDEZVOUS_THRESHOLD - 1));
+        assert!(transfers.by_rendezvous(RENDEZVOUS_THRESHOLD));
+        assert!(transfers.by_rendezvous(16 << 20));
+        // Longer than one put can address: eagerly.
+        assert!(!transfers.by_rendezvous(shared_abi::rdma::MAX_RDMA_LENGTH as usize + 1));
+        transfers.set_rendezvous_threshold(usize::MAX);
+        assert!(!transfers.by_rendezvous(16 << 20));
+        transfers.set_rendezvous_threshold(100);
+        assert!(!transfers.by_rendezvous(99));
+        assert!(transfers.by_rendezvous(100));
+    }
+
+    #[test]
+    fn a_control_message_round_trips_and_garbage_is_none() {
+        let control = Control {
+            kind: ControlKind::Clear,
+            key: Key {
+                context: 7,
+                sequence: 9,
+                part: 3,
+            },
+            id: 1 << 40,
+            value: u64::MAX - 5,
+        };
+        let bytes = control.to_bytes();
+        assert_eq!(Control::parse(&bytes), Some(control));
+        // Nor is a control message a segment, or a segment a control message.
+        assert_eq!(Header::parse(&bytes), None);
+        let mut segment = [0u8; CONTROL_LEN];
+        Header {
+            key: control.key,
+            offset: 0,
+            total: 8,
+        }
+        .write(&mut segment);
+        assert_eq!(Control::parse(&segment), None);
+        // Short, long, an unknown kind, the reserved word set, another magic.
+        assert_eq!(Control::parse(&bytes[..CONTROL_LEN - 1]), None);
+        assert_eq!(Control::parse(&[&bytes[..], &[0]].concat()), None);
+        for (at, value) in [(16, 9u8), (20, 1), (0, b'X')] {
+            let mut bad = bytes;
+            bad[at] = value;
+            assert_eq!(Control::parse(&bad), None, "byte {at} = {value}");
         }
     }
 
