@@ -59,7 +59,7 @@ impl CollEndpoint {
     /// What the port says when its arena has no room.
     pub(crate) fn new(mut port: Port) -> Result<Self, Error> {
         let transfers = Transfers::new(&mut port, DEFAULT_TIMEOUT)?;
-        Ok(Self {
+        let mut endpoint = Self {
             port,
             queued: VecDeque::new(),
             running: None,
@@ -68,12 +68,24 @@ impl CollEndpoint {
             completed: 0,
             collectives: 0,
             transfers,
-        })
+        };
+        if let Some(threshold) =
+            rendezvous_threshold_from(std::env::var("NICBAR_COLL_RENDEZVOUS").ok())
+        {
+            endpoint.set_rendezvous_threshold(threshold);
+        }
+        Ok(endpoint)
     }
 
     /// What the transfers did so far.
     pub(crate) fn transfer_counters(&self) -> transfer::TransferCounters {
         self.transfers.counters()
+    }
+
+    /// Messages of `threshold` bytes or more go by rendezvous from now on (`usize::MAX`: none);
+    /// [`transfer::RENDEZVOUS_THRESHOLD`] until then.
+    pub(crate) fn set_rendezvous_threshold(&mut self, threshold: usize) {
+        self.transfers.set_rendezvous_threshold(threshold);
     }
 
     /// Queues a barrier of `group`; returns its ticket (never 0).
@@ -177,6 +189,17 @@ impl CollEndpoint {
         };
         self.ended.insert(ticket, outcome);
     }
+}
+
+/// The rendezvous threshold `NICBAR_COLL_RENDEZVOUS` sets: a byte count, or `off` (no
+/// rendezvous). `None` (the default stands) when unset or unreadable.
+fn rendezvous_threshold_from(value: Option<String>) -> Option<usize> {
+    let value = value?;
+    let value = value.trim();
+    if value.eq_ignore_ascii_case("off") {
+        return Some(usize::MAX);
+    }
+    value.parse().ok()
 }
 
 /// Why a collective failed.

@@ -5,11 +5,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use nicbar_emulator::{Emulator, EmulatorConfig, FaultConfig};
+use nicbar_emulator::{Emulator, EmulatorConfig, EmulatorHandle, FaultConfig};
 use nicbar_rs::{Member, NodeId, Port};
 
 use super::algorithms::{self, Alltoall, Bcast, Tree};
-use super::{CollEndpoint, Op, transfer};
+use super::{CollEndpoint, CollError, Op, transfer};
+use transfer::RENDEZVOUS_THRESHOLD;
 
 /// The byte rank `rank` contributes at `index` for `salt`: every rank's, every position's and
 /// every operation's bytes differ.
@@ -108,6 +109,12 @@ const LENGTHS: [usize; 5] = [
     transfer::SEGMENT_PAYLOAD + 1,
     50_001,
 ];
+
+/// Lengths above the rendezvous threshold: 1 MiB, and an odd length whose last pipeline
+/// segment ([`LARGE_SEGMENT`]) falls below it.
+const LARGE: [usize; 2] = [1 << 20, 3 * RENDEZVOUS_THRESHOLD + 12_345];
+/// The segment of the segmented broadcasts in the large tests: each goes by rendezvous.
+const LARGE_SEGMENT: usize = 4 * RENDEZVOUS_THRESHOLD;
 
 #[test]
 fn every_broadcast_reaches_every_rank_from_every_root() {
@@ -296,6 +303,384 @@ fn every_alltoall_delivers_every_block() {
 }
 
 #[test]
+fn large_broadcasts_go_by_rendezvous_byte_for_byte() {
+    let size = 3;
+    run_ranks("bcast-large", size, None, move |rank, endpoint, members| {
+        let mut sequence = 0;
+        let mut idle = || {};
+        for algorithm in [
+            Bcast::Linear,
+            Bcast::Binomial,
+            Bcast::Binary,
+            Bcast::SplitBinary,
+            Bcast::Pipeline,
+        ] {
+            for length in LARGE {
+                for root in [0, 2] {
+                    sequence += 1;
+                    let salt = sequence as usize;
+                    let mut buffer = if rank == root {
+                        data(root, length, salt)
+                    } else {
+                        vec![0xee; length]
+                    };
+                    let call = op(endpoint, members, sequence, &mut idle);
+                    algorithms::bcast(call, &mut buffer, root, algorithm, LARGE_SEGMENT).unwrap();
+                    assert!(
+                        buffer == data(root, length, salt),
+                        "{algorithm:?} of {length} bytes from {root} at rank {rank}"
+                    );
+                }
+            }
+        }
+        let counters = endpoint.transfer_counters();
+        assert!(
+            counters.rendezvous_received > 0,
+            "rank {rank} received nothing by rendezvous: {counters:?}"
+        );
+        assert_eq!(counters.rendezvous_refused, 0);
+    });
+}
+
+#[test]
+fn large_scatters_gathers_and_alltoalls_go_by_rendezvous() {
+    let size = 3;
+    run_ranks(
+        "blocks-large",
+        size,
+        None,
+        move |rank, endpoint, members| {
+            let mut sequence = 0;
+            let mut idle = || {};
+            let block = RENDEZVOUS_THRESHOLD + 4_465;
+            let root = 1;
+            for algorithm in [Tree::Flat, Tree::Binomial] {
+                sequence += 1;
+                let salt = sequence as usize;
+                let send = data(root, block * size, salt);
+                let mut receive = vec![0xee; block];
+                let call = op(endpoint, members, sequence, &mut idle);
+                algorithms::scatter(
+                    call,
+                    (rank == root).then_some(&send[..]),
+                    Some(&mut receive[..]),
+                    block,
+                    root,
+                    algorithm,
+                )
+                .unwrap();
+                assert!(
+                    receive == send[rank * block..(rank + 1) * block],
+                    "{algorithm:?}"
+                );
+
+                sequence += 1;
+                let mine = data(rank, block, salt);
+                let mut gathered = vec![0xee; block * size];
+                let call = op(endpoint, members, sequence, &mut idle);
+                algorithms::gather(
+                    call,
+                    Some(&mine[..]),
+                    (rank == root).then_some(&mut gathered[..]),
+                    block,
+                    root,
+                    algorithm,
+                )
+                .unwrap();
+                if rank == root {
+                    let expected: Vec<u8> = (0..size).flat_map(|r| data(r, block, salt)).collect();
+                    assert!(gathered == expected, "{algorithm:?} gather");
+                }
+            }
+            for algorithm in [Alltoall::Linear, Alltoall::Pairwise, Alltoall::Bruck] {
+                sequence += 1;
+                let salt = sequence as usize;
+                let send = data(rank, block * size, salt);
+                let mut receive = vec![0xee; block * size];
+                let call = op(endpoint, members, sequence, &mut idle);
+                algorithms::alltoall(call, &send, &mut receive, block, algorithm).unwrap();
+                for from in 0..size {
+                    assert!(
+                        receive[from * block..(from + 1) * block]
+                            == data(from, block * size, salt)[rank * block..(rank + 1) * block],
+                        "{algorithm:?} from {from} at {rank}"
+                    );
+                }
+            }
+            // Blocks on both sides of the threshold in one operation: rank i sends (i + j) * 40 000
+            // bytes to rank j.
+            sequence += 1;
+            let salt = sequence as usize;
+            let sends: Vec<Vec<u8>> = (0..size)
+                .map(|j| data(rank * 10 + j, (rank + j) * 40_000, salt))
+                .collect();
+            let views: Vec<&[u8]> = sends.iter().map(|b| &b[..]).collect();
+            let mut receives: Vec<Vec<u8>> =
+                (0..size).map(|i| vec![0xee; (i + rank) * 40_000]).collect();
+            let mut targets: Vec<&mut [u8]> = receives.iter_mut().map(|b| &mut b[..]).collect();
+            let call = op(endpoint, members, sequence, &mut idle);
+            algorithms::alltoallv(call, &views, &mut targets, Alltoall::Pairwise).unwrap();
+            for (i, block) in receives.iter().enumerate() {
+                assert!(*block == data(i * 10 + rank, (i + rank) * 40_000, salt));
+            }
+            let counters = endpoint.transfer_counters();
+            assert!(counters.rendezvous_sent > 0 && counters.rendezvous_received > 0);
+        },
+    );
+}
+
+#[test]
+fn the_threshold_picks_the_protocol() {
+    for eager in [false, true] {
+        run_ranks("threshold", 2, None, move |rank, endpoint, members| {
+            if eager {
+                endpoint.set_rendezvous_threshold(usize::MAX);
+            }
+            let mut idle = || {};
+            for (sequence, length) in (1..).zip([RENDEZVOUS_THRESHOLD - 1, RENDEZVOUS_THRESHOLD]) {
+                let before = endpoint.transfer_counters();
+                let mut buffer = if rank == 0 {
+                    data(0, length, length)
+                } else {
+                    vec![0; length]
+                };
+                let call = op(endpoint, members, sequence, &mut idle);
+                algorithms::bcast(call, &mut buffer, 0, Bcast::Linear, 0).unwrap();
+                assert!(buffer == data(0, length, length));
+                let after = endpoint.transfer_counters();
+                let by_rendezvous = !eager && length >= RENDEZVOUS_THRESHOLD;
+                let (sent, received) = (
+                    after.rendezvous_sent - before.rendezvous_sent,
+                    after.rendezvous_received - before.rendezvous_received,
+                );
+                if rank == 0 {
+                    assert_eq!(
+                        sent,
+                        u64::from(by_rendezvous),
+                        "{length} bytes, eager {eager}"
+                    );
+                } else {
+                    assert_eq!(received, u64::from(by_rendezvous), "{length} bytes");
+                }
+            }
+            // The receiver's last answer is delivered before either closes.
+            let mut reply = vec![rank as u8; 8];
+            let call = op(endpoint, members, 3, &mut idle);
+            algorithms::bcast(call, &mut reply, 1, Bcast::Linear, 0).unwrap();
+        });
+    }
+}
+
+/// What [`two_endpoints`] sets up: the daemon, its directory, the endpoints, their members.
+type Two = (
+    EmulatorHandle,
+    PathBuf,
+    CollEndpoint,
+    CollEndpoint,
+    Vec<Member>,
+);
+
+/// Two endpoints on two NICs of one in-process daemon of `units` NICs, driven by one thread (so
+/// a test chooses exactly when each moves).
+fn two_endpoints(name: &str, units: u16) -> Two {
+    let dir: PathBuf =
+        std::env::temp_dir().join(format!("nicbar-coll-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("control.sock");
+    let daemon =
+        Emulator::spawn(EmulatorConfig::in_process(&socket, units)).expect("the emulator starts");
+    let endpoint = |unit: u8| {
+        CollEndpoint::new(Port::open_at(&socket, unit, 1).expect("the port opens"))
+            .expect("the endpoint sets up")
+    };
+    let (a, b) = (endpoint(0), endpoint(1));
+    let members = (0..2)
+        .map(|n| Member::new(NodeId::new(n), nicbar_rs::PortId(1)))
+        .collect();
+    (daemon, dir, a, b, members)
+}
+
+/// Moves `endpoint`'s transfers on until `done` holds of it (at most ten seconds).
+fn pump_until(endpoint: &mut CollEndpoint, done: impl Fn(&CollEndpoint) -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !done(endpoint) {
+        assert!(std::time::Instant::now() < deadline, "no progress in 10 s");
+        endpoint.pump_transfers().unwrap();
+        let _ = endpoint.port.wait_ready(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_peer_gone_mid_rendezvous_fails_the_collective_naming_it() {
+    let length = 1 << 20;
+    let mut idle = || {};
+
+    // The receiver answers the ready-to-send, then its port closes before the sender has seen
+    // the answer: the sender's puts find no port.
+    let (daemon, dir, mut sender, mut receiver, members) = two_endpoints("gone-receiver", 2);
+    let mut call = Op::new(
+        &mut sender,
+        &members,
+        5,
+        1,
+        Some(Duration::from_secs(20)),
+        &mut idle,
+    )
+    .unwrap();
+    call.send(1, 0, data(0, length, 1).into());
+    call.endpoint.pump_transfers().unwrap();
+    pump_until(&mut receiver, |r| {
+        r.transfers.counters().regions_registered > 0 && !r.transfers.has_outgoing()
+    });
+    receiver.port.close().unwrap();
+    let error = call.finish().expect_err("the receiver is gone");
+    assert_eq!(error.rank(), Some(1), "{error}");
+    assert!(matches!(error, CollError::Peer { .. }), "{error}");
+    sender.port.close().unwrap();
+    drop(daemon);
+
+    // The sender's port closes once the receiver has answered: the receiver's wait for the
+    // data fails, naming it, within the operation's timeout.
+    let (daemon, _, mut sender, mut receiver, members) = two_endpoints("gone-sender", 2);
+    let mut call = Op::new(&mut sender, &members, 5, 1, None, &mut idle).unwrap();
+    call.send(1, 0, data(0, length, 1).into());
+    call.endpoint.pump_transfers().unwrap();
+    drop(call);
+    let mut receiving = Op::new(
+        &mut receiver,
+        &members,
+        5,
+        1,
+        Some(Duration::from_millis(500)),
+        &mut idle,
+    )
+    .unwrap();
+    pump_until(receiving.endpoint, |r| {
+        r.transfers.counters().regions_registered > 0
+    });
+    sender.port.close().unwrap();
+    let error = receiving
+        .receive(0, 0, length)
+        .expect_err("the sender is gone");
+    assert_eq!(error.rank(), Some(0), "{error}");
+    drop(receiving);
+    receiver.port.close().unwrap();
+    drop(daemon);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A rendezvous control message as a third port would forge it: `kind` 2 is a clear-to-send,
+/// 4 a "done"; `id` the sender's id of the message, `value` a remote pointer.
+fn forged_control(sequence: u32, kind: u32, id: u64, value: u64) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    bytes.extend_from_slice(b"NBR1");
+    for word in [5, sequence, 0, kind, 0] {
+        bytes.extend_from_slice(&u32::to_le_bytes(word));
+    }
+    bytes.extend_from_slice(&id.to_le_bytes());
+    bytes.extend_from_slice(&value.to_le_bytes());
+    bytes
+}
+
+/// Sends `bytes` from `port` to port 1 of `node` and waits until it is delivered.
+fn send_raw(port: &mut Port, node: u16, bytes: &[u8]) {
+    let mut buffer = port.dma_alloc(4096).unwrap();
+    buffer[..bytes.len()].copy_from_slice(bytes);
+    port.send(
+        buffer,
+        bytes.len(),
+        12,
+        nicbar_rs::Priority::LOW,
+        NodeId::new(node),
+        nicbar_rs::PortId(1),
+        77,
+    )
+    .map_err(|refused| refused.error)
+    .unwrap();
+    loop {
+        match port.receive_timeout(Duration::from_secs(10)).unwrap() {
+            Some(nicbar_rs::Event::Sent {
+                context: 77,
+                status,
+                ..
+            }) => {
+                assert_eq!(status, nicbar_rs::Status::SUCCESS);
+                return;
+            }
+            Some(_) => {}
+            None => panic!("the forged message was not delivered in 10 s"),
+        }
+    }
+}
+
+#[test]
+fn forged_rendezvous_answers_from_a_third_port_are_dropped() {
+    let length = 1 << 20;
+    let mut idle = || {};
+    let (daemon, dir, mut sender, mut receiver, members) = two_endpoints("forged", 3);
+    let socket = dir.join("control.sock");
+    let mut forger = Port::open_at(&socket, 2, 1).expect("the port opens");
+    let mine = forger.register_memory(length).unwrap();
+    forger.allow_remote_memory_access().unwrap();
+
+    let mut call = Op::new(
+        &mut sender,
+        &members,
+        5,
+        1,
+        Some(Duration::from_secs(20)),
+        &mut idle,
+    )
+    .unwrap();
+    call.send(1, 0, data(0, length, 1).into());
+    call.endpoint.pump_transfers().unwrap();
+    // Before the receiver answers, a third port claims to be it (the sender's first message has
+    // id 1), pointing the puts at its own memory; and says "done" for the receiver's message.
+    send_raw(&mut forger, 0, &forged_control(1, 2, 1, mine.remote(0)));
+    pump_until(&mut receiver, |r| {
+        r.transfers.counters().regions_registered > 0 && !r.transfers.has_outgoing()
+    });
+    send_raw(&mut forger, 1, &forged_control(1, 4, 1, 0));
+    call.finish().unwrap();
+
+    let mut receiving = Op::new(
+        &mut receiver,
+        &members,
+        5,
+        1,
+        Some(Duration::from_secs(20)),
+        &mut idle,
+    )
+    .unwrap();
+    let got = receiving.receive(0, 0, length).unwrap();
+    drop(receiving);
+    assert!(got == data(0, length, 1), "the message is the sender's");
+    assert!(
+        mine.bytes().to_vec(0, length).iter().all(|&b| b == 0),
+        "nothing was put into the forger's memory"
+    );
+    assert_eq!(sender.transfer_counters().dropped, 1);
+    assert_eq!(receiver.transfer_counters().dropped, 1);
+    assert_eq!(sender.transfer_counters().rendezvous_sent, 1);
+    forger.close().unwrap();
+    sender.port.close().unwrap();
+    receiver.port.close().unwrap();
+    drop(daemon);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_threshold_variable_reads_a_count_or_off() {
+    use super::rendezvous_threshold_from as read;
+    assert_eq!(read(None), None);
+    assert_eq!(read(Some("131072".into())), Some(131_072));
+    assert_eq!(read(Some(" off ".into())), Some(usize::MAX));
+    assert_eq!(read(Some("OFF".into())), Some(usize::MAX));
+    assert_eq!(read(Some("64k".into())), None);
+}
+
+#[test]
 fn collectives_survive_a_faulty_wire() {
     // NICBAR_COLL_SEED=N replays a run.
     let seed = std::env::var("NICBAR_COLL_SEED")
@@ -329,44 +714,86 @@ fn collectives_survive_a_faulty_wire() {
                 "seed {seed}"
             );
         }
+        // By rendezvous: the control messages and the puts cross the same faulty wire.
+        for (sequence, length) in (5..).zip(LARGE) {
+            let salt = sequence as usize;
+            let mut buffer = if rank == 0 {
+                data(0, length, salt)
+            } else {
+                vec![0; length]
+            };
+            let call = op(endpoint, members, sequence, &mut idle);
+            algorithms::bcast(call, &mut buffer, 0, Bcast::Binomial, LARGE_SEGMENT).unwrap();
+            assert!(buffer == data(0, length, salt), "seed {seed}");
+        }
+        let block = RENDEZVOUS_THRESHOLD + 1;
+        let send = data(rank, block * 4, 7);
+        let mut receive = vec![0; block * 4];
+        let call = op(endpoint, members, 7, &mut idle);
+        algorithms::alltoall(call, &send, &mut receive, block, Alltoall::Pairwise).unwrap();
+        for from in 0..4 {
+            assert!(
+                receive[from * block..(from + 1) * block]
+                    == data(from, block * 4, 7)[rank * block..(rank + 1) * block],
+                "seed {seed}: from {from} at {rank}"
+            );
+        }
+        assert!(endpoint.transfer_counters().rendezvous_received > 0);
     });
 }
 
 #[test]
 fn a_receiver_that_takes_nothing_for_a_while_still_gets_everything() {
     // The NIC gives up on a segment whose receiver has no buffer after 100 ms here; the
-    // receiver stays away six times that long, so segments are given up on and sent again.
-    run_ranks_with(
-        "slow",
-        2,
-        |config| config.nic.receiver_not_ready_timeout = Duration::from_millis(100),
-        |rank, endpoint, members| {
-            let mut idle = || {};
-            let length = 1 << 20;
-            let mut buffer = if rank == 0 {
-                data(0, length, 1)
+    // receiver stays away six times that long, so eager segments are given up on and sent
+    // again. By rendezvous, the receiver's provided buffers take the ready-to-send and its
+    // answer waits until it is back; the puts need nothing of its host.
+    for eager in [true, false] {
+        run_ranks_with(
+            if eager {
+                "slow-eager"
             } else {
-                std::thread::sleep(Duration::from_millis(600));
-                vec![0; length]
-            };
-            let call = op(endpoint, members, 1, &mut idle);
-            algorithms::bcast(call, &mut buffer, 0, Bcast::Linear, 0).unwrap();
-            assert_eq!(buffer, data(0, length, 1));
-            if rank == 0 {
-                // The sender's last segments are delivered before it may close: a second
-                // operation the receiver answers.
-                let mut reply = vec![0; 8];
-                let call = op(endpoint, members, 2, &mut idle);
-                algorithms::bcast(call, &mut reply, 1, Bcast::Linear, 0).unwrap();
-                assert!(
-                    endpoint.transfer_counters().resent > 0,
-                    "no segment was sent again"
-                );
-            } else {
-                let mut reply = data(1, 8, 2);
-                let call = op(endpoint, members, 2, &mut idle);
-                algorithms::bcast(call, &mut reply, 1, Bcast::Linear, 0).unwrap();
-            }
-        },
-    );
+                "slow-rendezvous"
+            },
+            2,
+            |config| config.nic.receiver_not_ready_timeout = Duration::from_millis(100),
+            move |rank, endpoint, members| slow_receiver(rank, endpoint, members, eager),
+        );
+    }
+}
+
+/// The body of [`a_receiver_that_takes_nothing_for_a_while_still_gets_everything`].
+fn slow_receiver(rank: usize, endpoint: &mut CollEndpoint, members: &[Member], eager: bool) {
+    if eager {
+        endpoint.set_rendezvous_threshold(usize::MAX);
+    }
+    let mut idle = || {};
+    let length = 1 << 20;
+    let mut buffer = if rank == 0 {
+        data(0, length, 1)
+    } else {
+        std::thread::sleep(Duration::from_millis(600));
+        vec![0; length]
+    };
+    let call = op(endpoint, members, 1, &mut idle);
+    algorithms::bcast(call, &mut buffer, 0, Bcast::Linear, 0).unwrap();
+    assert_eq!(buffer, data(0, length, 1));
+    if rank == 0 {
+        // The sender's last segments are delivered before it may close: a second
+        // operation the receiver answers.
+        let mut reply = vec![0; 8];
+        let call = op(endpoint, members, 2, &mut idle);
+        algorithms::bcast(call, &mut reply, 1, Bcast::Linear, 0).unwrap();
+        let counters = endpoint.transfer_counters();
+        if eager {
+            assert!(counters.resent > 0, "no segment was sent again");
+            assert_eq!(counters.rendezvous_sent, 0);
+        } else {
+            assert_eq!(counters.rendezvous_sent, 1, "{counters:?}");
+        }
+    } else {
+        let mut reply = data(1, 8, 2);
+        let call = op(endpoint, members, 2, &mut idle);
+        algorithms::bcast(call, &mut reply, 1, Bcast::Linear, 0).unwrap();
+    }
 }

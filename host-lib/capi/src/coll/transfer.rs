@@ -13,12 +13,34 @@
 //! and its buffer provided again at once, so a sender waits only while its receiver is outside
 //! the library. Arrivals nobody asked for yet wait in memory (the unexpected-event saving of
 //! CollGM §3.2); a malformed or duplicated segment is dropped and counted, never trusted.
+//!
+//! A message of [`RENDEZVOUS_THRESHOLD`] bytes or more goes by rendezvous (CollGM §3.3) instead:
+//!
+//! 1. the sender sends a ready-to-send naming the message (key, length, the sender's id for it);
+//! 2. the receiver answers at once, whatever it is doing in the library — wanted or not yet —
+//!    with a clear-to-send naming a registered landing region of its own (a remote pointer) big
+//!    enough, or with a refusal if it cannot register memory (the sender then sends eagerly);
+//! 3. the sender copies the message into a registered region of its own and puts it into the
+//!    landing region, [`PUT_CHUNK`] bytes per put, [`PUTS_IN_FLIGHT`] puts at once;
+//! 4. when every put has completed at the target (its `OperationDone`: the bytes are in the
+//!    receiver's memory), the sender sends a small "done"; the receiver copies the message out
+//!    and it has arrived, as an eager one would.
+//!
+//! Answering at once means a rendezvous needs no order among the ranks' receives: a collective
+//! whose ranks wait for each other in any order still moves. Landing and source regions come
+//! from one pool per endpoint ([`RegionPool`]): registering is a round trip to the NIC and the
+//! kernel, so a region is registered once and reused by later transfers of its size or less,
+//! and only a few are kept when idle. The "done" waits for the puts' remote completion rather
+//! than riding the connection's ordering behind them, so a put the NIC refused (a closed port, a
+//! bad key) fails the send instead of handing the receiver bytes that never came.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nicbar_rs::{DmaBuffer, Error, Event, Member, Port, Priority, Status};
+use nicbar_rs::{
+    DmaBuffer, Error, Event, Member, MemoryRegion, Port, Priority, RemotePointer, Status,
+};
 use shared_abi::MTU_PAYLOAD;
 
 /// The receive buffers' tag: arrivals carrying another are not the collectives'.
@@ -39,6 +61,29 @@ const _: () = assert!(BUFFER_LEN <= MTU_PAYLOAD, "a segment is one packet");
 pub(crate) const RECEIVE_BUFFERS: usize = 48;
 /// Send buffers, so segments in the NIC at once (the NIC takes 32 sends per port).
 pub(crate) const SEND_BUFFERS: usize = 24;
+
+/// Messages of this many bytes or more go by rendezvous (RDMA put into the receiver's
+/// registered memory); shorter ones eagerly, in segments. CollGM's eager segments are 64 KiB, and
+/// so is the point where its rendezvous takes over: below it the handshake's two extra messages
+/// cost more than the copies through receive buffers save. `NICBAR_COLL_RENDEZVOUS` (a byte
+/// count, or `off`) changes it per process; the ranks need not agree, since each message's
+/// sender chooses and a receiver takes either.
+pub(crate) const RENDEZVOUS_THRESHOLD: usize = 64 * 1024;
+/// Bytes each put of a rendezvous carries (the NIC cuts it into packets).
+pub(crate) const PUT_CHUNK: usize = 64 * 1024;
+/// Puts of one rendezvous in the NIC at once: enough to keep the wire busy while completions
+/// come back, few enough to leave the port's send tokens to the eager segments.
+pub(crate) const PUTS_IN_FLIGHT: usize = 4;
+/// Idle registered regions the pool keeps for later transfers (more are deregistered).
+const POOL_KEEP: usize = 8;
+/// Bytes of idle registered regions the pool keeps at most (the largest go first past it).
+const POOL_KEEP_BYTES: usize = 64 << 20;
+/// The smallest region the pool registers (smaller requests get this much, for reuse).
+const POOL_MINIMUM: usize = 64 * 1024;
+/// The first bytes of every rendezvous control message.
+const RENDEZVOUS_MAGIC: u32 = u32::from_le_bytes(*b"NBR1");
+/// Bytes of a rendezvous control message.
+const CONTROL_LEN: usize = 40;
 
 /// What names one message among a sender's: the communicator, the operation on it, and the
 /// part of the operation (a phase, a segment of a pipeline).
@@ -90,6 +135,148 @@ impl Header {
             offset: long(16)?,
             total: long(24)?,
         })
+    }
+}
+
+/// What a rendezvous control message says.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum ControlKind {
+    /// Ready to send: `value` is the message's length.
+    Ready,
+    /// Clear to send: `value` is the remote pointer of the landing region.
+    Clear,
+    /// The receiver cannot take the message by rendezvous: send it eagerly.
+    Refuse,
+    /// Every byte is in the landing region.
+    Done,
+}
+
+impl ControlKind {
+    fn code(self) -> u32 {
+        match self {
+            Self::Ready => 1,
+            Self::Clear => 2,
+            Self::Refuse => 3,
+            Self::Done => 4,
+        }
+    }
+
+    fn from_code(code: u32) -> Option<Self> {
+        Some(match code {
+            1 => Self::Ready,
+            2 => Self::Clear,
+            3 => Self::Refuse,
+            4 => Self::Done,
+            _ => return None,
+        })
+    }
+}
+
+/// A rendezvous control message: a message's key, the sender's id for it, and a value.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct Control {
+    kind: ControlKind,
+    key: Key,
+    /// The sender's id of the message ([`SendId`]): a clear-to-send and a "done" name it.
+    id: u64,
+    value: u64,
+}
+
+impl Control {
+    fn to_bytes(self) -> [u8; CONTROL_LEN] {
+        let mut out = [0u8; CONTROL_LEN];
+        out[0..4].copy_from_slice(&RENDEZVOUS_MAGIC.to_le_bytes());
+        out[4..8].copy_from_slice(&self.key.context.to_le_bytes());
+        out[8..12].copy_from_slice(&self.key.sequence.to_le_bytes());
+        out[12..16].copy_from_slice(&self.key.part.to_le_bytes());
+        out[16..20].copy_from_slice(&self.kind.code().to_le_bytes());
+        out[24..32].copy_from_slice(&self.id.to_le_bytes());
+        out[32..40].copy_from_slice(&self.value.to_le_bytes());
+        out
+    }
+
+    /// The control message `bytes` are, if they are exactly one.
+    fn parse(bytes: &[u8]) -> Option<Self> {
+        if bytes.len() != CONTROL_LEN {
+            return None;
+        }
+        let word = |at: usize| {
+            u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
+        };
+        let long = |at: usize| {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(&bytes[at..at + 8]);
+            u64::from_le_bytes(word)
+        };
+        if word(0) != RENDEZVOUS_MAGIC || word(20) != 0 {
+            return None;
+        }
+        Some(Self {
+            kind: ControlKind::from_code(word(16))?,
+            key: Key {
+                context: word(4),
+                sequence: word(8),
+                part: word(12),
+            },
+            id: long(24),
+            value: long(32),
+        })
+    }
+}
+
+/// Registered regions kept for rendezvous transfers, landing and source alike.
+#[derive(Default)]
+struct RegionPool {
+    idle: Vec<MemoryRegion>,
+    /// Regions registered so far.
+    registered: u64,
+}
+
+impl RegionPool {
+    /// An idle region of at least `len` bytes (the smallest such), or a new one.
+    fn take(&mut self, port: &mut Port, len: usize) -> Result<MemoryRegion, Error> {
+        if let Some(at) = (0..self.idle.len())
+            .filter(|&at| self.idle[at].len() >= len)
+            .min_by_key(|&at| self.idle[at].len())
+        {
+            return Ok(self.idle.swap_remove(at));
+        }
+        // Registered a little larger than asked, so a later transfer a little larger reuses it.
+        let size = len
+            .checked_next_power_of_two()
+            .unwrap_or(len)
+            .max(POOL_MINIMUM)
+            .min(shared_abi::rdma::MAX_RDMA_LENGTH as usize)
+            .max(len);
+        let region = port.register_memory(size)?;
+        self.registered += 1;
+        Ok(region)
+    }
+
+    /// `region` is free again, for later transfers ([`RegionPool::trim`] deregisters extras).
+    fn give(&mut self, region: MemoryRegion) {
+        self.idle.push(region);
+    }
+
+    /// Deregisters idle regions while more than [`POOL_KEEP`] are idle (the smallest first) or
+    /// they hold more than [`POOL_KEEP_BYTES`] (the largest first).
+    fn trim(&mut self, port: &mut Port) {
+        loop {
+            let bytes: usize = self.idle.iter().map(MemoryRegion::len).sum();
+            let lengths = (0..self.idle.len()).map(|at| (self.idle[at].len(), at));
+            let at = if self.idle.len() > POOL_KEEP {
+                lengths.min()
+            } else if bytes > POOL_KEEP_BYTES {
+                lengths.max()
+            } else {
+                None
+            };
+            let Some((_, at)) = at else {
+                break;
+            };
+            let region = self.idle.swap_remove(at);
+            let _ = port.deregister_memory(&region);
+        }
     }
 }
 
@@ -152,6 +339,56 @@ struct Outgoing {
     data: Arc<[u8]>,
     /// Index of the next segment to post.
     next: usize,
+    /// A rendezvous control message: `data` goes as it is, in one packet, with no header.
+    control: bool,
+}
+
+impl Outgoing {
+    /// Packets the message takes.
+    fn packets(&self) -> usize {
+        if self.control {
+            1
+        } else {
+            segment_count(self.data.len())
+        }
+    }
+}
+
+/// Where a rendezvous send stands.
+enum Rendezvous {
+    /// The ready-to-send is out; the receiver's answer has not come.
+    Asking { data: Arc<[u8]> },
+    /// The receiver's landing region is known: the message is in `region` and goes there by
+    /// puts.
+    Putting {
+        region: MemoryRegion,
+        /// The landing region's remote pointer.
+        remote: RemotePointer,
+        total: usize,
+        /// Offset of the first byte no put has carried yet.
+        next: usize,
+        /// Chunks to put again (their put was given up on): (offset, length).
+        again: Vec<(usize, usize)>,
+        /// Puts in the NIC.
+        in_flight: usize,
+        /// Bytes the target has.
+        landed: usize,
+    },
+}
+
+/// A put of a rendezvous in the NIC, by its context.
+struct PutFlight {
+    id: SendId,
+    to: Member,
+    offset: usize,
+    length: usize,
+}
+
+/// A rendezvous the receiver has answered: where the message lands, until its "done".
+struct Landing {
+    id: u64,
+    total: usize,
+    region: MemoryRegion,
 }
 
 /// A segment in the NIC, by the send's context.
@@ -168,6 +405,10 @@ struct SendRecord {
     undelivered: usize,
     error: Option<TransferError>,
     detached: bool,
+    /// The rendezvous under way, if the message goes by one (`None` once its "done" is queued).
+    rendezvous: Option<(Member, Key, Rendezvous)>,
+    /// A rendezvous control message of the transfers' own, not a caller's message.
+    internal: bool,
 }
 
 /// A message being assembled from its segments.
@@ -191,6 +432,17 @@ pub(crate) struct TransferCounters {
     pub(crate) late_failures: u64,
     /// Arrivals dropped: malformed, inconsistent or duplicated.
     pub(crate) dropped: u64,
+    /// Messages sent by rendezvous (their data put into the receiver's memory).
+    pub(crate) rendezvous_sent: u64,
+    /// Messages received by rendezvous.
+    pub(crate) rendezvous_received: u64,
+    /// Ready-to-sends this endpoint refused (it could not register a landing region): those
+    /// messages came eagerly.
+    pub(crate) rendezvous_refused: u64,
+    /// Puts sent again after the NIC gave up on them.
+    pub(crate) puts_resent: u64,
+    /// Regions registered for rendezvous transfers.
+    pub(crate) regions_registered: u64,
 }
 
 /// The transfers of one port.
@@ -210,6 +462,17 @@ pub(crate) struct Transfers {
     /// When each message's first give-up happened, for the retry window.
     first_give_up: HashMap<SendId, Instant>,
     counters: TransferCounters,
+    /// Messages this long or longer go by rendezvous.
+    threshold: usize,
+    /// Registered regions for rendezvous.
+    pool: RegionPool,
+    /// Puts in the NIC, by context.
+    puts: HashMap<u64, PutFlight>,
+    /// Source regions of sends forgotten while puts from them were in the NIC: given back to the
+    /// pool when the last of those puts ends.
+    draining: HashMap<SendId, (MemoryRegion, usize)>,
+    /// Rendezvous this endpoint answered, by sender and key.
+    landing: HashMap<(Member, Key), Landing>,
 }
 
 impl Transfers {
@@ -219,6 +482,9 @@ impl Transfers {
     /// What the port says when the arena has no room or a provide is refused.
     pub(crate) fn new(port: &mut Port, retry_window: Duration) -> Result<Self, Error> {
         let mut transfers = Self::empty(retry_window);
+        // Peers put into this port's landing regions. (Without it their puts are refused and the
+        // sends fail; a port that cannot register memory refuses rendezvous instead.)
+        port.allow_remote_memory_access()?;
         for _ in 0..SEND_BUFFERS {
             transfers.spare.push(port.dma_alloc(BUFFER_LEN)?);
         }
@@ -245,12 +511,30 @@ impl Transfers {
             retry_window,
             first_give_up: HashMap::new(),
             counters: TransferCounters::default(),
+            threshold: RENDEZVOUS_THRESHOLD,
+            pool: RegionPool::default(),
+            puts: HashMap::new(),
+            draining: HashMap::new(),
+            landing: HashMap::new(),
         }
+    }
+
+    /// Messages of `threshold` bytes or more go by rendezvous from now on (`usize::MAX`: none).
+    pub(crate) fn set_rendezvous_threshold(&mut self, threshold: usize) {
+        self.threshold = threshold;
+    }
+
+    /// Whether a message of `length` bytes goes by rendezvous.
+    pub(crate) fn by_rendezvous(&self, length: usize) -> bool {
+        length >= self.threshold && length as u64 <= shared_abi::rdma::MAX_RDMA_LENGTH
     }
 
     /// What the transfers did so far.
     pub(crate) fn counters(&self) -> TransferCounters {
-        self.counters
+        TransferCounters {
+            regions_registered: self.pool.registered,
+            ..self.counters
+        }
     }
 
     fn provide(&mut self, port: &mut Port, buffer: DmaBuffer) -> Result<(), Error> {
@@ -265,6 +549,27 @@ impl Transfers {
     pub(crate) fn send(&mut self, to: Member, key: Key, data: Arc<[u8]>) -> SendId {
         let id = SendId(self.next_id);
         self.next_id += 1;
+        if self.by_rendezvous(data.len()) {
+            let ready = Control {
+                kind: ControlKind::Ready,
+                key,
+                id: id.0,
+                value: data.len() as u64,
+            };
+            self.sends.insert(
+                id,
+                SendRecord {
+                    unposted: 1,
+                    undelivered: 1,
+                    error: None,
+                    detached: false,
+                    rendezvous: Some((to, key, Rendezvous::Asking { data })),
+                    internal: false,
+                },
+            );
+            self.queue_control(id, to, ready);
+            return id;
+        }
         self.sends.insert(
             id,
             SendRecord {
@@ -272,6 +577,8 @@ impl Transfers {
                 undelivered: segment_count(data.len()),
                 error: None,
                 detached: false,
+                rendezvous: None,
+                internal: false,
             },
         );
         self.outgoing.push_back(Outgoing {
@@ -280,8 +587,40 @@ impl Transfers {
             key,
             data,
             next: 0,
+            control: false,
         });
         id
+    }
+
+    /// Queues the control message `control` for `to` as a packet of the send `id`.
+    fn queue_control(&mut self, id: SendId, to: Member, control: Control) {
+        self.outgoing.push_back(Outgoing {
+            id,
+            to,
+            key: control.key,
+            data: Arc::new(control.to_bytes()),
+            next: 0,
+            control: true,
+        });
+    }
+
+    /// Sends `control` to `to` as a message of the transfers' own: nobody waits for it, and its
+    /// failure is counted as a late one (the peer's own wait then fails).
+    fn send_internal(&mut self, to: Member, control: Control) {
+        let id = SendId(self.next_id);
+        self.next_id += 1;
+        self.sends.insert(
+            id,
+            SendRecord {
+                unposted: 1,
+                undelivered: 1,
+                error: None,
+                detached: true,
+                rendezvous: None,
+                internal: true,
+            },
+        );
+        self.queue_control(id, to, control);
     }
 
     /// Whether the message `id` is wholly in the NIC's hands (`Ok(true)`: the NIC delivers it
@@ -298,7 +637,7 @@ impl Transfers {
             self.forget_send(id);
             return Err(error);
         }
-        Ok(record.unposted == 0)
+        Ok(record.unposted == 0 && record.rendezvous.is_none())
     }
 
     /// The sender asks no more about message `id`: it is forgotten once delivered, and a failure
@@ -314,14 +653,37 @@ impl Transfers {
         if record.error.is_some() {
             self.counters.late_failures += 1;
             self.forget_send(id);
+        } else if record.rendezvous.is_some() {
+            // The operation ended (failed) mid-rendezvous: the message is abandoned, and the
+            // receiver's wait for its "done" fails on its own.
+            self.forget_send(id);
         } else if record.undelivered == 0 {
             self.counters.messages_sent += 1;
             self.forget_send(id);
         }
     }
 
+    /// Forgets `id`'s record and queued packets, and its rendezvous's source region (back to
+    /// the pool, or, while puts from it are in the NIC, once they end).
     fn forget_send(&mut self, id: SendId) {
-        self.sends.remove(&id);
+        if let Some(SendRecord {
+            rendezvous:
+                Some((
+                    _,
+                    _,
+                    Rendezvous::Putting {
+                        region, in_flight, ..
+                    },
+                )),
+            ..
+        }) = self.sends.remove(&id)
+        {
+            if in_flight == 0 {
+                self.pool.give(region);
+            } else {
+                self.draining.insert(id, (region, in_flight));
+            }
+        }
         self.first_give_up.remove(&id);
         self.outgoing.retain(|message| message.id != id);
     }
@@ -333,9 +695,9 @@ impl Transfers {
         Some(message)
     }
 
-    /// Whether anything waits to go out.
+    /// Whether anything waits to go out (puts in the NIC included: their ends are awaited).
     pub(crate) fn has_outgoing(&self) -> bool {
-        !self.outgoing.is_empty() || !self.resend.is_empty()
+        !self.outgoing.is_empty() || !self.resend.is_empty() || !self.puts.is_empty()
     }
 
     /// Takes `event` if it is the transfers' (a segment arrived, or a segment's send ended);
@@ -355,7 +717,10 @@ impl Transfers {
                 if status == Status::SUCCESS {
                     let from = Member::new(sender_node, sender_port);
                     match buffer.get(..length) {
-                        Some(bytes) => self.arrive(from, bytes),
+                        Some(bytes) => match Control::parse(bytes) {
+                            Some(control) => self.control(port, from, control),
+                            None => self.arrive(from, bytes),
+                        },
                         None => self.counters.dropped += 1,
                     }
                 }
@@ -371,6 +736,12 @@ impl Transfers {
                 ..
             } if self.in_flight.contains_key(&context) => {
                 self.sent(buffer, context, status);
+                None
+            }
+            Event::OperationDone {
+                context, status, ..
+            } if self.puts.contains_key(&context) => {
+                self.put_done(context, status);
                 None
             }
             Event::SendRejected {
@@ -408,8 +779,10 @@ impl Transfers {
             self.spare.push(buffer);
             if let Some(record) = self.sends.get_mut(&flight.id) {
                 record.undelivered = record.undelivered.saturating_sub(1);
-                if record.detached && record.undelivered == 0 {
-                    self.counters.messages_sent += 1;
+                if record.detached && record.undelivered == 0 && record.rendezvous.is_none() {
+                    if !record.internal {
+                        self.counters.messages_sent += 1;
+                    }
                     self.forget_send(flight.id);
                 }
             }
@@ -520,9 +893,321 @@ impl Transfers {
         }
     }
 
-    /// Posts what waits to go out while send buffers and tokens last. Returns whether it posted
-    /// anything.
+    /// A rendezvous control message `control` arrived from `from`.
+    fn control(&mut self, port: &mut Port, from: Member, control: Control) {
+        match control.kind {
+            ControlKind::Ready => self.ready(port, from, control),
+            ControlKind::Clear | ControlKind::Refuse => self.answered(port, from, control),
+            ControlKind::Done => {
+                let key = (from, control.key);
+                match self.landing.remove(&key) {
+                    Some(landing) if landing.id == control.id => {
+                        let data = landing.region.bytes().to_vec(0, landing.total);
+                        self.pool.give(landing.region);
+                        self.counters.rendezvous_received += 1;
+                        self.arrived.insert(key, data);
+                    }
+                    Some(other) => {
+                        self.landing.insert(key, other);
+                        self.counters.dropped += 1;
+                    }
+                    None => self.counters.dropped += 1,
+                }
+            }
+        }
+    }
+
+    /// `from` is ready to send a message by rendezvous: a landing region goes back to it at
+    /// once (or a refusal, if none can be registered: the message then comes eagerly).
+    fn ready(&mut self, port: &mut Port, from: Member, control: Control) {
+        let key = (from, control.key);
+        let Ok(total) = usize::try_from(control.value) else {
+            self.counters.dropped += 1;
+            return;
+        };
+        if control.value > shared_abi::rdma::MAX_RDMA_LENGTH
+            || self.landing.contains_key(&key)
+            || self.arrived.contains_key(&key)
+            || self.assembling.contains_key(&key)
+        {
+            self.counters.dropped += 1;
+            return;
+        }
+        // As an eager message's assembly: a length this process cannot hold is refused, not
+        // an abort.
+        let room = Vec::<u8>::new().try_reserve_exact(total).is_ok();
+        let region = if room {
+            self.pool.take(port, total).ok()
+        } else {
+            None
+        };
+        let answer = match region {
+            Some(region) => {
+                let value = region.remote(0);
+                self.landing.insert(
+                    key,
+                    Landing {
+                        id: control.id,
+                        total,
+                        region,
+                    },
+                );
+                Control {
+                    kind: ControlKind::Clear,
+                    value,
+                    ..control
+                }
+            }
+            None => {
+                self.counters.rendezvous_refused += 1;
+                Control {
+                    kind: ControlKind::Refuse,
+                    value: 0,
+                    ..control
+                }
+            }
+        };
+        self.send_internal(from, answer);
+    }
+
+    /// The receiver `from` answered the ready-to-send of a message of ours: the puts start, or
+    /// the message goes eagerly.
+    fn answered(&mut self, port: &mut Port, from: Member, control: Control) {
+        let id = SendId(control.id);
+        let asked = matches!(
+            self.sends.get(&id),
+            Some(SendRecord {
+                error: None,
+                rendezvous: Some((to, key, Rendezvous::Asking { .. })),
+                ..
+            }) if *to == from && *key == control.key
+        );
+        if !asked {
+            self.counters.dropped += 1;
+            return;
+        }
+        let Some(record) = self.sends.get_mut(&id) else {
+            return;
+        };
+        let Some((to, key, Rendezvous::Asking { data })) = record.rendezvous.take() else {
+            return;
+        };
+        let region = match control.kind {
+            ControlKind::Clear => self.pool.take(port, data.len()).ok(),
+            _ => None,
+        };
+        let Some(region) = region else {
+            // Refused, or this side cannot register the source: eagerly, as a short message.
+            record.unposted += segment_count(data.len());
+            record.undelivered += segment_count(data.len());
+            self.outgoing.push_back(Outgoing {
+                id,
+                to,
+                key,
+                data,
+                next: 0,
+                control: false,
+            });
+            return;
+        };
+        region.bytes().write(0, &data);
+        record.rendezvous = Some((
+            to,
+            key,
+            Rendezvous::Putting {
+                region,
+                remote: RemotePointer::from_u64(control.value),
+                total: data.len(),
+                next: 0,
+                again: Vec::new(),
+                in_flight: 0,
+                landed: 0,
+            },
+        ));
+        if data.is_empty() {
+            self.landed(id);
+        }
+    }
+
+    /// A put of a rendezvous ended with `status`.
+    fn put_done(&mut self, context: u64, status: Status) {
+        let Some(flight) = self.puts.remove(&context) else {
+            return;
+        };
+        if let Some((_, left)) = self.draining.get_mut(&flight.id) {
+            *left -= 1;
+            if *left == 0
+                && let Some((region, _)) = self.draining.remove(&flight.id)
+            {
+                self.pool.give(region);
+            }
+            return;
+        }
+        let now = Instant::now();
+        let retry_until = match self.first_give_up.get(&flight.id) {
+            Some(first) => *first + self.retry_window,
+            None => now + self.retry_window,
+        };
+        let Some(SendRecord {
+            rendezvous:
+                Some((
+                    _,
+                    _,
+                    Rendezvous::Putting {
+                        total,
+                        again,
+                        in_flight,
+                        landed,
+                        ..
+                    },
+                )),
+            ..
+        }) = self.sends.get_mut(&flight.id)
+        else {
+            return;
+        };
+        *in_flight = in_flight.saturating_sub(1);
+        if status == Status::SUCCESS {
+            *landed += flight.length;
+            if *landed >= *total && *in_flight == 0 {
+                self.landed(flight.id);
+            }
+            return;
+        }
+        let given_up =
+            status == Status::SEND_TIMED_OUT || status == Status::TARGET_NODE_UNREACHABLE;
+        if given_up && now < retry_until {
+            // As an eager segment's: the target's NIC answered nothing for a while; the same
+            // bytes to the same place again (a put is idempotent).
+            again.push((flight.offset, flight.length));
+            self.first_give_up.entry(flight.id).or_insert(now);
+            self.counters.puts_resent += 1;
+            return;
+        }
+        self.fail(
+            InFlight {
+                id: flight.id,
+                to: flight.to,
+                length: flight.length,
+            },
+            status,
+        );
+    }
+
+    /// Every byte of the rendezvous `id` is in the receiver's memory: the source region goes
+    /// back to the pool and the "done" is queued (the send is in the NIC's hands once it is).
+    fn landed(&mut self, id: SendId) {
+        let Some(record) = self.sends.get_mut(&id) else {
+            return;
+        };
+        let Some((to, key, Rendezvous::Putting { region, .. })) = record.rendezvous.take() else {
+            return;
+        };
+        self.pool.give(region);
+        record.unposted += 1;
+        record.undelivered += 1;
+        self.counters.rendezvous_sent += 1;
+        self.queue_control(
+            id,
+            to,
+            Control {
+                kind: ControlKind::Done,
+                key,
+                id: id.0,
+                value: 0,
+            },
+        );
+    }
+
+    /// Posts the puts of rendezvous whose landing region is known, up to [`PUTS_IN_FLIGHT`]
+    /// each, while send tokens last. Returns whether it posted any.
+    fn post_puts(&mut self, port: &mut Port) -> bool {
+        let mut posted = false;
+        for (&id, record) in &mut self.sends {
+            if record.error.is_some() {
+                continue;
+            }
+            let Some((
+                to,
+                _,
+                Rendezvous::Putting {
+                    region,
+                    remote,
+                    total,
+                    next,
+                    again,
+                    in_flight,
+                    ..
+                },
+            )) = &mut record.rendezvous
+            else {
+                continue;
+            };
+            while *in_flight < PUTS_IN_FLIGHT {
+                let (offset, length) = match again.pop() {
+                    Some(chunk) => chunk,
+                    None if *next < *total => (*next, (*total - *next).min(PUT_CHUNK)),
+                    None => break,
+                };
+                let Some(target) = remote.add(offset as u64) else {
+                    record.error = Some(TransferError::Port(format!(
+                        "the landing region's offset {offset} is past 4 GiB"
+                    )));
+                    break;
+                };
+                let context = self.next_context;
+                match port.put(
+                    region,
+                    offset,
+                    target.to_u64(),
+                    length,
+                    to.node,
+                    to.port,
+                    context,
+                ) {
+                    Ok(()) => {
+                        self.next_context += 1;
+                        posted = true;
+                        *in_flight += 1;
+                        if offset == *next {
+                            *next += length;
+                        }
+                        self.puts.insert(
+                            context,
+                            PutFlight {
+                                id,
+                                to: *to,
+                                offset,
+                                length,
+                            },
+                        );
+                    }
+                    Err(Error::NoSendTokens) => {
+                        if offset != *next {
+                            again.push((offset, length));
+                        }
+                        return posted;
+                    }
+                    Err(error) => {
+                        record.error = Some(TransferError::Port(error.to_string()));
+                        break;
+                    }
+                }
+            }
+        }
+        posted
+    }
+
+    /// Posts what waits to go out while send buffers and tokens last: packets first, then puts.
+    /// Returns whether it posted anything.
     pub(crate) fn post(&mut self, port: &mut Port) -> bool {
+        self.pool.trim(port);
+        let packets = self.post_packets(port);
+        self.post_puts(port) || packets
+    }
+
+    /// Posts packets (segments and control messages) while send buffers and tokens last.
+    fn post_packets(&mut self, port: &mut Port) -> bool {
         let mut posted = false;
         while let Some((buffer, context)) = self.resend.pop_front() {
             let Some(flight) = self.in_flight.get(&context) else {
@@ -556,22 +1241,29 @@ impl Transfers {
             let Some(mut buffer) = self.spare.pop() else {
                 return posted;
             };
-            let (offset, length) = segments(message.data.len())
-                .nth(message.next)
-                .unwrap_or((0, 0));
-            Header {
-                key: message.key,
-                offset: offset as u64,
-                total: message.data.len() as u64,
-            }
-            .write(&mut buffer[..HEADER_LEN]);
-            buffer[HEADER_LEN..HEADER_LEN + length]
-                .copy_from_slice(&message.data[offset..offset + length]);
+            let bytes = if message.control {
+                let length = message.data.len().min(BUFFER_LEN);
+                buffer[..length].copy_from_slice(&message.data[..length]);
+                length
+            } else {
+                let (offset, length) = segments(message.data.len())
+                    .nth(message.next)
+                    .unwrap_or((0, 0));
+                Header {
+                    key: message.key,
+                    offset: offset as u64,
+                    total: message.data.len() as u64,
+                }
+                .write(&mut buffer[..HEADER_LEN]);
+                buffer[HEADER_LEN..HEADER_LEN + length]
+                    .copy_from_slice(&message.data[offset..offset + length]);
+                HEADER_LEN + length
+            };
             let (id, to) = (message.id, message.to);
             let context = self.next_context;
             match port.send(
                 buffer,
-                HEADER_LEN + length,
+                bytes,
                 SIZE_CLASS,
                 Priority::LOW,
                 to.node,
@@ -586,14 +1278,14 @@ impl Transfers {
                         InFlight {
                             id,
                             to,
-                            length: HEADER_LEN + length,
+                            length: bytes,
                         },
                     );
                     message.next += 1;
                     if let Some(record) = self.sends.get_mut(&id) {
                         record.unposted = record.unposted.saturating_sub(1);
                     }
-                    if message.next >= segment_count(message.data.len()) {
+                    if message.next >= message.packets() {
                         self.outgoing.pop_front();
                     }
                 }
@@ -637,6 +1329,56 @@ mod tests {
                 next += length;
             }
             assert_eq!(next, total);
+        }
+    }
+
+    #[test]
+    fn the_threshold_picks_the_protocol() {
+        let mut transfers = Transfers::empty(Duration::from_secs(1));
+        assert!(!transfers.by_rendezvous(0));
+        assert!(!transfers.by_rendezvous(RENDEZVOUS_THRESHOLD - 1));
+        assert!(transfers.by_rendezvous(RENDEZVOUS_THRESHOLD));
+        assert!(transfers.by_rendezvous(16 << 20));
+        // Longer than one put can address: eagerly.
+        assert!(!transfers.by_rendezvous(shared_abi::rdma::MAX_RDMA_LENGTH as usize + 1));
+        transfers.set_rendezvous_threshold(usize::MAX);
+        assert!(!transfers.by_rendezvous(16 << 20));
+        transfers.set_rendezvous_threshold(100);
+        assert!(!transfers.by_rendezvous(99));
+        assert!(transfers.by_rendezvous(100));
+    }
+
+    #[test]
+    fn a_control_message_round_trips_and_garbage_is_none() {
+        let control = Control {
+            kind: ControlKind::Clear,
+            key: Key {
+                context: 7,
+                sequence: 9,
+                part: 3,
+            },
+            id: 1 << 40,
+            value: u64::MAX - 5,
+        };
+        let bytes = control.to_bytes();
+        assert_eq!(Control::parse(&bytes), Some(control));
+        // Nor is a control message a segment, or a segment a control message.
+        assert_eq!(Header::parse(&bytes), None);
+        let mut segment = [0u8; CONTROL_LEN];
+        Header {
+            key: control.key,
+            offset: 0,
+            total: 8,
+        }
+        .write(&mut segment);
+        assert_eq!(Control::parse(&segment), None);
+        // Short, long, an unknown kind, the reserved word set, another magic.
+        assert_eq!(Control::parse(&bytes[..CONTROL_LEN - 1]), None);
+        assert_eq!(Control::parse(&[&bytes[..], &[0]].concat()), None);
+        for (at, value) in [(16, 9u8), (20, 1), (0, b'X')] {
+            let mut bad = bytes;
+            bad[at] = value;
+            assert_eq!(Control::parse(&bad), None, "byte {at} = {value}");
         }
     }
 
