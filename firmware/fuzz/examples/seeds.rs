@@ -66,13 +66,25 @@ fn main() {
             (kind, format!("kind{kind}"), payload)
         })
         .chain([
-            (PacketKind::DATA_SEGMENT.0, "kind13-first".into(), &first[..]),
-            (PacketKind::DATA_SEGMENT.0, "kind13-second".into(), &second[..]),
+            (
+                PacketKind::DATA_SEGMENT.0,
+                "kind13-first".into(),
+                &first[..],
+            ),
+            (
+                PacketKind::DATA_SEGMENT.0,
+                "kind13-second".into(),
+                &second[..],
+            ),
         ])
     {
         let mut header = PacketHeader::new(PacketKind(kind), NodeId::new(0), NodeId::new(1));
         header.dst_port = PortId(u8::from(kind == 5));
-        header.size = if kind == PacketKind::DATA_SEGMENT.0 { 13 } else { 7 };
+        header.size = if kind == PacketKind::DATA_SEGMENT.0 {
+            13
+        } else {
+            7
+        };
         header.epoch = 1.into();
         let len = header.emit(payload, &mut out).expect("fits");
         write("packet", &name, &out[..len]);
