@@ -256,7 +256,19 @@ pub fn tuning_path() -> Option<PathBuf> {
 }
 
 fn path_from(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Option<PathBuf> {
-    if let Some(value) = var(TUNING_ENV) {
+    config_file_path(TUNING_ENV, "tuning", var)
+}
+
+/// Where nicbar's configuration file `file` is: the path in the environment variable `env_var`
+/// if it is set (empty or `off`: no file), else `$XDG_CONFIG_HOME/nicbar/FILE` (an absolute
+/// `XDG_CONFIG_HOME` only), else `$HOME/.config/nicbar/FILE`. `var` reads the environment (a test
+/// passes its own). The tuning file and the collectives' selection map are found this way.
+pub fn config_file_path(
+    env_var: &str,
+    file: &str,
+    var: impl Fn(&str) -> Option<std::ffi::OsString>,
+) -> Option<PathBuf> {
+    if let Some(value) = var(env_var) {
         if value.is_empty() || value == "off" {
             return None;
         }
@@ -265,11 +277,11 @@ fn path_from(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Option<PathBuf
     if let Some(config) = var("XDG_CONFIG_HOME").map(PathBuf::from)
         && config.is_absolute()
     {
-        return Some(config.join("nicbar").join("tuning"));
+        return Some(config.join("nicbar").join(file));
     }
     let home = PathBuf::from(var("HOME")?);
     home.is_absolute()
-        .then(|| home.join(".config").join("nicbar").join("tuning"))
+        .then(|| home.join(".config").join("nicbar").join(file))
 }
 
 /// The tuning file's content, read once per process; `None` without a usable file.

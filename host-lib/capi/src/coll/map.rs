@@ -293,20 +293,7 @@ pub(crate) fn default_path() -> Option<PathBuf> {
 }
 
 fn path_from(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Option<PathBuf> {
-    if let Some(value) = var(MAP_ENV) {
-        if value.is_empty() || value == "off" {
-            return None;
-        }
-        return Some(PathBuf::from(value));
-    }
-    if let Some(config) = var("XDG_CONFIG_HOME").map(PathBuf::from)
-        && config.is_absolute()
-    {
-        return Some(config.join("nicbar").join("coll-map"));
-    }
-    let home = PathBuf::from(var("HOME")?);
-    home.is_absolute()
-        .then(|| home.join(".config").join("nicbar").join("coll-map"))
+    nicbar_rs::tuning::config_file_path(MAP_ENV, "coll-map", var)
 }
 
 /// The map a process uses, and what it was loaded from (for the component's verbose output).
