@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use nicbar::tuning::Tuning;
 use nicbar::{Algorithm, BarrierOptions, Group, Member, NodeId, Port, PortId, WaitMode};
 use nicbar_emulator::{Emulator, EmulatorConfig};
+use nicbar_system::cpu_model;
 
 type Result<T = (), E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
 
@@ -568,16 +569,4 @@ fn write_csv(path: &Path, rows: &[Row], mpi: &[(usize, &'static str, f64)]) -> R
     }
     std::fs::write(path, text)?;
     Ok(())
-}
-
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|text| {
-            text.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|s| s.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into())
 }

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use nicbar::{FastPath, FastPathConfig, LockMode, NodeId, Port, PortId, Route, WaitMode};
 use nicbar_emulator::{Emulator, EmulatorConfig};
+use nicbar_system::{cores, cpu_model};
 
 type Result<T = (), E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
 
@@ -560,20 +561,4 @@ fn lock_client(socket: &str, unit: &str, peer: &str, pairs: usize) -> Result {
         say(&format!("result {}", summarise(&mut ns, false)))?;
     }
     Ok(())
-}
-
-fn cores() -> usize {
-    std::thread::available_parallelism().map_or(1, usize::from)
-}
-
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|text| {
-            text.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|s| s.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into())
 }

@@ -22,12 +22,13 @@
 use std::io::{BufRead, BufReader, Write};
 use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nicbar::{AtomicOp, Event, MemoryRegion, NodeId, Port, PortId, Status, WaitMode};
 use nicbar_emulator::fabric::FabricMap;
 use nicbar_emulator::{Emulator, EmulatorConfig, FabricKey};
+use nicbar_system::{cores, cpu_model, wait_with_timeout};
 use shared_abi::rdma::RDMA_SEGMENT;
 
 type Result<T = (), E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
@@ -407,25 +408,6 @@ fn report(rows: &[Row]) {
     }
 }
 
-fn wait_with_timeout(child: &mut Child, limit: Duration) -> Result {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait()? {
-            return if status.success() {
-                Ok(())
-            } else {
-                Err(format!("a benchmark process failed: {status}").into())
-            };
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(format!("a benchmark process did not finish within {limit:?}").into());
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
 fn child(args: &[String]) -> Result {
     let arg = |i: usize| {
         args.get(i)
@@ -784,20 +766,4 @@ fn tempdir() -> Result<PathBuf> {
     let dir = std::env::temp_dir().join(format!("nicbar-bench-rdma-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     Ok(dir)
-}
-
-fn cores() -> usize {
-    std::thread::available_parallelism().map_or(1, usize::from)
-}
-
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|text| {
-            text.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|s| s.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into())
 }

@@ -22,6 +22,7 @@ use nicbar::{DmaBuffer, Event, NodeId, Port, PortId, Priority, Status, WaitMode}
 use nicbar_emulator::fabric::FabricMap;
 use nicbar_emulator::{Emulator, EmulatorConfig, FabricKey};
 use nicbar_sim::cost::lop::{LopFit, RttPoint, fit_line, fit_lop};
+use nicbar_system::{cpu_model, wait_with_timeout};
 
 type Result<T = (), E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
 
@@ -339,25 +340,6 @@ fn wait_output(mut child: Child, limit: Duration) -> Result<Vec<u8>> {
     });
     wait_with_timeout(&mut child, limit)?;
     Ok(reader.join().map_err(|_| "reader panicked")??)
-}
-
-fn wait_with_timeout(child: &mut Child, limit: Duration) -> Result {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait()? {
-            return if status.success() {
-                Ok(())
-            } else {
-                Err(format!("a benchmark process failed: {status}").into())
-            };
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(format!("a benchmark process did not finish within {limit:?}").into());
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }
 
 fn child(args: &[String]) -> Result {
@@ -697,16 +679,4 @@ fn tuned_csv(lop: &LopFit) -> String {
 
 fn free_udp_port() -> Result<u16> {
     Ok(UdpSocket::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|text| {
-            text.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|s| s.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into())
 }
