@@ -30,6 +30,20 @@ pub fn campaign_key(seed: u64) -> [u8; 32] {
     key
 }
 
+/// The firmware configuration of the message and one-sided campaigns of `seed`: short timeouts
+/// (a campaign runs many simulated seconds of faults), every packet authenticated under the
+/// campaign's key, as on a real fabric.
+pub(crate) fn campaign_config(seed: u64) -> firmware::Config {
+    firmware::Config {
+        retransmit_timeout: std::time::Duration::from_micros(400),
+        give_up_after: std::time::Duration::from_millis(400),
+        receiver_not_ready_timeout: std::time::Duration::from_millis(400),
+        retry_interval: std::time::Duration::from_micros(100),
+        default_barrier_timeout: std::time::Duration::from_secs(1),
+        fabric_key: Some(firmware::auth::FabricKey::new(campaign_key(seed))),
+    }
+}
+
 /// A seeded campaign: its seed alone replays it.
 pub trait Campaign: fmt::Debug {
     /// The seed every choice of the campaign is drawn from.

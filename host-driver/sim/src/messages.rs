@@ -6,7 +6,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use firmware::Config;
 use shared_abi::event::{EventKind, Status};
 use shared_abi::ids::{NodeId, PortId};
 use shared_abi::max_length_for_size;
@@ -189,17 +188,7 @@ fn action(kind: u64, node: usize, port: usize) -> Happening {
 /// [`CampaignFailure`] names the seed and the first violation seen.
 pub fn run(campaign: &MessageCampaign) -> Result<CampaignReport, CampaignFailure<MessageCampaign>> {
     let fail = |violation: String| CampaignFailure::new(campaign, violation);
-    let config = Config {
-        retransmit_timeout: Duration::from_micros(400),
-        give_up_after: Duration::from_millis(400),
-        receiver_not_ready_timeout: Duration::from_millis(400),
-        retry_interval: Duration::from_micros(100),
-        default_barrier_timeout: Duration::from_secs(1),
-        // Every packet of the campaigns carries its code, as on a real fabric.
-        fabric_key: Some(firmware::auth::FabricKey::new(crate::campaign_key(
-            campaign.seed,
-        ))),
-    };
+    let config = crate::campaign_config(campaign.seed);
     let mut world = World::new(
         campaign.seed,
         campaign.nodes,

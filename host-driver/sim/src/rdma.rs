@@ -15,7 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use firmware::{Config, Hal};
+use firmware::Hal;
 use shared_abi::event::{EventKind, Status};
 use shared_abi::ids::{NodeId, PortId};
 use shared_abi::rdma::{AtomicOp, RemotePointer};
@@ -263,16 +263,7 @@ pub fn run(campaign: &RdmaCampaign) -> Result<RdmaReport, CampaignFailure<RdmaCa
             campaign.nodes, campaign.ports
         )));
     }
-    let config = Config {
-        retransmit_timeout: Duration::from_micros(400),
-        give_up_after: Duration::from_millis(400),
-        receiver_not_ready_timeout: Duration::from_millis(400),
-        retry_interval: Duration::from_micros(100),
-        default_barrier_timeout: Duration::from_secs(1),
-        fabric_key: Some(firmware::auth::FabricKey::new(crate::campaign_key(
-            campaign.seed,
-        ))),
-    };
+    let config = crate::campaign_config(campaign.seed);
     let mut world = World::new(
         campaign.seed,
         campaign.nodes,
