@@ -483,6 +483,20 @@ type Two = (
 /// Two endpoints on two NICs of one in-process daemon of `units` NICs, driven by one thread (so
 /// a test chooses exactly when each moves).
 fn two_endpoints(name: &str, units: u16) -> Two {
+    let (daemon, dir, mut endpoints, mut members) = endpoints(name, units, 2);
+    members.truncate(2);
+    let b = endpoints.pop().expect("two endpoints");
+    let a = endpoints.pop().expect("two endpoints");
+    (daemon, dir, a, b, members)
+}
+
+/// `count` endpoints on the first NICs of one in-process daemon of `units` NICs, one port each,
+/// driven by one thread; and every NIC's member.
+fn endpoints(
+    name: &str,
+    units: u16,
+    count: u8,
+) -> (EmulatorHandle, PathBuf, Vec<CollEndpoint>, Vec<Member>) {
     let dir: PathBuf =
         std::env::temp_dir().join(format!("nicbar-coll-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -490,15 +504,117 @@ fn two_endpoints(name: &str, units: u16) -> Two {
     let socket = dir.join("control.sock");
     let daemon =
         Emulator::spawn(EmulatorConfig::in_process(&socket, units)).expect("the emulator starts");
-    let endpoint = |unit: u8| {
-        CollEndpoint::new(Port::open_at(&socket, unit, 1).expect("the port opens"))
-            .expect("the endpoint sets up")
-    };
-    let (a, b) = (endpoint(0), endpoint(1));
-    let members = (0..2)
+    let endpoints = (0..count)
+        .map(|unit| {
+            CollEndpoint::new(Port::open_at(&socket, unit, 1).expect("the port opens"))
+                .expect("the endpoint sets up")
+        })
+        .collect();
+    let members = (0..units)
         .map(|n| Member::new(NodeId::new(n), nicbar_rs::PortId(1)))
         .collect();
-    (daemon, dir, a, b, members)
+    (daemon, dir, endpoints, members)
+}
+
+/// Moves every endpoint's transfers on until `done` holds of them (at most ten seconds).
+fn pump_all_until(endpoints: &mut [CollEndpoint], done: impl Fn(&mut [CollEndpoint]) -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !done(endpoints) {
+        assert!(std::time::Instant::now() < deadline, "no progress in 10 s");
+        for endpoint in endpoints.iter_mut() {
+            endpoint.pump_transfers().unwrap();
+        }
+    }
+}
+
+#[test]
+fn an_inner_rank_forwards_each_segment_as_it_arrives() {
+    // Rank 0 sends to rank 1, which asked for the message to be forwarded to ranks 2 and 3:
+    // each eager segment goes on from rank 1's receive buffers (counted once per rank it goes
+    // to), and a message that comes by rendezvous goes on whole. Everyone ends with the bytes.
+    let (daemon, _dir, mut ranks, members) = endpoints("forward", 4, 4);
+    for (sequence, length) in [(1, 0), (2, 50_001), (3, RENDEZVOUS_THRESHOLD + 999)] {
+        let key = transfer::Key {
+            context: 5,
+            sequence,
+            part: 0,
+        };
+        let before = ranks[1].transfer_counters();
+        let ids = ranks[1]
+            .transfers
+            .forward(members[0], key, &members[2..4])
+            .expect("nothing of the message is here yet");
+        let message = data(0, length, sequence as usize);
+        let sent = ranks[0]
+            .transfers
+            .send(members[1], key, message.clone().into());
+        pump_all_until(&mut ranks, |r| {
+            r[1].transfers.has_whole(members[0], key)
+                && r[2].transfers.has_whole(members[1], key)
+                && r[3].transfers.has_whole(members[1], key)
+                && r[0].transfers.send_done(sent) == Ok(true)
+                && ids
+                    .iter()
+                    .all(|&id| r[1].transfers.send_done(id) == Ok(true))
+                && !r.iter().any(|e| e.transfers.has_outgoing())
+        });
+        for (rank, from) in [(1, 0), (2, 1), (3, 1)] {
+            let got = ranks[rank].transfers.take(members[from], key);
+            assert!(
+                got.as_deref() == Some(&message[..]),
+                "rank {rank}, {length} bytes"
+            );
+        }
+        let after = ranks[1].transfer_counters();
+        let segments = if ranks[0].transfers.by_rendezvous(length) {
+            assert_eq!(after.rendezvous_received, before.rendezvous_received + 1);
+            0
+        } else {
+            transfer::segments(length).count() as u64
+        };
+        assert_eq!(
+            after.forwarded - before.forwarded,
+            2 * segments,
+            "{length} bytes: each segment once to each of two ranks"
+        );
+    }
+    for rank in ranks {
+        rank.port.close().unwrap();
+    }
+    drop(daemon);
+}
+
+#[test]
+fn a_message_here_before_its_forward_is_not_forwarded() {
+    // Part of the message is here when the forward is asked for: it is refused (the caller
+    // sends the message on once whole), and nothing is forwarded.
+    let (daemon, _dir, mut ranks, members) = endpoints("late-forward", 3, 3);
+    let key = transfer::Key {
+        context: 5,
+        sequence: 1,
+        part: 0,
+    };
+    let message = data(0, 20_000, 1);
+    ranks[0]
+        .transfers
+        .send(members[1], key, message.clone().into());
+    pump_all_until(&mut ranks, |r| r[1].transfers.holds(members[0], key));
+    assert!(
+        ranks[1]
+            .transfers
+            .forward(members[0], key, &members[2..3])
+            .is_none()
+    );
+    pump_all_until(&mut ranks, |r| {
+        !r.iter().any(|e| e.transfers.has_outgoing())
+            && r[1].transfers.take(members[0], key).is_some()
+    });
+    assert_eq!(ranks[1].transfer_counters().forwarded, 0);
+    assert!(!ranks[2].transfers.holds(members[1], key));
+    for rank in ranks {
+        rank.port.close().unwrap();
+    }
+    drop(daemon);
 }
 
 /// Moves `endpoint`'s transfers on until `done` holds of it (at most ten seconds).

@@ -26,6 +26,15 @@
 //!    receiver's memory), the sender sends a small "done"; the receiver copies the message out
 //!    and it has arrived, as an eager one would.
 //!
+//! A rank that passes a message on (the inner ranks of a broadcast tree) can ask for it to be
+//! *forwarded* ([`Transfers::forward`], CollGM §3.3's message forwarding): each eager segment of
+//! it, as it arrives, goes on to the next ranks from the receive buffer it arrived in — the NIC
+//! sends that very buffer to the first of them (a spare send buffer takes its place among the
+//! provided ones), and a copy of it to the others — while it is also copied out for the caller.
+//! The segment is on its way down the tree before the message is whole, and no copy is made
+//! into a send buffer for the first child. A message that comes by rendezvous is passed on as an
+//! ordinary send once it is whole.
+//!
 //! Answering at once means a rendezvous needs no order among the ranks' receives: a collective
 //! whose ranks wait for each other in any order still moves. Landing and source regions come
 //! from one pool per endpoint ([`RegionPool`]): registering is a round trip to the NIC and the
@@ -411,6 +420,27 @@ struct SendRecord {
     internal: bool,
 }
 
+impl SendRecord {
+    /// The record of a message not yet handed to the NIC, in `packets` packets.
+    fn new(packets: usize) -> Self {
+        Self {
+            unposted: packets,
+            undelivered: packets,
+            error: None,
+            detached: false,
+            rendezvous: None,
+            internal: false,
+        }
+    }
+}
+
+/// Where a message that is forwarded as it arrives goes on to: a send (its record) per rank.
+struct Forward {
+    to: Vec<(Member, SendId)>,
+    /// Whether a segment has arrived (the records then count the message's segments).
+    started: bool,
+}
+
 /// A message being assembled from its segments.
 struct Assembly {
     data: Vec<u8>,
@@ -443,6 +473,8 @@ pub(crate) struct TransferCounters {
     pub(crate) puts_resent: u64,
     /// Regions registered for rendezvous transfers.
     pub(crate) regions_registered: u64,
+    /// Segments passed on as they arrived (forwarding), one per segment and rank.
+    pub(crate) forwarded: u64,
 }
 
 /// The transfers of one port.
@@ -473,6 +505,13 @@ pub(crate) struct Transfers {
     draining: HashMap<SendId, (MemoryRegion, usize)>,
     /// Rendezvous this endpoint answered, by sender and key.
     landing: HashMap<(Member, Key), Landing>,
+    /// Messages forwarded as they arrive, by sender and key.
+    forwards: HashMap<(Member, Key), Forward>,
+    /// Segments to forward that found no spare send buffer: (send, rank, the packet's bytes).
+    forward_backlog: VecDeque<(SendId, Member, Box<[u8]>)>,
+    /// Receive buffers sent on by forwarding whose place among the provided ones no spare send
+    /// buffer has taken yet.
+    lent: usize,
 }
 
 impl Transfers {
@@ -516,6 +555,9 @@ impl Transfers {
             puts: HashMap::new(),
             draining: HashMap::new(),
             landing: HashMap::new(),
+            forwards: HashMap::new(),
+            forward_backlog: VecDeque::new(),
+            lent: 0,
         }
     }
 
@@ -537,6 +579,17 @@ impl Transfers {
         }
     }
 
+    /// Provides spare send buffers in the place of receive buffers forwarding sent on.
+    fn replenish(&mut self, port: &mut Port) {
+        while self.lent > 0 {
+            let Some(buffer) = self.spare.pop() else {
+                return;
+            };
+            self.lent -= 1;
+            let _ = self.provide(port, buffer);
+        }
+    }
+
     fn provide(&mut self, port: &mut Port, buffer: DmaBuffer) -> Result<(), Error> {
         port.provide_receive_buffer(buffer, SIZE_CLASS, Priority::LOW, RECEIVE_TAG)
             .map_err(|refused| refused.error)?;
@@ -549,6 +602,13 @@ impl Transfers {
     pub(crate) fn send(&mut self, to: Member, key: Key, data: Arc<[u8]>) -> SendId {
         let id = SendId(self.next_id);
         self.next_id += 1;
+        self.send_as(id, to, key, data);
+        id
+    }
+
+    /// [`Transfers::send`] under the id `id` (a new one, or one a forward reserved).
+    fn send_as(&mut self, id: SendId, to: Member, key: Key, data: Arc<[u8]>) {
+        let detached = self.sends.get(&id).is_some_and(|record| record.detached);
         if self.by_rendezvous(data.len()) {
             let ready = Control {
                 kind: ControlKind::Ready,
@@ -559,26 +619,19 @@ impl Transfers {
             self.sends.insert(
                 id,
                 SendRecord {
-                    unposted: 1,
-                    undelivered: 1,
-                    error: None,
-                    detached: false,
+                    detached,
                     rendezvous: Some((to, key, Rendezvous::Asking { data })),
-                    internal: false,
+                    ..SendRecord::new(1)
                 },
             );
             self.queue_control(id, to, ready);
-            return id;
+            return;
         }
         self.sends.insert(
             id,
             SendRecord {
-                unposted: segment_count(data.len()),
-                undelivered: segment_count(data.len()),
-                error: None,
-                detached: false,
-                rendezvous: None,
-                internal: false,
+                detached,
+                ..SendRecord::new(segment_count(data.len()))
             },
         );
         self.outgoing.push_back(Outgoing {
@@ -589,7 +642,119 @@ impl Transfers {
             next: 0,
             control: false,
         });
-        id
+    }
+
+    /// Forwards the message `key` from `from` to each of `to` as it arrives (see the module's
+    /// documentation); returns the sends' ids, in `to`'s order, for [`Transfers::send_done`].
+    /// `None` if any of it has arrived already (the caller then sends it on itself once it is
+    /// whole) or `to` is empty.
+    pub(crate) fn forward(&mut self, from: Member, key: Key, to: &[Member]) -> Option<Vec<SendId>> {
+        let at = (from, key);
+        if to.is_empty()
+            || self.forwards.contains_key(&at)
+            || self.assembling.contains_key(&at)
+            || self.arrived.contains_key(&at)
+            || self.landing.contains_key(&at)
+        {
+            return None;
+        }
+        let mut sends = Vec::with_capacity(to.len());
+        for &member in to {
+            let id = SendId(self.next_id);
+            self.next_id += 1;
+            // One packet until the first segment tells the message's length.
+            self.sends.insert(id, SendRecord::new(1));
+            sends.push((member, id));
+        }
+        let ids = sends.iter().map(|&(_, id)| id).collect();
+        self.forwards.insert(
+            at,
+            Forward {
+                to: sends,
+                started: false,
+            },
+        );
+        Some(ids)
+    }
+
+    /// The segment in `buffer` (`length` bytes, accepted as a new segment of `key` from `from`)
+    /// goes on to the ranks its message is forwarded to: `buffer` itself to the first, copies
+    /// to the others. Gives `buffer` back if the message is not forwarded.
+    fn forward_segment(
+        &mut self,
+        from: Member,
+        key: Key,
+        buffer: DmaBuffer,
+        length: usize,
+    ) -> Option<DmaBuffer> {
+        let at = (from, key);
+        let Some(forward) = self.forwards.get_mut(&at) else {
+            return Some(buffer);
+        };
+        if !forward.started {
+            forward.started = true;
+            let total = buffer
+                .get(..length)
+                .and_then(Header::parse)
+                .map_or(0, |header| header.total as usize);
+            for &(_, id) in &forward.to {
+                if let Some(record) = self.sends.get_mut(&id) {
+                    record.unposted = segment_count(total);
+                    record.undelivered = segment_count(total);
+                }
+            }
+        }
+        let to = forward.to.clone();
+        if !self.assembling.contains_key(&at) {
+            // The last segment: the message is whole here.
+            self.forwards.remove(&at);
+        }
+        for &(member, id) in to.iter().skip(1) {
+            match self.spare.pop() {
+                Some(mut copy) => {
+                    copy[..length].copy_from_slice(&buffer[..length]);
+                    self.queue_packet(copy, id, member, length);
+                }
+                None => {
+                    self.forward_backlog
+                        .push_back((id, member, Box::from(&buffer[..length])));
+                }
+            }
+        }
+        match to.first() {
+            Some(&(member, id)) => {
+                self.queue_packet(buffer, id, member, length);
+                self.lent += 1;
+                None
+            }
+            None => Some(buffer),
+        }
+    }
+
+    /// Queues `buffer`, a packet of `length` bytes of the send `id` to `to`, ahead of the
+    /// segments still to be copied. The packet counts as handed to the NIC.
+    fn queue_packet(&mut self, buffer: DmaBuffer, id: SendId, to: Member, length: usize) {
+        self.counters.forwarded += 1;
+        let context = self.new_context();
+        self.in_flight.insert(context, InFlight { id, to, length });
+        if let Some(record) = self.sends.get_mut(&id) {
+            record.unposted = record.unposted.saturating_sub(1);
+        }
+        self.resend.push_back((buffer, context));
+    }
+
+    /// A message forwarded as it arrived came whole by rendezvous instead: it goes on to the
+    /// forward's ranks as ordinary sends under the ids they were given.
+    fn forward_whole(&mut self, at: (Member, Key), data: &[u8]) {
+        let Some(forward) = self.forwards.remove(&at) else {
+            return;
+        };
+        let data: Arc<[u8]> = Arc::from(data);
+        for (member, id) in forward.to {
+            if self.sends.contains_key(&id) {
+                self.send_as(id, member, at.1, data.clone());
+            }
+        }
     }
 
     /// Queues the control message `control` for `to` as a packet of the send `id`.
@@ -650,17 +815,46 @@ impl Transfers {
             return;
         }
         record.detached = true;
-        if record.error.is_some() {
+        let (failed, rendezvous, undelivered) = (
+            record.error.is_some(),
+            record.rendezvous.is_some(),
+            record.undelivered,
+        );
+        if self.forward_not_started(id) {
+            // The operation ended (failed) before the message it was to forward came: nothing
+            // goes on to this rank.
+            self.forget_send(id);
+        } else if failed {
             self.counters.late_failures += 1;
             self.forget_send(id);
-        } else if record.rendezvous.is_some() {
+        } else if rendezvous {
             // The operation ended (failed) mid-rendezvous: the message is abandoned, and the
             // receiver's wait for its "done" fails on its own.
             self.forget_send(id);
-        } else if record.undelivered == 0 {
+        } else if undelivered == 0 {
             self.counters.messages_sent += 1;
             self.forget_send(id);
         }
+    }
+
+    /// Whether `id` is a send of a forward whose message has not begun to arrive (it is then
+    /// taken out of the forward).
+    fn forward_not_started(&mut self, id: SendId) -> bool {
+        let Some(at) = self
+            .forwards
+            .iter()
+            .find(|(_, forward)| !forward.started && forward.to.iter().any(|&(_, i)| i == id))
+            .map(|(at, _)| *at)
+        else {
+            return false;
+        };
+        if let Some(forward) = self.forwards.get_mut(&at) {
+            forward.to.retain(|&(_, i)| i != id);
+            if forward.to.is_empty() {
+                self.forwards.remove(&at);
+            }
+        }
+        true
     }
 
     /// Forgets `id`'s record and queued packets, and its rendezvous's source region (back to
@@ -688,6 +882,18 @@ impl Transfers {
         self.outgoing.retain(|message| message.id != id);
     }
 
+    /// Whether any of the message `key` from `from` is here (a segment, or all of it).
+    #[cfg(test)]
+    pub(crate) fn holds(&self, from: Member, key: Key) -> bool {
+        self.assembling.contains_key(&(from, key)) || self.arrived.contains_key(&(from, key))
+    }
+
+    /// Whether the message `key` from `from` is here whole (and not taken yet).
+    #[cfg(test)]
+    pub(crate) fn has_whole(&self, from: Member, key: Key) -> bool {
+        self.arrived.contains_key(&(from, key))
+    }
+
     /// The message from `from` under `key`, if it has arrived whole (it is then forgotten).
     pub(crate) fn take(&mut self, from: Member, key: Key) -> Option<Vec<u8>> {
         let message = self.arrived.remove(&(from, key))?;
@@ -697,7 +903,10 @@ impl Transfers {
 
     /// Whether anything waits to go out (puts in the NIC included: their ends are awaited).
     pub(crate) fn has_outgoing(&self) -> bool {
-        !self.outgoing.is_empty() || !self.resend.is_empty() || !self.puts.is_empty()
+        !self.outgoing.is_empty()
+            || !self.resend.is_empty()
+            || !self.puts.is_empty()
+            || !self.forward_backlog.is_empty()
     }
 
     /// Takes `event` if it is the transfers' (a segment arrived, or a segment's send ended);
@@ -714,19 +923,37 @@ impl Transfers {
                 ..
             } if tag == RECEIVE_TAG => {
                 self.provided = self.provided.saturating_sub(1);
+                let mut buffer = Some(buffer);
                 if status == Status::SUCCESS {
                     let from = Member::new(sender_node, sender_port);
-                    match buffer.get(..length) {
+                    let accepted = match buffer.as_ref().and_then(|b| b.get(..length)) {
                         Some(bytes) => match Control::parse(bytes) {
-                            Some(control) => self.control(port, from, control),
+                            Some(control) => {
+                                self.control(port, from, control);
+                                None
+                            }
                             None => self.arrive(from, bytes),
                         },
-                        None => self.counters.dropped += 1,
+                        None => {
+                            self.counters.dropped += 1;
+                            None
+                        }
+                    };
+                    if let Some(key) = accepted
+                        && let Some(arrived) = buffer.take()
+                    {
+                        buffer = self.forward_segment(from, key, arrived, length);
                     }
                 }
-                // Provided again at once: a receive token came back with the event.
-                // (A refused buffer goes back to the arena; the others keep the port fed.)
-                let _ = self.provide(port, buffer);
+                // Provided again at once: a receive token came back with the event. (A refused
+                // buffer goes back to the arena; the others keep the port fed.) A buffer sent
+                // on by forwarding is replaced by a spare send buffer.
+                match buffer {
+                    Some(buffer) => {
+                        let _ = self.provide(port, buffer);
+                    }
+                    None => self.replenish(port),
+                }
                 None
             }
             Event::Sent {
@@ -838,10 +1065,11 @@ impl Transfers {
     }
 
     /// A segment arrived from `from`: checked, stored, and its message completed when whole.
-    fn arrive(&mut self, from: Member, bytes: &[u8]) {
+    /// Returns the message's key if the segment was taken (not malformed, not a duplicate).
+    fn arrive(&mut self, from: Member, bytes: &[u8]) -> Option<Key> {
         let Some(header) = Header::parse(bytes) else {
             self.counters.dropped += 1;
-            return;
+            return None;
         };
         let payload = &bytes[HEADER_LEN..];
         let (Ok(offset), Ok(total)) = (
@@ -849,7 +1077,7 @@ impl Transfers {
             usize::try_from(header.total),
         ) else {
             self.counters.dropped += 1;
-            return;
+            return None;
         };
         let index = offset / SEGMENT_PAYLOAD;
         let fits = offset % SEGMENT_PAYLOAD == 0
@@ -860,7 +1088,7 @@ impl Transfers {
         let key = (from, header.key);
         if !fits || self.arrived.contains_key(&key) {
             self.counters.dropped += 1;
-            return;
+            return None;
         }
         let assembly = match self.assembling.entry(key) {
             std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
@@ -868,7 +1096,7 @@ impl Transfers {
                 let mut data = Vec::new();
                 if data.try_reserve_exact(total).is_err() {
                     self.counters.dropped += 1;
-                    return;
+                    return None;
                 }
                 data.resize(total, 0);
                 let count = segment_count(total);
@@ -881,7 +1109,7 @@ impl Transfers {
         };
         if assembly.data.len() != total || assembly.arrived[index] {
             self.counters.dropped += 1;
-            return;
+            return None;
         }
         assembly.data[offset..offset + payload.len()].copy_from_slice(payload);
         assembly.arrived[index] = true;
@@ -891,6 +1119,7 @@ impl Transfers {
         {
             self.arrived.insert(key, done.data);
         }
+        Some(header.key)
     }
 
     /// A rendezvous control message `control` arrived from `from`.
@@ -905,6 +1134,7 @@ impl Transfers {
                         let data = landing.region.bytes().to_vec(0, landing.total);
                         self.pool.give(landing.region);
                         self.counters.rendezvous_received += 1;
+                        self.forward_whole(key, &data);
                         self.arrived.insert(key, data);
                     }
                     Some(other) => {
@@ -1202,6 +1432,16 @@ impl Transfers {
     /// Returns whether it posted anything.
     pub(crate) fn post(&mut self, port: &mut Port) -> bool {
         self.pool.trim(port);
+        self.replenish(port);
+        while !self.forward_backlog.is_empty() {
+            let Some(mut buffer) = self.spare.pop() else {
+                break;
+            };
+            if let Some((id, to, bytes)) = self.forward_backlog.pop_front() {
+                buffer[..bytes.len()].copy_from_slice(&bytes);
+                self.queue_packet(buffer, id, to, bytes.len());
+            }
+        }
         let packets = self.post_packets(port);
         self.post_puts(port) || packets
     }
