@@ -786,6 +786,20 @@ fn check_data_collectives(
         }
         let off = parameters.iter().any(|(_, value)| value == "-1");
         let count = expect_data_over_nic(&text, if off { 0 } else { 5 * 100 })?;
+        if parameters.is_empty() {
+            // The broadcasts' inner ranks forward segments; messages from 64 KiB go by
+            // rendezvous.
+            let forwarded = sum_before(&text, " segments forwarded");
+            let landed = sum_before(&text, " received by rendezvous");
+            println!("segments forwarded: {forwarded}; messages received by rendezvous: {landed}");
+            if forwarded == 0 || (check_bytes >= 1 << 20 && landed == 0) {
+                return Err(format!(
+                    "the component forwarded {forwarded} segments and received {landed} \
+                     messages by rendezvous"
+                )
+                .into());
+            }
+        }
         if off && count > 0 {
             return Err(
                 format!("{count} data collectives went over the NIC though switched off").into(),
@@ -866,6 +880,17 @@ fn digests(text: &str) -> std::collections::BTreeMap<u32, String> {
             Some((rank, words.next()?.to_owned()))
         })
         .collect()
+}
+
+/// The sum over the lines of `text` of the count just before `suffix` (as the component's
+/// verbose lines print them: "... 12 segments forwarded").
+fn sum_before(text: &str, suffix: &str) -> u64 {
+    text.lines()
+        .filter_map(|line| {
+            let (before, _) = line.split_once(suffix)?;
+            before.split_whitespace().last()?.parse::<u64>().ok()
+        })
+        .sum()
 }
 
 /// Fails unless at least `least` data collectives went over the NIC; prints and returns how many
