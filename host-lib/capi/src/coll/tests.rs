@@ -585,6 +585,45 @@ fn an_inner_rank_forwards_each_segment_as_it_arrives() {
 }
 
 #[test]
+fn an_inner_rank_that_leaves_the_library_after_a_broadcast_stalls_no_child() {
+    // A broadcast ends once its data is in the NIC's hands: an inner rank that forwarded a
+    // segment and then stops calling the library (here: waits for its child outside it) must
+    // have handed the forwarded segment to the NIC before its broadcast returned. The root
+    // starts each broadcast a little late, so that the inner rank is asleep in its wait when
+    // the (one-segment) message comes: the path where the message is whole at once.
+    let size = 3;
+    let (done, finished) = std::sync::mpsc::channel::<u32>();
+    let finished = std::sync::Mutex::new(finished);
+    run_ranks("bcast-leave", size, None, move |rank, endpoint, members| {
+        let mut idle = || {};
+        for sequence in 1..=20 {
+            let length = 1000;
+            let mut buffer = if rank == 0 {
+                std::thread::sleep(Duration::from_millis(3));
+                data(0, length, sequence as usize)
+            } else {
+                vec![0; length]
+            };
+            let call = op(endpoint, members, sequence, &mut idle);
+            algorithms::bcast(call, &mut buffer, 0, Bcast::Pipeline, 1 << 20).unwrap();
+            assert!(buffer == data(0, length, sequence as usize), "rank {rank}");
+            match rank {
+                // Rank 1 moves nothing until rank 2 has its data.
+                1 => {
+                    let got = finished
+                        .lock()
+                        .unwrap()
+                        .recv_timeout(Duration::from_secs(20));
+                    assert_eq!(got, Ok(sequence), "rank 2 never got broadcast {sequence}");
+                }
+                2 => done.send(sequence).unwrap(),
+                _ => {}
+            }
+        }
+    });
+}
+
+#[test]
 fn a_message_here_before_its_forward_is_not_forwarded() {
     // Part of the message is here when the forward is asked for: it is refused (the caller
     // sends the message on once whole), and nothing is forwarded.

@@ -405,6 +405,8 @@ struct InFlight {
     id: SendId,
     to: Member,
     length: usize,
+    /// A forwarded packet not yet handed to the NIC (its send's `unposted` still counts it).
+    fresh: bool,
 }
 
 /// A message's sends: segments not yet handed to the NIC, segments not yet delivered, its
@@ -732,14 +734,19 @@ impl Transfers {
     }
 
     /// Queues `buffer`, a packet of `length` bytes of the send `id` to `to`, ahead of the
-    /// segments still to be copied. The packet counts as handed to the NIC.
+    /// segments still to be copied. It counts as handed to the NIC once posted.
     fn queue_packet(&mut self, buffer: DmaBuffer, id: SendId, to: Member, length: usize) {
         self.counters.forwarded += 1;
         let context = self.new_context();
-        self.in_flight.insert(context, InFlight { id, to, length });
-        if let Some(record) = self.sends.get_mut(&id) {
-            record.unposted = record.unposted.saturating_sub(1);
-        }
+        self.in_flight.insert(
+            context,
+            InFlight {
+                id,
+                to,
+                length,
+                fresh: true,
+            },
+        );
         self.resend.push_back((buffer, context));
     }
 
@@ -1319,6 +1326,7 @@ impl Transfers {
                 id: flight.id,
                 to: flight.to,
                 length: flight.length,
+                fresh: false,
             },
             status,
         );
@@ -1454,7 +1462,7 @@ impl Transfers {
                 self.spare.push(buffer);
                 continue;
             };
-            let (to, length) = (flight.to, flight.length);
+            let (id, to, length) = (flight.id, flight.to, flight.length);
             match port.send(
                 buffer,
                 length,
@@ -1464,7 +1472,17 @@ impl Transfers {
                 to.port,
                 context,
             ) {
-                Ok(()) => posted = true,
+                Ok(()) => {
+                    posted = true;
+                    if let Some(flight) = self.in_flight.get_mut(&context)
+                        && flight.fresh
+                    {
+                        flight.fresh = false;
+                        if let Some(record) = self.sends.get_mut(&id) {
+                            record.unposted = record.unposted.saturating_sub(1);
+                        }
+                    }
+                }
                 Err(refused) if matches!(refused.error, Error::NoSendTokens) => {
                     self.resend.push_front((refused.buffer, context));
                     return posted;
@@ -1519,6 +1537,7 @@ impl Transfers {
                             id,
                             to,
                             length: bytes,
+                            fresh: false,
                         },
                     );
                     message.next += 1;
