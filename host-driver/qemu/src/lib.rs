@@ -201,7 +201,8 @@ impl fmt::Display for NodeReport {
             "node={} state={} stack_size={} stack_main={} stack_boot={} wakeups={} \
              packets_transmitted={} packets_received={} transmit_full={} receive_errors={} \
              barriers_completed={} barriers_failed={} messages_delivered={} \
-             malformed_packets={} tokens_rejected={} uart_dropped={}",
+             malformed_packets={} tokens_rejected={} uart_dropped={} memory_accesses={} \
+             memory_faults={} memory_timeouts={}",
             self.node,
             state_name(self.state),
             self.stack_size,
@@ -218,6 +219,9 @@ impl fmt::Display for NodeReport {
             c.malformed_packets.get(),
             c.tokens_rejected.get(),
             c.uart_dropped.get(),
+            c.memory_accesses.get(),
+            c.memory_faults.get(),
+            c.memory_timeouts.get(),
         )?;
         if let Some((cause, pc, value)) = self.trap {
             write!(
