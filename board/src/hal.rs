@@ -33,6 +33,9 @@ const MEMORY_TIMEOUT: Duration = Duration::from_millis(250);
 /// How often, while it waits, the core rings the host again (in case the UART dropped the
 /// doorbell byte).
 const MEMORY_DOORBELL_AGAIN: Duration = Duration::from_millis(5);
+/// How long the core spins on the answer before it waits for an interrupt: a QEMU vCPU that
+/// spins takes a host CPU from the very thread that would answer it.
+const MEMORY_SPIN: Duration = Duration::from_micros(20);
 
 /// The shared area: the mailbox and the wire rings.
 pub(crate) fn shared_area() -> RawMemory {
@@ -249,8 +252,7 @@ impl BoardHal {
         let start = self.timer.ticks();
         let mut rung = start;
         loop {
-            // Acquire: the status and the bounce buffer the host wrote are read after.
-            if self.shared.load_acquire(offsets::MEMORY_DONE) == Ok(self.memory_request) {
+            if self.memory_answered() {
                 return true;
             }
             let now = self.timer.ticks();
@@ -261,8 +263,38 @@ impl BoardHal {
                 self.uart.write_byte(DOORBELL_MEMORY);
                 rung = now;
             }
-            core::hint::spin_loop();
+            if now.wrapping_sub(start) < MachineTimer::ticks_in(MEMORY_SPIN) {
+                core::hint::spin_loop();
+                continue;
+            }
+            // Sleep until the host answers (it wakes a core whose sleeping flag is up) or it is
+            // time to ring again. Flag up, then one more look: an answer stored before the flag
+            // went up is seen here, one after comes with a byte.
+            let _ = self.shared.store_release(offsets::GUEST_SLEEPING, 1);
+            self.shared.fence();
+            if !self.memory_answered() {
+                let deadline = rung
+                    .saturating_add(MachineTimer::ticks_in(MEMORY_DOORBELL_AGAIN))
+                    .min(start.saturating_add(MachineTimer::ticks_in(MEMORY_TIMEOUT)));
+                self.timer.wake_at(deadline);
+                crate::entry::wait_for_interrupt();
+                // Any byte is a doorbell that says nothing more; the main loop looks at
+                // everything after the access anyway. Bounded: the FIFO is 16 bytes.
+                for _ in 0..64 {
+                    if self.uart.read_byte().is_none() {
+                        break;
+                    }
+                }
+                crate::plic::acknowledge_all();
+            }
+            let _ = self.shared.store_release(offsets::GUEST_SLEEPING, 0);
         }
+    }
+
+    /// Whether the host has answered the last access posted.
+    fn memory_answered(&self) -> bool {
+        // Acquire: the status and the bounce buffer the host wrote are read after.
+        self.shared.load_acquire(offsets::MEMORY_DONE) == Ok(self.memory_request)
     }
 }
 

@@ -580,11 +580,13 @@ mod tests {
 
     #[test]
     fn the_bounce_buffer_holds_a_payload_and_overlaps_nothing() {
-        let receive_end = WIRE_RECEIVE_OFFSET + PacketRingLayout::bytes(WIRE_RING_ENTRIES);
-        assert!(MEMORY_BOUNCE_OFFSET >= receive_end);
-        assert_eq!(MEMORY_BOUNCE_OFFSET % 4096, 0);
-        assert!(MEMORY_BOUNCE_OFFSET + MEMORY_BOUNCE_LEN <= SHARED_AREA_LEN);
-        assert_eq!(MEMORY_BOUNCE_LEN, shared_abi::MTU_PAYLOAD);
+        const {
+            let receive_end = WIRE_RECEIVE_OFFSET + PacketRingLayout::bytes(WIRE_RING_ENTRIES);
+            assert!(MEMORY_BOUNCE_OFFSET >= receive_end);
+            assert!(MEMORY_BOUNCE_OFFSET % 4096 == 0);
+            assert!(MEMORY_BOUNCE_OFFSET + MEMORY_BOUNCE_LEN <= SHARED_AREA_LEN);
+            assert!(MEMORY_BOUNCE_LEN == shared_abi::MTU_PAYLOAD);
+        };
         // Every doorbell code is distinct from the others and from console text.
         let codes = [DOORBELL_WIRE, DOORBELL_MAILBOX, DOORBELL_MEMORY];
         for code in codes {

@@ -141,6 +141,34 @@ impl MemoryOwner {
     }
 }
 
+/// The process a guest's access of `length` bytes at `address` for `port` reaches: the owner of
+/// that port (never another's), and only inside a range the port registered.
+///
+/// # Errors
+/// The [`MemoryStatus`] of the refusal.
+fn access_owner(
+    owners: &[Option<MemoryOwner>],
+    port: usize,
+    direction: MemoryDirection,
+    address: u64,
+    length: usize,
+) -> Result<i32, MemoryStatus> {
+    if length > MEMORY_BOUNCE_LEN
+        || !matches!(direction, MemoryDirection::READ | MemoryDirection::WRITE)
+    {
+        return Err(MemoryStatus::BAD_REQUEST);
+    }
+    let owner = owners
+        .get(port)
+        .ok_or(MemoryStatus::BAD_REQUEST)?
+        .as_ref()
+        .ok_or(MemoryStatus::NO_OWNER)?;
+    if !owner.covers(address, length as u64) {
+        return Err(MemoryStatus::OUTSIDE_REGIONS);
+    }
+    Ok(owner.pid)
+}
+
 /// A memory command for the firmware ([`Machine::memory_command`]).
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum MemoryCommand {
@@ -714,6 +742,8 @@ impl Machine {
         self.store(offsets::MEMORY_STATUS, status.0);
         // Release: the status and the bounce buffer are visible before the answer.
         self.store(offsets::MEMORY_DONE, request);
+        // A core that waited long raised its sleeping flag and waits for a byte.
+        self.wake_if_sleeping();
         true
     }
 
@@ -725,21 +755,9 @@ impl Machine {
         length: usize,
         scratch: &mut [u8; MEMORY_BOUNCE_LEN],
     ) -> MemoryStatus {
-        if port >= PORTS_PER_NIC
-            || length > MEMORY_BOUNCE_LEN
-            || !matches!(direction, MemoryDirection::READ | MemoryDirection::WRITE)
-        {
-            return MemoryStatus::BAD_REQUEST;
-        }
-        let pid = {
-            let owners = lock(&self.owners);
-            let Some(Some(owner)) = owners.get(port) else {
-                return MemoryStatus::NO_OWNER;
-            };
-            if !owner.covers(address, length as u64) {
-                return MemoryStatus::OUTSIDE_REGIONS;
-            }
-            nix::unistd::Pid::from_raw(owner.pid)
+        let pid = match access_owner(&lock(&self.owners)[..], port, direction, address, length) {
+            Ok(pid) => nix::unistd::Pid::from_raw(pid),
+            Err(refused) => return refused,
         };
         let bytes = &mut scratch[..length];
         let shared = self.shared();
@@ -923,4 +941,68 @@ fn log_tail(log: &Path) -> String {
         log.display(),
         lines[start..].join("\n  ")
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owners() -> Vec<Option<MemoryOwner>> {
+        let mut owners = vec![None; PORTS_PER_NIC];
+        owners[1] = Some(MemoryOwner {
+            pid: 100,
+            regions: vec![(0x1000, 0x1000), (0x8000, 64)],
+        });
+        owners[2] = Some(MemoryOwner {
+            pid: 200,
+            regions: vec![(0x1000, 0x1000)],
+        });
+        owners
+    }
+
+    #[test]
+    fn an_access_reaches_its_own_ports_owner_inside_its_regions_only() {
+        let owners = owners();
+        let read = MemoryDirection::READ;
+        assert_eq!(access_owner(&owners, 1, read, 0x1000, 4096), Ok(100));
+        assert_eq!(
+            access_owner(&owners, 2, MemoryDirection::WRITE, 0x1800, 8),
+            Ok(200),
+            "the same address through port 2 reaches port 2's owner"
+        );
+        assert_eq!(access_owner(&owners, 1, read, 0x8000, 64), Ok(100));
+        assert_eq!(
+            access_owner(&owners, 2, read, 0x8000, 8),
+            Err(MemoryStatus::OUTSIDE_REGIONS),
+            "port 1's region is not port 2's"
+        );
+        assert_eq!(
+            access_owner(&owners, 1, read, 0x1ff8, 16),
+            Err(MemoryStatus::OUTSIDE_REGIONS),
+            "past a region's end"
+        );
+        assert_eq!(
+            access_owner(&owners, 1, read, u64::MAX - 4, 8),
+            Err(MemoryStatus::OUTSIDE_REGIONS),
+            "wrapping around"
+        );
+        assert_eq!(
+            access_owner(&owners, 0, read, 0x1000, 8),
+            Err(MemoryStatus::NO_OWNER),
+            "a port nobody registered memory on"
+        );
+        assert_eq!(
+            access_owner(&owners, PORTS_PER_NIC, read, 0x1000, 8),
+            Err(MemoryStatus::BAD_REQUEST)
+        );
+        assert_eq!(
+            access_owner(&owners, 1, read, 0x1000, MEMORY_BOUNCE_LEN + 1),
+            Err(MemoryStatus::BAD_REQUEST),
+            "longer than the bounce buffer"
+        );
+        assert_eq!(
+            access_owner(&owners, 1, MemoryDirection(7), 0x1000, 8),
+            Err(MemoryStatus::BAD_REQUEST)
+        );
+    }
 }
