@@ -29,7 +29,7 @@ use crate::uart::Ns16550;
 
 /// How long the core waits for the host to answer one process-memory access before it reports
 /// a fault (the NIC does nothing else meanwhile: the core's calls are synchronous).
-const MEMORY_TIMEOUT: Duration = Duration::from_millis(250);
+const MEMORY_TIMEOUT: Duration = Duration::from_secs(1);
 /// How often, while it waits, the core rings the host again (in case the UART dropped the
 /// doorbell byte).
 const MEMORY_DOORBELL_AGAIN: Duration = Duration::from_millis(5);
@@ -257,7 +257,9 @@ impl BoardHal {
             }
             let now = self.timer.ticks();
             if now.wrapping_sub(start) >= MachineTimer::ticks_in(MEMORY_TIMEOUT) {
-                return false;
+                // One more look: the host may have answered while this vCPU was not running
+                // (the clock runs on meanwhile).
+                return self.memory_answered();
             }
             if now.wrapping_sub(rung) >= MachineTimer::ticks_in(MEMORY_DOORBELL_AGAIN) {
                 self.uart.write_byte(DOORBELL_MEMORY);
