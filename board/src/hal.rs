@@ -194,8 +194,8 @@ impl BoardHal {
 
 impl BoardHal {
     /// Moves `length` bytes between the bounce buffer and the memory of `port`'s owner at
-    /// `address` through the host: one request in the mailbox, a doorbell, and a bounded spin on
-    /// the answer. For a write, the caller has filled the bounce buffer; for a read, the bytes
+    /// `address` through the host: one request in the mailbox, a doorbell, and a bounded wait for
+    /// the answer ([`BoardHal::await_memory_answer`]). For a write, the caller has filled the bounce buffer; for a read, the bytes
     /// are in it on success.
     fn host_round_trip(
         &mut self,
@@ -244,8 +244,9 @@ impl BoardHal {
         MemoryFault::Refused
     }
 
-    /// Spins until the host has answered the last access posted, ringing it again now and then;
-    /// `false` after [`MEMORY_TIMEOUT`]. Called before the bounce buffer is touched too: an
+    /// Waits until the host has answered the last access posted — spinning for [`MEMORY_SPIN`],
+    /// then asleep in `wfi` with the sleeping flag up, ringing the host again every
+    /// [`MEMORY_DOORBELL_AGAIN`]; `false` after [`MEMORY_TIMEOUT`]. Called before the bounce buffer is touched too: an
     /// access that timed out may still be in the host's hands, and the buffer has one user at a
     /// time.
     fn await_memory_answer(&mut self) -> bool {

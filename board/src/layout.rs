@@ -54,11 +54,12 @@
 //! see: the host reaches it for the guest. The firmware writes one [`MemoryAccess`] (port,
 //! direction, address, length of at most [`MEMORY_BOUNCE_LEN`] bytes) and, for a write, the bytes
 //! into the bounce buffer at [`MEMORY_BOUNCE_OFFSET`]; bumps [`MemoryAccess::request`] (release);
-//! sends [`DOORBELL_MEMORY`]; and spins, bounded, on [`MemoryAccess::done`]. The host copies
-//! between the bounce buffer and the memory of the port's owner (`process_vm_readv` /
-//! `process_vm_writev`), writes [`MemoryAccess::status`], then stores `request` into `done`
-//! (release). The firmware never posts an access while an earlier one is unanswered, so the
-//! bounce buffer has one user at a time.
+//! sends [`DOORBELL_MEMORY`]; and waits, bounded, for [`MemoryAccess::done`] — spinning a moment,
+//! then asleep with [`Mailbox::guest_sleeping`] raised. The host copies between the bounce buffer
+//! and the memory of the port's owner (`process_vm_readv` / `process_vm_writev`), writes
+//! [`MemoryAccess::status`], stores `request` into `done` (release), and wakes the core with a
+//! byte if its sleeping flag is up. The firmware never posts an access while an earlier one is
+//! unanswered, so the bounce buffer has one user at a time.
 
 use core::mem::offset_of;
 
