@@ -569,7 +569,8 @@ impl Machine {
         let region = pool.next;
         let Some(memory) = regions.get(region) else {
             return Err(format!(
-                "port {port} has had {PORT_REGIONS} owners since this NIC started, and each                  open takes a region no earlier owner held: restart the NIC for fresh ones"
+                "port {port} has had {PORT_REGIONS} owners since this NIC started, and each \
+                 open takes a region no earlier owner held: restart the NIC for fresh ones"
             ));
         };
         let header = region_layout().header(
@@ -669,7 +670,8 @@ impl Machine {
                 .ok_or_else(|| format!("no port {port}"))?;
             if owner.as_ref().is_some_and(|owner| owner.pid != pid) {
                 return Err(format!(
-                    "port {port}'s memory belongs to another process (the NIC has not seen it                      close)"
+                    "port {port}'s memory belongs to another process (the NIC has not seen it \
+                     close)"
                 ));
             }
             owner.get_or_insert_with(|| MemoryOwner {
@@ -695,7 +697,8 @@ impl Machine {
         if error != PortError::NONE {
             return Err(match error {
                 PortError::BAD_RANGE => format!(
-                    "{length} bytes at {address:#x} are not a registrable range (empty, over 4                      GiB, or wrapping)"
+                    "{length} bytes at {address:#x} are not a registrable range (empty, over 4 \
+                     GiB, or wrapping)"
                 ),
                 PortError::NOT_REGISTERED => {
                     format!("no region of {length} bytes at {address:#x} is registered on the port")
