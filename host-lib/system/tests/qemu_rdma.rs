@@ -3,7 +3,7 @@
 //! goes through the guest's process-memory round trip (mailbox, doorbell, the hub's
 //! `process_vm_readv`/`process_vm_writev`). A 1 MiB put and get checked byte for byte; three
 //! processes fetch-and-adding on one word end exact; refusals each name their rule and leave the
-//! target untouched.
+//! target untouched, and registrations the daemon or the firmware refuse say why.
 //!
 //! The NICs run in the test process (its hub reaches the children's memory as `nicctl qemu` does
 //! any program's); the initiators and targets are children (this test binary in a role).
@@ -19,6 +19,7 @@ use std::time::Instant;
 
 use common::{ChildProcess, ROLE, STAGE, hear, say, var};
 use nicbar::{AtomicOp, Error, Event, MemoryRegion, NodeId, Port, PortId, Status};
+use nicbar_control::{ControlError, Reply, Request};
 use nicbar_image::image::ImageFile;
 use nicbar_qemu::{FabricReport, QemuConfig, QemuFabric};
 use shared_abi::image::ImageTarget;
@@ -400,6 +401,30 @@ fn refusals_on_qemu_nics_name_their_rule_and_leave_the_target_untouched() {
     for filler in &fillers {
         target.deregister_memory(filler).unwrap();
     }
+
+    // Registrations the daemon refuses before the firmware sees them, in words, on a control
+    // connection of its own (as a process's library speaks it).
+    let stream = nicbar_control::connect(fabric.socket()).unwrap();
+    let open = Request::OpenPort {
+        unit: 1,
+        port: 3,
+        abi_version: shared_abi::ABI_VERSION,
+    };
+    let (reply, _fds) = nicbar_control::call(&stream, &open, STAGE).unwrap();
+    assert!(matches!(reply, Reply::Opened(_)), "{reply:?}");
+    let register = |address: u64, length: u64| {
+        let request = Request::RegisterMemory { address, length };
+        match nicbar_control::call(&stream, &request, STAGE).unwrap().0 {
+            Reply::Error(ControlError::MemoryRefused(reason)) => reason,
+            other => panic!("registering {length} bytes at {address:#x}: {other:?}"),
+        }
+    };
+    // Page 0 is never mapped.
+    let unmapped = register(16, 64);
+    assert!(unmapped.contains("not wholly mapped"), "{unmapped}");
+    let past_the_end = register(local.bytes().as_ptr() as u64, 1 << 40);
+    assert!(past_the_end.contains("not wholly mapped"), "{past_the_end}");
+    drop(stream);
 
     // A deregistered region, then a closed port.
     target.deregister_memory(&region).unwrap();
