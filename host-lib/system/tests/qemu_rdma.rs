@@ -3,7 +3,8 @@
 //! goes through the guest's process-memory round trip (mailbox, doorbell, the hub's
 //! `process_vm_readv`/`process_vm_writev`). A 1 MiB put and get checked byte for byte; three
 //! processes fetch-and-adding on one word end exact; refusals each name their rule and leave the
-//! target untouched, and registrations the daemon or the firmware refuse say why.
+//! target untouched, and registrations the daemon or the firmware refuse say why; a put whose
+//! target is killed ends with an error, and the NIC serves the port's next owner.
 //!
 //! The NICs run in the test process (its hub reaches the children's memory as `nicctl qemu` does
 //! any program's); the initiators and targets are children (this test binary in a role).
@@ -317,6 +318,59 @@ fn fetch_and_adds_from_three_processes_on_qemu_nics_end_exact() {
     target.wait_success(STAGE);
     let report = stop(fabric);
     assert_eq!(report.nodes[2].counters.memory_faults.get(), 0);
+}
+
+#[test]
+fn a_target_killed_during_a_put_ends_it_with_an_error_and_the_nic_serves_the_next_owner() {
+    if !qemu_or_skip("a_target_killed_during_a_put_ends_it_with_an_error") {
+        return;
+    }
+    let seed = common::seed(29);
+    let dir = common::temp_dir("nicbar-qemu-rdma");
+    let fabric = fabric(&dir, 2);
+    let socket = fabric.socket().to_owned();
+    let mut initiator = Port::open_at(&socket, 0, 1).unwrap();
+    let local = initiator.register_memory(BIG).unwrap();
+    let patterned: Vec<u8> = (0..BIG).map(|i| pattern(seed, i)).collect();
+    local.bytes().write(0, &patterned);
+    let node = NodeId::new(1);
+
+    let mut doomed = spawn("doomed target", "target", &socket, 1, &[]);
+    let key: u32 = doomed.expect("key", STAGE).parse().unwrap();
+    let remote = nicbar::RemotePointer { key, offset: 0 }.to_u64();
+    initiator
+        .put(&local, 0, remote, BIG, node, PortId(1), 1)
+        .unwrap();
+    // At once: a MiB takes the NIC hundreds of round trips, the kill microseconds.
+    doomed.child.kill().unwrap();
+    let _ = doomed.child.wait();
+    let (context, status, _) = completion(&mut initiator);
+    assert_eq!(context, 1);
+    eprintln!("the put to the killed target ended with {status:?}");
+    assert!(
+        [Status::MEMORY_FAULT, Status::TARGET_PORT_CLOSED].contains(&status),
+        "a put whose target died ends with an error naming it, not {status:?}"
+    );
+
+    // The NIC goes on: the port's next owner gets every byte of a put.
+    let mut target = spawn("next target", "target", &socket, 1, &[]);
+    let key = target.expect("key", STAGE);
+    let remote = nicbar::RemotePointer {
+        key: key.parse().unwrap(),
+        offset: 0,
+    }
+    .to_u64();
+    initiator
+        .put(&local, 0, remote, BIG, node, PortId(1), 2)
+        .unwrap();
+    assert_eq!(completion(&mut initiator), (2, Status::SUCCESS, 0));
+    target.say(&format!("check {seed}"));
+    assert_eq!(target.expect("checked", STAGE), "None");
+    target.say("exit");
+    target.wait_success(STAGE);
+    drop(initiator);
+    let report = stop(fabric);
+    assert_eq!(report.nodes[0].counters.memory_faults.get(), 0);
 }
 
 /// Waits for the one completion on `port` and returns its status.
