@@ -1,0 +1,501 @@
+//! One-sided operations on QEMU NICs, between real processes: the firmware image boots as NICs
+//! under `qemu-system-riscv32`, and every byte a put, get or atomic moves in or out of a process
+//! goes through the guest's process-memory round trip (mailbox, doorbell, the hub's
+//! `process_vm_readv`/`process_vm_writev`). A 1 MiB put and get checked byte for byte; three
+//! processes fetch-and-adding on one word end exact; refusals each name their rule and leave the
+//! target untouched, and registrations the daemon or the firmware refuse say why; a put whose
+//! target is killed ends with an error, and the NIC serves the port's next owner.
+//!
+//! The NICs run in the test process (its hub reaches the children's memory as `nicctl qemu` does
+//! any program's); the initiators and targets are children (this test binary in a role).
+//! Skipped, with the reason printed, only when `qemu-system-riscv32` is not installed
+//! (`cargo xtask qemu` installs it).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use common::{ChildProcess, ROLE, STAGE, hear, say, var};
+use nicbar::{AtomicOp, Error, Event, MemoryRegion, NodeId, Port, PortId, Status};
+use nicbar_control::{ControlError, Reply, Request};
+use nicbar_image::image::ImageFile;
+use nicbar_qemu::{FabricReport, QemuConfig, QemuFabric};
+use shared_abi::image::ImageTarget;
+
+const QEMU: &str = "qemu-system-riscv32";
+/// The big transfer's length.
+const BIG: usize = 1 << 20;
+/// Fetch-and-adds per adding process.
+const ADDS: u64 = 1000;
+/// Operations an adder keeps in flight.
+const IN_FLIGHT: u64 = 8;
+/// Regions one port may register (the firmware core's `MEMORY_REGIONS`).
+const FIRMWARE_REGIONS: usize = 16;
+
+/// Whether QEMU runs here; says why the test is skipped if not.
+fn qemu_or_skip(test: &str) -> bool {
+    let runs = Command::new(QEMU)
+        .arg("--version")
+        .output()
+        .is_ok_and(|output| output.status.success());
+    if !runs {
+        eprintln!(
+            "{test}: skipped: {QEMU} is not installed (cargo xtask qemu installs it from \
+             bookworm-backports)"
+        );
+    }
+    runs
+}
+
+/// The firmware image, built once per test run by `cargo xtask image` (as CI builds it).
+fn image_path() -> &'static PathBuf {
+    static IMAGE: OnceLock<PathBuf> = OnceLock::new();
+    IMAGE.get_or_init(|| {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let output = Command::new(env!("CARGO"))
+            .args(["run", "--quiet", "--package", "xtask", "--", "image"])
+            .current_dir(&root)
+            .output()
+            .expect("running cargo xtask image");
+        assert!(
+            output.status.success(),
+            "cargo xtask image failed:\n{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map_or_else(|| root.join("target"), |dir| root.join(dir));
+        target.join("nicbar-riscv32imac-unknown-none-elf.img")
+    })
+}
+
+fn fabric(dir: &tempfile::TempDir, nodes: u16) -> QemuFabric {
+    let image = ImageFile::read_for_target(image_path(), ImageTarget::RISCV32IMAC)
+        .expect("the image built by cargo xtask image verifies");
+    let mut config = QemuConfig::new(dir.path().join("control.sock"), image, nodes);
+    config.echo_console = false;
+    QemuFabric::spawn(config).expect("the QEMU NICs boot")
+}
+
+/// Stops the fabric and checks every NIC powered off cleanly; returns the reports.
+fn stop(fabric: QemuFabric) -> FabricReport {
+    let report = fabric.stop();
+    for node in &report.nodes {
+        assert_eq!(
+            node.exit.and_then(|status| status.code()),
+            Some(0),
+            "node {} powers off cleanly: {node}",
+            node.node
+        );
+        eprintln!("{node}");
+    }
+    report
+}
+
+/// The byte at `index` of the pattern of `seed`.
+fn pattern(seed: u64, index: usize) -> u8 {
+    let x = (index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ seed;
+    (x >> 29) as u8 ^ (index >> 12) as u8
+}
+
+/// Waits for the next one-sided completion on `port`, with a bound.
+fn completion(port: &mut Port) -> (u64, Status, u64) {
+    let deadline = Instant::now() + STAGE;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        assert!(!left.is_zero(), "no completion within {STAGE:?}");
+        match port.receive_timeout(left).unwrap() {
+            Some(Event::OperationDone {
+                context,
+                status,
+                value,
+                ..
+            }) => return (context, status, value),
+            Some(other) => panic!("unexpected event {other:?}"),
+            None => {}
+        }
+    }
+}
+
+/// The body of the child processes: one role each, chosen by `NICBAR_TEST_ROLE`.
+#[test]
+#[ignore = "run by the other tests as a child process"]
+fn child() {
+    let role = std::env::var(ROLE).expect("started by another test, with NICBAR_TEST_ROLE");
+    let socket = var("SOCKET");
+    let unit: u8 = var("UNIT").parse().unwrap();
+    let port_id: u8 = var("PORT").parse().unwrap();
+    let mut port = Port::open_at(Path::new(&socket), unit, port_id).unwrap();
+    match role.as_str() {
+        // Registers BIG bytes, zero, and lets peers reach them; reports on request.
+        "target" => {
+            let region = port.register_memory(BIG).unwrap();
+            port.allow_remote_memory_access().unwrap();
+            say(&format!("key {}", region.key()));
+            loop {
+                let line = hear();
+                let words: Vec<&str> = line.split_whitespace().collect();
+                match words.as_slice() {
+                    ["check", seed] => {
+                        let seed: u64 = seed.parse().unwrap();
+                        let bytes = region.bytes().to_vec(0, BIG);
+                        let bad = bytes
+                            .iter()
+                            .enumerate()
+                            .position(|(i, &b)| b != pattern(seed, i));
+                        say(&format!("checked {bad:?}"));
+                    }
+                    ["word"] => say(&format!("word {}", region.bytes().load_u64(0))),
+                    _ => break,
+                }
+            }
+        }
+        // Puts BIG patterned bytes to the target, then gets them back into another region.
+        "mover" => {
+            let seed: u64 = var("SEED").parse().unwrap();
+            let key: u32 = var("KEY").parse().unwrap();
+            let target = NodeId::new(var("TARGET_NODE").parse().unwrap());
+            let target_port = PortId(var("TARGET_PORT").parse().unwrap());
+            let remote = nicbar::RemotePointer { key, offset: 0 }.to_u64();
+            let source = port.register_memory(BIG).unwrap();
+            let patterned: Vec<u8> = (0..BIG).map(|i| pattern(seed, i)).collect();
+            source.bytes().write(0, &patterned);
+            let started = Instant::now();
+            port.put(&source, 0, remote, BIG, target, target_port, 1)
+                .unwrap();
+            assert_eq!(completion(&mut port), (1, Status::SUCCESS, 0));
+            say(&format!("put done in {:?}", started.elapsed()));
+            assert_eq!(hear(), "get");
+            let back = port.register_memory(BIG).unwrap();
+            let started = Instant::now();
+            port.get(remote, &back, 0, BIG, target, target_port, 2)
+                .unwrap();
+            assert_eq!(completion(&mut port), (2, Status::SUCCESS, 0));
+            let got = back.bytes().to_vec(0, BIG);
+            let bad = got.iter().zip(&patterned).position(|(a, b)| a != b);
+            say(&format!("got {bad:?} in {:?}", started.elapsed()));
+        }
+        // ADDS fetch-and-adds of 1 on the target's word 0, IN_FLIGHT at a time.
+        "adder" => {
+            let key: u32 = var("KEY").parse().unwrap();
+            let target = NodeId::new(var("TARGET_NODE").parse().unwrap());
+            let target_port = PortId(var("TARGET_PORT").parse().unwrap());
+            let remote = nicbar::RemotePointer { key, offset: 0 }.to_u64();
+            let mut posted = 0u64;
+            let mut previous = Vec::with_capacity(ADDS as usize);
+            let started = Instant::now();
+            while (previous.len() as u64) < ADDS {
+                while posted < ADDS && posted - previous.len() as u64 <= IN_FLIGHT {
+                    port.atomic(
+                        AtomicOp::FETCH_ADD,
+                        remote,
+                        1,
+                        0,
+                        target,
+                        target_port,
+                        posted,
+                    )
+                    .unwrap();
+                    posted += 1;
+                }
+                let (_, status, value) = completion(&mut port);
+                assert_eq!(status, Status::SUCCESS);
+                previous.push(value);
+            }
+            let took = started.elapsed();
+            previous.sort_unstable();
+            previous.dedup();
+            say(&format!(
+                "adds done, {} distinct previous values in {took:?}",
+                previous.len()
+            ));
+        }
+        other => panic!("unknown role {other}"),
+    }
+    let _ = port.close();
+}
+
+fn spawn(name: &str, role: &str, socket: &Path, unit: u16, env: &[(&str, String)]) -> ChildProcess {
+    let mut all = vec![
+        ("SOCKET", socket.display().to_string()),
+        ("UNIT", unit.to_string()),
+        ("PORT", "1".to_owned()),
+    ];
+    all.extend(env.iter().cloned());
+    ChildProcess::spawn(name, role, &all)
+}
+
+#[test]
+fn a_1_mib_put_and_get_between_processes_on_two_qemu_nics_arrive_byte_for_byte() {
+    if !qemu_or_skip("a_1_mib_put_and_get_between_processes_on_two_qemu_nics") {
+        return;
+    }
+    let seed = common::seed(13);
+    let dir = common::temp_dir("nicbar-qemu-rdma");
+    let fabric = fabric(&dir, 2);
+    let socket = fabric.socket().to_owned();
+    let mut target = spawn("target", "target", &socket, 1, &[]);
+    let key = target.expect("key", STAGE);
+    let mut mover = spawn(
+        "mover",
+        "mover",
+        &socket,
+        0,
+        &[
+            ("SEED", seed.to_string()),
+            ("KEY", key),
+            ("TARGET_NODE", "1".to_owned()),
+            ("TARGET_PORT", "1".to_owned()),
+        ],
+    );
+    let put = mover.expect("put done in", STAGE);
+    eprintln!("1 MiB put between QEMU NICs: {put}");
+    target.say(&format!("check {seed}"));
+    assert_eq!(
+        target.expect("checked", STAGE),
+        "None",
+        "the target holds every byte"
+    );
+    mover.say("get");
+    let got = mover.expect("got", STAGE);
+    eprintln!("1 MiB get between QEMU NICs: {got}");
+    assert!(got.starts_with("None"), "the get brought every byte: {got}");
+    mover.wait_success(STAGE);
+    target.say("exit");
+    target.wait_success(STAGE);
+    let report = stop(fabric);
+    for node in &report.nodes {
+        assert_eq!(node.counters.memory_faults.get(), 0, "{node}");
+        // A MiB each way, at most a bounce buffer per round trip, on both NICs.
+        let least = 2 * BIG as u32 / board::layout::MEMORY_BOUNCE_LEN as u32;
+        assert!(node.counters.memory_accesses.get() >= least, "{node}");
+    }
+}
+
+#[test]
+fn fetch_and_adds_from_three_processes_on_qemu_nics_end_exact() {
+    if !qemu_or_skip("fetch_and_adds_from_three_processes_on_qemu_nics_end_exact") {
+        return;
+    }
+    let dir = common::temp_dir("nicbar-qemu-rdma");
+    let fabric = fabric(&dir, 3);
+    let socket = fabric.socket().to_owned();
+    let mut target = spawn("target", "target", &socket, 2, &[]);
+    let key = target.expect("key", STAGE);
+    // Two adders on the other NICs and one on the target's own NIC (another port).
+    let mut adders: Vec<ChildProcess> = [(0u16, 1u8), (1, 1), (2, 2)]
+        .into_iter()
+        .map(|(unit, port)| {
+            let command = ChildProcess::command(
+                "adder",
+                &[
+                    ("SOCKET", socket.display().to_string()),
+                    ("UNIT", unit.to_string()),
+                    ("PORT", port.to_string()),
+                    ("KEY", key.clone()),
+                    ("TARGET_NODE", "2".to_owned()),
+                    ("TARGET_PORT", "1".to_owned()),
+                ],
+            );
+            ChildProcess::start(&format!("adder on unit {unit} port {port}"), command)
+        })
+        .collect();
+    for adder in adders.iter_mut() {
+        let line = adder.expect("adds done", STAGE);
+        eprintln!("{}: {line}", adder.name);
+        assert!(
+            line.starts_with(&format!(", {ADDS} distinct previous values")),
+            "every add saw a value no other add of this process saw: {line}"
+        );
+        adder.wait_success(STAGE);
+    }
+    target.say("word");
+    assert_eq!(target.expect("word", STAGE), (3 * ADDS).to_string());
+    target.say("exit");
+    target.wait_success(STAGE);
+    let report = stop(fabric);
+    assert_eq!(report.nodes[2].counters.memory_faults.get(), 0);
+}
+
+#[test]
+fn a_target_killed_during_a_put_ends_it_with_an_error_and_the_nic_serves_the_next_owner() {
+    if !qemu_or_skip("a_target_killed_during_a_put_ends_it_with_an_error") {
+        return;
+    }
+    let seed = common::seed(29);
+    let dir = common::temp_dir("nicbar-qemu-rdma");
+    let fabric = fabric(&dir, 2);
+    let socket = fabric.socket().to_owned();
+    let mut initiator = Port::open_at(&socket, 0, 1).unwrap();
+    let local = initiator.register_memory(BIG).unwrap();
+    let patterned: Vec<u8> = (0..BIG).map(|i| pattern(seed, i)).collect();
+    local.bytes().write(0, &patterned);
+    let node = NodeId::new(1);
+
+    let mut doomed = spawn("doomed target", "target", &socket, 1, &[]);
+    let key: u32 = doomed.expect("key", STAGE).parse().unwrap();
+    let remote = nicbar::RemotePointer { key, offset: 0 }.to_u64();
+    initiator
+        .put(&local, 0, remote, BIG, node, PortId(1), 1)
+        .unwrap();
+    // At once: a MiB takes the NIC hundreds of round trips, the kill microseconds.
+    doomed.child.kill().unwrap();
+    let _ = doomed.child.wait();
+    let (context, status, _) = completion(&mut initiator);
+    assert_eq!(context, 1);
+    eprintln!("the put to the killed target ended with {status:?}");
+    assert!(
+        [Status::MEMORY_FAULT, Status::TARGET_PORT_CLOSED].contains(&status),
+        "a put whose target died ends with an error naming it, not {status:?}"
+    );
+
+    // The NIC goes on: the port's next owner gets every byte of a put.
+    let mut target = spawn("next target", "target", &socket, 1, &[]);
+    let key = target.expect("key", STAGE);
+    let remote = nicbar::RemotePointer {
+        key: key.parse().unwrap(),
+        offset: 0,
+    }
+    .to_u64();
+    initiator
+        .put(&local, 0, remote, BIG, node, PortId(1), 2)
+        .unwrap();
+    assert_eq!(completion(&mut initiator), (2, Status::SUCCESS, 0));
+    target.say(&format!("check {seed}"));
+    assert_eq!(target.expect("checked", STAGE), "None");
+    target.say("exit");
+    target.wait_success(STAGE);
+    drop(initiator);
+    let report = stop(fabric);
+    assert_eq!(report.nodes[0].counters.memory_faults.get(), 0);
+}
+
+/// Waits for the one completion on `port` and returns its status.
+fn status_of(port: &mut Port) -> Status {
+    completion(port).1
+}
+
+fn untouched(region: &MemoryRegion) -> bool {
+    region
+        .bytes()
+        .to_vec(0, region.len())
+        .iter()
+        .all(|&b| b == 0)
+}
+
+#[test]
+fn refusals_on_qemu_nics_name_their_rule_and_leave_the_target_untouched() {
+    if !qemu_or_skip("refusals_on_qemu_nics_name_their_rule_and_leave_the_target_untouched") {
+        return;
+    }
+    let dir = common::temp_dir("nicbar-qemu-rdma");
+    let fabric = fabric(&dir, 2);
+    let mut initiator = Port::open_at(fabric.socket(), 0, 1).unwrap();
+    let mut target = Port::open_at(fabric.socket(), 1, 2).unwrap();
+    let node = NodeId::new(1);
+    let local = initiator.register_memory(16 * 1024).unwrap();
+    local.bytes().write(0, &[0xab; 16 * 1024]);
+    let region = target.register_memory(4096).unwrap();
+    let put = |port: &mut Port, remote: u64, len: usize| {
+        port.put(&local, 0, remote, len, node, PortId(2), 7)
+            .unwrap();
+        status_of(port)
+    };
+
+    assert_eq!(
+        put(&mut initiator, region.remote(0), 100),
+        Status::REMOTE_ACCESS_DENIED,
+        "before the target allows remote access"
+    );
+    target.allow_remote_memory_access().unwrap();
+    let wrong_key = nicbar::RemotePointer {
+        key: region.key() ^ 0x100,
+        offset: 0,
+    }
+    .to_u64();
+    assert_eq!(put(&mut initiator, wrong_key, 100), Status::BAD_KEY);
+    assert_eq!(
+        put(&mut initiator, region.remote(4000), 200),
+        Status::OUT_OF_BOUNDS,
+        "past the region's end"
+    );
+    assert_eq!(
+        put(&mut initiator, region.remote(0), 10_000),
+        Status::OUT_OF_BOUNDS,
+        "a put of several packets longer than the region"
+    );
+    initiator
+        .atomic(AtomicOp::SWAP, region.remote(4), 1, 0, node, PortId(2), 8)
+        .unwrap();
+    assert_eq!(status_of(&mut initiator), Status::MISALIGNED);
+    assert!(untouched(&region), "no refused operation wrote a byte");
+
+    // What is allowed works, and lands where it should.
+    assert_eq!(put(&mut initiator, region.remote(8), 100), Status::SUCCESS);
+    assert_eq!(region.bytes().to_vec(8, 100), vec![0xab; 100]);
+    assert_eq!(region.bytes().to_vec(0, 8), vec![0; 8]);
+
+    // A registration the firmware refuses comes back in words: its table is full.
+    let mut fillers = Vec::new();
+    let refusal = loop {
+        match target.register_memory(64) {
+            Ok(region) => fillers.push(region),
+            Err(error) => break error,
+        }
+        assert!(fillers.len() <= 64, "the region table never filled");
+    };
+    assert!(
+        matches!(&refusal, Error::Refused(reason) if reason.contains("table of registered regions is full")),
+        "{refusal}"
+    );
+    assert_eq!(fillers.len(), FIRMWARE_REGIONS - 1);
+    for filler in &fillers {
+        target.deregister_memory(filler).unwrap();
+    }
+
+    // Registrations the daemon refuses before the firmware sees them, in words, on a control
+    // connection of its own (as a process's library speaks it).
+    let stream = nicbar_control::connect(fabric.socket()).unwrap();
+    let open = Request::OpenPort {
+        unit: 1,
+        port: 3,
+        abi_version: shared_abi::ABI_VERSION,
+    };
+    let (reply, _fds) = nicbar_control::call(&stream, &open, STAGE).unwrap();
+    assert!(matches!(reply, Reply::Opened(_)), "{reply:?}");
+    let register = |address: u64, length: u64| {
+        let request = Request::RegisterMemory { address, length };
+        match nicbar_control::call(&stream, &request, STAGE).unwrap().0 {
+            Reply::Error(ControlError::MemoryRefused(reason)) => reason,
+            other => panic!("registering {length} bytes at {address:#x}: {other:?}"),
+        }
+    };
+    // Page 0 is never mapped.
+    let unmapped = register(16, 64);
+    assert!(unmapped.contains("not wholly mapped"), "{unmapped}");
+    let past_the_end = register(local.bytes().as_ptr() as u64, 1 << 40);
+    assert!(past_the_end.contains("not wholly mapped"), "{past_the_end}");
+    drop(stream);
+
+    // A deregistered region, then a closed port.
+    target.deregister_memory(&region).unwrap();
+    assert_eq!(put(&mut initiator, region.remote(0), 100), Status::BAD_KEY);
+    let remote = region.remote(0);
+    target.close().unwrap();
+    assert_eq!(put(&mut initiator, remote, 100), Status::TARGET_PORT_CLOSED);
+    initiator
+        .get(remote, &local, 0, 100, node, PortId(2), 9)
+        .unwrap();
+    assert_eq!(status_of(&mut initiator), Status::TARGET_PORT_CLOSED);
+    assert_eq!(
+        local.bytes().to_vec(0, 100),
+        vec![0xab; 100],
+        "a refused get writes nothing"
+    );
+    drop(initiator);
+    let report = stop(fabric);
+    assert_eq!(report.nodes[1].counters.memory_faults.get(), 0);
+}
