@@ -74,6 +74,12 @@ impl CollEndpoint {
         {
             endpoint.set_rendezvous_threshold(threshold);
         }
+        if let Some(limit) = std::env::var("NICBAR_COLL_UNEXPECTED_BYTES")
+            .ok()
+            .and_then(|value| value.trim().parse().ok())
+        {
+            endpoint.transfers.set_unexpected_limit(limit);
+        }
         Ok(endpoint)
     }
 
@@ -373,6 +379,10 @@ impl<'a> Op<'a> {
     ) -> Result<Vec<u8>, CollError> {
         let key = self.key(part);
         let member = self.members[from];
+        self.endpoint
+            .transfers
+            .want(&mut self.endpoint.port, member, key)
+            .map_err(|error| CollError::Peer { rank: from, error })?;
         let mut polls = 0;
         loop {
             if let Some(message) = self.endpoint.transfers.take(member, key) {

@@ -826,6 +826,96 @@ fn forged_rendezvous_answers_from_a_third_port_are_dropped() {
 }
 
 #[test]
+fn data_nobody_asked_for_is_bounded_and_a_forged_length_takes_nothing() {
+    // The receiver holds at most 1 MiB of messages it has not asked for. A third port sends a
+    // ready-to-send of 3 GiB and the first segment of an eager message of 1 GiB: neither is
+    // registered or allocated. A real 4 MiB message not asked for yet waits for room, and
+    // comes once asked for; one of 512 KiB is answered at once. Asking for the dropped eager
+    // message fails naming its sender.
+    let mut idle = || {};
+    let (daemon, dir, mut ranks, members) = endpoints("unexpected", 3, 2);
+    let mut receiver = ranks.pop().expect("two endpoints");
+    let mut sender = ranks.pop().expect("two endpoints");
+    receiver.transfers.set_unexpected_limit(1 << 20);
+    let mut forger = Port::open_at(&dir.join("control.sock"), 2, 1).expect("the port opens");
+
+    send_raw(&mut forger, 1, &forged_control(7, 1, 1, 3 << 30));
+    let mut segment = Vec::new();
+    for word in [u32::from_le_bytes(*b"NBC1"), 5, 8, 0] {
+        segment.extend_from_slice(&word.to_le_bytes());
+    }
+    segment.extend_from_slice(&0u64.to_le_bytes());
+    segment.extend_from_slice(&(1u64 << 30).to_le_bytes());
+    segment.resize(transfer::HEADER_LEN + transfer::SEGMENT_PAYLOAD, 0xab);
+    send_raw(&mut forger, 1, &segment);
+    pump_until(&mut receiver, |r| r.transfer_counters().over_limit == 2);
+    assert_eq!(receiver.transfer_counters().regions_registered, 0);
+    let forged = |sequence| transfer::Key {
+        context: 5,
+        sequence,
+        part: 0,
+    };
+    assert!(!receiver.transfers.holds(members[2], forged(8)));
+
+    // Real messages: 512 KiB fits under the limit and is answered before it is asked for; 4
+    // MiB waits, and comes when asked for.
+    let (small, large) = (512 << 10, 4 << 20);
+    let part = |part| transfer::Key {
+        context: 5,
+        sequence: 1,
+        part,
+    };
+    sender
+        .transfers
+        .send(members[1], part(0), data(0, small, 1).into());
+    sender
+        .transfers
+        .send(members[1], part(1), data(0, large, 2).into());
+    let mut both = [sender, receiver];
+    pump_all_until(&mut both, |r| {
+        r[1].transfers.has_whole(members[0], part(0)) && r[1].transfer_counters().over_limit == 3
+    });
+    let [mut sender, mut receiver] = both;
+    let mut pump_sender = || {
+        let _ = sender.pump_transfers();
+    };
+    let mut receiving = Op::new(
+        &mut receiver,
+        &members,
+        5,
+        1,
+        Some(Duration::from_secs(20)),
+        &mut pump_sender,
+    )
+    .unwrap();
+    assert!(receiving.receive(0, 0, small).unwrap() == data(0, small, 1));
+    assert!(receiving.receive(0, 1, large).unwrap() == data(0, large, 2));
+    drop(receiving);
+
+    let mut asking = Op::new(
+        &mut receiver,
+        &members,
+        5,
+        8,
+        Some(Duration::from_secs(20)),
+        &mut idle,
+    )
+    .unwrap();
+    let error = asking.receive(2, 0, 1 << 30).expect_err("it was dropped");
+    assert_eq!(error.rank(), Some(2), "{error}");
+    assert!(
+        error.to_string().contains("NICBAR_COLL_UNEXPECTED_BYTES"),
+        "{error}"
+    );
+    drop(asking);
+    forger.close().unwrap();
+    sender.port.close().unwrap();
+    receiver.port.close().unwrap();
+    drop(daemon);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn the_threshold_variable_reads_a_count_or_off() {
     use super::rendezvous_threshold_from as read;
     assert_eq!(read(None), None);

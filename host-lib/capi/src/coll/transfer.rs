@@ -35,6 +35,14 @@
 //! into a send buffer for the first child. A message that comes by rendezvous is passed on as an
 //! ordinary send once it is whole.
 //!
+//! Data nobody asked for yet is bounded: what an endpoint holds of messages it has not asked
+//! for (being assembled, arrived, or landing regions registered for them) stays under a limit
+//! ([`UNEXPECTED_LIMIT`], `NICBAR_COLL_UNEXPECTED_BYTES`), each message counted as at least one
+//! segment. Past it, a ready-to-send waits unanswered until there is room or the message is
+//! asked for, and an eager message is dropped and remembered: asking for it then fails, naming
+//! its sender and the limit. A message asked for is always taken. So a member that sends
+//! garbage lengths cannot make another register or allocate gigabytes.
+//!
 //! Answering at once means a rendezvous needs no order among the ranks' receives: a collective
 //! whose ranks wait for each other in any order still moves. Landing and source regions come
 //! from one pool per endpoint ([`RegionPool`]): registering is a round trip to the NIC and the
@@ -89,6 +97,12 @@ const POOL_KEEP: usize = 8;
 const POOL_KEEP_BYTES: usize = 64 << 20;
 /// The smallest region the pool registers (smaller requests get this much, for reuse).
 const POOL_MINIMUM: usize = 64 * 1024;
+/// Bytes of messages not asked for yet an endpoint holds at most (`NICBAR_COLL_UNEXPECTED_BYTES`
+/// changes it per process).
+pub(crate) const UNEXPECTED_LIMIT: usize = 1 << 30;
+/// Messages refused for the limit that are remembered (and ready-to-sends kept waiting for room);
+/// past this many, they are dropped unremembered.
+const REFUSED_KEEP: usize = 4096;
 /// The first bytes of every rendezvous control message.
 const RENDEZVOUS_MAGIC: u32 = u32::from_le_bytes(*b"NBR1");
 /// Bytes of a rendezvous control message.
@@ -321,6 +335,16 @@ pub(crate) enum TransferError {
     },
     /// The port failed under the transfers.
     Port(String),
+    /// `peer`'s message came before it was asked for, and holding it would have passed this
+    /// process's limit of unexpected data: it was dropped.
+    OverLimit {
+        /// The sender.
+        peer: Member,
+        /// The message's length.
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
 }
 
 impl std::fmt::Display for TransferError {
@@ -336,6 +360,12 @@ impl std::fmt::Display for TransferError {
                 write!(f, "sending to {peer} failed: {why}")
             }
             Self::Port(message) => write!(f, "the port failed: {message}"),
+            Self::OverLimit { peer, bytes, limit } => write!(
+                f,
+                "the message of {bytes} bytes from {peer} came before it was asked for, past \
+                 this process's limit of {limit} bytes of unexpected data, and was dropped \
+                 (NICBAR_COLL_UNEXPECTED_BYTES raises the limit)"
+            ),
         }
     }
 }
@@ -477,6 +507,9 @@ pub(crate) struct TransferCounters {
     pub(crate) regions_registered: u64,
     /// Segments passed on as they arrived (forwarding), one per segment and rank.
     pub(crate) forwarded: u64,
+    /// Messages not asked for yet that were refused for the limit of unexpected data (eager
+    /// ones dropped, ready-to-sends kept waiting).
+    pub(crate) over_limit: u64,
 }
 
 /// The transfers of one port.
@@ -514,6 +547,18 @@ pub(crate) struct Transfers {
     /// Receive buffers sent on by forwarding whose place among the provided ones no spare send
     /// buffer has taken yet.
     lent: usize,
+    /// The most bytes of messages not asked for yet that are held.
+    unexpected_limit: usize,
+    /// Bytes held of messages not asked for yet (the sum of `charged`).
+    unexpected: usize,
+    /// What each message held that was not asked for when it came counts against the limit.
+    charged: HashMap<(Member, Key), usize>,
+    /// The message the caller waits for now.
+    wanted: Option<(Member, Key)>,
+    /// Eager messages dropped for the limit, with their lengths.
+    over_limit: HashMap<(Member, Key), usize>,
+    /// Ready-to-sends waiting for room under the limit, in arrival order.
+    deferred: VecDeque<(Member, Control)>,
 }
 
 impl Transfers {
@@ -560,6 +605,76 @@ impl Transfers {
             forwards: HashMap::new(),
             forward_backlog: VecDeque::new(),
             lent: 0,
+            unexpected_limit: UNEXPECTED_LIMIT,
+            unexpected: 0,
+            charged: HashMap::new(),
+            wanted: None,
+            over_limit: HashMap::new(),
+            deferred: VecDeque::new(),
+        }
+    }
+
+    /// Holds at most `limit` bytes of messages not asked for yet from now on.
+    pub(crate) fn set_unexpected_limit(&mut self, limit: usize) {
+        self.unexpected_limit = limit;
+    }
+
+    /// Whether a message of `total` bytes from `at` may be held: always if it is the one asked
+    /// for; else if it fits under the limit, and it is then counted against it.
+    fn admit(&mut self, at: (Member, Key), total: usize) -> bool {
+        if self.wanted == Some(at) {
+            return true;
+        }
+        let cost = total.max(SEGMENT_PAYLOAD);
+        if self.unexpected.saturating_add(cost) > self.unexpected_limit {
+            self.counters.over_limit += 1;
+            return false;
+        }
+        self.unexpected += cost;
+        self.charged.insert(at, cost);
+        true
+    }
+
+    /// The caller waits for the message `key` from `from` now: a ready-to-send of it kept
+    /// waiting for room is answered at once.
+    ///
+    /// # Errors
+    /// [`TransferError::OverLimit`] if it came before and was dropped for the limit.
+    pub(crate) fn want(
+        &mut self,
+        port: &mut Port,
+        from: Member,
+        key: Key,
+    ) -> Result<(), TransferError> {
+        let at = (from, key);
+        self.wanted = Some(at);
+        if let Some(bytes) = self.over_limit.remove(&at) {
+            return Err(TransferError::OverLimit {
+                peer: from,
+                bytes,
+                limit: self.unexpected_limit,
+            });
+        }
+        if let Some(index) = self
+            .deferred
+            .iter()
+            .position(|(member, control)| *member == from && control.key == key)
+            && let Some((member, control)) = self.deferred.remove(index)
+        {
+            self.ready(port, member, control);
+        }
+        Ok(())
+    }
+
+    /// Answers the ready-to-sends kept waiting, in order, while they fit under the limit.
+    fn answer_deferred(&mut self, port: &mut Port) {
+        while let Some(&(member, control)) = self.deferred.front() {
+            let total = usize::try_from(control.value).unwrap_or(usize::MAX);
+            if self.unexpected.saturating_add(total.max(SEGMENT_PAYLOAD)) > self.unexpected_limit {
+                return;
+            }
+            self.deferred.pop_front();
+            self.ready(port, member, control);
         }
     }
 
@@ -905,6 +1020,12 @@ impl Transfers {
     pub(crate) fn take(&mut self, from: Member, key: Key) -> Option<Vec<u8>> {
         let message = self.arrived.remove(&(from, key))?;
         self.counters.messages_received += 1;
+        if let Some(cost) = self.charged.remove(&(from, key)) {
+            self.unexpected = self.unexpected.saturating_sub(cost);
+        }
+        if self.wanted == Some((from, key)) {
+            self.wanted = None;
+        }
         Some(message)
     }
 
@@ -1100,10 +1221,31 @@ impl Transfers {
         let assembly = match self.assembling.entry(key) {
             std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
             std::collections::hash_map::Entry::Vacant(entry) => {
+                if self.over_limit.contains_key(&key) {
+                    // The rest of a message dropped for the limit.
+                    self.counters.dropped += 1;
+                    return None;
+                }
+                if !(self.wanted == Some(key)
+                    || self.unexpected.saturating_add(total.max(SEGMENT_PAYLOAD))
+                        <= self.unexpected_limit)
+                {
+                    self.counters.over_limit += 1;
+                    self.counters.dropped += 1;
+                    if self.over_limit.len() < REFUSED_KEEP {
+                        self.over_limit.insert(key, total);
+                    }
+                    return None;
+                }
                 let mut data = Vec::new();
                 if data.try_reserve_exact(total).is_err() {
                     self.counters.dropped += 1;
                     return None;
+                }
+                if self.wanted != Some(key) {
+                    let cost = total.max(SEGMENT_PAYLOAD);
+                    self.unexpected += cost;
+                    self.charged.insert(key, cost);
                 }
                 data.resize(total, 0);
                 let count = segment_count(total);
@@ -1170,6 +1312,21 @@ impl Transfers {
             self.counters.dropped += 1;
             return;
         }
+        if !self.admit(key, total) {
+            // No room under the limit of unexpected data: the answer waits for room, or for
+            // the caller to ask for this message.
+            if self.deferred.len() < REFUSED_KEEP
+                && !self
+                    .deferred
+                    .iter()
+                    .any(|(member, c)| *member == from && c.key == control.key)
+            {
+                self.deferred.push_back((from, control));
+            } else {
+                self.counters.dropped += 1;
+            }
+            return;
+        }
         // As an eager message's assembly: a length this process cannot hold is refused, not
         // an abort.
         let room = Vec::<u8>::new().try_reserve_exact(total).is_ok();
@@ -1196,6 +1353,9 @@ impl Transfers {
                 }
             }
             None => {
+                if let Some(cost) = self.charged.remove(&key) {
+                    self.unexpected = self.unexpected.saturating_sub(cost);
+                }
                 self.counters.rendezvous_refused += 1;
                 Control {
                     kind: ControlKind::Refuse,
@@ -1441,6 +1601,7 @@ impl Transfers {
     pub(crate) fn post(&mut self, port: &mut Port) -> bool {
         self.pool.trim(port);
         self.replenish(port);
+        self.answer_deferred(port);
         while !self.forward_backlog.is_empty() {
             let Some(mut buffer) = self.spare.pop() else {
                 break;
