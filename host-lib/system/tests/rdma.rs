@@ -12,8 +12,9 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use common::one_sided::{self, completion};
 use common::{ChildProcess, ROLE, STAGE, hear, say, var};
-use nicbar::{AtomicOp, Event, MemoryRegion, NodeId, Port, PortId, Status};
+use nicbar::{AtomicOp, NodeId, Port, PortId, Status};
 use nicbar_emulator::{Emulator, EmulatorConfig, EmulatorHandle, FaultConfig};
 
 /// The big transfer's length.
@@ -36,25 +37,6 @@ fn emulator(dir: &Path, units: u16, faults: Option<FaultConfig>) -> EmulatorHand
 fn pattern(seed: u64, index: usize) -> u8 {
     let x = (index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ seed;
     (x >> 29) as u8 ^ (index >> 12) as u8
-}
-
-/// Waits for the next one-sided completion on `port`, with a bound.
-fn completion(port: &mut Port) -> (u64, Status, u64) {
-    let deadline = Instant::now() + STAGE;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        assert!(!left.is_zero(), "no completion within {STAGE:?}");
-        match port.receive_timeout(left).unwrap() {
-            Some(Event::OperationDone {
-                context,
-                status,
-                value,
-                ..
-            }) => return (context, status, value),
-            Some(other) => panic!("unexpected event {other:?}"),
-            None => {}
-        }
-    }
 }
 
 fn open_child_port() -> Port {
@@ -235,19 +217,6 @@ fn four_processes_adding_10000_times_each_to_one_word_end_at_40000() {
     target.wait_success(STAGE);
 }
 
-/// Waits for the one completion on `port` and returns its status.
-fn status_of(port: &mut Port) -> Status {
-    completion(port).1
-}
-
-fn untouched(region: &MemoryRegion) -> bool {
-    region
-        .bytes()
-        .to_vec(0, region.len())
-        .iter()
-        .all(|&b| b == 0)
-}
-
 #[test]
 fn every_refusal_names_its_rule_and_leaves_the_target_untouched() {
     let dir = common::temp_dir("nicbar-rdma");
@@ -258,60 +227,10 @@ fn every_refusal_names_its_rule_and_leaves_the_target_untouched() {
     let local = initiator.register_memory(64 * 1024).unwrap();
     local.bytes().write(0, &[0xab; 64 * 1024]);
     let region = target.register_memory(4096).unwrap();
-    let put = |port: &mut Port, remote: u64, len: usize| {
-        port.put(&local, 0, remote, len, node, PortId(2), 7)
-            .unwrap();
-        status_of(port)
-    };
-
-    assert_eq!(
-        put(&mut initiator, region.remote(0), 100),
-        Status::REMOTE_ACCESS_DENIED,
-        "before the target allows remote access"
-    );
-    target.allow_remote_memory_access().unwrap();
-    let wrong_key = nicbar::RemotePointer {
-        key: region.key() ^ 0x100,
-        offset: 0,
-    }
-    .to_u64();
-    assert_eq!(put(&mut initiator, wrong_key, 100), Status::BAD_KEY);
-    assert_eq!(
-        put(&mut initiator, region.remote(4000), 200),
-        Status::OUT_OF_BOUNDS,
-        "past the region's end"
-    );
-    assert_eq!(
-        put(&mut initiator, region.remote(0), 20_000),
-        Status::OUT_OF_BOUNDS,
-        "a put of several packets longer than the region"
-    );
-    initiator
-        .atomic(AtomicOp::SWAP, region.remote(4), 1, 0, node, PortId(2), 8)
-        .unwrap();
-    assert_eq!(status_of(&mut initiator), Status::MISALIGNED);
-    assert!(untouched(&region), "no refused operation wrote a byte");
-
-    // What is allowed works, and lands where it should.
-    assert_eq!(put(&mut initiator, region.remote(8), 100), Status::SUCCESS);
-    assert_eq!(region.bytes().to_vec(8, 100), vec![0xab; 100]);
-    assert_eq!(region.bytes().to_vec(0, 8), vec![0; 8]);
+    one_sided::refusals_of_an_open_port(&mut initiator, &mut target, node, &local, &region, 20_000);
     initiator.fence(Some(node)).unwrap();
 
     // A deregistered region, then a closed port.
-    target.deregister_memory(&region).unwrap();
-    assert_eq!(put(&mut initiator, region.remote(0), 100), Status::BAD_KEY);
-    let remote = region.remote(0);
-    target.close().unwrap();
-    assert_eq!(put(&mut initiator, remote, 100), Status::TARGET_PORT_CLOSED);
-    initiator
-        .get(remote, &local, 0, 100, node, PortId(2), 9)
-        .unwrap();
-    assert_eq!(status_of(&mut initiator), Status::TARGET_PORT_CLOSED);
-    assert_eq!(
-        local.bytes().to_vec(0, 100),
-        vec![0xab; 100],
-        "a refused get writes nothing"
-    );
+    one_sided::refusals_of_a_region_and_port_gone(&mut initiator, target, node, &local, &region);
     drop(daemon);
 }
