@@ -16,11 +16,10 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
-use std::time::Instant;
 
 use common::one_sided::{self, completion};
-use common::{ChildProcess, ROLE, STAGE, hear, say, var};
-use nicbar::{AtomicOp, Error, NodeId, Port, PortId, Status};
+use common::{ChildProcess, ROLE, STAGE, var};
+use nicbar::{Error, NodeId, Port, PortId, Status};
 use nicbar_control::{ControlError, Reply, Request};
 use nicbar_image::image::ImageFile;
 use nicbar_qemu::{FabricReport, QemuConfig, QemuFabric};
@@ -31,8 +30,6 @@ const QEMU: &str = "qemu-system-riscv32";
 const BIG: usize = 1 << 20;
 /// Fetch-and-adds per adding process.
 const ADDS: u64 = 1000;
-/// Operations an adder keeps in flight.
-const IN_FLIGHT: u64 = 8;
 /// Regions one port may register (the firmware core's `MEMORY_REGIONS`).
 const FIRMWARE_REGIONS: usize = 16;
 
@@ -96,12 +93,6 @@ fn stop(fabric: QemuFabric) -> FabricReport {
     report
 }
 
-/// The byte at `index` of the pattern of `seed`.
-fn pattern(seed: u64, index: usize) -> u8 {
-    let x = (index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ seed;
-    (x >> 29) as u8 ^ (index >> 12) as u8
-}
-
 /// The body of the child processes: one role each, chosen by `NICBAR_TEST_ROLE`.
 #[test]
 #[ignore = "run by the other tests as a child process"]
@@ -111,92 +102,7 @@ fn child() {
     let unit: u8 = var("UNIT").parse().unwrap();
     let port_id: u8 = var("PORT").parse().unwrap();
     let mut port = Port::open_at(Path::new(&socket), unit, port_id).unwrap();
-    match role.as_str() {
-        // Registers BIG bytes, zero, and lets peers reach them; reports on request.
-        "target" => {
-            let region = port.register_memory(BIG).unwrap();
-            port.allow_remote_memory_access().unwrap();
-            say(&format!("key {}", region.key()));
-            loop {
-                let line = hear();
-                let words: Vec<&str> = line.split_whitespace().collect();
-                match words.as_slice() {
-                    ["check", seed] => {
-                        let seed: u64 = seed.parse().unwrap();
-                        let bytes = region.bytes().to_vec(0, BIG);
-                        let bad = bytes
-                            .iter()
-                            .enumerate()
-                            .position(|(i, &b)| b != pattern(seed, i));
-                        say(&format!("checked {bad:?}"));
-                    }
-                    ["word"] => say(&format!("word {}", region.bytes().load_u64(0))),
-                    _ => break,
-                }
-            }
-        }
-        // Puts BIG patterned bytes to the target, then gets them back into another region.
-        "mover" => {
-            let seed: u64 = var("SEED").parse().unwrap();
-            let key: u32 = var("KEY").parse().unwrap();
-            let target = NodeId::new(var("TARGET_NODE").parse().unwrap());
-            let target_port = PortId(var("TARGET_PORT").parse().unwrap());
-            let remote = nicbar::RemotePointer { key, offset: 0 }.to_u64();
-            let source = port.register_memory(BIG).unwrap();
-            let patterned: Vec<u8> = (0..BIG).map(|i| pattern(seed, i)).collect();
-            source.bytes().write(0, &patterned);
-            let started = Instant::now();
-            port.put(&source, 0, remote, BIG, target, target_port, 1)
-                .unwrap();
-            assert_eq!(completion(&mut port), (1, Status::SUCCESS, 0));
-            say(&format!("put done in {:?}", started.elapsed()));
-            assert_eq!(hear(), "get");
-            let back = port.register_memory(BIG).unwrap();
-            let started = Instant::now();
-            port.get(remote, &back, 0, BIG, target, target_port, 2)
-                .unwrap();
-            assert_eq!(completion(&mut port), (2, Status::SUCCESS, 0));
-            let got = back.bytes().to_vec(0, BIG);
-            let bad = got.iter().zip(&patterned).position(|(a, b)| a != b);
-            say(&format!("got {bad:?} in {:?}", started.elapsed()));
-        }
-        // ADDS fetch-and-adds of 1 on the target's word 0, IN_FLIGHT at a time.
-        "adder" => {
-            let key: u32 = var("KEY").parse().unwrap();
-            let target = NodeId::new(var("TARGET_NODE").parse().unwrap());
-            let target_port = PortId(var("TARGET_PORT").parse().unwrap());
-            let remote = nicbar::RemotePointer { key, offset: 0 }.to_u64();
-            let mut posted = 0u64;
-            let mut previous = Vec::with_capacity(ADDS as usize);
-            let started = Instant::now();
-            while (previous.len() as u64) < ADDS {
-                while posted < ADDS && posted - previous.len() as u64 <= IN_FLIGHT {
-                    port.atomic(
-                        AtomicOp::FETCH_ADD,
-                        remote,
-                        1,
-                        0,
-                        target,
-                        target_port,
-                        posted,
-                    )
-                    .unwrap();
-                    posted += 1;
-                }
-                let (_, status, value) = completion(&mut port);
-                assert_eq!(status, Status::SUCCESS);
-                previous.push(value);
-            }
-            let took = started.elapsed();
-            previous.sort_unstable();
-            previous.dedup();
-            say(&format!(
-                "adds done, {} distinct previous values in {took:?}",
-                previous.len()
-            ));
-        }
-        other => panic!("unknown role {other}"),
-    }
+    one_sided::play(&role, &mut port, BIG, ADDS);
     let _ = port.close();
 }
 
@@ -313,7 +219,7 @@ fn a_target_killed_during_a_put_ends_it_with_an_error_and_the_nic_serves_the_nex
     let socket = fabric.socket().to_owned();
     let mut initiator = Port::open_at(&socket, 0, 1).unwrap();
     let local = initiator.register_memory(BIG).unwrap();
-    let patterned: Vec<u8> = (0..BIG).map(|i| pattern(seed, i)).collect();
+    let patterned: Vec<u8> = (0..BIG).map(|i| one_sided::pattern(seed, i)).collect();
     local.bytes().write(0, &patterned);
     let node = NodeId::new(1);
 

@@ -1,11 +1,14 @@
-//! One-sided helpers the RDMA tests of both NICs share: waiting for an operation's end, and the
-//! refusals every NIC must give.
+//! One-sided helpers the RDMA tests of both NICs share: the child processes' roles, waiting for
+//! an operation's end, and the refusals every NIC must give.
 
 use std::time::Instant;
 
 use nicbar::{AtomicOp, Event, MemoryRegion, NodeId, Port, PortId, Status};
 
-use super::STAGE;
+use super::{STAGE, hear, say, var};
+
+/// Operations an adder keeps in flight.
+const IN_FLIGHT: u64 = 8;
 
 /// The next `OperationDone` of `port`: (context, status, value). Any other event fails.
 pub(crate) fn completion(port: &mut Port) -> (u64, Status, u64) {
@@ -130,4 +133,106 @@ pub(crate) fn refusals_of_a_region_and_port_gone(
         vec![0xab; 100],
         "a refused get writes nothing"
     );
+}
+
+/// The byte at `index` of the pattern of `seed`.
+pub(crate) fn pattern(seed: u64, index: usize) -> u8 {
+    let x = (index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ seed;
+    (x >> 29) as u8 ^ (index >> 12) as u8
+}
+
+/// A child process's one-sided role on `port` (its peer: node `TARGET_NODE`, port
+/// `TARGET_PORT`, region key `KEY`):
+/// - "target" registers `big` zeroed bytes and lets peers reach them, then answers
+///   "check SEED" (the first byte that is not the pattern) and "word" (its first word);
+/// - "mover" puts `big` bytes of the pattern of `SEED` into the target, then, told "get", gets
+///   them back into another region and says where the first difference is;
+/// - "adder" does `adds` fetch-and-adds of 1 on the target's word 0, a few at a time, and says
+///   how many distinct values came back.
+pub(crate) fn play(role: &str, port: &mut Port, big: usize, adds: u64) {
+    match role {
+        "target" => {
+            let region = port.register_memory(big).unwrap();
+            port.allow_remote_memory_access().unwrap();
+            say(&format!("key {}", region.key()));
+            loop {
+                let line = hear();
+                let words: Vec<&str> = line.split_whitespace().collect();
+                match words.as_slice() {
+                    ["check", seed] => {
+                        let seed: u64 = seed.parse().unwrap();
+                        let bytes = region.bytes().to_vec(0, big);
+                        let bad = bytes
+                            .iter()
+                            .enumerate()
+                            .position(|(i, &b)| b != pattern(seed, i));
+                        say(&format!("checked {bad:?}"));
+                    }
+                    ["word"] => say(&format!("word {}", region.bytes().load_u64(0))),
+                    _ => break,
+                }
+            }
+        }
+        "mover" => {
+            let seed: u64 = var("SEED").parse().unwrap();
+            let (remote, target, target_port) = peer();
+            let source = port.register_memory(big).unwrap();
+            let patterned: Vec<u8> = (0..big).map(|i| pattern(seed, i)).collect();
+            source.bytes().write(0, &patterned);
+            let started = Instant::now();
+            port.put(&source, 0, remote, big, target, target_port, 1)
+                .unwrap();
+            assert_eq!(completion(port), (1, Status::SUCCESS, 0));
+            say(&format!("put done in {:?}", started.elapsed()));
+            assert_eq!(hear(), "get");
+            let back = port.register_memory(big).unwrap();
+            let started = Instant::now();
+            port.get(remote, &back, 0, big, target, target_port, 2)
+                .unwrap();
+            assert_eq!(completion(port), (2, Status::SUCCESS, 0));
+            let got = back.bytes().to_vec(0, big);
+            let bad = got.iter().zip(&patterned).position(|(a, b)| a != b);
+            say(&format!("got {bad:?} in {:?}", started.elapsed()));
+        }
+        "adder" => {
+            let (remote, target, target_port) = peer();
+            let mut posted = 0u64;
+            let mut previous = Vec::with_capacity(adds as usize);
+            let started = Instant::now();
+            while (previous.len() as u64) < adds {
+                while posted < adds && posted - previous.len() as u64 <= IN_FLIGHT {
+                    port.atomic(
+                        AtomicOp::FETCH_ADD,
+                        remote,
+                        1,
+                        0,
+                        target,
+                        target_port,
+                        posted,
+                    )
+                    .unwrap();
+                    posted += 1;
+                }
+                let (_, status, value) = completion(port);
+                assert_eq!(status, Status::SUCCESS);
+                previous.push(value);
+            }
+            let took = started.elapsed();
+            previous.sort_unstable();
+            previous.dedup();
+            say(&format!(
+                "adds done, {} distinct previous values in {took:?}",
+                previous.len()
+            ));
+        }
+        other => panic!("unknown role {other}"),
+    }
+}
+
+/// The peer's region (a remote pointer to its start), node and port, from the environment.
+fn peer() -> (u64, NodeId, PortId) {
+    let key: u32 = var("KEY").parse().unwrap();
+    let remote = nicbar::RemotePointer { key, offset: 0 }.to_u64();
+    let node = NodeId::new(var("TARGET_NODE").parse().unwrap());
+    (remote, node, PortId(var("TARGET_PORT").parse().unwrap()))
 }
