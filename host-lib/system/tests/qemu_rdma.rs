@@ -13,70 +13,21 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::OnceLock;
+use std::path::Path;
 
 use common::one_sided::{self, completion};
+use common::qemu_fabric::{fabric, qemu_or_skip};
 use common::{ChildProcess, ROLE, STAGE, var};
 use nicbar::{Error, NodeId, Port, PortId, Status};
 use nicbar_control::{ControlError, Reply, Request};
-use nicbar_image::image::ImageFile;
-use nicbar_qemu::{FabricReport, QemuConfig, QemuFabric};
-use shared_abi::image::ImageTarget;
+use nicbar_qemu::{FabricReport, QemuFabric};
 
-const QEMU: &str = "qemu-system-riscv32";
 /// The big transfer's length.
 const BIG: usize = 1 << 20;
 /// Fetch-and-adds per adding process.
 const ADDS: u64 = 1000;
 /// Regions one port may register (the firmware core's `MEMORY_REGIONS`).
 const FIRMWARE_REGIONS: usize = 16;
-
-/// Whether QEMU runs here; says why the test is skipped if not.
-fn qemu_or_skip(test: &str) -> bool {
-    let runs = Command::new(QEMU)
-        .arg("--version")
-        .output()
-        .is_ok_and(|output| output.status.success());
-    if !runs {
-        eprintln!(
-            "{test}: skipped: {QEMU} is not installed (cargo xtask qemu installs it from \
-             bookworm-backports)"
-        );
-    }
-    runs
-}
-
-/// The firmware image, built once per test run by `cargo xtask image` (as CI builds it).
-fn image_path() -> &'static PathBuf {
-    static IMAGE: OnceLock<PathBuf> = OnceLock::new();
-    IMAGE.get_or_init(|| {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let output = Command::new(env!("CARGO"))
-            .args(["run", "--quiet", "--package", "xtask", "--", "image"])
-            .current_dir(&root)
-            .output()
-            .expect("running cargo xtask image");
-        assert!(
-            output.status.success(),
-            "cargo xtask image failed:\n{}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-        let target = std::env::var_os("CARGO_TARGET_DIR")
-            .map_or_else(|| root.join("target"), |dir| root.join(dir));
-        target.join("nicbar-riscv32imac-unknown-none-elf.img")
-    })
-}
-
-fn fabric(dir: &tempfile::TempDir, nodes: u16) -> QemuFabric {
-    let image = ImageFile::read_for_target(image_path(), ImageTarget::RISCV32IMAC)
-        .expect("the image built by cargo xtask image verifies");
-    let mut config = QemuConfig::new(dir.path().join("control.sock"), image, nodes);
-    config.echo_console = false;
-    QemuFabric::spawn(config).expect("the QEMU NICs boot")
-}
 
 /// Stops the fabric and checks every NIC powered off cleanly; returns the reports.
 fn stop(fabric: QemuFabric) -> FabricReport {

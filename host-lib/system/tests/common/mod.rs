@@ -3,6 +3,7 @@
 #![allow(dead_code, reason = "each test file uses part of the harness")]
 
 pub(crate) mod one_sided;
+pub(crate) mod qemu_fabric;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::UdpSocket;
