@@ -22,6 +22,9 @@ pub use shared_abi::packet::MAC_LEN;
 pub struct FabricKey([u8; 32]);
 
 impl FabricKey {
+    /// The code's name, for reports.
+    pub const ALGORITHM: &'static str = "keyed BLAKE2s, 16-byte tag";
+
     /// The key of these 32 bytes.
     pub const fn new(bytes: [u8; 32]) -> Self {
         Self(bytes)
