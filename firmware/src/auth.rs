@@ -16,8 +16,10 @@
 //! NIC image, the fuzz targets) it is this module's plain 32-bit one, which links no panic path.
 //! Both compute the same function, checked against the specification's test vectors.
 //!
-//! Without a key (a NIC whose packets never leave one trusted process, or a benchmark measuring
-//! what the code costs) packets carry no trailer; every NIC of a fabric must agree.
+//! Without a key (a benchmark measuring what the code costs) packets carry no trailer; every NIC
+//! of a fabric must agree. A board whose route to a node never leaves its own memory (the
+//! emulator's NICs of one daemon) sends and takes those packets without the trailer too
+//! ([`crate::Hal::local_route`], [`crate::Nic::on_local_packet`]).
 
 pub use shared_abi::packet::MAC_LEN;
 
