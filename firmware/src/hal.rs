@@ -41,6 +41,16 @@ pub trait Hal {
     /// [`TransmitError`] when the packet was not taken.
     fn transmit(&mut self, destination: NodeId, packet: &[u8]) -> Result<(), TransmitError>;
 
+    /// Whether packets toward `destination` never leave the board's own memory (a NIC sending to
+    /// itself, or the emulator's units of one daemon, all of which hold the fabric key): they
+    /// are sent without the authentication code, and the board hands those it receives so to
+    /// [`crate::Nic::on_local_packet`], never to [`crate::Nic::on_packet`]. By default no route
+    /// is: every packet is coded.
+    fn local_route(&self, destination: NodeId) -> bool {
+        let _ = destination;
+        false
+    }
+
     /// Rings the host's doorbell for `port`: its process sleeps and a new event is in its event
     /// ring. Called only when the process asked for a doorbell.
     fn notify_host(&mut self, port: usize);

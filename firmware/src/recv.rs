@@ -27,6 +27,18 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             },
             None => bytes,
         };
+        self.take_packet(bytes, now);
+    }
+
+    /// Takes one packet that came over a route that never left the board's memory
+    /// ([`crate::Hal::local_route`]: sent by this NIC to itself, or by another NIC of the same
+    /// emulator daemon), which carries no authentication code. Checked and parsed as any other
+    /// packet after that; a board must never hand in bytes from its wire here.
+    pub fn on_local_packet(&mut self, bytes: &[u8], now: Instant) {
+        self.take_packet(bytes, now);
+    }
+
+    fn take_packet(&mut self, bytes: &[u8], now: Instant) {
         let Ok(packet) = Packet::new_checked(bytes) else {
             self.counters.malformed_packets += 1;
             return;

@@ -266,14 +266,15 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     }
 
     /// Transmits the packet in `scratch[..len]` to `peer`, with its authentication code appended
-    /// on an authenticated fabric ([`crate::auth`]).
+    /// on an authenticated fabric ([`crate::auth`]) unless the board's route to `peer` never
+    /// leaves its memory ([`Hal::local_route`]).
     pub(crate) fn transmit_scratch(
         &mut self,
         peer: NodeId,
         len: usize,
     ) -> Result<(), TransmitError> {
         let wire_len = match self.config.fabric_key {
-            Some(key) => {
+            Some(key) if !self.hal.local_route(peer) => {
                 let tag = key.tag(self.scratch.get(..len).unwrap_or(&[]));
                 // The scratch buffer has room for the largest packet and its code.
                 let Some(trailer) = self.scratch.get_mut(len..len + MAC_LEN) else {
@@ -282,7 +283,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 trailer.copy_from_slice(&tag);
                 len + MAC_LEN
             }
-            None => len,
+            _ => len,
         };
         let packet = self.scratch.get(..wire_len).unwrap_or(&[]);
         self.hal.transmit(peer, packet)

@@ -11,7 +11,7 @@ use crate::ids::{Generation, NodeId, PortId};
 /// First byte of every nicbar packet.
 pub const PACKET_MAGIC: u8 = 0x4e;
 /// Wire format version, second byte of every packet.
-pub const WIRE_VERSION: u8 = 3;
+pub const WIRE_VERSION: u8 = 4;
 
 /// What a packet is.
 #[derive(

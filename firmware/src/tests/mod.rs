@@ -141,6 +141,8 @@ pub(crate) struct FakeWire {
     pub(crate) doorbells: [u32; PORTS_PER_NIC],
     /// The ordinary memory of each port's process: [`PROCESS_BASE`] is its first address.
     pub(crate) process: [Vec<u8>; PORTS_PER_NIC],
+    /// Whether every route is local ([`Hal::local_route`]).
+    pub(crate) local: bool,
 }
 
 /// The first virtual address of a fake process's memory.
@@ -167,6 +169,7 @@ impl FakeWire {
             blocked: false,
             doorbells: [0; PORTS_PER_NIC],
             process: Default::default(),
+            local: false,
         }
     }
 
@@ -207,6 +210,10 @@ impl Hal for FakeWire {
         });
         self.transmitted += 1;
         Ok(())
+    }
+
+    fn local_route(&self, _destination: NodeId) -> bool {
+        self.local
     }
 
     fn notify_host(&mut self, port: usize) {

@@ -295,3 +295,37 @@ fn an_ack_beyond_what_was_sent_frees_nothing() {
             .collect::<Vec<_>>()
     );
 }
+
+#[test]
+fn a_local_route_carries_no_code_and_only_the_local_entry_takes_its_packets() {
+    let config = crate::Config {
+        fabric_key: Some(crate::auth::FabricKey::new([3; 32])),
+        ..crate::Config::default()
+    };
+    let mut net = Net::with_config(2, config);
+    net[0].wire().local = true;
+    net[1].wire().local = true;
+    net.open(0, 1);
+    net.open(1, 2);
+    provide_buffers(&mut net, (1, 2), 1);
+    send_message(&mut net, (0, 1), (1, 2), 0, 100);
+    let sent = net.poll(0);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].bytes.len(), HEADER_LEN + 100, "no trailer");
+
+    // Handed in as if from the wire, the uncoded packet is refused before it is parsed.
+    net.deliver(&sent[0]);
+    assert_eq!(net[1].nic.counters().unauthenticated, 1);
+    assert!(net[1].events(2).is_empty());
+
+    // Over the local route it is taken.
+    let now = net.now;
+    net[1].nic.on_local_packet(&sent[0].bytes, now);
+    net[1].nic.poll(now);
+    let received = of_kind(&net[1].events(2), EventKind::RECEIVED);
+    assert_eq!(received.len(), 1);
+    assert_eq!(
+        net[1].read_arena(2, received[0].buffer.get(), 100),
+        payload(0, 100)
+    );
+}

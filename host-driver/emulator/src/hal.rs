@@ -55,6 +55,10 @@ impl Hal for UnitHal {
         self.wire.transmit(destination, packet)
     }
 
+    fn local_route(&self, destination: NodeId) -> bool {
+        self.wire.is_local(destination)
+    }
+
     fn notify_host(&mut self, port: usize) {
         if let Some(Some(attached)) = self.ports.get(port) {
             doorbell::ring(&attached.host_doorbell);

@@ -111,9 +111,10 @@ pub struct EmulatorConfig {
     pub idle_linger: Duration,
     /// A group whose members may use the daemon too (by default only its own user and root).
     pub allow_group: Option<u32>,
-    /// Whether packets are authenticated ([`firmware::auth`]). The key is `nic.fabric_key`; when
-    /// it is `None`, a daemon whose units have no UDP address makes a random one (its packets
-    /// never leave it), and a daemon on a UDP fabric refuses to start (its daemons must share a
+    /// Whether packets on the UDP wire are authenticated ([`firmware::auth`]; packets between
+    /// units of the daemon never leave its memory and carry no code either way). The key is
+    /// `nic.fabric_key`; when it is `None`, a daemon whose units have no UDP address makes a
+    /// random one, and a daemon on a UDP fabric refuses to start (its daemons must share a
     /// key: [`key::read_key`]). `false` only to measure what authentication costs: every daemon of
     /// the fabric must agree, and then nothing on the wire is authenticated.
     pub authenticate: bool,

@@ -36,6 +36,8 @@ use nicbar_control::doorbell;
 use nicbar_control::server::CloseReply;
 use nicbar_control::{BarrierReport, ConnectionReport, NicReport, PortReport, UnitStatus};
 
+/// Datagrams a unit takes from its UDP socket in one round before it polls.
+const UDP_BATCH: usize = 64;
 /// Rounds of (packets in, poll, loopback) a unit runs before it looks at its commands again.
 const MAX_ROUNDS: usize = 256;
 /// Longest sleep while a port has events waiting for room in its event ring. The process rings
@@ -251,6 +253,7 @@ pub(crate) fn spawn_all(setups: Vec<UnitSetup>) -> io::Result<Vec<UnitHandle>> {
                         inbox,
                         origin,
                         arrivals: VecDeque::new(),
+                        datagram: vec![0; wire::RECEIVE_BUFFER].into_boxed_slice(),
                         closing: Default::default(),
                         waiting_opens: Default::default(),
                         stale_rounds: 0,
@@ -430,6 +433,8 @@ struct UnitLoop {
     inbox: Arc<Inbox>,
     origin: std::time::Instant,
     arrivals: VecDeque<Vec<u8>>,
+    /// The UDP socket's receive buffer: a datagram is parsed where it was received.
+    datagram: Box<[u8]>,
     stale_rounds: u32,
     stale_reported: bool,
     /// Told to stop: its ports are closed and it runs no more.
@@ -673,17 +678,30 @@ impl UnitLoop {
             wire.set_now(now);
             wire.blocked = false;
             wire.release_due();
-            wire.receive_udp(&mut self.arrivals);
+            let mut busy = false;
+            // Datagrams are taken straight from the receive buffer, a bounded number per round
+            // (the loop comes back while the socket stays readable).
+            for _ in 0..UDP_BATCH {
+                let Some(len) = self.nic.hal_mut().wire.receive_udp(&mut self.datagram[..]) else {
+                    break;
+                };
+                busy = true;
+                self.nic.hal_mut().wire.counters.received += 1;
+                self.nic
+                    .on_packet(self.datagram.get(..len).unwrap_or(&[]), now);
+            }
+            // Packets from the other NICs of this daemon and from this one never left its
+            // memory: they carry no authentication code (`Hal::local_route`).
             self.inbox.take_all(&mut self.arrivals);
-            let mut busy = !self.arrivals.is_empty();
+            busy |= !self.arrivals.is_empty();
             self.nic.hal_mut().wire.counters.received += self.arrivals.len() as u64;
             while let Some(packet) = self.arrivals.pop_front() {
-                self.nic.on_packet(&packet, now);
+                self.nic.on_local_packet(&packet, now);
             }
             busy |= self.nic.poll(now);
             while let Some(packet) = self.nic.hal_mut().wire.loopback.pop_front() {
                 self.nic.hal_mut().wire.counters.received += 1;
-                self.nic.on_packet(&packet, now);
+                self.nic.on_local_packet(&packet, now);
                 busy = true;
             }
             self.finish_closes(now);

@@ -134,6 +134,12 @@ impl Wire {
         self.now = now;
     }
 
+    /// Whether packets to `destination` stay in this daemon's memory (loopback, or the inbox of
+    /// another of its NICs): they need no authentication code.
+    pub(crate) fn is_local(&self, destination: NodeId) -> bool {
+        destination == self.node || self.local.inbox(destination).is_some()
+    }
+
     fn has_route(&self, destination: NodeId) -> bool {
         destination == self.node
             || self.local.inbox(destination).is_some()
@@ -152,7 +158,7 @@ impl Wire {
         }
         let Some(faults) = self.faults.as_mut() else {
             self.counters.transmitted += 1;
-            return self.deliver(destination, packet.to_vec());
+            return self.deliver(destination, packet);
         };
         let fate = faults.fate();
         self.counters.transmitted += 1;
@@ -164,7 +170,7 @@ impl Wire {
         for delay in fate.into_iter().flatten() {
             if delay.is_zero() {
                 // Taken already as far as the NIC knows: a copy the socket refuses is lost.
-                if self.deliver(destination, packet.to_vec()).is_err() {
+                if self.deliver(destination, packet).is_err() {
                     self.counters.undeliverable += 1;
                 }
             } else {
@@ -181,13 +187,15 @@ impl Wire {
         Ok(())
     }
 
-    fn deliver(&mut self, destination: NodeId, packet: Vec<u8>) -> Result<(), TransmitError> {
+    /// Puts `packet` on its route: a copy into the loopback queue or another NIC's inbox, or a
+    /// datagram sent straight from the NIC's packet buffer.
+    fn deliver(&mut self, destination: NodeId, packet: &[u8]) -> Result<(), TransmitError> {
         if destination == self.node {
-            self.loopback.push_back(packet);
+            self.loopback.push_back(packet.to_vec());
             return Ok(());
         }
         if let Some(inbox) = self.local.inbox(destination) {
-            if !inbox.push(packet) {
+            if !inbox.push(packet.to_vec()) {
                 self.counters.undeliverable += 1;
             }
             return Ok(());
@@ -196,7 +204,7 @@ impl Wire {
         else {
             return Err(TransmitError::NoRoute);
         };
-        match udp.send_to(&packet, address) {
+        match udp.send_to(packet, address) {
             Ok(_) => Ok(()),
             Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
                 self.blocked = true;
@@ -220,7 +228,7 @@ impl Wire {
             let Some(Reverse(due)) = self.delayed.pop() else {
                 break;
             };
-            if self.deliver(due.destination, due.packet).is_err() {
+            if self.deliver(due.destination, &due.packet).is_err() {
                 self.counters.undeliverable += 1;
             }
         }
@@ -231,18 +239,20 @@ impl Wire {
         self.delayed.peek().map(|Reverse(next)| next.at)
     }
 
-    /// Reads the datagrams waiting on the UDP socket into `out`, dropping those from addresses
-    /// that are not on the fabric map, and those whose header names another node than the one
-    /// at the address they came from (a node is bound to its fabric address).
-    pub(crate) fn receive_udp(&mut self, out: &mut VecDeque<Vec<u8>>) {
-        let Some(udp) = self.udp.as_ref() else {
-            return;
-        };
-        let mut buffer = [0u8; shared_abi::packet::MAX_WIRE_LEN + 1];
+    /// Reads the next datagram waiting on the UDP socket into `buffer` (at least
+    /// [`RECEIVE_BUFFER`] bytes) and returns its length; `None` when none is waiting. Drops, and
+    /// counts, datagrams from addresses that are not on the fabric map, those too long for a
+    /// packet, and those whose header names another node than the one at the address they came
+    /// from (a node is bound to its fabric address).
+    pub(crate) fn receive_udp(&mut self, buffer: &mut [u8]) -> Option<usize> {
+        let udp = self.udp.as_ref()?;
         loop {
-            match udp.recv_from(&mut buffer) {
+            match udp.recv_from(buffer) {
                 Ok((len, from)) => {
-                    let Some(node) = self.fabric.node_at(from).filter(|_| len < buffer.len())
+                    let Some(node) = self
+                        .fabric
+                        .node_at(from)
+                        .filter(|_| len < RECEIVE_BUFFER.min(buffer.len()))
                     else {
                         self.counters.strangers += 1;
                         continue;
@@ -254,17 +264,21 @@ impl Wire {
                         self.counters.spoofed += 1;
                         continue;
                     }
-                    out.push_back(buffer[..len].to_vec());
+                    return Some(len);
                 }
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
                 // WouldBlock ends the batch. Any other error (an ICMP report of an earlier send)
                 // is consumed by this read; the socket stays readable if datagrams follow it, and
                 // the level-triggered epoll brings us back.
-                Err(_) => break,
+                Err(_) => return None,
             }
         }
     }
 }
+
+/// The receive buffer [`Wire::receive_udp`] needs: one byte more than the longest packet, so a
+/// longer datagram shows as one.
+pub(crate) const RECEIVE_BUFFER: usize = shared_abi::packet::MAX_WIRE_LEN + 1;
 
 /// Binds the UDP socket of a NIC at `address`, non-blocking, with room for bursts.
 pub(crate) fn bind_udp(address: SocketAddr) -> io::Result<UdpSocket> {

@@ -297,7 +297,7 @@ fn orchestrate(args: &[String]) -> Result {
         );
     }
     println!(
-        "  authentication (keyed BLAKE2s, both ways) costs {:>6.2} µs one way in-process \
+        "  authentication (keyed BLAKE3, both ways) costs {:>6.2} µs one way in-process \
          (spin: {:.2} with, {:.2} without)",
         (p50("NIC in-process, spin") - p50("NIC in-process, spin, no auth")) / 1e3,
         p50("NIC in-process, spin") / 1e3,
