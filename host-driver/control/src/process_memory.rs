@@ -10,6 +10,59 @@ use std::io::{IoSlice, IoSliceMut};
 use nix::sys::uio::{RemoteIoVec, process_vm_readv, process_vm_writev};
 use nix::unistd::Pid;
 
+use crate::message::{ControlError, Request};
+
+/// A port owner's memory request, as every NIC backend hands it to its NIC (answered with the
+/// region's key, or 0).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemoryRequest {
+    /// `gm_register_memory` of `length` bytes at `address`, with a random nonce for the key.
+    Register {
+        /// The first byte, in the owner's address space.
+        address: u64,
+        /// Bytes.
+        length: u64,
+        /// Random bits of the region's key.
+        nonce: u32,
+    },
+    /// `gm_deregister_memory` of the region of exactly `length` bytes at `address`.
+    Deregister {
+        /// The region's first byte.
+        address: u64,
+        /// Its length.
+        length: u64,
+    },
+    /// `gm_allow_remote_memory_access`: peers may reach the port's registered memory.
+    AllowRemoteAccess,
+}
+
+impl MemoryRequest {
+    /// The memory request `request` makes (a registration draws its nonce here).
+    ///
+    /// # Errors
+    /// [`ControlError::BadRequest`] for a request that is not about memory;
+    /// [`ControlError::Internal`] if no randomness could be read for a key.
+    pub fn from_request(request: &Request) -> Result<Self, ControlError> {
+        Ok(match *request {
+            Request::RegisterMemory { address, length } => {
+                let nonce = crate::server::random_key()
+                    .map(|key| u32::from_le_bytes([key[0], key[1], key[2], key[3]]))
+                    .map_err(|error| {
+                        ControlError::Internal(format!("no randomness for a region key: {error}"))
+                    })?;
+                Self::Register {
+                    address,
+                    length,
+                    nonce,
+                }
+            }
+            Request::DeregisterMemory { address, length } => Self::Deregister { address, length },
+            Request::AllowRemoteAccess => Self::AllowRemoteAccess,
+            _ => return Err(ControlError::BadRequest("not a memory request".to_owned())),
+        })
+    }
+}
+
 /// Reads `out.len()` bytes at `address` of process `pid`.
 ///
 /// # Errors

@@ -11,9 +11,10 @@ use shared_abi::region::RegionLayout;
 
 use super::RegionShape;
 use super::hal::AttachedPort;
-use super::unit::{CloseHow, Command, MemoryRequest, UnitHandle};
+use super::unit::{CloseHow, Command, UnitHandle};
 use nicbar_control::Mapping;
 use nicbar_control::doorbell;
+use nicbar_control::process_memory::MemoryRequest;
 use nicbar_control::server::{CloseReply, PortBackend, PortOwners};
 use nicbar_control::{ControlError, NodeName, OpenedPort, Reply, Request, UnitStatus};
 
@@ -161,25 +162,7 @@ impl PortBackend for EmulatedUnits {
             .units
             .get(usize::from(unit))
             .ok_or_else(|| ControlError::Internal(format!("no NIC unit {unit}")))?;
-        let request = match *request {
-            Request::RegisterMemory { address, length } => {
-                let nonce = nicbar_control::server::random_key()
-                    .map(|key| u32::from_le_bytes([key[0], key[1], key[2], key[3]]))
-                    .map_err(|error| {
-                        ControlError::Internal(format!("no randomness for a region key: {error}"))
-                    })?;
-                MemoryRequest::Register {
-                    address,
-                    length,
-                    nonce,
-                }
-            }
-            Request::DeregisterMemory { address, length } => {
-                MemoryRequest::Deregister { address, length }
-            }
-            Request::AllowRemoteAccess => MemoryRequest::AllowRemoteAccess,
-            _ => return Err(ControlError::BadRequest("not a memory request".to_owned())),
-        };
+        let request = MemoryRequest::from_request(request)?;
         let registering = matches!(request, MemoryRequest::Register { .. });
         let (reply, answer) = mpsc::channel();
         if !handle.send(Command::Memory {

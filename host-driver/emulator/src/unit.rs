@@ -22,6 +22,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use firmware::{Instant, Nic, OpenError};
+use nicbar_control::process_memory::MemoryRequest;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use shared_abi::event::Event;
 use shared_abi::ids::{Generation, NodeId, PORTS_PER_NIC, PortId};
@@ -77,21 +78,6 @@ pub(crate) enum Command {
     Status { reply: Sender<UnitStatus> },
     /// End the thread.
     Stop,
-}
-
-/// A memory request of a port's process (answered with the region's key, or 0).
-#[derive(Debug)]
-pub(crate) enum MemoryRequest {
-    /// `gm_register_memory`, with a random nonce for the key.
-    Register {
-        address: u64,
-        length: u64,
-        nonce: u32,
-    },
-    /// `gm_deregister_memory`.
-    Deregister { address: u64, length: u64 },
-    /// `gm_allow_remote_memory_access`.
-    AllowRemoteAccess,
 }
 
 /// How a port closes, and who hears when it has.

@@ -8,7 +8,8 @@
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
-use super::machine::{Machine, MemoryCommand, region_layout};
+use super::machine::{Machine, region_layout};
+use nicbar_control::process_memory::MemoryRequest;
 use nicbar_control::server::{PortBackend, PortOwners};
 use nicbar_control::{
     ControlError, NicReport, NodeName, OpenedPort, PortReport, Reply, Request, UnitStatus,
@@ -146,30 +147,12 @@ impl PortBackend for QemuMachines {
             .machines
             .get(usize::from(unit))
             .ok_or_else(|| ControlError::Internal(format!("no NIC unit {unit}")))?;
-        let command = match *request {
-            Request::RegisterMemory { address, length } => {
-                let nonce = nicbar_control::server::random_key()
-                    .map(|key| u32::from_le_bytes([key[0], key[1], key[2], key[3]]))
-                    .map_err(|error| {
-                        ControlError::Internal(format!("no randomness for a region key: {error}"))
-                    })?;
-                MemoryCommand::Register {
-                    address,
-                    length,
-                    nonce,
-                }
-            }
-            Request::DeregisterMemory { address, length } => {
-                MemoryCommand::Deregister { address, length }
-            }
-            Request::AllowRemoteAccess => MemoryCommand::AllowRemoteAccess,
-            _ => return Err(ControlError::BadRequest("not a memory request".to_owned())),
-        };
+        let command = MemoryRequest::from_request(request)?;
         let result = machine
             .memory_command(port, pid, command)
             .map_err(ControlError::MemoryRefused)?;
         Ok(match command {
-            MemoryCommand::Register { .. } => Reply::Registered { key: result },
+            MemoryRequest::Register { .. } => Reply::Registered { key: result },
             _ => Reply::MemoryDone,
         })
     }

@@ -26,7 +26,7 @@ use zerocopy::{FromZeros, IntoBytes};
 use super::{NodeReport, QemuError, sys};
 use nicbar_control::Mapping;
 use nicbar_control::doorbell;
-use nicbar_control::process_memory;
+use nicbar_control::process_memory::{self, MemoryRequest};
 
 /// How long the firmware may take to answer a port command.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
@@ -167,21 +167,6 @@ fn access_owner(
         return Err(MemoryStatus::OUTSIDE_REGIONS);
     }
     Ok(owner.pid)
-}
-
-/// A memory command for the firmware ([`Machine::memory_command`]).
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum MemoryCommand {
-    /// Register `length` bytes at `address`, with `nonce` for the key.
-    Register {
-        address: u64,
-        length: u64,
-        nonce: u32,
-    },
-    /// Deregister the region of exactly `length` bytes at `address`.
-    Deregister { address: u64, length: u64 },
-    /// Let peers reach the port's registered memory.
-    AllowRemoteAccess,
 }
 
 /// What a NIC starts from.
@@ -656,7 +641,7 @@ impl Machine {
         &self,
         port: u8,
         pid: u32,
-        command: MemoryCommand,
+        command: MemoryRequest,
     ) -> Result<u32, String> {
         let index = usize::from(port);
         let pid = i32::try_from(pid)
@@ -680,7 +665,7 @@ impl Machine {
             });
         }
         let (operation, argument, address, length) = match command {
-            MemoryCommand::Register {
+            MemoryRequest::Register {
                 address,
                 length,
                 nonce,
@@ -688,10 +673,10 @@ impl Machine {
                 process_memory::check_reachable(nix::unistd::Pid::from_raw(pid), address, length)?;
                 (PortOperation::REGISTER_MEMORY, nonce, address, length)
             }
-            MemoryCommand::Deregister { address, length } => {
+            MemoryRequest::Deregister { address, length } => {
                 (PortOperation::DEREGISTER_MEMORY, 0, address, length)
             }
-            MemoryCommand::AllowRemoteAccess => (PortOperation::ALLOW_REMOTE_ACCESS, 0, 0, 0),
+            MemoryRequest::AllowRemoteAccess => (PortOperation::ALLOW_REMOTE_ACCESS, 0, 0, 0),
         };
         let (result, error) = self.command_with(index, operation, argument, address, length)?;
         if error != PortError::NONE {
@@ -709,8 +694,8 @@ impl Machine {
         let mut owners = lock(&self.owners);
         if let Some(Some(owner)) = owners.get_mut(index) {
             match command {
-                MemoryCommand::Register { .. } => owner.regions.push((address, length)),
-                MemoryCommand::Deregister { .. } => {
+                MemoryRequest::Register { .. } => owner.regions.push((address, length)),
+                MemoryRequest::Deregister { .. } => {
                     if let Some(at) = owner
                         .regions
                         .iter()
@@ -719,7 +704,7 @@ impl Machine {
                         owner.regions.swap_remove(at);
                     }
                 }
-                MemoryCommand::AllowRemoteAccess => {}
+                MemoryRequest::AllowRemoteAccess => {}
             }
         }
         Ok(result)
