@@ -15,14 +15,24 @@
 //!
 //! A barrier that cannot complete ends with `BARRIER_FAILED`, naming the member it was waiting
 //! for: the member's port closed, its node became unreachable, or the caller's timeout expired.
+//!
+//! A broadcast ([`SendKind::BROADCAST`]) is a barrier whose root supplies up to
+//! [`BROADCAST_MAX`] bytes. The port slot keeps them ([`BroadcastBytes`]), and from then on every
+//! packet the port sends for that barrier carries them — built, and rebuilt for every
+//! retransmission, from that copy. A member keeps the bytes the first packet carrying them brings,
+//! before the packet completes any step, so its own later packets carry them on: any schedule
+//! whose completion at every member follows the root's entry (every barrier's) takes them to
+//! every member, and the gather-broadcast tree rooted at the root does it in its down-phase alone.
+//! The completion event holds them; a member that completes without them fails the broadcast
+//! with `BAD_SCHEDULE` (its schedule did not follow the root's).
 
 use heapless::Vec;
 use shared_abi::event::{Event, EventKind, Status};
 use shared_abi::ids::{BarrierId, Generation, NodeId, PORTS_PER_NIC, PortId};
-use shared_abi::packet::{PacketHeader, RejectReason};
+use shared_abi::packet::{BROADCAST_MAX, PacketHeader, RejectReason};
 use shared_abi::ring::SharedMemory;
 use shared_abi::schedule::{MAX_SCHEDULE_STEPS, Step, StepOp};
-use shared_abi::token::SendToken;
+use shared_abi::token::{SendKind, SendToken};
 use zerocopy::FromZeros;
 
 use crate::connection::Body;
@@ -61,6 +71,76 @@ impl Retry {
     }
 }
 
+/// Broadcasts whose bytes a port slot keeps at once. A port's packets of a broadcast may be sent
+/// again after it completed (a lost one, or one to a port that opened late) and it may have
+/// started the next one by then; a member may also receive the next broadcast's bytes before
+/// its own current one completes. Three cover the previous, the current and the next.
+const BROADCASTS_KEPT: usize = 3;
+
+/// One broadcast's bytes, as one port (incarnation `generation`) holds them.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Broadcast {
+    generation: Generation,
+    barrier: BarrierId,
+    len: u8,
+    bytes: [u8; BROADCAST_MAX],
+}
+
+impl Broadcast {
+    /// The bytes.
+    pub(crate) fn data(&self) -> &[u8] {
+        self.bytes.get(..usize::from(self.len)).unwrap_or(&[])
+    }
+}
+
+/// The bytes of a port's latest broadcasts, kept in its slot so that they outlive the barrier
+/// and the port's close as its packets do.
+#[derive(Debug, Default)]
+pub(crate) struct BroadcastBytes {
+    /// Newest first.
+    kept: [Option<Broadcast>; BROADCASTS_KEPT],
+}
+
+impl BroadcastBytes {
+    /// The bytes of `barrier` held by incarnation `generation`.
+    pub(crate) fn get(&self, generation: Generation, barrier: BarrierId) -> Option<&Broadcast> {
+        self.kept
+            .iter()
+            .flatten()
+            .find(|b| b.generation == generation && b.barrier == barrier)
+    }
+
+    /// Keeps `data` (at most [`BROADCAST_MAX`] bytes are kept) as the bytes of `barrier` for
+    /// incarnation `generation`, in place of any it held for them, else in place of the oldest.
+    /// A barrier without an identity ([`BarrierId::NONE`]) has no bytes.
+    pub(crate) fn remember(&mut self, generation: Generation, barrier: BarrierId, data: &[u8]) {
+        if barrier == BarrierId::NONE {
+            return;
+        }
+        let len = data.len().min(BROADCAST_MAX);
+        let mut entry = Broadcast {
+            generation,
+            barrier,
+            len: len as u8,
+            bytes: [0; BROADCAST_MAX],
+        };
+        if let (Some(to), Some(from)) = (entry.bytes.get_mut(..len), data.get(..len)) {
+            to.copy_from_slice(from);
+        }
+        let same = |kept: &Option<Broadcast>| {
+            kept.is_some_and(|b| b.generation == generation && b.barrier == barrier)
+        };
+        if let Some(slot) = self.kept.iter_mut().find(|kept| same(kept)) {
+            *slot = Some(entry);
+            return;
+        }
+        self.kept.rotate_right(1);
+        if let Some(first) = self.kept.first_mut() {
+            *first = Some(entry);
+        }
+    }
+}
+
 /// A running barrier: the schedule in NIC memory and where the engine is in it.
 #[derive(Debug)]
 pub struct BarrierRun {
@@ -75,6 +155,8 @@ pub struct BarrierRun {
     deadline: Instant,
     /// The current step's send found no room (queue or connection table full): try again then.
     stalled_until: Option<Instant>,
+    /// A broadcast: its completion carries the root's bytes.
+    broadcast: bool,
 }
 
 impl BarrierRun {
@@ -161,9 +243,34 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             us => core::time::Duration::from_micros(u64::from(us)),
         };
         let barrier = token.barrier_id();
+        let broadcast = token.kind == SendKind::BROADCAST;
+        // A broadcast's root reads its bytes, which follow the schedule in the arena.
+        let mut root_bytes = [0u8; BROADCAST_MAX];
+        let mut root_len = None;
+        if broadcast {
+            if barrier == BarrierId::NONE {
+                return Err(Status::INVALID_TOKEN);
+            }
+            let len = usize::from(token.size);
+            if token.target_node == self.node && usize::from(token.target_port.0) == port {
+                if len == 0 || len > BROADCAST_MAX {
+                    return Err(Status::TOO_LONG);
+                }
+                let at = token
+                    .buffer
+                    .get()
+                    .checked_add((steps * core::mem::size_of::<Step>()) as u64)
+                    .and_then(|start| open.layout.arena_range(start, len))
+                    .ok_or(Status::BAD_BUFFER)?;
+                let out = root_bytes.get_mut(..len).ok_or(Status::TOO_LONG)?;
+                memory.read(at, out).map_err(|_| Status::BAD_BUFFER)?;
+                root_len = Some(len);
+            }
+        }
         if barrier.job.get() != 0 {
             open.job = barrier.job.get();
         }
+        let generation = open.generation;
         open.barrier = Some(BarrierRun {
             steps: schedule,
             index: 0,
@@ -172,7 +279,12 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             context: token.context.get(),
             deadline: now.saturating_add(timeout),
             stalled_until: None,
+            broadcast,
         });
+        if let (Some(len), Some(slot)) = (root_len, self.ports.get_mut(port)) {
+            slot.broadcasts
+                .remember(generation, barrier, root_bytes.get(..len).unwrap_or(&[]));
+        }
         self.advance_pending |= 1 << port;
         self.run_pending_advances(now);
         Ok(())
@@ -344,6 +456,9 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         });
         match generation {
             Some(generation) if target_open => {
+                if failed.is_none() {
+                    self.hand_on_broadcast(port, generation, target, barrier);
+                }
                 match self
                     .local_record
                     .record(target, port, generation, barrier, step.round, failed)
@@ -540,11 +655,15 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     /// Port closed: the sender retries until the port opens (§3.2). Port gone: the port's last
     /// owner ran barriers of the packet's job and closed; the sender's barrier fails at once.
     /// Busy: a second packet for one barrier and round, which a correct peer never sends.
+    ///
+    /// `data`: the broadcast bytes the packet carries after its [`shared_abi::packet::BarrierPayload`]
+    /// (kept for the port before the packet completes any step; at most [`BROADCAST_MAX`] are).
     pub(crate) fn deliver_barrier_packet(
         &mut self,
         peer: NodeId,
         header: &PacketHeader,
         payload: &shared_abi::packet::BarrierPayload,
+        data: &[u8],
         now: Instant,
     ) -> Result<(), RejectReason> {
         let barrier = payload.barrier;
@@ -567,6 +686,13 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             return Err(RejectReason::BUSY);
         };
         let index = self.connection_index(peer).ok_or(RejectReason::BUSY)?;
+        if failed.is_none()
+            && !data.is_empty()
+            && let Some(slot) = self.ports.get_mut(port)
+            && let Some(generation) = slot.open.as_ref().map(|o| o.generation)
+        {
+            slot.broadcasts.remember(generation, barrier, data);
+        }
         let connection = self.connections.get_mut(index).ok_or(RejectReason::BUSY)?;
         let recorded = connection
             .record
@@ -696,6 +822,25 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             return;
         };
         open.barrier_buffers = open.barrier_buffers.saturating_sub(1);
+        let generation = open.generation;
+        // A broadcast completes with the root's bytes; without them its schedule was not one
+        // that follows the root.
+        let mut bytes = None;
+        if status == Status::SUCCESS && run.broadcast {
+            bytes = self
+                .ports
+                .get(port)
+                .and_then(|slot| slot.broadcasts.get(generation, run.barrier))
+                .copied();
+        }
+        let status = if status == Status::SUCCESS && run.broadcast && bytes.is_none() {
+            Status::BAD_SCHEDULE
+        } else {
+            status
+        };
+        let Some(open) = self.ports.get_mut(port).and_then(|slot| slot.open.as_mut()) else {
+            return;
+        };
         if status != Status::SUCCESS
             && let Some((node, member_port)) = waiting_for
         {
@@ -742,12 +887,49 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 waiting_for.unwrap_or((NodeId::new(0), PortId(0))),
             )
         };
-        let event = Event {
+        let mut event = Event {
             context: run.context.into(),
             peer_node,
             peer_port,
             ..Self::event(kind, status)
         };
+        if let Some(bytes) = bytes {
+            event.set_broadcast_data(bytes.data());
+        }
         self.emit(port, event);
+    }
+
+    /// The bytes of broadcast `barrier` that `port` (incarnation `generation`) holds, to send
+    /// with its packets of that barrier.
+    pub(crate) fn broadcast_held(
+        &self,
+        port: usize,
+        generation: Generation,
+        barrier: BarrierId,
+    ) -> Option<Broadcast> {
+        self.ports
+            .get(port)
+            .and_then(|slot| slot.broadcasts.get(generation, barrier))
+            .copied()
+    }
+
+    /// A packet of `barrier` from `port` (incarnation `generation`) to the open local port
+    /// `target`: the broadcast bytes `port` holds go with it.
+    fn hand_on_broadcast(
+        &mut self,
+        port: usize,
+        generation: Generation,
+        target: usize,
+        barrier: BarrierId,
+    ) {
+        let Some(held) = self.broadcast_held(port, generation, barrier) else {
+            return;
+        };
+        if let Some(slot) = self.ports.get_mut(target)
+            && let Some(target_generation) = slot.open.as_ref().map(|o| o.generation)
+        {
+            slot.broadcasts
+                .remember(target_generation, barrier, held.data());
+        }
     }
 }
