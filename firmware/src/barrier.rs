@@ -72,16 +72,20 @@ impl Retry {
 }
 
 /// Broadcasts whose bytes a port slot keeps at once. A port's packets of a broadcast may be sent
-/// again after it completed (a lost one, or one to a port that opened late) and it may have
-/// started the next one by then; a member may also receive the next broadcast's bytes before
-/// its own current one completes. Three cover the previous, the current and the next.
-const BROADCASTS_KEPT: usize = 3;
+/// again long after it completed (a lost one), while it runs broadcasts of other groups; a
+/// member may also receive the next broadcast's bytes before its current one completes. The
+/// bytes of a broadcast stay while a packet of it still waits in a connection's queue or sent
+/// list, or to be sent again, or its barrier runs ([`Nic::broadcast_in_use`]); only when all of
+/// them are does the oldest give way.
+const BROADCASTS_KEPT: usize = 8;
 
 /// One broadcast's bytes, as one port (incarnation `generation`) holds them.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Broadcast {
     generation: Generation,
     barrier: BarrierId,
+    /// When it was kept (a per-slot count): the oldest gives way first.
+    stamp: u32,
     len: u8,
     bytes: [u8; BROADCAST_MAX],
 }
@@ -97,8 +101,8 @@ impl Broadcast {
 /// and the port's close as its packets do.
 #[derive(Debug, Default)]
 pub(crate) struct BroadcastBytes {
-    /// Newest first.
     kept: [Option<Broadcast>; BROADCASTS_KEPT],
+    next_stamp: u32,
 }
 
 impl BroadcastBytes {
@@ -108,36 +112,6 @@ impl BroadcastBytes {
             .iter()
             .flatten()
             .find(|b| b.generation == generation && b.barrier == barrier)
-    }
-
-    /// Keeps `data` (at most [`BROADCAST_MAX`] bytes are kept) as the bytes of `barrier` for
-    /// incarnation `generation`, in place of any it held for them, else in place of the oldest.
-    /// A barrier without an identity ([`BarrierId::NONE`]) has no bytes.
-    pub(crate) fn remember(&mut self, generation: Generation, barrier: BarrierId, data: &[u8]) {
-        if barrier == BarrierId::NONE {
-            return;
-        }
-        let len = data.len().min(BROADCAST_MAX);
-        let mut entry = Broadcast {
-            generation,
-            barrier,
-            len: len as u8,
-            bytes: [0; BROADCAST_MAX],
-        };
-        if let (Some(to), Some(from)) = (entry.bytes.get_mut(..len), data.get(..len)) {
-            to.copy_from_slice(from);
-        }
-        let same = |kept: &Option<Broadcast>| {
-            kept.is_some_and(|b| b.generation == generation && b.barrier == barrier)
-        };
-        if let Some(slot) = self.kept.iter_mut().find(|kept| same(kept)) {
-            *slot = Some(entry);
-            return;
-        }
-        self.kept.rotate_right(1);
-        if let Some(first) = self.kept.first_mut() {
-            *first = Some(entry);
-        }
     }
 }
 
@@ -281,9 +255,13 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             stalled_until: None,
             broadcast,
         });
-        if let (Some(len), Some(slot)) = (root_len, self.ports.get_mut(port)) {
-            slot.broadcasts
-                .remember(generation, barrier, root_bytes.get(..len).unwrap_or(&[]));
+        if let Some(len) = root_len {
+            self.remember_broadcast(
+                port,
+                generation,
+                barrier,
+                root_bytes.get(..len).unwrap_or(&[]),
+            );
         }
         self.advance_pending |= 1 << port;
         self.run_pending_advances(now);
@@ -688,10 +666,13 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         let index = self.connection_index(peer).ok_or(RejectReason::BUSY)?;
         if failed.is_none()
             && !data.is_empty()
-            && let Some(slot) = self.ports.get_mut(port)
-            && let Some(generation) = slot.open.as_ref().map(|o| o.generation)
+            && let Some(generation) = self
+                .ports
+                .get(port)
+                .and_then(|slot| slot.open.as_ref())
+                .map(|o| o.generation)
         {
-            slot.broadcasts.remember(generation, barrier, data);
+            self.remember_broadcast(port, generation, barrier, data);
         }
         let connection = self.connections.get_mut(index).ok_or(RejectReason::BUSY)?;
         let recorded = connection
@@ -925,11 +906,105 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         let Some(held) = self.broadcast_held(port, generation, barrier) else {
             return;
         };
-        if let Some(slot) = self.ports.get_mut(target)
-            && let Some(target_generation) = slot.open.as_ref().map(|o| o.generation)
+        if let Some(target_generation) = self
+            .ports
+            .get(target)
+            .and_then(|slot| slot.open.as_ref())
+            .map(|o| o.generation)
         {
-            slot.broadcasts
-                .remember(target_generation, barrier, held.data());
+            self.remember_broadcast(target, target_generation, barrier, held.data());
         }
+    }
+
+    /// Keeps `data` (at most [`BROADCAST_MAX`] bytes) as the bytes of broadcast `barrier` for
+    /// `port`'s incarnation `generation`: in place of any it held for them, else in a free
+    /// place, else in place of the oldest no packet or running barrier needs (else the oldest).
+    /// A barrier without an identity ([`BarrierId::NONE`]) has no bytes.
+    pub(crate) fn remember_broadcast(
+        &mut self,
+        port: usize,
+        generation: Generation,
+        barrier: BarrierId,
+        data: &[u8],
+    ) {
+        if barrier == BarrierId::NONE {
+            return;
+        }
+        let Some(store) = self.ports.get(port).map(|slot| &slot.broadcasts) else {
+            return;
+        };
+        let same = store.kept.iter().position(|kept| {
+            kept.is_some_and(|b| b.generation == generation && b.barrier == barrier)
+        });
+        let free = store.kept.iter().position(Option::is_none);
+        let place = match same.or(free) {
+            Some(place) => place,
+            None => {
+                let mut by_age: Vec<(u32, usize, Generation, BarrierId), BROADCASTS_KEPT> =
+                    Vec::new();
+                for (place, kept) in store.kept.iter().enumerate() {
+                    if let Some(b) = kept {
+                        let age = store.next_stamp.wrapping_sub(b.stamp);
+                        let _ = by_age.push((age, place, b.generation, b.barrier));
+                    }
+                }
+                by_age.sort_unstable_by_key(|b| core::cmp::Reverse(b.0));
+                let unused = by_age
+                    .iter()
+                    .find(|(_, _, generation, kept)| {
+                        !self.broadcast_in_use(port, *generation, *kept)
+                    })
+                    .or(by_age.first());
+                match unused {
+                    Some(&(_, place, _, _)) => place,
+                    None => return,
+                }
+            }
+        };
+        let Some(store) = self.ports.get_mut(port).map(|slot| &mut slot.broadcasts) else {
+            return;
+        };
+        let len = data.len().min(BROADCAST_MAX);
+        let mut entry = Broadcast {
+            generation,
+            barrier,
+            stamp: store.next_stamp,
+            len: len as u8,
+            bytes: [0; BROADCAST_MAX],
+        };
+        store.next_stamp = store.next_stamp.wrapping_add(1);
+        if let (Some(to), Some(from)) = (entry.bytes.get_mut(..len), data.get(..len)) {
+            to.copy_from_slice(from);
+        }
+        if let Some(kept) = store.kept.get_mut(place) {
+            *kept = Some(entry);
+        }
+    }
+
+    /// Whether `port`'s bytes of broadcast `barrier` (incarnation `generation`) are still
+    /// needed: its barrier runs, or a packet of it waits to be sent again or in a connection's
+    /// queue or sent list (it is built, and rebuilt, with them).
+    fn broadcast_in_use(&self, port: usize, generation: Generation, barrier: BarrierId) -> bool {
+        let carries = |body: &Body| {
+            matches!(*body, Body::Barrier { port: p, generation: g, barrier: b, failed: None, .. }
+                if usize::from(p) == port && g == generation && b == barrier)
+        };
+        let open = self
+            .ports
+            .get(port)
+            .and_then(|slot| slot.open.as_ref())
+            .filter(|open| open.generation == generation);
+        open.is_some_and(|open| {
+            open.barrier
+                .as_ref()
+                .is_some_and(|run| run.barrier == barrier)
+                || open
+                    .barrier_retries
+                    .iter()
+                    .any(|retry| retry.barrier == barrier && retry.failed.is_none())
+        }) || self.connections.iter().any(|connection| {
+            connection.queue.iter().any(carries)
+                || connection.sent.iter().any(|sent| carries(&sent.body))
+        })
     }
 }

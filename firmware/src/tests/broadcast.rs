@@ -425,3 +425,55 @@ fn bytes_for_another_barrier_never_reach_this_ones_event() {
     net.run();
     assert_every_member_got(&mut net, &members, &data, "beside another barrier's bytes");
 }
+
+#[test]
+fn a_lost_packet_carries_its_own_bytes_after_its_sender_ran_many_broadcasts_of_other_groups() {
+    // Node 0 broadcasts to node 1 and the release is lost; before it is sent again, node 0 runs
+    // many broadcasts with node 2 alone. The resent release still carries the first bytes.
+    let mut net = Net::new(3);
+    for node in 0..3 {
+        net.open(node, 1);
+    }
+    let first = [(0, 1), (1, 1)];
+    let data = payload(1, 30);
+    start_all(
+        &mut net,
+        &first,
+        0,
+        tree(2, 0),
+        BarrierId::new(9, 1, 0),
+        &data,
+    );
+    for packet in net.poll(1) {
+        net.deliver(&packet);
+    }
+    let lost = net.poll(0);
+    assert!(lost.iter().any(|p| p.kind() == PacketKind::BARRIER));
+    assert_eq!(net[0].events(1)[0].broadcast_data(), &data[..]);
+    let other = [(0, 1), (2, 1)];
+    for sequence in 0..20 {
+        let bytes = payload(100 + sequence as u8, 9);
+        start_all(
+            &mut net,
+            &other,
+            sequence % 2,
+            tree(2, sequence % 2),
+            BarrierId::new(9, 2, sequence as u32),
+            &bytes,
+        );
+        net.run();
+        assert_every_member_got(
+            &mut net,
+            &other,
+            &bytes,
+            &std::format!("broadcast {sequence} of the other group"),
+        );
+    }
+    net.run_for(Duration::from_millis(50));
+    let events = net[1].events(1);
+    assert_eq!(
+        summary(&events),
+        [(EventKind::BARRIER_COMPLETED, Status::SUCCESS, 1)]
+    );
+    assert_eq!(events[0].broadcast_data(), &data[..]);
+}
