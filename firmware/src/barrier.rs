@@ -940,23 +940,24 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         let place = match same.or(free) {
             Some(place) => place,
             None => {
-                let mut by_age: Vec<(u32, usize, Generation, BarrierId), BROADCASTS_KEPT> =
-                    Vec::new();
+                // The oldest that nothing needs, else the oldest.
+                let mut oldest: Option<(u32, usize)> = None;
+                let mut oldest_unused: Option<(u32, usize)> = None;
                 for (place, kept) in store.kept.iter().enumerate() {
-                    if let Some(b) = kept {
-                        let age = store.next_stamp.wrapping_sub(b.stamp);
-                        let _ = by_age.push((age, place, b.generation, b.barrier));
+                    let Some(b) = kept else { continue };
+                    let age = store.next_stamp.wrapping_sub(b.stamp);
+                    if oldest.is_none_or(|(a, _)| age > a) {
+                        oldest = Some((age, place));
+                    }
+                    if oldest_unused.is_none_or(|(a, _)| age > a)
+                        && !self.broadcast_in_use(port, b.generation, b.barrier)
+                    {
+                        oldest_unused = Some((age, place));
                     }
                 }
-                by_age.sort_unstable_by_key(|b| core::cmp::Reverse(b.0));
-                let unused = by_age
-                    .iter()
-                    .find(|(_, _, generation, kept)| {
-                        !self.broadcast_in_use(port, *generation, *kept)
-                    })
-                    .or(by_age.first());
+                let unused = oldest_unused.or(oldest);
                 match unused {
-                    Some(&(_, place, _, _)) => place,
+                    Some((_, place)) => place,
                     None => return,
                 }
             }
