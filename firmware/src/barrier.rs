@@ -72,11 +72,16 @@ impl Retry {
 }
 
 /// Broadcasts whose bytes a port slot keeps at once. A port's packets of a broadcast may be sent
-/// again long after it completed (a lost one), while it runs broadcasts of other groups; a
-/// member may also receive the next broadcast's bytes before its current one completes. The
-/// bytes of a broadcast stay while a packet of it still waits in a connection's queue or sent
-/// list, or to be sent again, or its barrier runs ([`Nic::broadcast_in_use`]); only when all of
-/// them are does the oldest give way.
+/// again long after it completed (a lost one), while it runs broadcasts of other groups; and with
+/// a schedule other than the tree rooted at the root, a member's peers may run ahead and send it
+/// packets of broadcasts it has not started. The bytes of a broadcast stay while they are needed
+/// ([`Nic::broadcast_in_use`]): its barrier runs, a packet of it waits in a connection's queue or
+/// sent list or to be sent again, or a packet of it waits in a record. A place is never taken
+/// from bytes the port's own packets or running barrier need; bytes that arrive early give way
+/// to those of the running barrier and to a root's, and bytes that find no place are dropped
+/// (the packet is taken all the same: refusing it would hold up its connection). With the tree
+/// rooted at the root no member receives the bytes before it runs the broadcast, so the only
+/// bytes a place is held for are those of its packets not yet acknowledged.
 const BROADCASTS_KEPT: usize = 8;
 
 /// One broadcast's bytes, as one port (incarnation `generation`) holds them.
@@ -185,6 +190,25 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         if steps == 0 || steps > MAX_SCHEDULE_STEPS {
             return Err(Status::BAD_SCHEDULE);
         }
+        let root = token.kind == SendKind::BROADCAST
+            && token.target_node == self.node
+            && usize::from(token.target_port.0) == port;
+        if root
+            && token.barrier_id() != BarrierId::NONE
+            && let Some(generation) = self
+                .ports
+                .get(port)
+                .and_then(|slot| slot.open.as_ref())
+                .filter(|open| open.barrier.is_none())
+                .map(|open| open.generation)
+            && self
+                .broadcast_place(port, generation, token.barrier_id(), true)
+                .is_none()
+        {
+            // Every place holds bytes the port's own packets still need (earlier broadcasts'
+            // packets not yet acknowledged): try again later.
+            return Err(Status::NO_RESOURCES);
+        }
         let memory = self.hal.port_memory(port).ok_or(Status::INVALID_TOKEN)?;
         let open = self
             .ports
@@ -226,7 +250,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 return Err(Status::INVALID_TOKEN);
             }
             let len = usize::from(token.size);
-            if token.target_node == self.node && usize::from(token.target_port.0) == port {
+            if root {
                 if len == 0 || len > BROADCAST_MAX {
                     return Err(Status::TOO_LONG);
                 }
@@ -672,7 +696,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 .and_then(|slot| slot.open.as_ref())
                 .map(|o| o.generation)
         {
-            self.remember_broadcast(port, generation, barrier, data);
+            self.receive_broadcast(port, generation, barrier, data);
         }
         let connection = self.connections.get_mut(index).ok_or(RejectReason::BUSY)?;
         let recorded = connection
@@ -912,14 +936,34 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             .and_then(|slot| slot.open.as_ref())
             .map(|o| o.generation)
         {
-            self.remember_broadcast(target, target_generation, barrier, held.data());
+            self.receive_broadcast(target, target_generation, barrier, held.data());
         }
     }
 
-    /// Keeps `data` (at most [`BROADCAST_MAX`] bytes) as the bytes of broadcast `barrier` for
-    /// `port`'s incarnation `generation`: in place of any it held for them, else in a free
-    /// place, else in place of the oldest no packet or running barrier needs (else the oldest).
-    /// A barrier without an identity ([`BarrierId::NONE`]) has no bytes.
+    /// Bytes of broadcast `barrier` arrived for `port` (incarnation `generation`): kept if there
+    /// is a place (see [`BROADCASTS_KEPT`]), else dropped.
+    fn receive_broadcast(
+        &mut self,
+        port: usize,
+        generation: Generation,
+        barrier: BarrierId,
+        data: &[u8],
+    ) {
+        let running = self
+            .ports
+            .get(port)
+            .and_then(|slot| slot.open.as_ref())
+            .and_then(|open| open.barrier.as_ref())
+            .is_some_and(|run| run.barrier == barrier);
+        if let Some(place) = self.broadcast_place(port, generation, barrier, running) {
+            self.keep_broadcast(port, place, generation, barrier, data);
+        } else {
+            self.counters.broadcast_bytes_dropped += 1;
+        }
+    }
+
+    /// Keeps `data` as the bytes of broadcast `barrier` for `port`'s incarnation `generation`
+    /// (a root's own: a place was checked for when its token was taken).
     pub(crate) fn remember_broadcast(
         &mut self,
         port: usize,
@@ -927,41 +971,65 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         barrier: BarrierId,
         data: &[u8],
     ) {
-        if barrier == BarrierId::NONE {
-            return;
+        if let Some(place) = self.broadcast_place(port, generation, barrier, true) {
+            self.keep_broadcast(port, place, generation, barrier, data);
         }
-        let Some(store) = self.ports.get(port).map(|slot| &slot.broadcasts) else {
-            return;
-        };
-        let same = store.kept.iter().position(|kept| {
+    }
+
+    /// Where `port` may keep the bytes of broadcast `barrier` for incarnation `generation`: the
+    /// place that holds them already, else a free one, else the oldest whose bytes nothing
+    /// needs, else (`urgent`: the running barrier's bytes, or a root's) the oldest whose bytes
+    /// only a record's early packets need. `None` for a barrier without an identity
+    /// ([`BarrierId::NONE`] has no bytes).
+    fn broadcast_place(
+        &self,
+        port: usize,
+        generation: Generation,
+        barrier: BarrierId,
+        urgent: bool,
+    ) -> Option<usize> {
+        if barrier == BarrierId::NONE {
+            return None;
+        }
+        let store = &self.ports.get(port)?.broadcasts;
+        if let Some(place) = store.kept.iter().position(|kept| {
             kept.is_some_and(|b| b.generation == generation && b.barrier == barrier)
-        });
-        let free = store.kept.iter().position(Option::is_none);
-        let place = match same.or(free) {
-            Some(place) => place,
-            None => {
-                // The oldest that nothing needs, else the oldest.
-                let mut oldest: Option<(u32, usize)> = None;
-                let mut oldest_unused: Option<(u32, usize)> = None;
-                for (place, kept) in store.kept.iter().enumerate() {
-                    let Some(b) = kept else { continue };
-                    let age = store.next_stamp.wrapping_sub(b.stamp);
-                    if oldest.is_none_or(|(a, _)| age > a) {
-                        oldest = Some((age, place));
-                    }
-                    if oldest_unused.is_none_or(|(a, _)| age > a)
-                        && !self.broadcast_in_use(port, b.generation, b.barrier)
-                    {
-                        oldest_unused = Some((age, place));
-                    }
+        }) {
+            return Some(place);
+        }
+        if let Some(place) = store.kept.iter().position(Option::is_none) {
+            return Some(place);
+        }
+        let mut unused: Option<(u32, usize)> = None;
+        let mut early: Option<(u32, usize)> = None;
+        for (place, kept) in store.kept.iter().enumerate() {
+            let Some(b) = kept else { continue };
+            let age = store.next_stamp.wrapping_sub(b.stamp);
+            let older = |than: Option<(u32, usize)>| than.is_none_or(|(a, _)| age > a);
+            if !self.broadcast_in_use(port, b.generation, b.barrier, true) {
+                if older(unused) {
+                    unused = Some((age, place));
                 }
-                let unused = oldest_unused.or(oldest);
-                match unused {
-                    Some((_, place)) => place,
-                    None => return,
-                }
+            } else if urgent
+                && !self.broadcast_in_use(port, b.generation, b.barrier, false)
+                && older(early)
+            {
+                early = Some((age, place));
             }
-        };
+        }
+        unused.or(early).map(|(_, place)| place)
+    }
+
+    /// Puts the bytes of broadcast `barrier` (at most [`BROADCAST_MAX`] of `data`) for
+    /// incarnation `generation` in `place` of `port`'s store.
+    fn keep_broadcast(
+        &mut self,
+        port: usize,
+        place: usize,
+        generation: Generation,
+        barrier: BarrierId,
+        data: &[u8],
+    ) {
         let Some(store) = self.ports.get_mut(port).map(|slot| &mut slot.broadcasts) else {
             return;
         };
@@ -983,9 +1051,16 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     }
 
     /// Whether `port`'s bytes of broadcast `barrier` (incarnation `generation`) are still
-    /// needed: its barrier runs, or a packet of it waits to be sent again or in a connection's
-    /// queue or sent list (it is built, and rebuilt, with them).
-    fn broadcast_in_use(&self, port: usize, generation: Generation, barrier: BarrierId) -> bool {
+    /// needed: its barrier runs, a packet of it waits for the port in a record (the barrier has
+    /// not taken it yet; counted if `records`), or one of the port's packets of it waits to be
+    /// sent again or in a connection's queue or sent list (it is built, and rebuilt, with them).
+    fn broadcast_in_use(
+        &self,
+        port: usize,
+        generation: Generation,
+        barrier: BarrierId,
+        records: bool,
+    ) -> bool {
         let carries = |body: &Body| {
             matches!(*body, Body::Barrier { port: p, generation: g, barrier: b, failed: None, .. }
                 if usize::from(p) == port && g == generation && b == barrier)
@@ -995,17 +1070,26 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             .get(port)
             .and_then(|slot| slot.open.as_ref())
             .filter(|open| open.generation == generation);
-        open.is_some_and(|open| {
-            open.barrier
-                .as_ref()
-                .is_some_and(|run| run.barrier == barrier)
-                || open
-                    .barrier_retries
+        let recorded = records
+            && open.is_some()
+            && (self.local_record.holds(port, barrier)
+                || self
+                    .connections
                     .iter()
-                    .any(|retry| retry.barrier == barrier && retry.failed.is_none())
-        }) || self.connections.iter().any(|connection| {
-            connection.queue.iter().any(carries)
-                || connection.sent.iter().any(|sent| carries(&sent.body))
-        })
+                    .any(|connection| connection.record.holds(port, barrier)));
+        recorded
+            || open.is_some_and(|open| {
+                open.barrier
+                    .as_ref()
+                    .is_some_and(|run| run.barrier == barrier)
+                    || open
+                        .barrier_retries
+                        .iter()
+                        .any(|retry| retry.barrier == barrier && retry.failed.is_none())
+            })
+            || self.connections.iter().any(|connection| {
+                connection.queue.iter().any(carries)
+                    || connection.sent.iter().any(|sent| carries(&sent.body))
+            })
     }
 }
