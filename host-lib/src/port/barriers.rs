@@ -224,8 +224,11 @@ pub(crate) fn absorb(
                 // Busy with no barrier of ours in the NIC: the barrier buffer has not reached the
                 // NIC (it waits in the receive ring behind buffers the NIC has no room for yet).
                 // Post it again a little later.
+                // A broadcast's root refused for want of room for its bytes (the NIC still holds
+                // earlier broadcasts' unacknowledged packets): the same.
                 Some(running)
-                    if status == Status::BARRIER_BUSY
+                    if (status == Status::BARRIER_BUSY
+                        || (status == Status::NO_RESOURCES && running.broadcast.is_some()))
                         && in_flight == 0
                         && running.reposts < MAX_REPOSTS =>
                 {
