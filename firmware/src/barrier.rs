@@ -22,7 +22,8 @@
 //! retransmission, from that copy. A member keeps the bytes the first packet carrying them brings,
 //! before the packet completes any step, so its own later packets carry them on: any schedule
 //! whose completion at every member follows the root's entry (every barrier's) takes them to
-//! every member, and the gather-broadcast tree rooted at the root does it in its down-phase alone.
+//! every member that has a place for them ([`BROADCASTS_KEPT`]), and the gather-broadcast tree
+//! rooted at the root does it in its down-phase alone, to members that always have one.
 //! The completion event holds them; a member that completes without them fails the broadcast
 //! with `BAD_SCHEDULE` (its schedule did not follow the root's).
 
