@@ -7,13 +7,15 @@
 )]
 
 use core::ptr::NonNull;
+use core::time::Duration;
 
 use board::layout::{
-    DOORBELL_PORT_EVENT, DOORBELL_WIRE, PortError, SHARED_AREA_BASE, SHARED_AREA_LEN, WIRE_RECEIVE,
-    WIRE_TRANSMIT,
+    DOORBELL_MEMORY, DOORBELL_PORT_EVENT, DOORBELL_WIRE, MEMORY_BOUNCE_LEN, MEMORY_BOUNCE_OFFSET,
+    MemoryDirection, MemoryStatus, PortError, SHARED_AREA_BASE, SHARED_AREA_LEN, WIRE_RECEIVE,
+    WIRE_TRANSMIT, offsets,
 };
 use board::wire::{PacketConsumer, PacketProducer};
-use firmware::{Hal, TransmitError};
+use firmware::{Hal, MemoryFault, TransmitError};
 use shared_abi::ids::{NodeId, PORTS_PER_NIC};
 use shared_abi::region::{RegionHeader, RegionLayout};
 use shared_abi::ring::raw::RawMemory;
@@ -24,6 +26,16 @@ use zerocopy::{FromZeros, IntoBytes};
 use crate::clint::MachineTimer;
 use crate::pci::PortWindows;
 use crate::uart::Ns16550;
+
+/// How long the core waits for the host to answer one process-memory access before it reports
+/// a fault (the NIC does nothing else meanwhile: the core's calls are synchronous).
+const MEMORY_TIMEOUT: Duration = Duration::from_secs(1);
+/// How often, while it waits, the core rings the host again (in case the UART dropped the
+/// doorbell byte).
+const MEMORY_DOORBELL_AGAIN: Duration = Duration::from_millis(5);
+/// How long the core spins on the answer before it waits for an interrupt: a QEMU vCPU that
+/// spins takes a host CPU from the very thread that would answer it.
+const MEMORY_SPIN: Duration = Duration::from_micros(20);
 
 /// The shared area: the mailbox and the wire rings.
 pub(crate) fn shared_area() -> RawMemory {
@@ -49,6 +61,15 @@ pub(crate) struct BoardHal {
     transmit_ring: PacketProducer,
     receive_ring: PacketConsumer,
     uart: Ns16550<MachineTimer>,
+    timer: MachineTimer,
+    /// The last process-memory access posted ([`board::layout::MemoryAccess::request`]).
+    memory_request: u32,
+    /// Process-memory accesses the host answered.
+    pub(crate) memory_accesses: u32,
+    /// Process-memory accesses refused by the host or unanswered in time.
+    pub(crate) memory_faults: u32,
+    /// Of those, the ones unanswered in time.
+    pub(crate) memory_timeouts: u32,
     /// Packets went into the transmit ring since the switch was last offered a doorbell.
     transmitted_since_doorbell: bool,
     /// Packets put into the transmit ring.
@@ -60,15 +81,28 @@ pub(crate) struct BoardHal {
 impl BoardHal {
     /// The board for a fabric of `node_count` nodes, with the port windows PCI enumeration
     /// found.
-    pub(crate) fn new(node_count: u16, windows: PortWindows, uart: Ns16550<MachineTimer>) -> Self {
+    pub(crate) fn new(
+        node_count: u16,
+        windows: PortWindows,
+        uart: Ns16550<MachineTimer>,
+        timer: MachineTimer,
+    ) -> Self {
+        let shared = shared_area();
+        // Take up where the mailbox stands (zero in fresh RAM).
+        let memory_request = shared.load_acquire(offsets::MEMORY_REQUEST).unwrap_or(0);
         Self {
             node_count,
             windows,
             ports: Default::default(),
-            shared: shared_area(),
+            shared,
             transmit_ring: PacketProducer::new(WIRE_TRANSMIT),
             receive_ring: PacketConsumer::new(WIRE_RECEIVE),
             uart,
+            timer,
+            memory_request,
+            memory_accesses: 0,
+            memory_faults: 0,
+            memory_timeouts: 0,
             transmitted_since_doorbell: false,
             packets_transmitted: 0,
             transmit_full: 0,
@@ -158,6 +192,115 @@ impl BoardHal {
     }
 }
 
+impl BoardHal {
+    /// Moves `length` bytes between the bounce buffer and the memory of `port`'s owner at
+    /// `address` through the host: one request in the mailbox, a doorbell, and a bounded wait for
+    /// the answer ([`BoardHal::await_memory_answer`]). For a write, the caller has filled the bounce buffer; for a read, the bytes
+    /// are in it on success.
+    fn host_round_trip(
+        &mut self,
+        port: usize,
+        address: u64,
+        direction: MemoryDirection,
+        length: usize,
+    ) -> Result<(), MemoryFault> {
+        let request = self.memory_request.wrapping_add(1);
+        let words = [
+            (offsets::MEMORY_PORT, port as u32),
+            (offsets::MEMORY_DIRECTION, direction.0),
+            (offsets::MEMORY_LENGTH, length as u32),
+            (offsets::MEMORY_ADDRESS, address as u32),
+            (offsets::MEMORY_ADDRESS + 4, (address >> 32) as u32),
+            // Release: the words above and the bounce buffer are visible before the request.
+            (offsets::MEMORY_REQUEST, request),
+        ];
+        for (offset, value) in words {
+            let _ = self.shared.store_release(offset, value);
+        }
+        self.memory_request = request;
+        self.uart.write_byte(DOORBELL_MEMORY);
+        if !self.await_memory_answer() {
+            return Err(self.memory_timed_out());
+        }
+        let status = self
+            .shared
+            .load_acquire(offsets::MEMORY_STATUS)
+            .unwrap_or(0);
+        if MemoryStatus(status) == MemoryStatus::DONE {
+            self.memory_accesses = self.memory_accesses.wrapping_add(1);
+            Ok(())
+        } else {
+            self.memory_faults = self.memory_faults.wrapping_add(1);
+            Err(MemoryFault::Refused)
+        }
+    }
+
+    /// Counts an access the host did not answer in time, and says so on the console.
+    fn memory_timed_out(&mut self) -> MemoryFault {
+        self.memory_faults = self.memory_faults.wrapping_add(1);
+        self.memory_timeouts = self.memory_timeouts.wrapping_add(1);
+        self.uart
+            .write_str("a process-memory access was not answered in time: reported as a fault\r\n");
+        MemoryFault::Refused
+    }
+
+    /// Waits until the host has answered the last access posted — spinning for [`MEMORY_SPIN`],
+    /// then asleep in `wfi` with the sleeping flag up, ringing the host again every
+    /// [`MEMORY_DOORBELL_AGAIN`]; `false` after [`MEMORY_TIMEOUT`]. Called before the bounce buffer is touched too: an
+    /// access that timed out may still be in the host's hands, and the buffer has one user at a
+    /// time.
+    fn await_memory_answer(&mut self) -> bool {
+        let start = self.timer.ticks();
+        let mut rung = start;
+        loop {
+            if self.memory_answered() {
+                return true;
+            }
+            let now = self.timer.ticks();
+            if now.wrapping_sub(start) >= MachineTimer::ticks_in(MEMORY_TIMEOUT) {
+                // One more look: the host may have answered while this vCPU was not running
+                // (the clock runs on meanwhile).
+                return self.memory_answered();
+            }
+            if now.wrapping_sub(rung) >= MachineTimer::ticks_in(MEMORY_DOORBELL_AGAIN) {
+                self.uart.write_byte(DOORBELL_MEMORY);
+                rung = now;
+            }
+            if now.wrapping_sub(start) < MachineTimer::ticks_in(MEMORY_SPIN) {
+                core::hint::spin_loop();
+                continue;
+            }
+            // Sleep until the host answers (it wakes a core whose sleeping flag is up) or it is
+            // time to ring again. Flag up, then one more look: an answer stored before the flag
+            // went up is seen here, one after comes with a byte.
+            let _ = self.shared.store_release(offsets::GUEST_SLEEPING, 1);
+            self.shared.fence();
+            if !self.memory_answered() {
+                let deadline = rung
+                    .saturating_add(MachineTimer::ticks_in(MEMORY_DOORBELL_AGAIN))
+                    .min(start.saturating_add(MachineTimer::ticks_in(MEMORY_TIMEOUT)));
+                self.timer.wake_at(deadline);
+                crate::entry::wait_for_interrupt();
+                // Any byte is a doorbell that says nothing more; the main loop looks at
+                // everything after the access anyway. Bounded: the FIFO is 16 bytes.
+                for _ in 0..64 {
+                    if self.uart.read_byte().is_none() {
+                        break;
+                    }
+                }
+                crate::plic::acknowledge_all();
+            }
+            let _ = self.shared.store_release(offsets::GUEST_SLEEPING, 0);
+        }
+    }
+
+    /// Whether the host has answered the last access posted.
+    fn memory_answered(&self) -> bool {
+        // Acquire: the status and the bounce buffer the host wrote are read after.
+        self.shared.load_acquire(offsets::MEMORY_DONE) == Ok(self.memory_request)
+    }
+}
+
 impl Hal for BoardHal {
     type Memory = RawMemory;
 
@@ -197,5 +340,47 @@ impl Hal for BoardHal {
         if port < PORTS_PER_NIC {
             self.uart.write_byte(DOORBELL_PORT_EVENT | port as u8);
         }
+    }
+
+    /// Reads through the host, [`MEMORY_BOUNCE_LEN`] bytes per round trip.
+    fn read_process_memory(
+        &mut self,
+        port: usize,
+        address: u64,
+        out: &mut [u8],
+    ) -> Result<(), MemoryFault> {
+        let mut at = address;
+        for chunk in out.chunks_mut(MEMORY_BOUNCE_LEN) {
+            if !self.await_memory_answer() {
+                return Err(self.memory_timed_out());
+            }
+            self.host_round_trip(port, at, MemoryDirection::READ, chunk.len())?;
+            self.shared
+                .read(MEMORY_BOUNCE_OFFSET, chunk)
+                .map_err(|_| MemoryFault::Refused)?;
+            at = at.wrapping_add(chunk.len() as u64);
+        }
+        Ok(())
+    }
+
+    /// Writes through the host, [`MEMORY_BOUNCE_LEN`] bytes per round trip.
+    fn write_process_memory(
+        &mut self,
+        port: usize,
+        address: u64,
+        data: &[u8],
+    ) -> Result<(), MemoryFault> {
+        let mut at = address;
+        for chunk in data.chunks(MEMORY_BOUNCE_LEN) {
+            if !self.await_memory_answer() {
+                return Err(self.memory_timed_out());
+            }
+            self.shared
+                .write(MEMORY_BOUNCE_OFFSET, chunk)
+                .map_err(|_| MemoryFault::Refused)?;
+            self.host_round_trip(port, at, MemoryDirection::WRITE, chunk.len())?;
+            at = at.wrapping_add(chunk.len() as u64);
+        }
+        Ok(())
     }
 }

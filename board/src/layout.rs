@@ -12,7 +12,8 @@
 //!                                 PORT_WINDOW_LEN
 //! 0x8000_0000  RAM (8 MiB, a memory-backend-file shared with the host)
 //!   +0x00_0000   the firmware: image, .bss, stack (the linker script's 2 MiB)
-//!   +0x20_0000   the shared area: Mailbox (4 KiB), then the wire's transmit and receive rings
+//!   +0x20_0000   the shared area: Mailbox (4 KiB), then the wire's transmit and receive rings,
+//!                then the bounce buffer of process-memory accesses
 //!   +0x60_0000   the device tree QEMU writes near the end of RAM (unused)
 //! ```
 //!
@@ -44,7 +45,21 @@
 //! firmware writes text below 0x80 (the console) and these codes:
 //! [`DOORBELL_PORT_EVENT`]` | port` (an event for a port whose process sleeps; the host rings that
 //! process's eventfd), [`DOORBELL_WIRE`] (packets in the transmit ring while the switch sleeps),
-//! [`DOORBELL_MAILBOX`] (a port command was answered).
+//! [`DOORBELL_MAILBOX`] (a port command was answered), [`DOORBELL_MEMORY`] (a process-memory
+//! access waits in [`Mailbox::memory`]).
+//!
+//! # Process memory
+//!
+//! Registered memory is ordinary memory of the process that owns a port, which the guest cannot
+//! see: the host reaches it for the guest. The firmware writes one [`MemoryAccess`] (port,
+//! direction, address, length of at most [`MEMORY_BOUNCE_LEN`] bytes) and, for a write, the bytes
+//! into the bounce buffer at [`MEMORY_BOUNCE_OFFSET`]; bumps [`MemoryAccess::request`] (release);
+//! sends [`DOORBELL_MEMORY`]; and waits, bounded, for [`MemoryAccess::done`] — spinning a moment,
+//! then asleep with [`Mailbox::guest_sleeping`] raised. The host copies between the bounce buffer
+//! and the memory of the port's owner (`process_vm_readv` / `process_vm_writev`), writes
+//! [`MemoryAccess::status`], stores `request` into `done` (release), and wakes the core with a
+//! byte if its sleeping flag is up. The firmware never posts an access while an earlier one is
+//! unanswered, so the bounce buffer has one user at a time.
 
 use core::mem::offset_of;
 
@@ -101,7 +116,7 @@ pub const fn region_window_address(port: usize, region: usize) -> Option<u32> {
 /// `b"NBQM"` as a little-endian `u32`: a mailbox the host has configured.
 pub const MAILBOX_MAGIC: u32 = u32::from_le_bytes(*b"NBQM");
 /// Version of this layout (the mailbox, the wire rings, the doorbell codes). Bumped on any change.
-pub const LAYOUT_VERSION: u32 = 2;
+pub const LAYOUT_VERSION: u32 = 3;
 
 /// Doorbell byte for "an event for port `p`": `DOORBELL_PORT_EVENT | p`.
 pub const DOORBELL_PORT_EVENT: u8 = 0x80;
@@ -109,6 +124,8 @@ pub const DOORBELL_PORT_EVENT: u8 = 0x80;
 pub const DOORBELL_WIRE: u8 = 0xf0;
 /// Doorbell byte for "a port command was answered".
 pub const DOORBELL_MAILBOX: u8 = 0xf1;
+/// Doorbell byte for "a process-memory access waits in [`Mailbox::memory`]".
+pub const DOORBELL_MEMORY: u8 = 0xf2;
 /// The byte the host writes to wake the core (any byte wakes it; this one says nothing else).
 pub const DOORBELL_WAKE: u8 = 0x01;
 
@@ -131,8 +148,12 @@ pub const WIRE_RECEIVE: PacketRingLayout = PacketRingLayout {
     offset: WIRE_RECEIVE_OFFSET,
     entries: WIRE_RING_ENTRIES,
 };
-const _: () =
-    assert!(WIRE_RECEIVE_OFFSET + PacketRingLayout::bytes(WIRE_RING_ENTRIES) <= SHARED_AREA_LEN);
+/// Offset in the shared area of the bounce buffer of process-memory accesses.
+pub const MEMORY_BOUNCE_OFFSET: usize =
+    align_page(WIRE_RECEIVE_OFFSET + PacketRingLayout::bytes(WIRE_RING_ENTRIES));
+/// Bytes one process-memory access moves at most: one packet's payload.
+pub const MEMORY_BOUNCE_LEN: usize = shared_abi::MTU_PAYLOAD;
+const _: () = assert!(MEMORY_BOUNCE_OFFSET + MEMORY_BOUNCE_LEN <= SHARED_AREA_LEN);
 const _: () = assert!(SHARED_AREA_OFFSET + SHARED_AREA_LEN <= RAM_LEN - (2 << 20));
 const _: () = assert!(MAX_WIRE_LEN <= u16::MAX as usize);
 
@@ -189,6 +210,15 @@ impl PortOperation {
     pub const OPEN: Self = Self(1);
     /// Close the port.
     pub const CLOSE: Self = Self(2);
+    /// Register [`PortCommand::length`] bytes of the owner's memory at
+    /// [`PortCommand::address`], with [`PortCommand::argument`] as the key's nonce; the result
+    /// is the region's key.
+    pub const REGISTER_MEMORY: Self = Self(3);
+    /// Deregister the region of exactly [`PortCommand::length`] bytes at
+    /// [`PortCommand::address`].
+    pub const DEREGISTER_MEMORY: Self = Self(4);
+    /// Let other ports reach the port's registered memory.
+    pub const ALLOW_REMOTE_ACCESS: Self = Self(5);
 }
 
 /// Why the firmware did not open a port ([`PortCommand::error`]): the firmware's `OpenError`
@@ -211,8 +241,14 @@ impl PortError {
     pub const WRONG_IDENTITY: Self = Self(5);
     /// The operation is not one the firmware knows.
     pub const BAD_OPERATION: Self = Self(6);
-    /// CLOSE of a port that was not open.
+    /// CLOSE (or a memory operation) of a port that was not open.
     pub const NOT_OPEN: Self = Self(7);
+    /// REGISTER_MEMORY: the port's table of regions is full.
+    pub const TABLE_FULL: Self = Self(8);
+    /// REGISTER_MEMORY: the range is empty, longer than 4 GiB, or wraps around.
+    pub const BAD_RANGE: Self = Self(9);
+    /// DEREGISTER_MEMORY: no region of the port has exactly this address and length.
+    pub const NOT_REGISTERED: Self = Self(10);
 
     /// What the code means.
     pub const fn describe(self) -> &'static str {
@@ -225,12 +261,15 @@ impl PortError {
             5 => "the region header names another node or port",
             6 => "the NIC does not know the operation",
             7 => "the port was not open",
+            8 => "the port's table of registered regions is full (deregister one first)",
+            9 => "the range is not registrable (empty, over 4 GiB, or wrapping)",
+            10 => "no region of exactly this address and length is registered on the port",
             _ => "an unknown error code",
         }
     }
 }
 
-/// One port's command words. 32 bytes.
+/// One port's command words. 64 bytes.
 #[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout, Unaligned)]
 #[repr(C)]
 pub struct PortCommand {
@@ -245,12 +284,67 @@ pub struct PortCommand {
     /// Firmware: a [`PortError`].
     pub error: U32,
     /// Host: for OPEN, the region of the port's pool to serve the port from,
-    /// `0..PORT_REGIONS`; written before `request`.
+    /// `0..PORT_REGIONS`; for REGISTER_MEMORY, the nonce of the region's key. Written before
+    /// `request`, as are the words below.
     pub argument: U32,
+    /// Host: for the memory operations, the process address (low word, then high word).
+    pub address: [U32; 2],
+    /// Host: for the memory operations, the length in bytes (low word, then high word).
+    pub length: [U32; 2],
     /// Reserved, zero.
-    pub reserved: [u8; 8],
+    pub reserved: [u8; 24],
 }
-const _: () = assert!(core::mem::size_of::<PortCommand>() == 32);
+const _: () = assert!(core::mem::size_of::<PortCommand>() == 64);
+
+/// Which way a process-memory access goes ([`MemoryAccess::direction`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct MemoryDirection(pub u32);
+
+impl MemoryDirection {
+    /// From the process's memory into the bounce buffer (`process_vm_readv`).
+    pub const READ: Self = Self(1);
+    /// From the bounce buffer into the process's memory (`process_vm_writev`).
+    pub const WRITE: Self = Self(2);
+}
+
+/// How the host answered a process-memory access ([`MemoryAccess::status`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct MemoryStatus(pub u32);
+
+impl MemoryStatus {
+    /// Copied.
+    pub const DONE: Self = Self(1);
+    /// Refused: the host knows no owner of the port (not open, or nothing registered).
+    pub const NO_OWNER: Self = Self(2);
+    /// Refused: the range is not inside a region the port registered.
+    pub const OUTSIDE_REGIONS: Self = Self(3);
+    /// Refused by the kernel, or part of the range is not mapped in the process.
+    pub const FAULT: Self = Self(4);
+    /// Refused: the port, direction or length is out of range.
+    pub const BAD_REQUEST: Self = Self(5);
+}
+
+/// The firmware's one process-memory access at a time. 32 bytes.
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout, Unaligned)]
+#[repr(C)]
+pub struct MemoryAccess {
+    /// Firmware: bumped (release) after the words below and, for a write, the bounce buffer.
+    pub request: U32,
+    /// Firmware: the local port whose owner's memory is reached.
+    pub port: U32,
+    /// Firmware: a [`MemoryDirection`].
+    pub direction: U32,
+    /// Firmware: bytes to move, at most [`MEMORY_BOUNCE_LEN`].
+    pub length: U32,
+    /// Firmware: the process address (low word, then high word).
+    pub address: [U32; 2],
+    /// Host: the `request` last answered, stored (release) after `status` and, for a read, the
+    /// bounce buffer.
+    pub done: U32,
+    /// Host: a [`MemoryStatus`].
+    pub status: U32,
+}
+const _: () = assert!(core::mem::size_of::<MemoryAccess>() == 32);
 
 /// Where the firmware placed a port's window. 8 bytes.
 #[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout, Unaligned)]
@@ -290,8 +384,14 @@ pub struct GuestCounters {
     pub uart_dropped: U32,
     /// Packets dropped for a wrong or missing authentication code (low 32 bits).
     pub unauthenticated: U32,
+    /// Process-memory accesses the host answered (each a guest-to-host round trip).
+    pub memory_accesses: U32,
+    /// Process-memory accesses that failed: refused by the host, or unanswered in time.
+    pub memory_faults: U32,
+    /// Of those, the ones the host did not answer in time.
+    pub memory_timeouts: U32,
     /// Reserved, zero.
-    pub reserved: [u8; 16],
+    pub reserved: [u8; 4],
 }
 const _: () = assert!(core::mem::size_of::<GuestCounters>() == 64);
 
@@ -353,8 +453,10 @@ pub struct Mailbox {
     pub reserved3: [u8; 64],
     /// One command slot per port.
     pub commands: [PortCommand; PORTS_PER_NIC],
+    /// The firmware's process-memory access.
+    pub memory: MemoryAccess,
     /// Reserved, zero.
-    pub reserved4: [u8; 384],
+    pub reserved4: [u8; 96],
 }
 const _: () = assert!(core::mem::size_of::<Mailbox>() == 1024);
 const _: () = assert!(core::mem::size_of::<Mailbox>() <= WIRE_TRANSMIT_OFFSET);
@@ -423,6 +525,27 @@ pub mod offsets {
     pub const ERROR: usize = offset_of!(PortCommand, error);
     /// [`PortCommand::argument`] within a command.
     pub const ARGUMENT: usize = offset_of!(PortCommand, argument);
+    /// [`PortCommand::address`] within a command (low word; the high word follows).
+    pub const ADDRESS: usize = offset_of!(PortCommand, address);
+    /// [`PortCommand::length`] within a command (low word; the high word follows).
+    pub const LENGTH: usize = offset_of!(PortCommand, length);
+
+    /// [`Mailbox::memory`].
+    pub const MEMORY: usize = offset_of!(Mailbox, memory);
+    /// [`MemoryAccess::request`].
+    pub const MEMORY_REQUEST: usize = MEMORY + offset_of!(MemoryAccess, request);
+    /// [`MemoryAccess::port`].
+    pub const MEMORY_PORT: usize = MEMORY + offset_of!(MemoryAccess, port);
+    /// [`MemoryAccess::direction`].
+    pub const MEMORY_DIRECTION: usize = MEMORY + offset_of!(MemoryAccess, direction);
+    /// [`MemoryAccess::length`].
+    pub const MEMORY_LENGTH: usize = MEMORY + offset_of!(MemoryAccess, length);
+    /// [`MemoryAccess::address`] (low word; the high word follows).
+    pub const MEMORY_ADDRESS: usize = MEMORY + offset_of!(MemoryAccess, address);
+    /// [`MemoryAccess::done`].
+    pub const MEMORY_DONE: usize = MEMORY + offset_of!(MemoryAccess, done);
+    /// [`MemoryAccess::status`].
+    pub const MEMORY_STATUS: usize = MEMORY + offset_of!(MemoryAccess, status);
 }
 
 const fn align_page(n: usize) -> usize {
@@ -443,10 +566,45 @@ mod tests {
             offsets::COUNTERS,
             offsets::port_window(PORTS_PER_NIC - 1),
             offsets::command(PORTS_PER_NIC - 1) + offsets::ERROR,
+            offsets::command(PORTS_PER_NIC - 1) + offsets::ADDRESS + 4,
+            offsets::command(PORTS_PER_NIC - 1) + offsets::LENGTH + 4,
+            offsets::MEMORY_REQUEST,
+            offsets::MEMORY_ADDRESS + 4,
+            offsets::MEMORY_DONE,
+            offsets::MEMORY_STATUS,
         ] {
             assert_eq!(offset % 4, 0, "offset {offset}");
         }
-        assert!(offsets::command(PORTS_PER_NIC) <= core::mem::size_of::<Mailbox>());
+        assert!(offsets::command(PORTS_PER_NIC) <= offsets::MEMORY);
+        assert!(offsets::MEMORY_STATUS + 4 <= core::mem::size_of::<Mailbox>());
+    }
+
+    #[test]
+    fn the_bounce_buffer_holds_a_payload_and_overlaps_nothing() {
+        const {
+            let receive_end = WIRE_RECEIVE_OFFSET + PacketRingLayout::bytes(WIRE_RING_ENTRIES);
+            assert!(MEMORY_BOUNCE_OFFSET >= receive_end);
+            assert!(MEMORY_BOUNCE_OFFSET % 4096 == 0);
+            assert!(MEMORY_BOUNCE_OFFSET + MEMORY_BOUNCE_LEN <= SHARED_AREA_LEN);
+            assert!(MEMORY_BOUNCE_LEN == shared_abi::MTU_PAYLOAD);
+        };
+        // Every doorbell code is distinct from the others and from console text.
+        let codes = [DOORBELL_WIRE, DOORBELL_MAILBOX, DOORBELL_MEMORY];
+        for code in codes {
+            assert!(code >= 0x80);
+            assert_ne!(
+                code & 0xf8,
+                DOORBELL_PORT_EVENT,
+                "{code:#x} reads as a port event"
+            );
+        }
+        assert_eq!(
+            codes
+                .iter()
+                .collect::<std::collections::BTreeSet<_>>()
+                .len(),
+            3
+        );
     }
 
     #[test]

@@ -111,6 +111,21 @@ pub(crate) fn power_off_requested(shared: &RawMemory) -> bool {
     load(shared, offsets::POWER_OFF) != 0
 }
 
+/// A port command the host posted.
+#[derive(Clone, Copy)]
+pub(crate) struct PendingCommand {
+    /// Its request number, to answer.
+    pub(crate) request: u32,
+    /// What to do.
+    pub(crate) operation: PortOperation,
+    /// OPEN: the region; REGISTER_MEMORY: the key's nonce.
+    pub(crate) argument: u32,
+    /// The memory operations' process address.
+    pub(crate) address: u64,
+    /// The memory operations' length.
+    pub(crate) length: u64,
+}
+
 /// The port command slots, with the request each last answered.
 pub(crate) struct CommandSlots {
     answered: [u32; PORTS_PER_NIC],
@@ -127,12 +142,8 @@ impl CommandSlots {
         Self { answered }
     }
 
-    /// The command waiting for `port`, if any: its request number and operation.
-    pub(crate) fn pending(
-        &self,
-        shared: &RawMemory,
-        port: usize,
-    ) -> Option<(u32, PortOperation, u32)> {
+    /// The command waiting for `port`, if any.
+    pub(crate) fn pending(&self, shared: &RawMemory, port: usize) -> Option<PendingCommand> {
         let base = offsets::command(port);
         // Acquire: the operation and argument words, written before the request was bumped,
         // are read after.
@@ -140,11 +151,17 @@ impl CommandSlots {
         if Some(&request) == self.answered.get(port) {
             return None;
         }
-        Some((
+        let double = |offset: usize| {
+            u64::from(load(shared, base + offset))
+                | u64::from(load(shared, base + offset + 4)) << 32
+        };
+        Some(PendingCommand {
             request,
-            PortOperation(load(shared, base + offsets::OPERATION)),
-            load(shared, base + offsets::ARGUMENT),
-        ))
+            operation: PortOperation(load(shared, base + offsets::OPERATION)),
+            argument: load(shared, base + offsets::ARGUMENT),
+            address: double(offsets::ADDRESS),
+            length: double(offsets::LENGTH),
+        })
     }
 
     /// Whether any port has a command waiting.

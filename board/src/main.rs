@@ -63,7 +63,7 @@ mod nic_loop {
         WIRE_RING_ENTRIES,
     };
     use board::wire::WireError;
-    use firmware::{Instant, Nic, OpenError};
+    use firmware::{Instant, Nic, OpenError, RegisterError};
     use shared_abi::ids::{PORTS_PER_NIC, PortId};
     use shared_abi::packet::MAX_WIRE_LEN;
     use shared_abi::ring::raw::RawMemory;
@@ -71,7 +71,7 @@ mod nic_loop {
 
     use crate::clint::MachineTimer;
     use crate::hal::{self, BoardHal};
-    use crate::mailbox::{self, CommandSlots};
+    use crate::mailbox::{self, CommandSlots, PendingCommand};
     use crate::stack::StackGauge;
     use crate::static_cell::StaticCell;
     use crate::uart::Ns16550;
@@ -86,6 +86,13 @@ mod nic_loop {
     /// Longest sleep: the core looks at its rings at least this often even if every doorbell
     /// were lost.
     const MAX_SLEEP: Duration = Duration::from_secs(1);
+
+    /// How long a packet waits for its acknowledgement before it is sent again. Longer than the
+    /// core's default (made for the emulated NIC): on this board every segment of a put, get or
+    /// atomic costs the target (and the initiator) a guest-to-host round trip of a few hundred
+    /// microseconds on a busy host, and a window of them must not time out while it is served,
+    /// or each resend costs those round trips again.
+    const RETRANSMIT_TIMEOUT: Duration = Duration::from_millis(20);
 
     type BoardNic = Nic<BoardHal, CONNECTIONS>;
 
@@ -147,13 +154,14 @@ mod nic_loop {
         }
         uart.write_str("\r\n");
 
-        let hal = BoardHal::new(configuration.node_count, windows, uart);
+        let hal = BoardHal::new(configuration.node_count, windows, uart, timer);
         let Some(nic) = NIC.init_with(|| {
             Nic::new(
                 hal,
                 configuration.node,
                 firmware::Config {
                     fabric_key: configuration.fabric_key,
+                    retransmit_timeout: RETRANSMIT_TIMEOUT,
                     ..firmware::Config::default()
                 },
                 configuration.boot_stamp_ms,
@@ -267,6 +275,9 @@ mod nic_loop {
             counters.messages_delivered = U32::new(nic_counters.messages_delivered as u32);
             counters.malformed_packets = U32::new(nic_counters.malformed_packets as u32);
             counters.unauthenticated = U32::new(nic_counters.unauthenticated as u32);
+            counters.memory_accesses = U32::new(hal.memory_accesses);
+            counters.memory_faults = U32::new(hal.memory_faults);
+            counters.memory_timeouts = U32::new(hal.memory_timeouts);
             counters.tokens_rejected = U32::new(nic_counters.tokens_rejected as u32);
             let uart_dropped = hal_dropped;
             counters.uart_dropped = U32::new(uart_dropped);
@@ -317,18 +328,20 @@ mod nic_loop {
         fn serve_commands(&mut self, now: Instant) -> bool {
             let mut served = false;
             for port in 0..PORTS_PER_NIC {
-                let Some((request, operation, argument)) =
-                    self.commands.pending(self.shared(), port)
-                else {
+                let Some(command) = self.commands.pending(self.shared(), port) else {
                     continue;
                 };
-                let (result, error) = match operation {
-                    PortOperation::OPEN => self.open(port, argument, now),
+                let (result, error) = match command.operation {
+                    PortOperation::OPEN => self.open(port, command.argument, now),
                     PortOperation::CLOSE => self.close(port, now),
+                    PortOperation::REGISTER_MEMORY
+                    | PortOperation::DEREGISTER_MEMORY
+                    | PortOperation::ALLOW_REMOTE_ACCESS => self.memory(port, &command),
                     _ => (0, PortError::BAD_OPERATION),
                 };
                 let shared = self.nic.hal().shared();
-                self.commands.answer(shared, port, request, result, error);
+                self.commands
+                    .answer(shared, port, command.request, result, error);
                 served = true;
             }
             if served {
@@ -360,6 +373,32 @@ mod nic_loop {
                     };
                     (0, code)
                 }
+            }
+        }
+
+        /// Registers or deregisters memory of `port`'s owner, or lets peers reach it, on the
+        /// host's behalf (the host has checked that the process is the port's owner).
+        fn memory(&mut self, port: usize, command: &PendingCommand) -> (u32, PortError) {
+            let port = PortId(port as u8);
+            let answer = match command.operation {
+                PortOperation::REGISTER_MEMORY => self.nic.register_memory(
+                    port,
+                    command.address,
+                    command.length,
+                    command.argument,
+                ),
+                PortOperation::DEREGISTER_MEMORY => self
+                    .nic
+                    .deregister_memory(port, command.address, command.length)
+                    .map(|()| 0),
+                _ => self.nic.allow_remote_memory_access(port).map(|()| 0),
+            };
+            match answer {
+                Ok(result) => (result, PortError::NONE),
+                Err(RegisterError::PortClosed(_)) => (0, PortError::NOT_OPEN),
+                Err(RegisterError::TableFull) => (0, PortError::TABLE_FULL),
+                Err(RegisterError::BadRange { .. }) => (0, PortError::BAD_RANGE),
+                Err(RegisterError::NotRegistered { .. }) => (0, PortError::NOT_REGISTERED),
             }
         }
 

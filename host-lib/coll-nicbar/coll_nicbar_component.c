@@ -144,16 +144,20 @@ static int nicbar_close(void)
     if (NULL != C.endpoint) {
         (void) opal_progress_unregister(mca_coll_nicbar_progress);
         mca_coll_nicbar_finalize_requests();
-        uint64_t resent = 0, dropped = 0;
+        uint64_t resent = 0, dropped = 0, put = 0, landed = 0, forwarded = 0;
         nicbar_coll_transfer_counters(C.endpoint, &resent, &dropped);
+        nicbar_coll_protocol_counters(C.endpoint, &put, &landed, &forwarded);
         NICBAR_VERBOSE(1, "%llu barriers went through the NIC (node %u port %u); %llu data "
                           "collectives went over it (%llu segments sent again, %llu arrivals "
-                          "dropped)",
+                          "dropped; %llu messages sent and %llu received by rendezvous, %llu "
+                          "segments forwarded)",
                        (unsigned long long) nicbar_coll_completed(C.endpoint),
                        (unsigned) nicbar_coll_node_id(C.endpoint),
                        (unsigned) nicbar_coll_port_id(C.endpoint),
                        (unsigned long long) nicbar_coll_collectives(C.endpoint),
-                       (unsigned long long) resent, (unsigned long long) dropped);
+                       (unsigned long long) resent, (unsigned long long) dropped,
+                       (unsigned long long) put, (unsigned long long) landed,
+                       (unsigned long long) forwarded);
         nicbar_coll_close(C.endpoint);
         C.endpoint = NULL;
     }

@@ -12,6 +12,12 @@
 //! 4. Closes `nicctl qemu`'s standard input, which powers the NICs off, and checks each NIC's
 //!    report (clean power-off, no failed barrier, the counts the peers saw) and prints the stack
 //!    high-water marks the firmware measured.
+//! 5. Runs the one-sided tests on QEMU NICs (`cargo test -p nicbar-system --test qemu_rdma`): a
+//!    1 MiB put and get between processes checked byte for byte, fetch-and-adds from three
+//!    processes ending exact, refusals naming their rule, a target killed during a put. They
+//!    run here, where QEMU is known to be installed, so they cannot pass by being skipped; the
+//!    NICs run in the test process, which reaches its child processes' memory under any ptrace
+//!    scope.
 //!
 //! Every wait is bounded; on any failure the processes started here are killed (QEMU dies with
 //! `nicctl qemu`, by its parent-death signal) and the error says what was waited for.
@@ -36,6 +42,8 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 const PEERS_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long the NICs may take to power off and report.
 const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the one-sided tests may take, building included.
+const RDMA_TIMEOUT: Duration = Duration::from_secs(300);
 /// The stage's budget in CI; exceeding it is reported, not failed.
 const BUDGET: Duration = Duration::from_secs(180);
 
@@ -171,6 +179,48 @@ pub(crate) fn run_check(args: Args) -> Result<()> {
     }
     let stacks = check_reports(&children.lines(daemon), &args, &outcome)?;
 
+    section("one-sided operations on QEMU NICs");
+    let rdma_started = Instant::now();
+    let mut rdma_command = cargo();
+    rdma_command.current_dir(&root).args([
+        "test",
+        "--package",
+        "nicbar-system",
+        "--test",
+        "qemu_rdma",
+        "--",
+        "--test-threads=1",
+        "--nocapture",
+    ]);
+    println!("running: {}", show(&rdma_command));
+    let rdma = children.spawn("qemu_rdma", &mut rdma_command, false)?;
+    let status = children.wait(rdma, RDMA_TIMEOUT)?;
+    let rdma_lines = children.lines(rdma);
+    if !status.success() {
+        return Err(format!("the one-sided tests on QEMU NICs failed ({status})").into());
+    }
+    if let Some(line) = rdma_lines.iter().find(|line| line.contains("skipped:")) {
+        return Err(format!("a one-sided test on QEMU NICs was skipped: {line}").into());
+    }
+    let passed = rdma_lines
+        .iter()
+        .filter(|line| line.starts_with("test ") && line.ends_with(" ... ok"))
+        .count();
+    if passed == 0
+        || !rdma_lines
+            .iter()
+            .any(|line| line.starts_with("test result: ok."))
+    {
+        return Err("the one-sided tests on QEMU NICs did not report success".into());
+    }
+    let rdma_took = rdma_started.elapsed();
+    let figure = |prefix: &str| {
+        rdma_lines
+            .iter()
+            .find_map(|line| line.strip_prefix(prefix))
+            .map_or_else(|| "?".to_owned(), |rest| rest.trim().to_owned())
+    };
+
     section("result");
     println!("qemu      {version}");
     println!(
@@ -191,12 +241,20 @@ pub(crate) fn run_check(args: Args) -> Result<()> {
         outcome.algorithms,
         outcome.tightest_margin_ns / 1000
     );
+    println!(
+        "one-sided {passed} tests: 1 MiB put {}, get {} between two QEMU NICs, byte for byte; \
+         fetch-and-adds from 3 processes exact; refusals named; a killed target survived",
+        figure("1 MiB put between QEMU NICs:"),
+        figure("1 MiB get between QEMU NICs: None in"),
+    );
     let total = started.elapsed();
     println!(
-        "time      {:.1} s in all: {:.1} s to a serving fabric, {:.1} s of peers",
+        "time      {:.1} s in all: {:.1} s to a serving fabric, {:.1} s of peers, {:.1} s of \
+         one-sided tests",
         total.as_secs_f64(),
         booted.as_secs_f64(),
-        peers_took.as_secs_f64()
+        peers_took.as_secs_f64(),
+        rdma_took.as_secs_f64()
     );
     if total > BUDGET {
         println!(

@@ -21,6 +21,7 @@ pub mod frame;
 pub mod message;
 pub mod naming;
 mod path;
+pub mod process_memory;
 pub mod server;
 pub mod sys;
 

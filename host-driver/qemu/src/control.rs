@@ -8,10 +8,11 @@
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
-use super::machine::{Machine, region_layout};
+use super::machine::{Machine, MemoryCommand, region_layout};
 use nicbar_control::server::{PortBackend, PortOwners};
 use nicbar_control::{
-    ControlError, NicReport, NodeName, OpenedPort, PortReport, UnitStatus, WireCounters,
+    ControlError, NicReport, NodeName, OpenedPort, PortReport, Reply, Request, UnitStatus,
+    WireCounters,
 };
 
 /// A QEMU fabric's NICs, as the control server sees them.
@@ -130,6 +131,47 @@ impl PortBackend for QemuMachines {
 
     fn fault_seed(&self) -> Option<u64> {
         None
+    }
+
+    /// Forwarded to the firmware as a port command: it keeps the regions and their keys, and
+    /// reaches them through the hub, one guest-to-host round trip per access.
+    fn memory(
+        &self,
+        unit: u8,
+        port: u8,
+        pid: u32,
+        request: &Request,
+    ) -> Result<Reply, ControlError> {
+        let machine = self
+            .machines
+            .get(usize::from(unit))
+            .ok_or_else(|| ControlError::Internal(format!("no NIC unit {unit}")))?;
+        let command = match *request {
+            Request::RegisterMemory { address, length } => {
+                let nonce = nicbar_control::server::random_key()
+                    .map(|key| u32::from_le_bytes([key[0], key[1], key[2], key[3]]))
+                    .map_err(|error| {
+                        ControlError::Internal(format!("no randomness for a region key: {error}"))
+                    })?;
+                MemoryCommand::Register {
+                    address,
+                    length,
+                    nonce,
+                }
+            }
+            Request::DeregisterMemory { address, length } => {
+                MemoryCommand::Deregister { address, length }
+            }
+            Request::AllowRemoteAccess => MemoryCommand::AllowRemoteAccess,
+            _ => return Err(ControlError::BadRequest("not a memory request".to_owned())),
+        };
+        let result = machine
+            .memory_command(port, pid, command)
+            .map_err(ControlError::MemoryRefused)?;
+        Ok(match command {
+            MemoryCommand::Register { .. } => Reply::Registered { key: result },
+            _ => Reply::MemoryDone,
+        })
     }
 
     /// The stop doorbell is left ringing for the hub, and the NICs run on: the fabric powers them

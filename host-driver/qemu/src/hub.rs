@@ -7,6 +7,11 @@
 //! afterwards sends [`DOORBELL_WIRE`] on its UART. While a receive ring is full the switch holds
 //! the packets for it (in order, up to [`HOLD_LIMIT`] per NIC) and looks again every millisecond;
 //! beyond that it drops them, which the firmware's retransmission recovers.
+//!
+//! It also serves the firmware's accesses to the memory of port owners
+//! ([`Machine::serve_memory_access`]): the firmware spins while it waits, so the hub serves an
+//! access as soon as its [`DOORBELL_MEMORY`] byte arrives, and looks for one on every turn of its
+//! loop besides.
 
 use std::collections::VecDeque;
 use std::io::{self, Read};
@@ -16,8 +21,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use board::layout::{
-    DOORBELL_MAILBOX, DOORBELL_PORT_EVENT, DOORBELL_WIRE, WIRE_RECEIVE, WIRE_RING_ENTRIES,
-    WIRE_TRANSMIT,
+    DOORBELL_MAILBOX, DOORBELL_MEMORY, DOORBELL_PORT_EVENT, DOORBELL_WIRE, MEMORY_BOUNCE_LEN,
+    WIRE_RECEIVE, WIRE_RING_ENTRIES, WIRE_TRANSMIT,
 };
 use board::wire::{PacketConsumer, PacketProducer, WireError};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
@@ -123,6 +128,7 @@ pub(crate) fn spawn(setup: HubSetup) -> io::Result<JoinHandle<SwitchCounters>> {
         machines: setup.machines,
         console: setup.console,
         epoll,
+        scratch: Box::new([0; MEMORY_BOUNCE_LEN]),
     };
     std::thread::Builder::new()
         .name("qemu-hub".to_owned())
@@ -136,12 +142,15 @@ struct Hub {
     console: Arc<Console>,
     epoll: Epoll,
     switch: Switch,
+    /// A bounce buffer's worth, for copying between a guest and a process.
+    scratch: Box<[u8; MEMORY_BOUNCE_LEN]>,
 }
 
 impl Hub {
     fn run(mut self) -> SwitchCounters {
         let mut events = [EpollEvent::empty(); 32];
         loop {
+            self.serve_memory_accesses();
             if self.switch.run(&self.machines) {
                 // Keep moving while there is traffic; the UARTs and doorbells are looked at
                 // without waiting.
@@ -201,6 +210,13 @@ impl Hub {
         true
     }
 
+    /// Serves every process-memory access that waits (a NIC has at most one).
+    fn serve_memory_accesses(&mut self) {
+        for machine in &self.machines {
+            machine.serve_memory_access(&mut self.scratch);
+        }
+    }
+
     /// Reads what NIC `node`'s UART has: text goes to the console, doorbell codes are acted on.
     fn read_uart(&mut self, node: usize) {
         let mut buffer = [0u8; 4096];
@@ -237,6 +253,11 @@ impl Hub {
                     && line.len() < CONSOLE_LINE_MAX
                 {
                     line.push(byte);
+                }
+            }
+            DOORBELL_MEMORY => {
+                if let Some(machine) = self.machines.get(node) {
+                    machine.serve_memory_access(&mut self.scratch);
                 }
             }
             DOORBELL_WIRE | DOORBELL_MAILBOX => {

@@ -22,6 +22,14 @@
 //!   that no process has held, writes its header, asks the firmware through the mailbox to open
 //!   the port on it, and passes that memory, a fresh host doorbell and the NIC's doorbell back
 //!   with `SCM_RIGHTS`.
+//!   Memory registration, deregistration and allowing remote access are port commands too: the
+//!   firmware keeps the regions and keys, and the control thread records the port's owner (the
+//!   process `SO_PEERCRED` named) and the ranges it registered.
+//! - The hub also serves the firmware's accesses to that memory (`Machine::serve_memory_access`):
+//!   the board posts one access at a time in the mailbox with a bounce buffer of one packet's
+//!   payload and rings a UART byte; the hub copies with `process_vm_readv`/`process_vm_writev`
+//!   for the port's owner, inside its registered ranges only, and answers. Each access is a
+//!   guest-to-host round trip.
 //! - The QEMU processes, which die with the supervising thread (parent-death signal) and are
 //!   powered off through the mailbox on [`QemuFabric::stop`].
 //!
@@ -201,7 +209,8 @@ impl fmt::Display for NodeReport {
             "node={} state={} stack_size={} stack_main={} stack_boot={} wakeups={} \
              packets_transmitted={} packets_received={} transmit_full={} receive_errors={} \
              barriers_completed={} barriers_failed={} messages_delivered={} \
-             malformed_packets={} tokens_rejected={} uart_dropped={}",
+             malformed_packets={} tokens_rejected={} uart_dropped={} memory_accesses={} \
+             memory_faults={} memory_timeouts={}",
             self.node,
             state_name(self.state),
             self.stack_size,
@@ -218,6 +227,9 @@ impl fmt::Display for NodeReport {
             c.malformed_packets.get(),
             c.tokens_rejected.get(),
             c.uart_dropped.get(),
+            c.memory_accesses.get(),
+            c.memory_faults.get(),
+            c.memory_timeouts.get(),
         )?;
         if let Some((cause, pc, value)) = self.trap {
             write!(

@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 
 use board::layout::{
     DOORBELL_WAKE, GuestCounters, GuestFailure, GuestState, LAYOUT_VERSION, MAILBOX_MAGIC,
-    PORT_FIRST_SLOT, PORT_REGIONS, PORT_WINDOW_LEN, PortError, PortOperation, RAM_LEN,
-    SHARED_AREA_LEN, SHARED_AREA_OFFSET, offsets,
+    MEMORY_BOUNCE_LEN, MEMORY_BOUNCE_OFFSET, MemoryDirection, MemoryStatus, PORT_FIRST_SLOT,
+    PORT_REGIONS, PORT_WINDOW_LEN, PortError, PortOperation, RAM_LEN, SHARED_AREA_LEN,
+    SHARED_AREA_OFFSET, offsets,
 };
 use nix::fcntl::{FallocateFlags, FcntlArg, SealFlag, fallocate, fcntl};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
@@ -25,6 +26,7 @@ use zerocopy::{FromZeros, IntoBytes};
 use super::{NodeReport, QemuError, sys};
 use nicbar_control::Mapping;
 use nicbar_control::doorbell;
+use nicbar_control::process_memory;
 
 /// How long the firmware may take to answer a port command.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
@@ -117,6 +119,71 @@ struct RegionPool {
     current: Option<usize>,
 }
 
+/// The process that owns a port, as far as its registered memory goes: the firmware's accesses
+/// to the port's memory reach this process, inside these ranges, and nothing else.
+#[derive(Clone, Debug)]
+struct MemoryOwner {
+    /// The owner, as the control server knows it (`SO_PEERCRED` at connect).
+    pid: i32,
+    /// The ranges the firmware registered for it: (address, length).
+    regions: Vec<(u64, u64)>,
+}
+
+impl MemoryOwner {
+    /// Whether `length` bytes at `address` lie inside one registered range.
+    fn covers(&self, address: u64, length: u64) -> bool {
+        let Some(end) = address.checked_add(length) else {
+            return false;
+        };
+        self.regions
+            .iter()
+            .any(|&(start, len)| address >= start && end <= start.saturating_add(len))
+    }
+}
+
+/// The process a guest's access of `length` bytes at `address` for `port` reaches: the owner of
+/// that port (never another's), and only inside a range the port registered.
+///
+/// # Errors
+/// The [`MemoryStatus`] of the refusal.
+fn access_owner(
+    owners: &[Option<MemoryOwner>],
+    port: usize,
+    direction: MemoryDirection,
+    address: u64,
+    length: usize,
+) -> Result<i32, MemoryStatus> {
+    if length > MEMORY_BOUNCE_LEN
+        || !matches!(direction, MemoryDirection::READ | MemoryDirection::WRITE)
+    {
+        return Err(MemoryStatus::BAD_REQUEST);
+    }
+    let owner = owners
+        .get(port)
+        .ok_or(MemoryStatus::BAD_REQUEST)?
+        .as_ref()
+        .ok_or(MemoryStatus::NO_OWNER)?;
+    if !owner.covers(address, length as u64) {
+        return Err(MemoryStatus::OUTSIDE_REGIONS);
+    }
+    Ok(owner.pid)
+}
+
+/// A memory command for the firmware ([`Machine::memory_command`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum MemoryCommand {
+    /// Register `length` bytes at `address`, with `nonce` for the key.
+    Register {
+        address: u64,
+        length: u64,
+        nonce: u32,
+    },
+    /// Deregister the region of exactly `length` bytes at `address`.
+    Deregister { address: u64, length: u64 },
+    /// Let peers reach the port's registered memory.
+    AllowRemoteAccess,
+}
+
 /// What a NIC starts from.
 pub(crate) struct MachineSetup<'a> {
     pub(crate) node: u16,
@@ -147,6 +214,9 @@ pub(crate) struct Machine {
     host_doorbells: Mutex<[Option<Arc<OwnedFd>>; PORTS_PER_NIC]>,
     /// The request number last posted per port command slot (the host's own copy).
     requests: Mutex<[u32; PORTS_PER_NIC]>,
+    /// Whose memory each port's accesses reach: set by the port's owner's first memory request,
+    /// cleared when the port closes.
+    owners: Mutex<[Option<MemoryOwner>; PORTS_PER_NIC]>,
     child: Mutex<Child>,
     exit: Mutex<Option<ExitStatus>>,
     pid: u32,
@@ -289,6 +359,7 @@ impl Machine {
                 nic_doorbell,
                 host_doorbells: Mutex::new(Default::default()),
                 requests: Mutex::new([0; PORTS_PER_NIC]),
+                owners: Mutex::new(Default::default()),
                 child: Mutex::new(child),
                 exit: Mutex::new(None),
                 pid,
@@ -424,6 +495,18 @@ impl Machine {
         operation: PortOperation,
         argument: u32,
     ) -> Result<(u32, PortError), String> {
+        self.command_with(port, operation, argument, 0, 0)
+    }
+
+    /// [`Machine::command`] with the memory operations' address and length words.
+    fn command_with(
+        &self,
+        port: usize,
+        operation: PortOperation,
+        argument: u32,
+        address: u64,
+        length: u64,
+    ) -> Result<(u32, PortError), String> {
         let mut requests = lock(&self.requests);
         let slot = requests
             .get_mut(port)
@@ -432,6 +515,10 @@ impl Machine {
         let base = offsets::command(port);
         self.store(base + offsets::OPERATION, operation.0);
         self.store(base + offsets::ARGUMENT, argument);
+        for (offset, value) in [(offsets::ADDRESS, address), (offsets::LENGTH, length)] {
+            self.store(base + offset, value as u32);
+            self.store(base + offset + 4, (value >> 32) as u32);
+        }
         // Release: the operation and argument are visible before the new request number that
         // announces them.
         self.store(base + offsets::REQUEST, request);
@@ -482,7 +569,8 @@ impl Machine {
         let region = pool.next;
         let Some(memory) = regions.get(region) else {
             return Err(format!(
-                "port {port} has had {PORT_REGIONS} owners since this NIC started, and each                  open takes a region no earlier owner held: restart the NIC for fresh ones"
+                "port {port} has had {PORT_REGIONS} owners since this NIC started, and each \
+                 open takes a region no earlier owner held: restart the NIC for fresh ones"
             ));
         };
         let header = region_layout().header(
@@ -540,6 +628,10 @@ impl Machine {
         let index = usize::from(port);
         let answer = self.command(index, PortOperation::CLOSE, 0);
         self.forget_doorbell(index);
+        // The firmware's regions died with the port; nothing reaches the owner any more.
+        if let Some(owner) = lock(&self.owners).get_mut(index) {
+            *owner = None;
+        }
         if answer
             .as_ref()
             .is_ok_and(|(_, error)| *error == PortError::NONE)
@@ -549,6 +641,140 @@ impl Machine {
         match answer? {
             (_, PortError::NONE) => Ok(()),
             (_, error) => Err(format!("the NIC refused: {}", error.describe())),
+        }
+    }
+
+    /// Has the firmware register, deregister or allow remote access to memory of `port`'s owner,
+    /// process `pid` (the control server's word: the process that opened the port). From the
+    /// first such request on, the firmware's accesses for the port reach that process, inside
+    /// the ranges registered; a registration is refused at once if the kernel does not let this
+    /// process reach the range. Returns the region's key for a registration, 0 otherwise.
+    ///
+    /// # Errors
+    /// Why it was refused, in words for the process.
+    pub(crate) fn memory_command(
+        &self,
+        port: u8,
+        pid: u32,
+        command: MemoryCommand,
+    ) -> Result<u32, String> {
+        let index = usize::from(port);
+        let pid = i32::try_from(pid)
+            .ok()
+            .filter(|&pid| pid > 0)
+            .ok_or_else(|| format!("the owner of port {port} has no usable process id ({pid})"))?;
+        {
+            let mut owners = lock(&self.owners);
+            let owner = owners
+                .get_mut(index)
+                .ok_or_else(|| format!("no port {port}"))?;
+            if owner.as_ref().is_some_and(|owner| owner.pid != pid) {
+                return Err(format!(
+                    "port {port}'s memory belongs to another process (the NIC has not seen it \
+                     close)"
+                ));
+            }
+            owner.get_or_insert_with(|| MemoryOwner {
+                pid,
+                regions: Vec::new(),
+            });
+        }
+        let (operation, argument, address, length) = match command {
+            MemoryCommand::Register {
+                address,
+                length,
+                nonce,
+            } => {
+                process_memory::check_reachable(nix::unistd::Pid::from_raw(pid), address, length)?;
+                (PortOperation::REGISTER_MEMORY, nonce, address, length)
+            }
+            MemoryCommand::Deregister { address, length } => {
+                (PortOperation::DEREGISTER_MEMORY, 0, address, length)
+            }
+            MemoryCommand::AllowRemoteAccess => (PortOperation::ALLOW_REMOTE_ACCESS, 0, 0, 0),
+        };
+        let (result, error) = self.command_with(index, operation, argument, address, length)?;
+        if error != PortError::NONE {
+            return Err(match error {
+                PortError::BAD_RANGE => format!(
+                    "{length} bytes at {address:#x} are not a registrable range (empty, over 4 \
+                     GiB, or wrapping)"
+                ),
+                PortError::NOT_REGISTERED => {
+                    format!("no region of {length} bytes at {address:#x} is registered on the port")
+                }
+                other => other.describe().to_owned(),
+            });
+        }
+        let mut owners = lock(&self.owners);
+        if let Some(Some(owner)) = owners.get_mut(index) {
+            match command {
+                MemoryCommand::Register { .. } => owner.regions.push((address, length)),
+                MemoryCommand::Deregister { .. } => {
+                    if let Some(at) = owner
+                        .regions
+                        .iter()
+                        .position(|&region| region == (address, length))
+                    {
+                        owner.regions.swap_remove(at);
+                    }
+                }
+                MemoryCommand::AllowRemoteAccess => {}
+            }
+        }
+        Ok(result)
+    }
+
+    /// Serves the firmware's process-memory access if one waits: checks it names a port with an
+    /// owner and a range inside what the port registered, copies between the bounce buffer and
+    /// the owner's memory, and answers. `scratch` holds a bounce buffer's worth. Returns whether
+    /// there was one.
+    pub(crate) fn serve_memory_access(&self, scratch: &mut [u8; MEMORY_BOUNCE_LEN]) -> bool {
+        let request = self.load(offsets::MEMORY_REQUEST);
+        if request == self.load(offsets::MEMORY_DONE) {
+            return false;
+        }
+        // Acquire on `request` above: the words and the bounce buffer written before it are read
+        // after.
+        let port = self.load(offsets::MEMORY_PORT) as usize;
+        let direction = MemoryDirection(self.load(offsets::MEMORY_DIRECTION));
+        let length = self.load(offsets::MEMORY_LENGTH) as usize;
+        let address = u64::from(self.load(offsets::MEMORY_ADDRESS))
+            | u64::from(self.load(offsets::MEMORY_ADDRESS + 4)) << 32;
+        let status = self.access_owner_memory(port, direction, address, length, scratch);
+        self.store(offsets::MEMORY_STATUS, status.0);
+        // Release: the status and the bounce buffer are visible before the answer.
+        self.store(offsets::MEMORY_DONE, request);
+        // A core that waited long raised its sleeping flag and waits for a byte.
+        self.wake_if_sleeping();
+        true
+    }
+
+    fn access_owner_memory(
+        &self,
+        port: usize,
+        direction: MemoryDirection,
+        address: u64,
+        length: usize,
+        scratch: &mut [u8; MEMORY_BOUNCE_LEN],
+    ) -> MemoryStatus {
+        let pid = match access_owner(&lock(&self.owners)[..], port, direction, address, length) {
+            Ok(pid) => nix::unistd::Pid::from_raw(pid),
+            Err(refused) => return refused,
+        };
+        let bytes = &mut scratch[..length];
+        let shared = self.shared();
+        let copied = if direction == MemoryDirection::READ {
+            process_memory::read(pid, address, bytes).is_ok()
+                && shared.write(MEMORY_BOUNCE_OFFSET, bytes).is_ok()
+        } else {
+            shared.read(MEMORY_BOUNCE_OFFSET, bytes).is_ok()
+                && process_memory::write(pid, address, bytes).is_ok()
+        };
+        if copied {
+            MemoryStatus::DONE
+        } else {
+            MemoryStatus::FAULT
         }
     }
 
@@ -718,4 +944,68 @@ fn log_tail(log: &Path) -> String {
         log.display(),
         lines[start..].join("\n  ")
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owners() -> Vec<Option<MemoryOwner>> {
+        let mut owners = vec![None; PORTS_PER_NIC];
+        owners[1] = Some(MemoryOwner {
+            pid: 100,
+            regions: vec![(0x1000, 0x1000), (0x8000, 64)],
+        });
+        owners[2] = Some(MemoryOwner {
+            pid: 200,
+            regions: vec![(0x1000, 0x1000)],
+        });
+        owners
+    }
+
+    #[test]
+    fn an_access_reaches_its_own_ports_owner_inside_its_regions_only() {
+        let owners = owners();
+        let read = MemoryDirection::READ;
+        assert_eq!(access_owner(&owners, 1, read, 0x1000, 4096), Ok(100));
+        assert_eq!(
+            access_owner(&owners, 2, MemoryDirection::WRITE, 0x1800, 8),
+            Ok(200),
+            "the same address through port 2 reaches port 2's owner"
+        );
+        assert_eq!(access_owner(&owners, 1, read, 0x8000, 64), Ok(100));
+        assert_eq!(
+            access_owner(&owners, 2, read, 0x8000, 8),
+            Err(MemoryStatus::OUTSIDE_REGIONS),
+            "port 1's region is not port 2's"
+        );
+        assert_eq!(
+            access_owner(&owners, 1, read, 0x1ff8, 16),
+            Err(MemoryStatus::OUTSIDE_REGIONS),
+            "past a region's end"
+        );
+        assert_eq!(
+            access_owner(&owners, 1, read, u64::MAX - 4, 8),
+            Err(MemoryStatus::OUTSIDE_REGIONS),
+            "wrapping around"
+        );
+        assert_eq!(
+            access_owner(&owners, 0, read, 0x1000, 8),
+            Err(MemoryStatus::NO_OWNER),
+            "a port nobody registered memory on"
+        );
+        assert_eq!(
+            access_owner(&owners, PORTS_PER_NIC, read, 0x1000, 8),
+            Err(MemoryStatus::BAD_REQUEST)
+        );
+        assert_eq!(
+            access_owner(&owners, 1, read, 0x1000, MEMORY_BOUNCE_LEN + 1),
+            Err(MemoryStatus::BAD_REQUEST),
+            "longer than the bounce buffer"
+        );
+        assert_eq!(
+            access_owner(&owners, 1, MemoryDirection(7), 0x1000, 8),
+            Err(MemoryStatus::BAD_REQUEST)
+        );
+    }
 }

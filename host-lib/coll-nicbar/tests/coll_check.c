@@ -7,8 +7,9 @@
  * a digest, so that runs through the component and through Open MPI's own collectives can be
  * compared.
  *
- * Usage: coll_check MAX_BYTES. Exits 0 when every check passed; each rank prints
- * "coll_check: rank R digest D checks N failures F", rank 0 then "coll_check: ok".
+ * Usage: coll_check [MAX_BYTES] (default 16 MiB; the sizes are 0, 4 and 8 B, 4,064 and 4,068
+ * B, 100,000 B, 1 MiB and 16 MiB, up to MAX_BYTES). Exits 0 when every check passed; each rank
+ * prints "coll_check: rank R digest D checks N failures F", rank 0 then "coll_check: ok".
  */
 #include <mpi.h>
 #include <stdint.h>
@@ -299,7 +300,7 @@ static void alltoalls(MPI_Comm comm, const char *name, long n, int salt)
 
 int main(int argc, char **argv)
 {
-    long max_bytes = argc > 1 ? atol(argv[1]) : 1 << 20;
+    long max_bytes = argc > 1 ? atol(argv[1]) : 16L << 20;
     const long sizes[] = {0, 1, 2, 1016, 1017, 25000, 262144, 4194304};
     MPI_Comm comms[3];
     const char *names[3] = {"world", "dup", "split"};

@@ -2710,6 +2710,19 @@ void nicbar_coll_transfer_counters(const struct nicbar_coll_endpoint *endpoint,
                                    uint64_t *dropped);
 
 /**
+ * How the data collectives' messages went: sent and received by rendezvous (RDMA put into the
+ * receiver's registered memory), and eager segments an inner rank of a broadcast tree forwarded
+ * from the receive buffer they arrived in (once per segment and rank they went to).
+ *
+ * # Safety
+ * `endpoint` is NULL or a live endpoint; the outputs are NULL or writable.
+ */
+void nicbar_coll_protocol_counters(const struct nicbar_coll_endpoint *endpoint,
+                                   uint64_t *rendezvous_sent,
+                                   uint64_t *rendezvous_received,
+                                   uint64_t *forwarded);
+
+/**
  * Loads the process's selection map (`cargo xtask tune` writes it) for the data collectives'
  * algorithm 0: from `path` (`off`: none), or, when `path` is NULL or empty, from
  * `$NICBAR_COLL_MAP` (`off`: none), else `$XDG_CONFIG_HOME/nicbar/coll-map`, else `$HOME/.config/nicbar/coll-map`. Without

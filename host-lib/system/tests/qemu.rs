@@ -7,70 +7,22 @@
 //! Skipped, with the reason printed, only when `qemu-system-riscv32` is not installed
 //! (`cargo xtask qemu` installs it). Every wait is bounded and fails naming what it waited for.
 
+mod common;
+
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
-use std::process::Command;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use common::qemu_fabric::{fabric, qemu_or_skip};
 use nicbar::{Error, Event, Group, NodeId, Port, PortId, Priority, Status};
 use nicbar_control::{Reply, Request};
-use nicbar_image::image::ImageFile;
-use nicbar_qemu::{QemuConfig, QemuError, QemuFabric};
-use shared_abi::image::ImageTarget;
+use nicbar_qemu::QemuError;
 use shared_abi::ring::SharedMemory;
 use zerocopy::{FromZeros, IntoBytes};
 
-const QEMU: &str = "qemu-system-riscv32";
 /// Size class of the test messages: buffers of 256 bytes.
 const SIZE: u8 = 8;
 /// How long one step may take.
 const STEP: Duration = Duration::from_secs(20);
-
-/// Whether QEMU runs here; says why the test is skipped if not.
-fn qemu_or_skip(test: &str) -> bool {
-    let runs = Command::new(QEMU)
-        .arg("--version")
-        .output()
-        .is_ok_and(|output| output.status.success());
-    if !runs {
-        eprintln!(
-            "{test}: skipped: {QEMU} is not installed (cargo xtask qemu installs it from \
-             bookworm-backports)"
-        );
-    }
-    runs
-}
-
-/// The firmware image, built once per test run by `cargo xtask image` (as CI builds it).
-fn image_path() -> &'static PathBuf {
-    static IMAGE: OnceLock<PathBuf> = OnceLock::new();
-    IMAGE.get_or_init(|| {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let output = Command::new(env!("CARGO"))
-            .args(["run", "--quiet", "--package", "xtask", "--", "image"])
-            .current_dir(&root)
-            .output()
-            .expect("running cargo xtask image");
-        assert!(
-            output.status.success(),
-            "cargo xtask image failed:\n{}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-        let target = std::env::var_os("CARGO_TARGET_DIR")
-            .map_or_else(|| root.join("target"), |dir| root.join(dir));
-        target.join("nicbar-riscv32imac-unknown-none-elf.img")
-    })
-}
-
-fn spawn(dir: &tempfile::TempDir, nodes: u16) -> QemuFabric {
-    let image = ImageFile::read_for_target(image_path(), ImageTarget::RISCV32IMAC)
-        .expect("the image built by cargo xtask image verifies");
-    let mut config = QemuConfig::new(dir.path().join("control.sock"), image, nodes);
-    config.echo_console = false;
-    QemuFabric::spawn(config).expect("the QEMU NICs boot")
-}
 
 fn provide(port: &mut Port, count: u32) {
     for tag in 0..count {
@@ -125,7 +77,7 @@ fn ports_messages_and_barriers_on_two_qemu_nics() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let fabric = spawn(&dir, 2);
+    let fabric = fabric(&dir, 2);
     let socket = fabric.socket().to_owned();
     for report in fabric.reports() {
         assert_eq!(report.state, board::layout::GuestState::RUNNING);
@@ -221,7 +173,7 @@ fn a_nic_whose_qemu_dies_is_reported() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let fabric = spawn(&dir, 2);
+    let fabric = fabric(&dir, 2);
     fabric.check_running().unwrap();
     let victim = fabric.reports()[1].pid;
     nix::sys::signal::kill(
@@ -280,7 +232,7 @@ fn a_closed_ports_kept_mapping_cannot_reach_the_next_owner() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let fabric = spawn(&dir, 1);
+    let fabric = fabric(&dir, 1);
     let socket = fabric.socket().to_owned();
     let window = board::layout::PORT_WINDOW_LEN;
 
@@ -345,7 +297,7 @@ fn a_port_opens_once_per_region_then_says_the_nic_must_restart() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let fabric = spawn(&dir, 1);
+    let fabric = fabric(&dir, 1);
     let socket = fabric.socket().to_owned();
     let mut inodes = Vec::new();
     for _ in 0..board::layout::PORT_REGIONS {

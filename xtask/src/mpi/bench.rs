@@ -31,7 +31,7 @@ pub(crate) struct BenchArgs {
     #[arg(long, value_delimiter = ',', default_values_t = [2, 4, 8, 16])]
     collective_sizes: Vec<usize>,
     /// Message sizes of the data collectives, bytes per rank.
-    #[arg(long, value_delimiter = ',', default_values_t = [8, 64, 512, 4096, 32768, 262144, 1048576])]
+    #[arg(long, value_delimiter = ',', default_values_t = [8, 64, 512, 4096, 32768, 262144, 1048576, 4194304, 16777216])]
     bytes: Vec<usize>,
     /// Time to spend on each (collective, size), in ms (at least 3 iterations each).
     #[arg(long, default_value_t = 300)]

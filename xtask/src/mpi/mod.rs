@@ -58,8 +58,13 @@ const SYSTEM_PYTHON: &str = "/usr/bin/python3";
 const COUNT_LINE: &str = "barriers went through the NIC";
 /// The same line's count of data collectives (bcast, scatter, gather, alltoall and v forms).
 const DATA_COUNT_LINE: &str = "data collectives went over it";
-/// The largest message `coll_check` moves in CI (bytes).
-const CHECK_BYTES: &str = "1048576";
+/// The largest message `coll_check` moves in CI, compared with Open MPI's own (bytes).
+const CHECK_BYTES: usize = 16 << 20;
+/// The largest message `coll_check` moves through the fault injector in CI (bytes): past the
+/// rendezvous threshold, so both protocols meet the faults.
+const FAULT_CHECK_BYTES: usize = 1 << 20;
+/// The largest message of the runs that force each algorithm in turn (bytes).
+const FORCED_CHECK_BYTES: usize = 128 << 10;
 
 /// Options of `cargo xtask mpi`.
 #[derive(ClapArgs)]
@@ -97,6 +102,14 @@ pub(crate) struct TestArgs {
     /// Skip mpi4py's test suite (it takes a few minutes).
     #[arg(long)]
     no_mpi4py: bool,
+    /// The largest message of the collectives' check against Open MPI's own, bytes per rank
+    /// (the sizes it runs, up to this: 0, 4 and 8 B, 4,064 and 4,068 B, 100,000 B, 1 MiB, 16 MiB).
+    #[arg(long, default_value_t = CHECK_BYTES)]
+    check_bytes: usize,
+    /// The largest message of the same check through the fault injector (2 % loss,
+    /// duplication and reordering); 16777216 takes about a minute and a half on two cores.
+    #[arg(long, default_value_t = FAULT_CHECK_BYTES)]
+    fault_bytes: usize,
 }
 
 impl TestArgs {
@@ -106,6 +119,8 @@ impl TestArgs {
             no_install: false,
             runs: 3,
             no_mpi4py: false,
+            check_bytes: CHECK_BYTES,
+            fault_bytes: FAULT_CHECK_BYTES,
         }
     }
 }
@@ -607,7 +622,14 @@ pub(crate) fn run_tests(args: &TestArgs) -> Result<()> {
 
     let daemon = Daemon::start(&nicctl, &run_dir.join("plain"), 4, &[])?;
 
-    check_data_collectives(&components, &nicctl, &daemon, &programs, &run_dir)?;
+    check_data_collectives(
+        &components,
+        &nicctl,
+        &daemon,
+        &programs,
+        &run_dir,
+        (args.check_bytes, args.fault_bytes),
+    )?;
 
     println!("\n-- Fortran");
     let mut command = mpirun(&components, &daemon.socket, 4, 100, Transport::SharedMemory)?;
@@ -677,40 +699,45 @@ fn check_data_collectives(
     daemon: &Daemon,
     programs: &Path,
     run_dir: &Path,
+    (check_bytes, fault_bytes): (usize, usize),
 ) -> Result<()> {
     let check = programs.join("coll_check");
-    let run =
-        |socket: &Path, processes: usize, priority: i32, forced: &[(&str, String)], bytes: &str| {
-            let mut command = mpirun(
-                components,
-                socket,
-                processes,
-                priority,
-                Transport::SharedMemory,
-            )?;
-            for (name, value) in forced {
-                command.args(["--mca", name, value]);
-            }
-            command.arg(&check).arg(bytes);
-            let started = Instant::now();
-            let (text, ok) = run_captured(&mut command, Duration::from_secs(600))?;
-            println!("({:.1} s)", started.elapsed().as_secs_f64());
-            if !ok || !text.contains("coll_check: ok") {
-                return Err(format!("coll_check failed (priority {priority}, {forced:?})").into());
-            }
-            Ok::<_, Box<dyn std::error::Error>>(text)
-        };
+    let forced_bytes = FORCED_CHECK_BYTES.min(check_bytes);
+    let run = |socket: &Path,
+               processes: usize,
+               priority: i32,
+               forced: &[(&str, String)],
+               bytes: usize| {
+        let mut command = mpirun(
+            components,
+            socket,
+            processes,
+            priority,
+            Transport::SharedMemory,
+        )?;
+        for (name, value) in forced {
+            command.args(["--mca", name, value]);
+        }
+        command.arg(&check).arg(bytes.to_string());
+        let started = Instant::now();
+        let (text, ok) = run_captured(&mut command, Duration::from_secs(600))?;
+        println!("({:.1} s)", started.elapsed().as_secs_f64());
+        if !ok || !text.contains("coll_check: ok") {
+            return Err(format!("coll_check failed (priority {priority}, {forced:?})").into());
+        }
+        Ok::<_, Box<dyn std::error::Error>>(text)
+    };
     println!("\n-- the data collectives through Open MPI's own (the reference)");
-    let reference = digests(&run(&daemon.socket, 5, -1, &[], CHECK_BYTES)?);
-    let small_reference = digests(&run(&daemon.socket, 5, -1, &[], "131072")?);
+    let reference = digests(&run(&daemon.socket, 5, -1, &[], check_bytes)?);
+    let small_reference = digests(&run(&daemon.socket, 5, -1, &[], forced_bytes)?);
     if reference.len() != 5 || small_reference.len() != 5 {
         return Err(format!("coll_check printed {} digests, not 5", reference.len()).into());
     }
-    // Chosen by size up to CHECK_BYTES; then each row forces one algorithm per collective
-    // (together they cover every algorithm; the sixth broadcast, the NIC's, carries the
-    // messages of up to 32 bytes and hands longer ones on) up to 128 KiB; the last switches every data
-    // collective off, so that the component below (saved at enable) serves them.
-    let forced: Vec<(Vec<(&str, String)>, &str)> = std::iter::once((Vec::new(), CHECK_BYTES))
+    // Chosen by size up to `check_bytes`; then each row forces one algorithm per collective
+    // (together they cover every algorithm; the sixth broadcast, the NIC's, carries the messages
+    // of up to 32 bytes and hands longer ones on) up to `forced_bytes`; the last switches every
+    // data collective off, so that the component below (saved at enable) serves them.
+    let forced: Vec<(Vec<(&str, String)>, usize)> = std::iter::once((Vec::new(), check_bytes))
         .chain((1..=6).map(|k: i32| {
             (
                 vec![
@@ -726,7 +753,7 @@ fn check_data_collectives(
                     ),
                     ("coll_nicbar_segment", (8192 * k).to_string()),
                 ],
-                "131072",
+                forced_bytes,
             )
         }))
         .chain(std::iter::once((
@@ -739,14 +766,14 @@ fn check_data_collectives(
             .into_iter()
             .map(|name| (name, "-1".to_owned()))
             .collect(),
-            "131072",
+            forced_bytes,
         )))
         .collect();
     for (parameters, bytes) in &forced {
         println!("\n-- the data collectives through the component {parameters:?}, to {bytes} B");
-        let text = run(&daemon.socket, 5, 100, parameters, bytes)?;
+        let text = run(&daemon.socket, 5, 100, parameters, *bytes)?;
         let through = digests(&text);
-        let expected = if *bytes == CHECK_BYTES {
+        let expected = if *bytes == check_bytes {
             reference.clone()
         } else {
             small_reference.clone()
@@ -760,6 +787,20 @@ fn check_data_collectives(
         }
         let off = parameters.iter().any(|(_, value)| value == "-1");
         let count = expect_data_over_nic(&text, if off { 0 } else { 5 * 100 })?;
+        if parameters.is_empty() {
+            // The broadcasts' inner ranks forward segments; messages from 64 KiB go by
+            // rendezvous.
+            let forwarded = sum_before(&text, " segments forwarded");
+            let landed = sum_before(&text, " received by rendezvous");
+            println!("segments forwarded: {forwarded}; messages received by rendezvous: {landed}");
+            if forwarded == 0 || (check_bytes >= 1 << 20 && landed == 0) {
+                return Err(format!(
+                    "the component forwarded {forwarded} segments and received {landed} \
+                     messages by rendezvous"
+                )
+                .into());
+            }
+        }
         if off && count > 0 {
             return Err(
                 format!("{count} data collectives went over the NIC though switched off").into(),
@@ -787,7 +828,7 @@ fn check_data_collectives(
             map.display()
         );
         let parameters = [("coll_nicbar_map", map.display().to_string())];
-        let text = run(&daemon.socket, 5, 100, &parameters, "131072")?;
+        let text = run(&daemon.socket, 5, 100, &parameters, forced_bytes)?;
         if digests(&text) != small_reference {
             return Err(format!(
                 "coll_check's results with the map {} differ from Open MPI's own",
@@ -824,7 +865,7 @@ fn check_data_collectives(
     .chain([seed.to_string()])
     .collect();
     let faulty = Daemon::start(nicctl, &run_dir.join("faulty-data"), 4, &faults)?;
-    let text = run(&faulty.socket, 4, 100, &[], "65536")
+    let text = run(&faulty.socket, 4, 100, &[], fault_bytes)
         .map_err(|error| format!("{error} (fault seed {seed})"))?;
     expect_data_over_nic(&text, 4 * 100)?;
     Ok(())
@@ -841,6 +882,17 @@ fn digests(text: &str) -> std::collections::BTreeMap<u32, String> {
             Some((rank, words.next()?.to_owned()))
         })
         .collect()
+}
+
+/// The sum over the lines of `text` of the count just before `suffix` (as the component's
+/// verbose lines print them: "... 12 segments forwarded").
+fn sum_before(text: &str, suffix: &str) -> u64 {
+    text.lines()
+        .filter_map(|line| {
+            let (before, _) = line.split_once(suffix)?;
+            before.split_whitespace().last()?.parse::<u64>().ok()
+        })
+        .sum()
 }
 
 /// Fails unless at least `least` data collectives went over the NIC; prints and returns how many

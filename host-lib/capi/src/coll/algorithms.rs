@@ -261,13 +261,20 @@ pub(crate) fn bcast(
         }
         Bcast::Binomial => {
             let (parent, children) = binomial(vrank, size);
-            if let Some(parent) = parent {
-                let data = op.receive(real(parent, root, size), 0, buffer.len())?;
-                buffer.copy_from_slice(&data);
-            }
-            let data = shared(buffer);
-            for child in children {
-                op.send(real(child, root, size), 0, data.clone());
+            let children: Vec<usize> = children.iter().map(|&c| real(c, root, size)).collect();
+            match parent {
+                Some(parent) => {
+                    let from = real(parent, root, size);
+                    let forwarded = op.forward(from, 0, &children);
+                    let data = op.receive_forwarded(from, 0, buffer.len(), &children, forwarded)?;
+                    buffer.copy_from_slice(&data);
+                }
+                None => {
+                    let data = shared(buffer);
+                    for child in children {
+                        op.send(child, 0, data.clone());
+                    }
+                }
             }
         }
         Bcast::Binary => {
@@ -311,19 +318,37 @@ fn tree_segments(
     segment: usize,
 ) -> Result<(), CollError> {
     let size = op.size();
-    for (index, (offset, length)) in pieces(buffer.len(), segment).into_iter().enumerate() {
+    let children: Vec<usize> = children.iter().map(|&c| real(c, root, size)).collect();
+    let pieces = pieces(buffer.len(), segment);
+    // Every piece is forwarded as its segments arrive, whichever piece this rank waits for.
+    let forwarded: Vec<bool> = match parent {
+        Some(parent) => (0..pieces.len())
+            .map(|index| {
+                op.forward(
+                    real(parent, root, size),
+                    first_part + index as u32,
+                    &children,
+                )
+            })
+            .collect(),
+        None => Vec::new(),
+    };
+    for (index, (offset, length)) in pieces.into_iter().enumerate() {
         let part = first_part + index as u32;
         let piece = &mut buffer[offset..offset + length];
-        let data: Arc<[u8]> = match parent {
+        match parent {
             Some(parent) => {
-                let data: Arc<[u8]> = op.receive(real(parent, root, size), part, length)?.into();
+                let from = real(parent, root, size);
+                let forwarded = forwarded.get(index).copied().unwrap_or(false);
+                let data = op.receive_forwarded(from, part, length, &children, forwarded)?;
                 piece.copy_from_slice(&data);
-                data
             }
-            None => shared(piece),
-        };
-        for &child in children {
-            op.send(real(child, root, size), part, data.clone());
+            None => {
+                let data = shared(piece);
+                for &child in &children {
+                    op.send(child, part, data.clone());
+                }
+            }
         }
     }
     Ok(())

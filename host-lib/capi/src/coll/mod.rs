@@ -82,6 +82,12 @@ impl CollEndpoint {
         {
             endpoint.set_rendezvous_threshold(threshold);
         }
+        if let Some(limit) = std::env::var("NICBAR_COLL_UNEXPECTED_BYTES")
+            .ok()
+            .and_then(|value| value.trim().parse().ok())
+        {
+            endpoint.transfers.set_unexpected_limit(limit);
+        }
         Ok(endpoint)
     }
 
@@ -480,6 +486,10 @@ impl<'a> Op<'a> {
     ) -> Result<Vec<u8>, CollError> {
         let key = self.key(part);
         let member = self.members[from];
+        self.endpoint
+            .transfers
+            .want(&mut self.endpoint.port, member, key)
+            .map_err(|error| CollError::Peer { rank: from, error })?;
         let mut polls = 0;
         loop {
             if let Some(message) = self.endpoint.transfers.take(member, key) {
@@ -494,6 +504,49 @@ impl<'a> Op<'a> {
             }
             self.step(&mut polls, from)?;
         }
+    }
+
+    /// Asks for `part` from `from` to be passed on to each rank of `to` as it arrives
+    /// (forwarded segment by segment from the receive buffers: [`Transfers::forward`]); the
+    /// sends to `to` are the operation's, as [`Op::send`]'s. Returns whether it will be: not if
+    /// part of the message came already ([`Op::receive_forwarded`] then sends it on).
+    pub(crate) fn forward(&mut self, from: usize, part: u32, to: &[usize]) -> bool {
+        let key = self.key(part);
+        let members: Vec<Member> = to.iter().map(|&rank| self.members[rank]).collect();
+        match self
+            .endpoint
+            .transfers
+            .forward(self.members[from], key, &members)
+        {
+            Some(ids) => {
+                self.sends.extend(ids.into_iter().zip(to.iter().copied()));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// [`Op::receive`] of `part` from `from`, for which [`Op::forward`] to `to` said
+    /// `forwarded`: if it said no, the message is sent on to `to` here.
+    ///
+    /// # Errors
+    /// As [`Op::receive`].
+    pub(crate) fn receive_forwarded(
+        &mut self,
+        from: usize,
+        part: u32,
+        length: usize,
+        to: &[usize],
+        forwarded: bool,
+    ) -> Result<Vec<u8>, CollError> {
+        let data = self.receive(from, part, length)?;
+        if !forwarded {
+            let shared: Arc<[u8]> = Arc::from(data.as_slice());
+            for &rank in to {
+                self.send(rank, part, shared.clone());
+            }
+        }
+        Ok(data)
     }
 
     /// Waits until every send of the operation is in the NIC's hands (its data copied into the

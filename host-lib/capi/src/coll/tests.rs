@@ -573,6 +573,20 @@ type Two = (
 /// Two endpoints on two NICs of one in-process daemon of `units` NICs, driven by one thread (so
 /// a test chooses exactly when each moves).
 fn two_endpoints(name: &str, units: u16) -> Two {
+    let (daemon, dir, mut endpoints, mut members) = endpoints(name, units, 2);
+    members.truncate(2);
+    let b = endpoints.pop().expect("two endpoints");
+    let a = endpoints.pop().expect("two endpoints");
+    (daemon, dir, a, b, members)
+}
+
+/// `count` endpoints on the first NICs of one in-process daemon of `units` NICs, one port each,
+/// driven by one thread; and every NIC's member.
+fn endpoints(
+    name: &str,
+    units: u16,
+    count: u8,
+) -> (EmulatorHandle, PathBuf, Vec<CollEndpoint>, Vec<Member>) {
     let dir: PathBuf =
         std::env::temp_dir().join(format!("nicbar-coll-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -580,15 +594,156 @@ fn two_endpoints(name: &str, units: u16) -> Two {
     let socket = dir.join("control.sock");
     let daemon =
         Emulator::spawn(EmulatorConfig::in_process(&socket, units)).expect("the emulator starts");
-    let endpoint = |unit: u8| {
-        CollEndpoint::new(Port::open_at(&socket, unit, 1).expect("the port opens"))
-            .expect("the endpoint sets up")
-    };
-    let (a, b) = (endpoint(0), endpoint(1));
-    let members = (0..2)
+    let endpoints = (0..count)
+        .map(|unit| {
+            CollEndpoint::new(Port::open_at(&socket, unit, 1).expect("the port opens"))
+                .expect("the endpoint sets up")
+        })
+        .collect();
+    let members = (0..units)
         .map(|n| Member::new(NodeId::new(n), nicbar_rs::PortId(1)))
         .collect();
-    (daemon, dir, a, b, members)
+    (daemon, dir, endpoints, members)
+}
+
+/// Moves every endpoint's transfers on until `done` holds of them (at most ten seconds).
+fn pump_all_until(endpoints: &mut [CollEndpoint], done: impl Fn(&mut [CollEndpoint]) -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !done(endpoints) {
+        assert!(std::time::Instant::now() < deadline, "no progress in 10 s");
+        for endpoint in endpoints.iter_mut() {
+            endpoint.pump_transfers().unwrap();
+        }
+    }
+}
+
+#[test]
+fn an_inner_rank_forwards_each_segment_as_it_arrives() {
+    // Rank 0 sends to rank 1, which asked for the message to be forwarded to ranks 2 and 3:
+    // each eager segment goes on from rank 1's receive buffers (counted once per rank it goes
+    // to), and a message that comes by rendezvous goes on whole. Everyone ends with the bytes.
+    let (daemon, _dir, mut ranks, members) = endpoints("forward", 4, 4);
+    for (sequence, length) in [(1, 0), (2, 50_001), (3, RENDEZVOUS_THRESHOLD + 999)] {
+        let key = transfer::Key {
+            context: 5,
+            sequence,
+            part: 0,
+        };
+        let before = ranks[1].transfer_counters();
+        let ids = ranks[1]
+            .transfers
+            .forward(members[0], key, &members[2..4])
+            .expect("nothing of the message is here yet");
+        let message = data(0, length, sequence as usize);
+        let sent = ranks[0]
+            .transfers
+            .send(members[1], key, message.clone().into());
+        pump_all_until(&mut ranks, |r| {
+            r[1].transfers.has_whole(members[0], key)
+                && r[2].transfers.has_whole(members[1], key)
+                && r[3].transfers.has_whole(members[1], key)
+                && r[0].transfers.send_done(sent) == Ok(true)
+                && ids
+                    .iter()
+                    .all(|&id| r[1].transfers.send_done(id) == Ok(true))
+                && !r.iter().any(|e| e.transfers.has_outgoing())
+        });
+        for (rank, from) in [(1, 0), (2, 1), (3, 1)] {
+            let got = ranks[rank].transfers.take(members[from], key);
+            assert!(
+                got.as_deref() == Some(&message[..]),
+                "rank {rank}, {length} bytes"
+            );
+        }
+        let after = ranks[1].transfer_counters();
+        let segments = if ranks[0].transfers.by_rendezvous(length) {
+            assert_eq!(after.rendezvous_received, before.rendezvous_received + 1);
+            0
+        } else {
+            transfer::segments(length).count() as u64
+        };
+        assert_eq!(
+            after.forwarded - before.forwarded,
+            2 * segments,
+            "{length} bytes: each segment once to each of two ranks"
+        );
+    }
+    for rank in ranks {
+        rank.port.close().unwrap();
+    }
+    drop(daemon);
+}
+
+#[test]
+fn an_inner_rank_that_leaves_the_library_after_a_broadcast_stalls_no_child() {
+    // A broadcast ends once its data is in the NIC's hands: an inner rank that forwarded a
+    // segment and then stops calling the library (here: waits for its child outside it) must
+    // have handed the forwarded segment to the NIC before its broadcast returned. The root
+    // starts each broadcast a little late, so that the inner rank is asleep in its wait when
+    // the (one-segment) message comes: the path where the message is whole at once.
+    let size = 3;
+    let (done, finished) = std::sync::mpsc::channel::<u32>();
+    let finished = std::sync::Mutex::new(finished);
+    run_ranks("bcast-leave", size, None, move |rank, endpoint, members| {
+        let mut idle = || {};
+        for sequence in 1..=20 {
+            let length = 1000;
+            let mut buffer = if rank == 0 {
+                std::thread::sleep(Duration::from_millis(3));
+                data(0, length, sequence as usize)
+            } else {
+                vec![0; length]
+            };
+            let call = op(endpoint, members, sequence, &mut idle);
+            algorithms::bcast(call, &mut buffer, 0, Bcast::Pipeline, 1 << 20).unwrap();
+            assert!(buffer == data(0, length, sequence as usize), "rank {rank}");
+            match rank {
+                // Rank 1 moves nothing until rank 2 has its data.
+                1 => {
+                    let got = finished
+                        .lock()
+                        .unwrap()
+                        .recv_timeout(Duration::from_secs(20));
+                    assert_eq!(got, Ok(sequence), "rank 2 never got broadcast {sequence}");
+                }
+                2 => done.send(sequence).unwrap(),
+                _ => {}
+            }
+        }
+    });
+}
+
+#[test]
+fn a_message_here_before_its_forward_is_not_forwarded() {
+    // Part of the message is here when the forward is asked for: it is refused (the caller
+    // sends the message on once whole), and nothing is forwarded.
+    let (daemon, _dir, mut ranks, members) = endpoints("late-forward", 3, 3);
+    let key = transfer::Key {
+        context: 5,
+        sequence: 1,
+        part: 0,
+    };
+    let message = data(0, 20_000, 1);
+    ranks[0]
+        .transfers
+        .send(members[1], key, message.clone().into());
+    pump_all_until(&mut ranks, |r| r[1].transfers.holds(members[0], key));
+    assert!(
+        ranks[1]
+            .transfers
+            .forward(members[0], key, &members[2..3])
+            .is_none()
+    );
+    pump_all_until(&mut ranks, |r| {
+        !r.iter().any(|e| e.transfers.has_outgoing())
+            && r[1].transfers.take(members[0], key).is_some()
+    });
+    assert_eq!(ranks[1].transfer_counters().forwarded, 0);
+    assert!(!ranks[2].transfers.holds(members[1], key));
+    for rank in ranks {
+        rank.port.close().unwrap();
+    }
+    drop(daemon);
 }
 
 /// Moves `endpoint`'s transfers on until `done` holds of it (at most ten seconds).
@@ -753,6 +908,96 @@ fn forged_rendezvous_answers_from_a_third_port_are_dropped() {
     assert_eq!(sender.transfer_counters().dropped, 1);
     assert_eq!(receiver.transfer_counters().dropped, 1);
     assert_eq!(sender.transfer_counters().rendezvous_sent, 1);
+    forger.close().unwrap();
+    sender.port.close().unwrap();
+    receiver.port.close().unwrap();
+    drop(daemon);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn data_nobody_asked_for_is_bounded_and_a_forged_length_takes_nothing() {
+    // The receiver holds at most 1 MiB of messages it has not asked for. A third port sends a
+    // ready-to-send of 3 GiB and the first segment of an eager message of 1 GiB: neither is
+    // registered or allocated. A real 4 MiB message not asked for yet waits for room, and
+    // comes once asked for; one of 512 KiB is answered at once. Asking for the dropped eager
+    // message fails naming its sender.
+    let mut idle = || {};
+    let (daemon, dir, mut ranks, members) = endpoints("unexpected", 3, 2);
+    let mut receiver = ranks.pop().expect("two endpoints");
+    let mut sender = ranks.pop().expect("two endpoints");
+    receiver.transfers.set_unexpected_limit(1 << 20);
+    let mut forger = Port::open_at(&dir.join("control.sock"), 2, 1).expect("the port opens");
+
+    send_raw(&mut forger, 1, &forged_control(7, 1, 1, 3 << 30));
+    let mut segment = Vec::new();
+    for word in [u32::from_le_bytes(*b"NBC1"), 5, 8, 0] {
+        segment.extend_from_slice(&word.to_le_bytes());
+    }
+    segment.extend_from_slice(&0u64.to_le_bytes());
+    segment.extend_from_slice(&(1u64 << 30).to_le_bytes());
+    segment.resize(transfer::HEADER_LEN + transfer::SEGMENT_PAYLOAD, 0xab);
+    send_raw(&mut forger, 1, &segment);
+    pump_until(&mut receiver, |r| r.transfer_counters().over_limit == 2);
+    assert_eq!(receiver.transfer_counters().regions_registered, 0);
+    let forged = |sequence| transfer::Key {
+        context: 5,
+        sequence,
+        part: 0,
+    };
+    assert!(!receiver.transfers.holds(members[2], forged(8)));
+
+    // Real messages: 512 KiB fits under the limit and is answered before it is asked for; 4
+    // MiB waits, and comes when asked for.
+    let (small, large) = (512 << 10, 4 << 20);
+    let part = |part| transfer::Key {
+        context: 5,
+        sequence: 1,
+        part,
+    };
+    sender
+        .transfers
+        .send(members[1], part(0), data(0, small, 1).into());
+    sender
+        .transfers
+        .send(members[1], part(1), data(0, large, 2).into());
+    let mut both = [sender, receiver];
+    pump_all_until(&mut both, |r| {
+        r[1].transfers.has_whole(members[0], part(0)) && r[1].transfer_counters().over_limit == 3
+    });
+    let [mut sender, mut receiver] = both;
+    let mut pump_sender = || {
+        let _ = sender.pump_transfers();
+    };
+    let mut receiving = Op::new(
+        &mut receiver,
+        &members,
+        5,
+        1,
+        Some(Duration::from_secs(20)),
+        &mut pump_sender,
+    )
+    .unwrap();
+    assert!(receiving.receive(0, 0, small).unwrap() == data(0, small, 1));
+    assert!(receiving.receive(0, 1, large).unwrap() == data(0, large, 2));
+    drop(receiving);
+
+    let mut asking = Op::new(
+        &mut receiver,
+        &members,
+        5,
+        8,
+        Some(Duration::from_secs(20)),
+        &mut idle,
+    )
+    .unwrap();
+    let error = asking.receive(2, 0, 1 << 30).expect_err("it was dropped");
+    assert_eq!(error.rank(), Some(2), "{error}");
+    assert!(
+        error.to_string().contains("NICBAR_COLL_UNEXPECTED_BYTES"),
+        "{error}"
+    );
+    drop(asking);
     forger.close().unwrap();
     sender.port.close().unwrap();
     receiver.port.close().unwrap();

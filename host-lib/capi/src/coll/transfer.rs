@@ -26,6 +26,23 @@
 //!    receiver's memory), the sender sends a small "done"; the receiver copies the message out
 //!    and it has arrived, as an eager one would.
 //!
+//! A rank that passes a message on (the inner ranks of a broadcast tree) can ask for it to be
+//! *forwarded* ([`Transfers::forward`], CollGM §3.3's message forwarding): each eager segment of
+//! it, as it arrives, goes on to the next ranks from the receive buffer it arrived in — the NIC
+//! sends that very buffer to the first of them (a spare send buffer takes its place among the
+//! provided ones), and a copy of it to the others — while it is also copied out for the caller.
+//! The segment is on its way down the tree before the message is whole, and no copy is made
+//! into a send buffer for the first child. A message that comes by rendezvous is passed on as an
+//! ordinary send once it is whole.
+//!
+//! Data nobody asked for yet is bounded: what an endpoint holds of messages it has not asked
+//! for (being assembled, arrived, or landing regions registered for them) stays under a limit
+//! ([`UNEXPECTED_LIMIT`], `NICBAR_COLL_UNEXPECTED_BYTES`), each message counted as at least one
+//! segment. Past it, a ready-to-send waits unanswered until there is room or the message is
+//! asked for, and an eager message is dropped and remembered: asking for it then fails, naming
+//! its sender and the limit. A message asked for is always taken. So a member that sends
+//! garbage lengths cannot make another register or allocate gigabytes.
+//!
 //! Answering at once means a rendezvous needs no order among the ranks' receives: a collective
 //! whose ranks wait for each other in any order still moves. Landing and source regions come
 //! from one pool per endpoint ([`RegionPool`]): registering is a round trip to the NIC and the
@@ -80,6 +97,12 @@ const POOL_KEEP: usize = 8;
 const POOL_KEEP_BYTES: usize = 64 << 20;
 /// The smallest region the pool registers (smaller requests get this much, for reuse).
 const POOL_MINIMUM: usize = 64 * 1024;
+/// Bytes of messages not asked for yet an endpoint holds at most (`NICBAR_COLL_UNEXPECTED_BYTES`
+/// changes it per process).
+pub(crate) const UNEXPECTED_LIMIT: usize = 1 << 30;
+/// Messages refused for the limit that are remembered (and ready-to-sends kept waiting for room);
+/// past this many, they are dropped unremembered.
+const REFUSED_KEEP: usize = 4096;
 /// The first bytes of every rendezvous control message.
 const RENDEZVOUS_MAGIC: u32 = u32::from_le_bytes(*b"NBR1");
 /// Bytes of a rendezvous control message.
@@ -312,6 +335,16 @@ pub(crate) enum TransferError {
     },
     /// The port failed under the transfers.
     Port(String),
+    /// `peer`'s message came before it was asked for, and holding it would have passed this
+    /// process's limit of unexpected data: it was dropped.
+    OverLimit {
+        /// The sender.
+        peer: Member,
+        /// The message's length.
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
 }
 
 impl std::fmt::Display for TransferError {
@@ -327,6 +360,12 @@ impl std::fmt::Display for TransferError {
                 write!(f, "sending to {peer} failed: {why}")
             }
             Self::Port(message) => write!(f, "the port failed: {message}"),
+            Self::OverLimit { peer, bytes, limit } => write!(
+                f,
+                "the message of {bytes} bytes from {peer} came before it was asked for, past \
+                 this process's limit of {limit} bytes of unexpected data, and was dropped \
+                 (NICBAR_COLL_UNEXPECTED_BYTES raises the limit)"
+            ),
         }
     }
 }
@@ -396,6 +435,8 @@ struct InFlight {
     id: SendId,
     to: Member,
     length: usize,
+    /// A forwarded packet not yet handed to the NIC (its send's `unposted` still counts it).
+    fresh: bool,
 }
 
 /// A message's sends: segments not yet handed to the NIC, segments not yet delivered, its
@@ -409,6 +450,27 @@ struct SendRecord {
     rendezvous: Option<(Member, Key, Rendezvous)>,
     /// A rendezvous control message of the transfers' own, not a caller's message.
     internal: bool,
+}
+
+impl SendRecord {
+    /// The record of a message not yet handed to the NIC, in `packets` packets.
+    fn new(packets: usize) -> Self {
+        Self {
+            unposted: packets,
+            undelivered: packets,
+            error: None,
+            detached: false,
+            rendezvous: None,
+            internal: false,
+        }
+    }
+}
+
+/// Where a message that is forwarded as it arrives goes on to: a send (its record) per rank.
+struct Forward {
+    to: Vec<(Member, SendId)>,
+    /// Whether a segment has arrived (the records then count the message's segments).
+    started: bool,
 }
 
 /// A message being assembled from its segments.
@@ -443,6 +505,11 @@ pub(crate) struct TransferCounters {
     pub(crate) puts_resent: u64,
     /// Regions registered for rendezvous transfers.
     pub(crate) regions_registered: u64,
+    /// Segments passed on as they arrived (forwarding), one per segment and rank.
+    pub(crate) forwarded: u64,
+    /// Messages not asked for yet that were refused for the limit of unexpected data (eager
+    /// ones dropped, ready-to-sends kept waiting).
+    pub(crate) over_limit: u64,
 }
 
 /// The transfers of one port.
@@ -473,6 +540,25 @@ pub(crate) struct Transfers {
     draining: HashMap<SendId, (MemoryRegion, usize)>,
     /// Rendezvous this endpoint answered, by sender and key.
     landing: HashMap<(Member, Key), Landing>,
+    /// Messages forwarded as they arrive, by sender and key.
+    forwards: HashMap<(Member, Key), Forward>,
+    /// Segments to forward that found no spare send buffer: (send, rank, the packet's bytes).
+    forward_backlog: VecDeque<(SendId, Member, Box<[u8]>)>,
+    /// Receive buffers sent on by forwarding whose place among the provided ones no spare send
+    /// buffer has taken yet.
+    lent: usize,
+    /// The most bytes of messages not asked for yet that are held.
+    unexpected_limit: usize,
+    /// Bytes held of messages not asked for yet (the sum of `charged`).
+    unexpected: usize,
+    /// What each message held that was not asked for when it came counts against the limit.
+    charged: HashMap<(Member, Key), usize>,
+    /// The message the caller waits for now.
+    wanted: Option<(Member, Key)>,
+    /// Eager messages dropped for the limit, with their lengths.
+    over_limit: HashMap<(Member, Key), usize>,
+    /// Ready-to-sends waiting for room under the limit, in arrival order.
+    deferred: VecDeque<(Member, Control)>,
 }
 
 impl Transfers {
@@ -516,6 +602,79 @@ impl Transfers {
             puts: HashMap::new(),
             draining: HashMap::new(),
             landing: HashMap::new(),
+            forwards: HashMap::new(),
+            forward_backlog: VecDeque::new(),
+            lent: 0,
+            unexpected_limit: UNEXPECTED_LIMIT,
+            unexpected: 0,
+            charged: HashMap::new(),
+            wanted: None,
+            over_limit: HashMap::new(),
+            deferred: VecDeque::new(),
+        }
+    }
+
+    /// Holds at most `limit` bytes of messages not asked for yet from now on.
+    pub(crate) fn set_unexpected_limit(&mut self, limit: usize) {
+        self.unexpected_limit = limit;
+    }
+
+    /// Whether a message of `total` bytes from `at` may be held: always if it is the one asked
+    /// for; else if it fits under the limit, and it is then counted against it.
+    fn admit(&mut self, at: (Member, Key), total: usize) -> bool {
+        if self.wanted == Some(at) {
+            return true;
+        }
+        let cost = total.max(SEGMENT_PAYLOAD);
+        if self.unexpected.saturating_add(cost) > self.unexpected_limit {
+            self.counters.over_limit += 1;
+            return false;
+        }
+        self.unexpected += cost;
+        self.charged.insert(at, cost);
+        true
+    }
+
+    /// The caller waits for the message `key` from `from` now: a ready-to-send of it kept
+    /// waiting for room is answered at once.
+    ///
+    /// # Errors
+    /// [`TransferError::OverLimit`] if it came before and was dropped for the limit.
+    pub(crate) fn want(
+        &mut self,
+        port: &mut Port,
+        from: Member,
+        key: Key,
+    ) -> Result<(), TransferError> {
+        let at = (from, key);
+        self.wanted = Some(at);
+        if let Some(bytes) = self.over_limit.remove(&at) {
+            return Err(TransferError::OverLimit {
+                peer: from,
+                bytes,
+                limit: self.unexpected_limit,
+            });
+        }
+        if let Some(index) = self
+            .deferred
+            .iter()
+            .position(|(member, control)| *member == from && control.key == key)
+            && let Some((member, control)) = self.deferred.remove(index)
+        {
+            self.ready(port, member, control);
+        }
+        Ok(())
+    }
+
+    /// Answers the ready-to-sends kept waiting, in order, while they fit under the limit.
+    fn answer_deferred(&mut self, port: &mut Port) {
+        while let Some(&(member, control)) = self.deferred.front() {
+            let total = usize::try_from(control.value).unwrap_or(usize::MAX);
+            if self.unexpected.saturating_add(total.max(SEGMENT_PAYLOAD)) > self.unexpected_limit {
+                return;
+            }
+            self.deferred.pop_front();
+            self.ready(port, member, control);
         }
     }
 
@@ -537,6 +696,17 @@ impl Transfers {
         }
     }
 
+    /// Provides spare send buffers in the place of receive buffers forwarding sent on.
+    fn replenish(&mut self, port: &mut Port) {
+        while self.lent > 0 {
+            let Some(buffer) = self.spare.pop() else {
+                return;
+            };
+            self.lent -= 1;
+            let _ = self.provide(port, buffer);
+        }
+    }
+
     fn provide(&mut self, port: &mut Port, buffer: DmaBuffer) -> Result<(), Error> {
         port.provide_receive_buffer(buffer, SIZE_CLASS, Priority::LOW, RECEIVE_TAG)
             .map_err(|refused| refused.error)?;
@@ -549,6 +719,13 @@ impl Transfers {
     pub(crate) fn send(&mut self, to: Member, key: Key, data: Arc<[u8]>) -> SendId {
         let id = SendId(self.next_id);
         self.next_id += 1;
+        self.send_as(id, to, key, data);
+        id
+    }
+
+    /// [`Transfers::send`] under the id `id` (a new one, or one a forward reserved).
+    fn send_as(&mut self, id: SendId, to: Member, key: Key, data: Arc<[u8]>) {
+        let detached = self.sends.get(&id).is_some_and(|record| record.detached);
         if self.by_rendezvous(data.len()) {
             let ready = Control {
                 kind: ControlKind::Ready,
@@ -559,26 +736,19 @@ impl Transfers {
             self.sends.insert(
                 id,
                 SendRecord {
-                    unposted: 1,
-                    undelivered: 1,
-                    error: None,
-                    detached: false,
+                    detached,
                     rendezvous: Some((to, key, Rendezvous::Asking { data })),
-                    internal: false,
+                    ..SendRecord::new(1)
                 },
             );
             self.queue_control(id, to, ready);
-            return id;
+            return;
         }
         self.sends.insert(
             id,
             SendRecord {
-                unposted: segment_count(data.len()),
-                undelivered: segment_count(data.len()),
-                error: None,
-                detached: false,
-                rendezvous: None,
-                internal: false,
+                detached,
+                ..SendRecord::new(segment_count(data.len()))
             },
         );
         self.outgoing.push_back(Outgoing {
@@ -589,7 +759,124 @@ impl Transfers {
             next: 0,
             control: false,
         });
-        id
+    }
+
+    /// Forwards the message `key` from `from` to each of `to` as it arrives (see the module's
+    /// documentation); returns the sends' ids, in `to`'s order, for [`Transfers::send_done`].
+    /// `None` if any of it has arrived already (the caller then sends it on itself once it is
+    /// whole) or `to` is empty.
+    pub(crate) fn forward(&mut self, from: Member, key: Key, to: &[Member]) -> Option<Vec<SendId>> {
+        let at = (from, key);
+        if to.is_empty()
+            || self.forwards.contains_key(&at)
+            || self.assembling.contains_key(&at)
+            || self.arrived.contains_key(&at)
+            || self.landing.contains_key(&at)
+        {
+            return None;
+        }
+        let mut sends = Vec::with_capacity(to.len());
+        for &member in to {
+            let id = SendId(self.next_id);
+            self.next_id += 1;
+            // One packet until the first segment tells the message's length.
+            self.sends.insert(id, SendRecord::new(1));
+            sends.push((member, id));
+        }
+        let ids = sends.iter().map(|&(_, id)| id).collect();
+        self.forwards.insert(
+            at,
+            Forward {
+                to: sends,
+                started: false,
+            },
+        );
+        Some(ids)
+    }
+
+    /// The segment in `buffer` (`length` bytes, accepted as a new segment of `key` from `from`)
+    /// goes on to the ranks its message is forwarded to: `buffer` itself to the first, copies
+    /// to the others. Gives `buffer` back if the message is not forwarded.
+    fn forward_segment(
+        &mut self,
+        from: Member,
+        key: Key,
+        buffer: DmaBuffer,
+        length: usize,
+    ) -> Option<DmaBuffer> {
+        let at = (from, key);
+        let Some(forward) = self.forwards.get_mut(&at) else {
+            return Some(buffer);
+        };
+        if !forward.started {
+            forward.started = true;
+            let total = buffer
+                .get(..length)
+                .and_then(Header::parse)
+                .map_or(0, |header| header.total as usize);
+            for &(_, id) in &forward.to {
+                if let Some(record) = self.sends.get_mut(&id) {
+                    record.unposted = segment_count(total);
+                    record.undelivered = segment_count(total);
+                }
+            }
+        }
+        let to = forward.to.clone();
+        if !self.assembling.contains_key(&at) {
+            // The last segment: the message is whole here.
+            self.forwards.remove(&at);
+        }
+        for &(member, id) in to.iter().skip(1) {
+            match self.spare.pop() {
+                Some(mut copy) => {
+                    copy[..length].copy_from_slice(&buffer[..length]);
+                    self.queue_packet(copy, id, member, length);
+                }
+                None => {
+                    self.forward_backlog
+                        .push_back((id, member, Box::from(&buffer[..length])));
+                }
+            }
+        }
+        match to.first() {
+            Some(&(member, id)) => {
+                self.queue_packet(buffer, id, member, length);
+                self.lent += 1;
+                None
+            }
+            None => Some(buffer),
+        }
+    }
+
+    /// Queues `buffer`, a packet of `length` bytes of the send `id` to `to`, ahead of the
+    /// segments still to be copied. It counts as handed to the NIC once posted.
+    fn queue_packet(&mut self, buffer: DmaBuffer, id: SendId, to: Member, length: usize) {
+        self.counters.forwarded += 1;
+        let context = self.new_context();
+        self.in_flight.insert(
+            context,
+            InFlight {
+                id,
+                to,
+                length,
+                fresh: true,
+            },
+        );
+        self.resend.push_back((buffer, context));
+    }
+
+    /// A message forwarded as it arrived came whole by rendezvous instead: it goes on to the
+    /// forward's ranks as ordinary sends under the ids they were given.
+    fn forward_whole(&mut self, at: (Member, Key), data: &[u8]) {
+        let Some(forward) = self.forwards.remove(&at) else {
+            return;
+        };
+        let data: Arc<[u8]> = Arc::from(data);
+        for (member, id) in forward.to {
+            if self.sends.contains_key(&id) {
+                self.send_as(id, member, at.1, data.clone());
+            }
+        }
     }
 
     /// Queues the control message `control` for `to` as a packet of the send `id`.
@@ -650,17 +937,46 @@ impl Transfers {
             return;
         }
         record.detached = true;
-        if record.error.is_some() {
+        let (failed, rendezvous, undelivered) = (
+            record.error.is_some(),
+            record.rendezvous.is_some(),
+            record.undelivered,
+        );
+        if self.forward_not_started(id) {
+            // The operation ended (failed) before the message it was to forward came: nothing
+            // goes on to this rank.
+            self.forget_send(id);
+        } else if failed {
             self.counters.late_failures += 1;
             self.forget_send(id);
-        } else if record.rendezvous.is_some() {
+        } else if rendezvous {
             // The operation ended (failed) mid-rendezvous: the message is abandoned, and the
             // receiver's wait for its "done" fails on its own.
             self.forget_send(id);
-        } else if record.undelivered == 0 {
+        } else if undelivered == 0 {
             self.counters.messages_sent += 1;
             self.forget_send(id);
         }
+    }
+
+    /// Whether `id` is a send of a forward whose message has not begun to arrive (it is then
+    /// taken out of the forward).
+    fn forward_not_started(&mut self, id: SendId) -> bool {
+        let Some(at) = self
+            .forwards
+            .iter()
+            .find(|(_, forward)| !forward.started && forward.to.iter().any(|&(_, i)| i == id))
+            .map(|(at, _)| *at)
+        else {
+            return false;
+        };
+        if let Some(forward) = self.forwards.get_mut(&at) {
+            forward.to.retain(|&(_, i)| i != id);
+            if forward.to.is_empty() {
+                self.forwards.remove(&at);
+            }
+        }
+        true
     }
 
     /// Forgets `id`'s record and queued packets, and its rendezvous's source region (back to
@@ -688,16 +1004,37 @@ impl Transfers {
         self.outgoing.retain(|message| message.id != id);
     }
 
+    /// Whether any of the message `key` from `from` is here (a segment, or all of it).
+    #[cfg(test)]
+    pub(crate) fn holds(&self, from: Member, key: Key) -> bool {
+        self.assembling.contains_key(&(from, key)) || self.arrived.contains_key(&(from, key))
+    }
+
+    /// Whether the message `key` from `from` is here whole (and not taken yet).
+    #[cfg(test)]
+    pub(crate) fn has_whole(&self, from: Member, key: Key) -> bool {
+        self.arrived.contains_key(&(from, key))
+    }
+
     /// The message from `from` under `key`, if it has arrived whole (it is then forgotten).
     pub(crate) fn take(&mut self, from: Member, key: Key) -> Option<Vec<u8>> {
         let message = self.arrived.remove(&(from, key))?;
         self.counters.messages_received += 1;
+        if let Some(cost) = self.charged.remove(&(from, key)) {
+            self.unexpected = self.unexpected.saturating_sub(cost);
+        }
+        if self.wanted == Some((from, key)) {
+            self.wanted = None;
+        }
         Some(message)
     }
 
     /// Whether anything waits to go out (puts in the NIC included: their ends are awaited).
     pub(crate) fn has_outgoing(&self) -> bool {
-        !self.outgoing.is_empty() || !self.resend.is_empty() || !self.puts.is_empty()
+        !self.outgoing.is_empty()
+            || !self.resend.is_empty()
+            || !self.puts.is_empty()
+            || !self.forward_backlog.is_empty()
     }
 
     /// Takes `event` if it is the transfers' (a segment arrived, or a segment's send ended);
@@ -714,19 +1051,37 @@ impl Transfers {
                 ..
             } if tag == RECEIVE_TAG => {
                 self.provided = self.provided.saturating_sub(1);
+                let mut buffer = Some(buffer);
                 if status == Status::SUCCESS {
                     let from = Member::new(sender_node, sender_port);
-                    match buffer.get(..length) {
+                    let accepted = match buffer.as_ref().and_then(|b| b.get(..length)) {
                         Some(bytes) => match Control::parse(bytes) {
-                            Some(control) => self.control(port, from, control),
+                            Some(control) => {
+                                self.control(port, from, control);
+                                None
+                            }
                             None => self.arrive(from, bytes),
                         },
-                        None => self.counters.dropped += 1,
+                        None => {
+                            self.counters.dropped += 1;
+                            None
+                        }
+                    };
+                    if let Some(key) = accepted
+                        && let Some(arrived) = buffer.take()
+                    {
+                        buffer = self.forward_segment(from, key, arrived, length);
                     }
                 }
-                // Provided again at once: a receive token came back with the event.
-                // (A refused buffer goes back to the arena; the others keep the port fed.)
-                let _ = self.provide(port, buffer);
+                // Provided again at once: a receive token came back with the event. (A refused
+                // buffer goes back to the arena; the others keep the port fed.) A buffer sent
+                // on by forwarding is replaced by a spare send buffer.
+                match buffer {
+                    Some(buffer) => {
+                        let _ = self.provide(port, buffer);
+                    }
+                    None => self.replenish(port),
+                }
                 None
             }
             Event::Sent {
@@ -838,10 +1193,11 @@ impl Transfers {
     }
 
     /// A segment arrived from `from`: checked, stored, and its message completed when whole.
-    fn arrive(&mut self, from: Member, bytes: &[u8]) {
+    /// Returns the message's key if the segment was taken (not malformed, not a duplicate).
+    fn arrive(&mut self, from: Member, bytes: &[u8]) -> Option<Key> {
         let Some(header) = Header::parse(bytes) else {
             self.counters.dropped += 1;
-            return;
+            return None;
         };
         let payload = &bytes[HEADER_LEN..];
         let (Ok(offset), Ok(total)) = (
@@ -849,7 +1205,7 @@ impl Transfers {
             usize::try_from(header.total),
         ) else {
             self.counters.dropped += 1;
-            return;
+            return None;
         };
         let index = offset / SEGMENT_PAYLOAD;
         let fits = offset % SEGMENT_PAYLOAD == 0
@@ -860,15 +1216,36 @@ impl Transfers {
         let key = (from, header.key);
         if !fits || self.arrived.contains_key(&key) {
             self.counters.dropped += 1;
-            return;
+            return None;
         }
         let assembly = match self.assembling.entry(key) {
             std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
             std::collections::hash_map::Entry::Vacant(entry) => {
+                if self.over_limit.contains_key(&key) {
+                    // The rest of a message dropped for the limit.
+                    self.counters.dropped += 1;
+                    return None;
+                }
+                if !(self.wanted == Some(key)
+                    || self.unexpected.saturating_add(total.max(SEGMENT_PAYLOAD))
+                        <= self.unexpected_limit)
+                {
+                    self.counters.over_limit += 1;
+                    self.counters.dropped += 1;
+                    if self.over_limit.len() < REFUSED_KEEP {
+                        self.over_limit.insert(key, total);
+                    }
+                    return None;
+                }
                 let mut data = Vec::new();
                 if data.try_reserve_exact(total).is_err() {
                     self.counters.dropped += 1;
-                    return;
+                    return None;
+                }
+                if self.wanted != Some(key) {
+                    let cost = total.max(SEGMENT_PAYLOAD);
+                    self.unexpected += cost;
+                    self.charged.insert(key, cost);
                 }
                 data.resize(total, 0);
                 let count = segment_count(total);
@@ -881,7 +1258,7 @@ impl Transfers {
         };
         if assembly.data.len() != total || assembly.arrived[index] {
             self.counters.dropped += 1;
-            return;
+            return None;
         }
         assembly.data[offset..offset + payload.len()].copy_from_slice(payload);
         assembly.arrived[index] = true;
@@ -891,6 +1268,7 @@ impl Transfers {
         {
             self.arrived.insert(key, done.data);
         }
+        Some(header.key)
     }
 
     /// A rendezvous control message `control` arrived from `from`.
@@ -905,6 +1283,7 @@ impl Transfers {
                         let data = landing.region.bytes().to_vec(0, landing.total);
                         self.pool.give(landing.region);
                         self.counters.rendezvous_received += 1;
+                        self.forward_whole(key, &data);
                         self.arrived.insert(key, data);
                     }
                     Some(other) => {
@@ -933,6 +1312,21 @@ impl Transfers {
             self.counters.dropped += 1;
             return;
         }
+        if !self.admit(key, total) {
+            // No room under the limit of unexpected data: the answer waits for room, or for
+            // the caller to ask for this message.
+            if self.deferred.len() < REFUSED_KEEP
+                && !self
+                    .deferred
+                    .iter()
+                    .any(|(member, c)| *member == from && c.key == control.key)
+            {
+                self.deferred.push_back((from, control));
+            } else {
+                self.counters.dropped += 1;
+            }
+            return;
+        }
         // As an eager message's assembly: a length this process cannot hold is refused, not
         // an abort.
         let room = Vec::<u8>::new().try_reserve_exact(total).is_ok();
@@ -959,6 +1353,9 @@ impl Transfers {
                 }
             }
             None => {
+                if let Some(cost) = self.charged.remove(&key) {
+                    self.unexpected = self.unexpected.saturating_sub(cost);
+                }
                 self.counters.rendezvous_refused += 1;
                 Control {
                     kind: ControlKind::Refuse,
@@ -1089,6 +1486,7 @@ impl Transfers {
                 id: flight.id,
                 to: flight.to,
                 length: flight.length,
+                fresh: false,
             },
             status,
         );
@@ -1202,6 +1600,17 @@ impl Transfers {
     /// Returns whether it posted anything.
     pub(crate) fn post(&mut self, port: &mut Port) -> bool {
         self.pool.trim(port);
+        self.replenish(port);
+        self.answer_deferred(port);
+        while !self.forward_backlog.is_empty() {
+            let Some(mut buffer) = self.spare.pop() else {
+                break;
+            };
+            if let Some((id, to, bytes)) = self.forward_backlog.pop_front() {
+                buffer[..bytes.len()].copy_from_slice(&bytes);
+                self.queue_packet(buffer, id, to, bytes.len());
+            }
+        }
         let packets = self.post_packets(port);
         self.post_puts(port) || packets
     }
@@ -1214,7 +1623,7 @@ impl Transfers {
                 self.spare.push(buffer);
                 continue;
             };
-            let (to, length) = (flight.to, flight.length);
+            let (id, to, length) = (flight.id, flight.to, flight.length);
             match port.send(
                 buffer,
                 length,
@@ -1224,7 +1633,17 @@ impl Transfers {
                 to.port,
                 context,
             ) {
-                Ok(()) => posted = true,
+                Ok(()) => {
+                    posted = true;
+                    if let Some(flight) = self.in_flight.get_mut(&context)
+                        && flight.fresh
+                    {
+                        flight.fresh = false;
+                        if let Some(record) = self.sends.get_mut(&id) {
+                            record.unposted = record.unposted.saturating_sub(1);
+                        }
+                    }
+                }
                 Err(refused) if matches!(refused.error, Error::NoSendTokens) => {
                     self.resend.push_front((refused.buffer, context));
                     return posted;
@@ -1279,6 +1698,7 @@ impl Transfers {
                             id,
                             to,
                             length: bytes,
+                            fresh: false,
                         },
                     );
                     message.next += 1;

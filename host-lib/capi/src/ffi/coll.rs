@@ -547,6 +547,38 @@ pub unsafe extern "C" fn nicbar_coll_transfer_counters(
     })
 }
 
+/// How the data collectives' messages went: sent and received by rendezvous (RDMA put into the
+/// receiver's registered memory), and eager segments an inner rank of a broadcast tree forwarded
+/// from the receive buffer they arrived in (once per segment and rank they went to).
+///
+/// # Safety
+/// `endpoint` is NULL or a live endpoint; the outputs are NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nicbar_coll_protocol_counters(
+    endpoint: *const nicbar_coll_endpoint,
+    rendezvous_sent: *mut u64,
+    rendezvous_received: *mut u64,
+    forwarded: *mut u64,
+) {
+    boundary((), || {
+        // SAFETY: the caller's promise.
+        let Some(endpoint) = (unsafe { endpoint.as_ref() }) else {
+            return;
+        };
+        let counters = endpoint.inner.transfer_counters();
+        for (out, value) in [
+            (rendezvous_sent, counters.rendezvous_sent),
+            (rendezvous_received, counters.rendezvous_received),
+            (forwarded, counters.forwarded),
+        ] {
+            // SAFETY: the caller's promise about the outputs.
+            if let Some(out) = unsafe { out.as_mut() } {
+                *out = value;
+            }
+        }
+    })
+}
+
 /// `length` bytes at `pointer` as a slice (empty for no bytes, whatever the pointer; `None` for
 /// NULL with bytes).
 ///

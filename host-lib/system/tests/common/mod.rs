@@ -2,6 +2,9 @@
 //! lines, and small helpers. Each test file has its own `child()` role table.
 #![allow(dead_code, reason = "each test file uses part of the harness")]
 
+pub(crate) mod one_sided;
+pub(crate) mod qemu_fabric;
+
 use std::io::{BufRead, BufReader, Write};
 use std::net::UdpSocket;
 use std::path::{Path, PathBuf};

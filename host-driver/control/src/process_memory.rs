@@ -1,0 +1,119 @@
+//! Single-copy access to another process's memory (cross-memory attach, as Open MPI's
+//! shared-memory transport uses it): `process_vm_readv` / `process_vm_writev`, for the NIC
+//! backends that reach a port owner's registered memory on its behalf. The kernel allows it to a
+//! process that may ptrace the target: the same user, and — under Yama — a
+//! `kernel.yama.ptrace_scope` of 0, or a target that named the daemon with
+//! `prctl(PR_SET_PTRACER)`.
+
+use std::io::{IoSlice, IoSliceMut};
+
+use nix::sys::uio::{RemoteIoVec, process_vm_readv, process_vm_writev};
+use nix::unistd::Pid;
+
+/// Reads `out.len()` bytes at `address` of process `pid`.
+///
+/// # Errors
+/// The kernel's refusal, or a short read (part of the range is not mapped).
+pub fn read(pid: Pid, address: u64, out: &mut [u8]) -> Result<(), nix::Error> {
+    let len = out.len();
+    if len == 0 {
+        return Ok(());
+    }
+    let remote = [RemoteIoVec {
+        base: usize::try_from(address).map_err(|_| nix::Error::EFAULT)?,
+        len,
+    }];
+    let done = process_vm_readv(pid, &mut [IoSliceMut::new(out)], &remote)?;
+    if done == len {
+        Ok(())
+    } else {
+        Err(nix::Error::EFAULT)
+    }
+}
+
+/// Writes `data` at `address` of process `pid`.
+///
+/// # Errors
+/// The kernel's refusal, or a short write.
+pub fn write(pid: Pid, address: u64, data: &[u8]) -> Result<(), nix::Error> {
+    let len = data.len();
+    if len == 0 {
+        return Ok(());
+    }
+    let remote = [RemoteIoVec {
+        base: usize::try_from(address).map_err(|_| nix::Error::EFAULT)?,
+        len,
+    }];
+    let done = process_vm_writev(pid, &[IoSlice::new(data)], &remote)?;
+    if done == len {
+        Ok(())
+    } else {
+        Err(nix::Error::EFAULT)
+    }
+}
+
+/// Checks that the kernel lets this process reach `length` bytes at `address` of process `pid`
+/// (their first and last byte), so a registration's refusal is named when it is made rather than
+/// as a failed operation later.
+///
+/// # Errors
+/// Why not, in words a user can act on ([`explain`]).
+pub fn check_reachable(pid: Pid, address: u64, length: u64) -> Result<(), String> {
+    let mut byte = [0u8; 1];
+    let last = address.saturating_add(length.saturating_sub(1));
+    for at in [address, last] {
+        read(pid, at, &mut byte).map_err(|error| explain(error, pid))?;
+    }
+    Ok(())
+}
+
+/// Why the kernel refused, in words a user can act on.
+pub fn explain(error: nix::Error, pid: Pid) -> String {
+    match error {
+        nix::Error::EPERM => {
+            let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
+                .map(|s| s.trim().to_owned())
+                .unwrap_or_else(|_| "absent".to_owned());
+            format!(
+                "the kernel refused the NIC daemon access to process {pid}'s memory \
+                 (process_vm_readv: EPERM); it needs the daemon to run as the same user and, \
+                 under Yama, kernel.yama.ptrace_scope = 0 (it is {scope}) or the process to \
+                 name the daemon with prctl(PR_SET_PTRACER)"
+            )
+        }
+        nix::Error::ESRCH => format!("process {pid} is gone"),
+        nix::Error::EFAULT => {
+            format!("the range is not wholly mapped in process {pid}")
+        }
+        other => format!("process_vm_readv of process {pid} failed: {other}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_and_writes_this_process_and_refuses_unmapped_ranges() {
+        let pid = nix::unistd::getpid();
+        let source = vec![7u8; 100];
+        let mut out = vec![0u8; 100];
+        read(pid, source.as_ptr() as u64, &mut out).unwrap();
+        assert_eq!(out, source);
+        let target = vec![0u8; 10];
+        write(pid, target.as_ptr() as u64 + 2, &[1, 2, 3]).unwrap();
+        assert_eq!(
+            std::hint::black_box(&target)[..6],
+            [0, 0, 1, 2, 3, 0],
+            "the write landed where asked"
+        );
+        // Page 0 is never mapped.
+        assert_eq!(read(pid, 16, &mut out), Err(nix::Error::EFAULT));
+        assert!(
+            check_reachable(pid, 16, 8)
+                .unwrap_err()
+                .contains("not wholly mapped")
+        );
+        assert!(check_reachable(pid, source.as_ptr() as u64, 100).is_ok());
+    }
+}
