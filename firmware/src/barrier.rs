@@ -15,14 +15,25 @@
 //!
 //! A barrier that cannot complete ends with `BARRIER_FAILED`, naming the member it was waiting
 //! for: the member's port closed, its node became unreachable, or the caller's timeout expired.
+//!
+//! A broadcast ([`SendKind::BROADCAST`]) is a barrier whose root supplies up to
+//! [`BROADCAST_MAX`] bytes. The port slot keeps them ([`BroadcastBytes`]), and from then on every
+//! packet the port sends for that barrier carries them — built, and rebuilt for every
+//! retransmission, from that copy. A member keeps the bytes the first packet carrying them brings,
+//! before the packet completes any step, so its own later packets carry them on: any schedule
+//! whose completion at every member follows the root's entry (every barrier's) takes them to
+//! every member that has a place for them ([`BROADCASTS_KEPT`]), and the gather-broadcast tree
+//! rooted at the root does it in its down-phase alone, to members that always have one.
+//! The completion event holds them; a member that completes without them fails the broadcast
+//! with `BAD_SCHEDULE` (its schedule did not follow the root's).
 
 use heapless::Vec;
 use shared_abi::event::{Event, EventKind, Status};
 use shared_abi::ids::{BarrierId, Generation, NodeId, PORTS_PER_NIC, PortId};
-use shared_abi::packet::{PacketHeader, RejectReason};
+use shared_abi::packet::{BROADCAST_MAX, PacketHeader, RejectReason};
 use shared_abi::ring::SharedMemory;
 use shared_abi::schedule::{MAX_SCHEDULE_STEPS, Step, StepOp};
-use shared_abi::token::SendToken;
+use shared_abi::token::{SendKind, SendToken};
 use zerocopy::FromZeros;
 
 use crate::connection::Body;
@@ -61,6 +72,55 @@ impl Retry {
     }
 }
 
+/// Broadcasts whose bytes a port slot keeps at once. A port's packets of a broadcast may be sent
+/// again long after it completed (a lost one), while it runs broadcasts of other groups; and with
+/// a schedule other than the tree rooted at the root, a member's peers may run ahead and send it
+/// packets of broadcasts it has not started. The bytes of a broadcast stay while they are needed
+/// ([`Nic::broadcast_in_use`]): its barrier runs, a packet of it waits in a connection's queue or
+/// sent list or to be sent again, or a packet of it waits in a record. A place is never taken
+/// from bytes the port's own packets or running barrier need; bytes that arrive early give way
+/// to those of the running barrier and to a root's, and bytes that find no place are dropped
+/// (the packet is taken all the same: refusing it would hold up its connection). With the tree
+/// rooted at the root no member receives the bytes before it runs the broadcast, so the only
+/// bytes a place is held for are those of its packets not yet acknowledged.
+const BROADCASTS_KEPT: usize = 8;
+
+/// One broadcast's bytes, as one port (incarnation `generation`) holds them.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Broadcast {
+    generation: Generation,
+    barrier: BarrierId,
+    /// When it was kept (a per-slot count): the oldest gives way first.
+    stamp: u32,
+    len: u8,
+    bytes: [u8; BROADCAST_MAX],
+}
+
+impl Broadcast {
+    /// The bytes.
+    pub(crate) fn data(&self) -> &[u8] {
+        self.bytes.get(..usize::from(self.len)).unwrap_or(&[])
+    }
+}
+
+/// The bytes of a port's latest broadcasts, kept in its slot so that they outlive the barrier
+/// and the port's close as its packets do.
+#[derive(Debug, Default)]
+pub(crate) struct BroadcastBytes {
+    kept: [Option<Broadcast>; BROADCASTS_KEPT],
+    next_stamp: u32,
+}
+
+impl BroadcastBytes {
+    /// The bytes of `barrier` held by incarnation `generation`.
+    pub(crate) fn get(&self, generation: Generation, barrier: BarrierId) -> Option<&Broadcast> {
+        self.kept
+            .iter()
+            .flatten()
+            .find(|b| b.generation == generation && b.barrier == barrier)
+    }
+}
+
 /// A running barrier: the schedule in NIC memory and where the engine is in it.
 #[derive(Debug)]
 pub struct BarrierRun {
@@ -75,6 +135,8 @@ pub struct BarrierRun {
     deadline: Instant,
     /// The current step's send found no room (queue or connection table full): try again then.
     stalled_until: Option<Instant>,
+    /// A broadcast: its completion carries the root's bytes.
+    broadcast: bool,
 }
 
 impl BarrierRun {
@@ -129,6 +191,25 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         if steps == 0 || steps > MAX_SCHEDULE_STEPS {
             return Err(Status::BAD_SCHEDULE);
         }
+        let root = token.kind == SendKind::BROADCAST
+            && token.target_node == self.node
+            && usize::from(token.target_port.0) == port;
+        if root
+            && token.barrier_id() != BarrierId::NONE
+            && let Some(generation) = self
+                .ports
+                .get(port)
+                .and_then(|slot| slot.open.as_ref())
+                .filter(|open| open.barrier.is_none())
+                .map(|open| open.generation)
+            && self
+                .broadcast_place(port, generation, token.barrier_id(), true)
+                .is_none()
+        {
+            // Every place holds bytes the port's own packets still need (earlier broadcasts'
+            // packets not yet acknowledged): try again later.
+            return Err(Status::NO_RESOURCES);
+        }
         let memory = self.hal.port_memory(port).ok_or(Status::INVALID_TOKEN)?;
         let open = self
             .ports
@@ -161,9 +242,34 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             us => core::time::Duration::from_micros(u64::from(us)),
         };
         let barrier = token.barrier_id();
+        let broadcast = token.kind == SendKind::BROADCAST;
+        // A broadcast's root reads its bytes, which follow the schedule in the arena.
+        let mut root_bytes = [0u8; BROADCAST_MAX];
+        let mut root_len = None;
+        if broadcast {
+            if barrier == BarrierId::NONE {
+                return Err(Status::INVALID_TOKEN);
+            }
+            let len = usize::from(token.size);
+            if root {
+                if len == 0 || len > BROADCAST_MAX {
+                    return Err(Status::TOO_LONG);
+                }
+                let at = token
+                    .buffer
+                    .get()
+                    .checked_add((steps * core::mem::size_of::<Step>()) as u64)
+                    .and_then(|start| open.layout.arena_range(start, len))
+                    .ok_or(Status::BAD_BUFFER)?;
+                let out = root_bytes.get_mut(..len).ok_or(Status::TOO_LONG)?;
+                memory.read(at, out).map_err(|_| Status::BAD_BUFFER)?;
+                root_len = Some(len);
+            }
+        }
         if barrier.job.get() != 0 {
             open.job = barrier.job.get();
         }
+        let generation = open.generation;
         open.barrier = Some(BarrierRun {
             steps: schedule,
             index: 0,
@@ -172,7 +278,16 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             context: token.context.get(),
             deadline: now.saturating_add(timeout),
             stalled_until: None,
+            broadcast,
         });
+        if let Some(len) = root_len {
+            self.remember_broadcast(
+                port,
+                generation,
+                barrier,
+                root_bytes.get(..len).unwrap_or(&[]),
+            );
+        }
         self.advance_pending |= 1 << port;
         self.run_pending_advances(now);
         Ok(())
@@ -344,6 +459,9 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         });
         match generation {
             Some(generation) if target_open => {
+                if failed.is_none() {
+                    self.hand_on_broadcast(port, generation, target, barrier);
+                }
                 match self
                     .local_record
                     .record(target, port, generation, barrier, step.round, failed)
@@ -540,11 +658,15 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     /// Port closed: the sender retries until the port opens (§3.2). Port gone: the port's last
     /// owner ran barriers of the packet's job and closed; the sender's barrier fails at once.
     /// Busy: a second packet for one barrier and round, which a correct peer never sends.
+    ///
+    /// `data`: the broadcast bytes the packet carries after its [`shared_abi::packet::BarrierPayload`]
+    /// (kept for the port before the packet completes any step; at most [`BROADCAST_MAX`] are).
     pub(crate) fn deliver_barrier_packet(
         &mut self,
         peer: NodeId,
         header: &PacketHeader,
         payload: &shared_abi::packet::BarrierPayload,
+        data: &[u8],
         now: Instant,
     ) -> Result<(), RejectReason> {
         let barrier = payload.barrier;
@@ -567,6 +689,16 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             return Err(RejectReason::BUSY);
         };
         let index = self.connection_index(peer).ok_or(RejectReason::BUSY)?;
+        if failed.is_none()
+            && !data.is_empty()
+            && let Some(generation) = self
+                .ports
+                .get(port)
+                .and_then(|slot| slot.open.as_ref())
+                .map(|o| o.generation)
+        {
+            self.receive_broadcast(port, generation, barrier, data);
+        }
         let connection = self.connections.get_mut(index).ok_or(RejectReason::BUSY)?;
         let recorded = connection
             .record
@@ -696,6 +828,25 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             return;
         };
         open.barrier_buffers = open.barrier_buffers.saturating_sub(1);
+        let generation = open.generation;
+        // A broadcast completes with the root's bytes; without them its schedule was not one
+        // that follows the root.
+        let mut bytes = None;
+        if status == Status::SUCCESS && run.broadcast {
+            bytes = self
+                .ports
+                .get(port)
+                .and_then(|slot| slot.broadcasts.get(generation, run.barrier))
+                .copied();
+        }
+        let status = if status == Status::SUCCESS && run.broadcast && bytes.is_none() {
+            Status::BAD_SCHEDULE
+        } else {
+            status
+        };
+        let Some(open) = self.ports.get_mut(port).and_then(|slot| slot.open.as_mut()) else {
+            return;
+        };
         if status != Status::SUCCESS
             && let Some((node, member_port)) = waiting_for
         {
@@ -742,12 +893,204 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 waiting_for.unwrap_or((NodeId::new(0), PortId(0))),
             )
         };
-        let event = Event {
+        let mut event = Event {
             context: run.context.into(),
             peer_node,
             peer_port,
             ..Self::event(kind, status)
         };
+        if let Some(bytes) = bytes {
+            event.set_broadcast_data(bytes.data());
+        }
         self.emit(port, event);
+    }
+
+    /// The bytes of broadcast `barrier` that `port` (incarnation `generation`) holds, to send
+    /// with its packets of that barrier.
+    pub(crate) fn broadcast_held(
+        &self,
+        port: usize,
+        generation: Generation,
+        barrier: BarrierId,
+    ) -> Option<Broadcast> {
+        self.ports
+            .get(port)
+            .and_then(|slot| slot.broadcasts.get(generation, barrier))
+            .copied()
+    }
+
+    /// A packet of `barrier` from `port` (incarnation `generation`) to the open local port
+    /// `target`: the broadcast bytes `port` holds go with it.
+    fn hand_on_broadcast(
+        &mut self,
+        port: usize,
+        generation: Generation,
+        target: usize,
+        barrier: BarrierId,
+    ) {
+        let Some(held) = self.broadcast_held(port, generation, barrier) else {
+            return;
+        };
+        if let Some(target_generation) = self
+            .ports
+            .get(target)
+            .and_then(|slot| slot.open.as_ref())
+            .map(|o| o.generation)
+        {
+            self.receive_broadcast(target, target_generation, barrier, held.data());
+        }
+    }
+
+    /// Bytes of broadcast `barrier` arrived for `port` (incarnation `generation`): kept if there
+    /// is a place (see [`BROADCASTS_KEPT`]), else dropped.
+    fn receive_broadcast(
+        &mut self,
+        port: usize,
+        generation: Generation,
+        barrier: BarrierId,
+        data: &[u8],
+    ) {
+        let running = self
+            .ports
+            .get(port)
+            .and_then(|slot| slot.open.as_ref())
+            .and_then(|open| open.barrier.as_ref())
+            .is_some_and(|run| run.barrier == barrier);
+        if let Some(place) = self.broadcast_place(port, generation, barrier, running) {
+            self.keep_broadcast(port, place, generation, barrier, data);
+        } else {
+            self.counters.broadcast_bytes_dropped += 1;
+        }
+    }
+
+    /// Keeps `data` as the bytes of broadcast `barrier` for `port`'s incarnation `generation`
+    /// (a root's own: a place was checked for when its token was taken).
+    pub(crate) fn remember_broadcast(
+        &mut self,
+        port: usize,
+        generation: Generation,
+        barrier: BarrierId,
+        data: &[u8],
+    ) {
+        if let Some(place) = self.broadcast_place(port, generation, barrier, true) {
+            self.keep_broadcast(port, place, generation, barrier, data);
+        }
+    }
+
+    /// Where `port` may keep the bytes of broadcast `barrier` for incarnation `generation`: the
+    /// place that holds them already, else a free one, else the oldest whose bytes nothing
+    /// needs, else (`urgent`: the running barrier's bytes, or a root's) the oldest whose bytes
+    /// only a record's early packets need. `None` for a barrier without an identity
+    /// ([`BarrierId::NONE`] has no bytes).
+    fn broadcast_place(
+        &self,
+        port: usize,
+        generation: Generation,
+        barrier: BarrierId,
+        urgent: bool,
+    ) -> Option<usize> {
+        if barrier == BarrierId::NONE {
+            return None;
+        }
+        let store = &self.ports.get(port)?.broadcasts;
+        if let Some(place) = store.kept.iter().position(|kept| {
+            kept.is_some_and(|b| b.generation == generation && b.barrier == barrier)
+        }) {
+            return Some(place);
+        }
+        if let Some(place) = store.kept.iter().position(Option::is_none) {
+            return Some(place);
+        }
+        let mut unused: Option<(u32, usize)> = None;
+        let mut early: Option<(u32, usize)> = None;
+        for (place, kept) in store.kept.iter().enumerate() {
+            let Some(b) = kept else { continue };
+            let age = store.next_stamp.wrapping_sub(b.stamp);
+            let older = |than: Option<(u32, usize)>| than.is_none_or(|(a, _)| age > a);
+            if !self.broadcast_in_use(port, b.generation, b.barrier, true) {
+                if older(unused) {
+                    unused = Some((age, place));
+                }
+            } else if urgent
+                && !self.broadcast_in_use(port, b.generation, b.barrier, false)
+                && older(early)
+            {
+                early = Some((age, place));
+            }
+        }
+        unused.or(early).map(|(_, place)| place)
+    }
+
+    /// Puts the bytes of broadcast `barrier` (at most [`BROADCAST_MAX`] of `data`) for
+    /// incarnation `generation` in `place` of `port`'s store.
+    fn keep_broadcast(
+        &mut self,
+        port: usize,
+        place: usize,
+        generation: Generation,
+        barrier: BarrierId,
+        data: &[u8],
+    ) {
+        let Some(store) = self.ports.get_mut(port).map(|slot| &mut slot.broadcasts) else {
+            return;
+        };
+        let len = data.len().min(BROADCAST_MAX);
+        let mut entry = Broadcast {
+            generation,
+            barrier,
+            stamp: store.next_stamp,
+            len: len as u8,
+            bytes: [0; BROADCAST_MAX],
+        };
+        store.next_stamp = store.next_stamp.wrapping_add(1);
+        if let (Some(to), Some(from)) = (entry.bytes.get_mut(..len), data.get(..len)) {
+            to.copy_from_slice(from);
+        }
+        if let Some(kept) = store.kept.get_mut(place) {
+            *kept = Some(entry);
+        }
+    }
+
+    /// Whether `port`'s bytes of broadcast `barrier` (incarnation `generation`) are still
+    /// needed: its barrier runs, a packet of it waits for the port in a record (the barrier has
+    /// not taken it yet; counted if `records`), or one of the port's packets of it waits to be
+    /// sent again or in a connection's queue or sent list (it is built, and rebuilt, with them).
+    fn broadcast_in_use(
+        &self,
+        port: usize,
+        generation: Generation,
+        barrier: BarrierId,
+        records: bool,
+    ) -> bool {
+        let carries = |body: &Body| {
+            matches!(*body, Body::Barrier { port: p, generation: g, barrier: b, failed: None, .. }
+                if usize::from(p) == port && g == generation && b == barrier)
+        };
+        let open = self
+            .ports
+            .get(port)
+            .and_then(|slot| slot.open.as_ref())
+            .filter(|open| open.generation == generation);
+        let recorded = records
+            && open.is_some()
+            && (self.local_record.holds(port, barrier)
+                || self
+                    .connections
+                    .iter()
+                    .any(|connection| connection.record.holds(port, barrier)));
+        recorded
+            || open.is_some_and(|open| {
+                open.barrier
+                    .as_ref()
+                    .is_some_and(|run| run.barrier == barrier)
+                    || open
+                        .barrier_retries
+                        .iter()
+                        .any(|retry| retry.barrier == barrier && retry.failed.is_none())
+            })
+            || self.connections.iter().any(|connection| {
+                connection.queue.iter().any(carries)
+                    || connection.sent.iter().any(|sent| carries(&sent.body))
+            })
     }
 }

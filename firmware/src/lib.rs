@@ -183,6 +183,9 @@ pub struct NicCounters {
     /// Recorded barrier packets dropped to make room for a newer barrier's (what was left of a
     /// barrier that failed at its sender; see the unexpected-barrier record).
     pub barrier_packets_evicted: u64,
+    /// Broadcast bytes that arrived and found no place (see the barrier engine's broadcasts):
+    /// a broadcast whose bytes were dropped fails at that member with `BAD_SCHEDULE`.
+    pub broadcast_bytes_dropped: u64,
     /// Barrier packets whose target port was gone for good (closed by an owner that ran the same
     /// job's barriers).
     pub barrier_targets_gone: u64,

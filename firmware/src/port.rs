@@ -168,4 +168,7 @@ pub(crate) struct PortSlot {
     /// packets of that job for the closed port are refused as gone for good, not "not open yet"
     /// (paper §3.2's wait for a late opener still holds for every other job).
     pub(crate) gone_job: u32,
+    /// The bytes of the port's latest broadcasts: they outlive the barrier and the port's close,
+    /// as its packets do.
+    pub(crate) broadcasts: crate::barrier::BroadcastBytes,
 }

@@ -220,6 +220,17 @@ impl UnexpectedBarrierRecord {
             })
     }
 
+    /// Whether any packet of `barrier` waits for `destination_port`.
+    pub(crate) fn holds(&self, destination_port: usize, barrier: BarrierId) -> bool {
+        self.cells.get(destination_port).is_some_and(|row| {
+            row.iter().any(|cell| {
+                cell.slots
+                    .iter()
+                    .any(|slot| slot.barrier == barrier && slot.rounds != 0)
+            })
+        })
+    }
+
     /// Forgets every packet of `barrier` recorded for `destination_port` (its barrier ended:
     /// what is left of it can complete nothing).
     pub(crate) fn forget_barrier(&mut self, destination_port: usize, barrier: BarrierId) {

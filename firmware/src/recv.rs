@@ -654,10 +654,13 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         payload: &[u8],
         now: Instant,
     ) -> Result<(), RejectReason> {
-        // The packet's checks made the payload exactly one identity; anything else is refused
-        // like a protocol violation (never reached).
-        let body: shared_abi::packet::BarrierPayload =
-            zerocopy::FromBytes::read_from_bytes(payload).map_err(|_| RejectReason::BUSY)?;
+        // The packet's checks made the payload one identity and at most a broadcast's bytes;
+        // anything else is refused like a protocol violation (never reached).
+        let (body, data): (shared_abi::packet::BarrierPayload, _) =
+            zerocopy::FromBytes::read_from_prefix(payload).map_err(|_| RejectReason::BUSY)?;
+        if data.len() > shared_abi::packet::BROADCAST_MAX {
+            return Err(RejectReason::BUSY);
+        }
         let pair = (
             usize::from(header.src_port.0),
             usize::from(header.dst_port.0),
@@ -674,7 +677,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         {
             return Err(RejectReason::PORT_CLOSED);
         }
-        let outcome = self.deliver_barrier_packet(peer, header, &body, now);
+        let outcome = self.deliver_barrier_packet(peer, header, &body, data, now);
         if let Some(slot) = self
             .connections
             .get_mut(index)

@@ -47,7 +47,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             };
             let disposition = match token.kind {
                 SendKind::DATA => self.take_data_token(port, &token, now),
-                SendKind::BARRIER => self.take_barrier_token(port, &token, now),
+                kind if kind.is_barrier() => self.take_barrier_token(port, &token, now),
                 kind if kind.is_rdma() => self.take_rdma_token(port, &token, now),
                 _ => Disposition::Reject(Status::INVALID_TOKEN),
             };

@@ -204,13 +204,21 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                     failed_status: failed.map_or(Status::SUCCESS, |f| f.status),
                 };
                 let bytes = zerocopy::IntoBytes::as_bytes(&body);
-                if let Some(out) = self
-                    .scratch
-                    .get_mut(shared_abi::packet::HEADER_LEN..)
-                    .and_then(|rest| rest.get_mut(..bytes.len()))
-                {
+                // A broadcast's bytes ride every packet of it once the port holds them.
+                let held = failed
+                    .is_none()
+                    .then(|| self.broadcast_held(usize::from(port), generation, barrier))
+                    .flatten();
+                let data = held.as_ref().map_or(&[][..], |held| held.data());
+                let start = shared_abi::packet::HEADER_LEN;
+                if let Some(out) = self.scratch.get_mut(start..start + bytes.len()) {
                     out.copy_from_slice(bytes);
                     payload_len = bytes.len();
+                }
+                let end = start + bytes.len() + data.len();
+                if let Some(out) = self.scratch.get_mut(start + bytes.len()..end) {
+                    out.copy_from_slice(data);
+                    payload_len += data.len();
                 }
             }
             Body::PortClosed { port, generation } => {

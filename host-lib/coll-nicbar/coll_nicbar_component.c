@@ -106,7 +106,8 @@ static int nicbar_register(void)
     register_int("bcast_algorithm",
                  "MPI_Bcast over the NIC: -1 off (the component below serves), 0 chosen by the "
                  "selection map (coll_nicbar_map) or size, 1 linear, 2 binomial, 3 binary, "
-                 "4 split-binary, 5 pipeline",
+                 "4 split-binary, 5 pipeline, 6 nic (up to 32 bytes carried by the NIC's "
+                 "barrier engine; longer messages take the choice by size)",
                  &C.bcast_algorithm);
     register_int("scatter_algorithm",
                  "MPI_Scatter[v] over the NIC: -1 off, 0 chosen by the map or size, 1 flat, "

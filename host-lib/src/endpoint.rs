@@ -210,23 +210,31 @@ impl Endpoint {
     /// Writes `steps` into a schedule buffer of the arena and posts the barrier send token for
     /// it (paper §5.2, `gm_barrier_send_with_callback`); the buffer is held like a send's until
     /// the barrier's end (or refusal) event.
+    ///
+    /// `broadcast`: the barrier is a broadcast from this root (`SendKind::BROADCAST`); at the
+    /// root the bytes follow the schedule in the same buffer.
     pub(crate) fn barrier_send(
         &mut self,
         steps: &[Step],
         context: u64,
         timeout: Option<Duration>,
         barrier: shared_abi::ids::BarrierId,
+        broadcast: Option<(nicbar_schedule::Member, &[u8])>,
     ) -> Result<(), Error> {
         let bytes = steps.as_bytes();
+        let data = broadcast.map_or(&[][..], |(_, data)| data);
+        let needed = bytes.len() + data.len();
         let mut schedule = match self.barrier_tokens.spare_schedule.take() {
-            Some(spare) if spare.len() >= bytes.len() => spare,
+            Some(spare) if spare.len() >= needed => spare,
             spare => {
                 self.barrier_tokens.spare_schedule = spare;
-                self.dma_alloc(bytes.len())?
+                // Room for a broadcast's bytes too, so the buffer serves either.
+                self.dma_alloc(bytes.len() + shared_abi::packet::BROADCAST_MAX)?
             }
         };
         schedule[..bytes.len()].copy_from_slice(bytes);
-        let token = SendToken {
+        schedule[bytes.len()..needed].copy_from_slice(data);
+        let mut token = SendToken {
             kind: SendKind::BARRIER,
             length: u32::try_from(steps.len()).unwrap_or(u32::MAX).into(),
             buffer: schedule.arena_offset().into(),
@@ -234,6 +242,12 @@ impl Endpoint {
             ..SendToken::default()
         }
         .with_barrier_id(barrier);
+        if let Some((root, data)) = broadcast {
+            token.kind = SendKind::BROADCAST;
+            token.target_node = root.node;
+            token.target_port = root.port;
+            token.size = u8::try_from(data.len()).unwrap_or(u8::MAX);
+        }
         match self.push_send_token(token, schedule, context) {
             Ok(()) => {
                 self.barrier_tokens.in_flight += 1;
@@ -370,7 +384,12 @@ impl Endpoint {
                 let tokens = &mut self.barrier_tokens;
                 tokens.in_flight = tokens.in_flight.saturating_sub(1);
                 tokens.recycle(send.buffer);
-                if raw.kind == EventKind::BARRIER_COMPLETED {
+                if raw.kind == EventKind::BARRIER_COMPLETED && raw.length.get() != 0 {
+                    Event::BroadcastCompleted {
+                        context: send.context,
+                        data: crate::event::BroadcastData::new(raw.broadcast_data()),
+                    }
+                } else if raw.kind == EventKind::BARRIER_COMPLETED {
                     Event::BarrierCompleted {
                         context: send.context,
                     }
@@ -394,7 +413,8 @@ impl Endpoint {
                 let send = self.take_send(raw.context.get());
                 let context = send.as_ref().map_or(raw.context.get(), |s| s.context);
                 let mut buffer = send.map(|s| s.buffer);
-                if raw.detail.get() == u32::from(SendKind::BARRIER.0)
+                if SendKind(raw.detail.get() as u8).is_barrier()
+                    && raw.detail.get() >> 8 == 0
                     && let Some(schedule) = buffer.take()
                 {
                     // A barrier's schedule buffer is the port's, not the caller's; its barrier

@@ -6,6 +6,40 @@ use shared_abi::token::Priority;
 
 use crate::dma::DmaBuffer;
 
+/// The bytes a broadcast run by the NIC delivered: at most [`crate::NIC_BROADCAST_MAX`]. Derefs
+/// to the bytes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct BroadcastData {
+    len: u8,
+    bytes: [u8; shared_abi::packet::BROADCAST_MAX],
+}
+
+impl BroadcastData {
+    /// The first [`crate::NIC_BROADCAST_MAX`] bytes of `data`.
+    pub fn new(data: &[u8]) -> Self {
+        let len = data.len().min(shared_abi::packet::BROADCAST_MAX);
+        let mut bytes = [0; shared_abi::packet::BROADCAST_MAX];
+        bytes[..len].copy_from_slice(&data[..len]);
+        Self {
+            len: len as u8,
+            bytes,
+        }
+    }
+}
+
+impl std::ops::Deref for BroadcastData {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+}
+
+impl std::fmt::Debug for BroadcastData {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("BroadcastData").field(&&self[..]).finish()
+    }
+}
+
 /// What [`crate::Port::receive`] returns.
 #[derive(Debug)]
 pub enum Event {
@@ -73,6 +107,15 @@ pub enum Event {
     BarrierCompleted {
         /// The context given to [`crate::Port::barrier_send`].
         context: u64,
+    },
+    /// A broadcast run by the NIC completed ([`crate::Port::nic_broadcast`]): every member
+    /// entered it, and `data` holds the root's bytes. Its send token and barrier buffer are
+    /// spent.
+    BroadcastCompleted {
+        /// The token's context.
+        context: u64,
+        /// The root's bytes.
+        data: BroadcastData,
     },
     /// A barrier ended without completing. The barrier's send token and the barrier buffer it
     /// used are spent.

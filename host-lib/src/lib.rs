@@ -55,7 +55,10 @@ pub use barrier::{
 };
 pub use dma::{BufferError, DmaBuffer};
 pub use error::Error;
-pub use event::Event;
+pub use event::{BroadcastData, Event};
+
+/// The most bytes [`Port::nic_broadcast`] carries: what the NIC's completion event holds inline.
+pub const NIC_BROADCAST_MAX: usize = shared_abi::packet::BROADCAST_MAX;
 pub use fastpath::{FastPath, FastPathConfig, LockMode, Message, PeerId, Route};
 pub use nicbar_schedule::{Algorithm, Member, ScheduleError};
 pub use port::Port;

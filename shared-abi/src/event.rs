@@ -30,7 +30,9 @@ impl EventKind {
     pub const RECEIVED: Self = Self(1);
     /// A send token finished: `status` says how; `context` is the token's.
     pub const SENT: Self = Self(2);
-    /// A barrier completed (GM's `GM_BARRIER_COMPLETED_EVENT`); `context` is the token's.
+    /// A barrier completed (GM's `GM_BARRIER_COMPLETED_EVENT`); `context` is the token's. A
+    /// broadcast's completion also holds the root's bytes: `length` of them,
+    /// [`Event::broadcast_data`].
     pub const BARRIER_COMPLETED: Self = Self(3);
     /// A barrier ended without completing; `status` says why and `peer_node`/`peer_port` name the
     /// member it was still waiting for.
@@ -135,7 +137,7 @@ pub struct Event {
     pub peer_port: PortId,
     /// Reserved, zero.
     pub reserved0: u8,
-    /// Received: the message length.
+    /// Received: the message length. A broadcast's completion: how many bytes it holds.
     pub length: U32,
     /// Received: the tag of the receive buffer used.
     pub tag: U32,
@@ -145,9 +147,81 @@ pub struct Event {
     /// value in `buffer`.)
     pub context: U64,
     /// Rejected tokens: the [`crate::token::SendKind`] or [`crate::token::ReceiveKind`] value
-    /// of the refused token, with `0x100` set for receive tokens.
+    /// of the refused token, with `0x100` set for receive tokens. (A broadcast's completion has
+    /// no detail: these 4 bytes and the next 28 hold its bytes, [`Event::broadcast_data`].)
     pub detail: U32,
-    /// Reserved, zero.
+    /// Reserved, zero (a broadcast's completion: the rest of its bytes).
     pub reserved1: [u8; 28],
 }
 const _: () = assert!(core::mem::size_of::<Event>() == 64);
+
+/// Where a broadcast's bytes start in its completion [`Event`]: the last
+/// [`crate::packet::BROADCAST_MAX`] bytes (`detail` and `reserved1`).
+const BROADCAST_DATA_AT: usize = core::mem::offset_of!(Event, detail);
+const _: () = assert!(BROADCAST_DATA_AT + crate::packet::BROADCAST_MAX == 64);
+
+impl Event {
+    /// A broadcast's bytes in its `BARRIER_COMPLETED` event: the first `length` (at most
+    /// [`crate::packet::BROADCAST_MAX`]) of its last 32 bytes. Empty for any other event kind.
+    pub fn broadcast_data(&self) -> &[u8] {
+        if self.kind != EventKind::BARRIER_COMPLETED {
+            return &[];
+        }
+        let len = (self.length.get() as usize).min(crate::packet::BROADCAST_MAX);
+        self.as_bytes()
+            .get(BROADCAST_DATA_AT..BROADCAST_DATA_AT + len)
+            .unwrap_or(&[])
+    }
+
+    /// Puts `data` (at most [`crate::packet::BROADCAST_MAX`] bytes; more are cut) into this
+    /// event as a broadcast's bytes, and their count into `length`.
+    pub fn set_broadcast_data(&mut self, data: &[u8]) {
+        let len = data.len().min(crate::packet::BROADCAST_MAX);
+        self.length = U32::new(len as u32);
+        if let Some(tail) = self.as_mut_bytes().get_mut(BROADCAST_DATA_AT..) {
+            tail.fill(0);
+            if let (Some(to), Some(from)) = (tail.get_mut(..len), data.get(..len)) {
+                to.copy_from_slice(from);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_broadcasts_bytes_fill_the_events_last_32_bytes_and_nothing_else() {
+        let mut event = Event {
+            kind: EventKind::BARRIER_COMPLETED,
+            context: U64::new(0x1234),
+            ..Event::default()
+        };
+        let data: [u8; 32] = core::array::from_fn(|i| i as u8 + 1);
+        event.set_broadcast_data(&data);
+        assert_eq!(event.broadcast_data(), &data[..]);
+        assert_eq!(event.context.get(), 0x1234, "the context is untouched");
+        event.set_broadcast_data(&data[..5]);
+        assert_eq!(event.broadcast_data(), &data[..5]);
+        assert_eq!(
+            event.reserved1[1..],
+            [0; 27],
+            "a shorter broadcast leaves no stale bytes"
+        );
+        event.set_broadcast_data(&[9; 40]);
+        assert_eq!(
+            event.broadcast_data(),
+            &[9; 32][..],
+            "more than 32 bytes are cut"
+        );
+        event.length = U32::new(1000);
+        assert_eq!(
+            event.broadcast_data().len(),
+            32,
+            "a forged length reads no further"
+        );
+        event.kind = EventKind::SENT;
+        assert!(event.broadcast_data().is_empty());
+    }
+}

@@ -43,7 +43,9 @@ impl PacketKind {
     /// One barrier step's message (sequenced, paper §3.3): `aux` names the step's round, and the
     /// payload ([`BarrierPayload`]) names the barrier it belongs to — and, when the sender's
     /// barrier failed, the member it failed waiting for, so that the failure reaches every member
-    /// still waiting, naming the same member.
+    /// still waiting, naming the same member. A broadcast's packets (a
+    /// [`crate::token::SendKind::BROADCAST`] barrier) may carry the root's bytes after it: up to
+    /// [`BROADCAST_MAX`] of them.
     pub const BARRIER: Self = Self(5);
     /// The source port closed: generation `src_generation` is dead (sequenced).
     pub const PORT_CLOSED: Self = Self(6);
@@ -261,9 +263,16 @@ pub struct BarrierPayload {
     pub failed_status: crate::event::Status,
 }
 
-/// Payload bytes of a [`PacketKind::BARRIER`] packet ([`BarrierPayload`]).
+/// Payload bytes of a [`PacketKind::BARRIER`] packet ([`BarrierPayload`]), before a broadcast's
+/// bytes.
 pub const BARRIER_PAYLOAD_LEN: usize = core::mem::size_of::<BarrierPayload>();
 const _: () = assert!(BARRIER_PAYLOAD_LEN == 16);
+
+/// The most bytes a broadcast carries: what the completion [`crate::event::Event`] holds inline
+/// ([`crate::event::Event::broadcast_data`]), so every member's event ring delivers them with no
+/// buffer to provide and no event grown. A barrier packet of a broadcast carries them after its
+/// [`BarrierPayload`].
+pub const BROADCAST_MAX: usize = 32;
 
 /// Size of the packet header in bytes.
 pub const HEADER_LEN: usize = core::mem::size_of::<PacketHeader>();
@@ -288,7 +297,7 @@ pub enum PacketError {
     BadVersion(u8),
     /// The kind is not one this version knows.
     UnknownKind(u8),
-    /// A packet of a kind with a fixed payload (a barrier packet) carries another length.
+    /// A packet of a kind with a bounded payload (a barrier packet) carries another length.
     BadPayload {
         /// The packet's kind.
         kind: u8,
@@ -333,7 +342,8 @@ pub struct Packet<T: AsRef<[u8]>> {
 impl<T: AsRef<[u8]>> Packet<T> {
     /// Checks `buffer` once: a whole header, the magic, the version, a known kind, a length
     /// field that matches the payload that follows (not above [`crate::MTU_PAYLOAD`]), and a
-    /// barrier packet's payload of exactly [`BARRIER_PAYLOAD_LEN`] bytes.
+    /// barrier packet's payload of [`BARRIER_PAYLOAD_LEN`] bytes and at most [`BROADCAST_MAX`]
+    /// broadcast bytes after them.
     ///
     /// # Errors
     /// [`PacketError`] says which check failed. Never panics, whatever the bytes.
@@ -358,7 +368,9 @@ impl<T: AsRef<[u8]>> Packet<T> {
                 actual: payload.len(),
             });
         }
-        if header.kind == PacketKind::BARRIER && payload.len() != BARRIER_PAYLOAD_LEN {
+        if header.kind == PacketKind::BARRIER
+            && !(BARRIER_PAYLOAD_LEN..=BARRIER_PAYLOAD_LEN + BROADCAST_MAX).contains(&payload.len())
+        {
             return Err(PacketError::BadPayload {
                 kind: header.kind.0,
                 actual: payload.len(),
@@ -472,10 +484,11 @@ mod tests {
             header in header_strategy(),
             payload in proptest::collection::vec(any::<u8>(), 0..300),
         ) {
-            // A barrier packet carries exactly its barrier's identity.
+            // A barrier packet carries its barrier's identity and at most a broadcast's bytes.
             let mut payload = payload;
             if header.kind == PacketKind::BARRIER {
-                payload.resize(BARRIER_PAYLOAD_LEN, 0);
+                let extra = payload.len() % (BROADCAST_MAX + 1);
+                payload.resize(BARRIER_PAYLOAD_LEN + extra, 0);
             }
             let mut out = [0u8; MAX_PACKET_LEN];
             let len = header.emit(&payload, &mut out).unwrap();
@@ -490,6 +503,37 @@ mod tests {
                     prop_assert!(Packet::new_checked(&out[..cut]).is_err());
                 }
             }
+        }
+    }
+
+    #[test]
+    fn a_barrier_packet_carries_its_identity_and_at_most_a_broadcasts_bytes() {
+        let header = PacketHeader::new(PacketKind::BARRIER, NodeId::new(1), NodeId::new(2));
+        let mut out = [0u8; MAX_PACKET_LEN];
+        for extra in 0..=BROADCAST_MAX {
+            let len = header
+                .emit(
+                    &[7; BARRIER_PAYLOAD_LEN + BROADCAST_MAX][..BARRIER_PAYLOAD_LEN + extra],
+                    &mut out,
+                )
+                .unwrap();
+            assert!(Packet::new_checked(&out[..len]).is_ok(), "{extra} bytes");
+        }
+        for actual in [
+            0,
+            1,
+            BARRIER_PAYLOAD_LEN - 1,
+            BARRIER_PAYLOAD_LEN + BROADCAST_MAX + 1,
+            200,
+        ] {
+            let len = header.emit(&[7; 200][..actual], &mut out).unwrap();
+            assert_eq!(
+                Packet::new_checked(&out[..len]).unwrap_err(),
+                PacketError::BadPayload {
+                    kind: PacketKind::BARRIER.0,
+                    actual
+                }
+            );
         }
     }
 

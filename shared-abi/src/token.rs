@@ -45,6 +45,21 @@ impl SendKind {
     /// 0, is written to the process's registered memory at address `buffer`.
     pub const ATOMIC: Self = Self(5);
 
+    /// A broadcast: the barrier of a [`Self::BARRIER`] token (same fields) whose root supplies
+    /// `size` bytes (at most [`crate::packet::BROADCAST_MAX`]) from the arena right after the
+    /// schedule, and whose packets carry them to every member: each member's
+    /// `BARRIER_COMPLETED` event holds them ([`crate::event::Event::broadcast_data`]).
+    /// `target_node`/`target_port` name the root; on the other members `size` is ignored. The
+    /// schedule must carry the root's bytes to every member — a gather-broadcast tree rooted at
+    /// the root does: a member whose barrier completes without them fails it with
+    /// `BAD_SCHEDULE`.
+    pub const BROADCAST: Self = Self(6);
+
+    /// Whether the kind runs a barrier schedule ([`Self::BARRIER`] or [`Self::BROADCAST`]).
+    pub const fn is_barrier(self) -> bool {
+        self.0 == 2 || self.0 == 6
+    }
+
     /// Whether the kind is a one-sided operation (put, get, atomic).
     pub const fn is_rdma(self) -> bool {
         self.0 >= 3 && self.0 <= 5
@@ -101,13 +116,14 @@ pub struct SendToken {
     pub kind: SendKind,
     /// [`Priority`] of a data message.
     pub priority: Priority,
-    /// GM size class of a data message: the receiver matches it against its buffers.
+    /// GM size class of a data message: the receiver matches it against its buffers. A
+    /// broadcast's root: how many bytes it broadcasts.
     pub size: u8,
     /// Reserved, zero.
     pub reserved0: u8,
-    /// Destination node of a data message.
+    /// Destination node of a data message (a broadcast: its root's).
     pub target_node: NodeId,
-    /// Destination port of a data message.
+    /// Destination port of a data message (a broadcast: its root's).
     pub target_port: PortId,
     /// Reserved, zero.
     pub reserved1: u8,

@@ -7,7 +7,8 @@ use std::path::Path;
 use shared_abi::ids::{Generation, NodeId, PortId};
 use shared_abi::image::{ImageHeader, ImageTarget};
 use shared_abi::packet::{
-    DATA_SEGMENT, DataSegmentHeader, MAX_PACKET_LEN, PacketHeader, PacketKind,
+    BROADCAST_MAX, BarrierPayload, DATA_SEGMENT, DataSegmentHeader, MAX_PACKET_LEN, PacketHeader,
+    PacketKind,
 };
 use shared_abi::region::RegionLayout;
 use zerocopy::IntoBytes;
@@ -60,6 +61,14 @@ fn main() {
         payload
     };
     let (first, second) = (segment(0), segment(DATA_SEGMENT as u32));
+    // A broadcast's barrier packet: its barrier's identity, then the root's bytes.
+    let mut broadcast = BarrierPayload {
+        barrier: shared_abi::ids::BarrierId::new(1, 2, 3),
+        ..BarrierPayload::default()
+    }
+    .as_bytes()
+    .to_vec();
+    broadcast.extend_from_slice(&[0xb5; BROADCAST_MAX]);
     for (kind, name, payload) in (1..=7u8)
         .map(|kind| {
             let payload = if kind == 1 { &[0xab; 64][..] } else { &[][..] };
@@ -75,6 +84,11 @@ fn main() {
                 PacketKind::DATA_SEGMENT.0,
                 "kind13-second".into(),
                 &second[..],
+            ),
+            (
+                PacketKind::BARRIER.0,
+                "kind5-broadcast".into(),
+                &broadcast[..],
             ),
         ])
     {

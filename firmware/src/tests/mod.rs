@@ -13,6 +13,7 @@
 extern crate std;
 
 mod barrier;
+mod broadcast;
 mod ports;
 mod properties;
 mod rdma;
@@ -476,6 +477,38 @@ impl Node {
             port,
             &SendToken {
                 kind: SendKind::BARRIER,
+                length: (steps.len() as u32).into(),
+                buffer: SCHEDULE_AT.into(),
+                context: context.into(),
+                timeout_us: timeout_us.into(),
+                ..SendToken::default()
+            }
+            .with_barrier_id(barrier),
+        );
+    }
+
+    /// Writes `steps` and then `data` into the arena and posts a broadcast token for barrier
+    /// `barrier` rooted at `root` (after a barrier buffer).
+    pub(crate) fn start_broadcast(
+        &mut self,
+        port: u8,
+        steps: &[Step],
+        (context, timeout_us): (u64, u32),
+        barrier: shared_abi::ids::BarrierId,
+        (root_node, root_port): (u16, u8),
+        data: &[u8],
+    ) {
+        self.provide_barrier_buffer(port);
+        self.write_arena(port, SCHEDULE_AT, steps.as_bytes());
+        let after = SCHEDULE_AT + core::mem::size_of_val(steps) as u64;
+        self.write_arena(port, after, data);
+        self.post_send(
+            port,
+            &SendToken {
+                kind: SendKind::BROADCAST,
+                size: data.len() as u8,
+                target_node: NodeId::new(root_node),
+                target_port: PortId(root_port),
                 length: (steps.len() as u32).into(),
                 buffer: SCHEDULE_AT.into(),
                 context: context.into(),

@@ -77,6 +77,29 @@ pub struct BarrierCampaign {
     /// barrier fails at the others, which go on too, so a failed barrier's packets meet the next
     /// barriers of the same ports — none may complete before all its members entered it.
     pub absences: usize,
+    /// The NIC-based gather-broadcast barriers are broadcasts from their tree's root, which
+    /// supplies 1 to 32 bytes the barrier's index determines: every member's completion must
+    /// carry exactly them.
+    pub broadcasts: bool,
+}
+
+/// Whether barrier `index` is a broadcast: its root's rank and its bytes.
+fn broadcast_of(
+    campaign: &BarrierCampaign,
+    index: usize,
+    barrier: &Barrier,
+) -> Option<(usize, Vec<u8>)> {
+    let Algorithm::GatherBroadcast { root, .. } = barrier.algorithm else {
+        return None;
+    };
+    if !campaign.broadcasts || barrier.host {
+        return None;
+    }
+    let len = 1 + index * 7 % shared_abi::packet::BROADCAST_MAX;
+    let bytes = (0..len)
+        .map(|i| (index.wrapping_mul(31) ^ i.wrapping_mul(131)) as u8)
+        .collect();
+    Some((root, bytes))
 }
 
 impl BarrierCampaign {
@@ -128,6 +151,7 @@ impl BarrierCampaign {
             exit_when_done: rng.chance(0.5),
             absences: 0,
             host_barriers: rng.chance(0.4),
+            broadcasts: false,
         }
     }
 
@@ -141,6 +165,13 @@ impl BarrierCampaign {
         campaign.slow_pairs = false;
         campaign.absences = 1 + (seed % 3) as usize;
         campaign
+    }
+
+    /// This campaign with its NIC-based barriers run as broadcasts.
+    #[must_use]
+    pub fn with_broadcasts(mut self) -> Self {
+        self.broadcasts = true;
+        self
     }
 }
 
@@ -682,7 +713,7 @@ fn enter_next_barrier(
         .rings
         .post_receive(memory, &buffer)
         .map_err(|e| format!("receive ring: {e}"))?;
-    let token = SendToken {
+    let mut token = SendToken {
         kind: SendKind::BARRIER,
         length: (count as u32).into(),
         buffer: offset.into(),
@@ -697,6 +728,20 @@ fn enter_next_barrier(
     }
     // Every barrier of the plan is one of its own: the members agree on its index.
     .with_barrier_id(shared_abi::ids::BarrierId::new(0, 0, index as u32));
+    if let Some((root, bytes)) = broadcast_of(campaign, index, barrier) {
+        token.kind = SendKind::BROADCAST;
+        // A broadcast needs an identity (the first barrier's would be `BarrierId::NONE`).
+        token.set_barrier_id(shared_abi::ids::BarrierId::new(0, 1, index as u32));
+        token.target_node = members[root].node;
+        token.target_port = members[root].port;
+        token.size = bytes.len() as u8;
+        if root == rank {
+            let at = offset + std::mem::size_of_val(&steps[..count]) as u64;
+            if !process.rings.write_arena(memory, at, &bytes) {
+                return Err("broadcast bytes do not fit the arena".into());
+            }
+        }
+    }
     process
         .rings
         .post_send(memory, &token)
@@ -752,6 +797,15 @@ fn observe(
                         event.context.get(),
                         process.state
                     ));
+                }
+                if let Some((_, bytes)) = broadcast_of(campaign, index, &barriers[index]) {
+                    if event.broadcast_data() != bytes.as_slice() {
+                        return Err(format!(
+                            "process {id}: broadcast {index} completed with {:?}, the root sent \
+                             {bytes:?}",
+                            event.broadcast_data()
+                        ));
+                    }
                 }
                 complete(world, campaign, process, id, &mut barriers[index], report)?;
             }

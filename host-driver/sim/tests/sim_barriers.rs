@@ -61,6 +61,19 @@ fn mixed_algorithm_campaigns() {
     campaign(Family::Mixed, 100);
 }
 
+/// Every NIC-based gather-broadcast barrier a broadcast from its tree's root: its completion at
+/// every member carries the root's bytes, through the same faults, deaths, late opens, exits and
+/// absences, beside the other algorithms' barriers.
+#[test]
+fn broadcast_campaigns_bring_every_member_the_roots_bytes() {
+    campaigns(Family::GatherBroadcast, 60, |seed, family, max_nodes| {
+        BarrierCampaign::from_seed(seed, family, max_nodes).with_broadcasts()
+    });
+    campaigns(Family::Mixed, 40, |seed, family, max_nodes| {
+        BarrierCampaign::with_absences(seed, family, max_nodes).with_broadcasts()
+    });
+}
+
 #[test]
 fn failed_barriers_complete_no_later_barrier() {
     campaigns(Family::Mixed, 100, BarrierCampaign::with_absences);

@@ -227,6 +227,19 @@
 #define NICBAR_COLL_BCAST_PIPELINE 5
 
 /**
+ * The most bytes NICBAR_COLL_BCAST_NIC carries in the NIC: what the NIC's completion event holds
+ * inline (every member's event brings the root's bytes; no buffer to provide).
+ */
+#define NICBAR_NIC_BROADCAST_MAX 32
+
+/**
+ * Broadcast: carried by the NIC's barrier engine (a gather-broadcast tree whose down-phase
+ * packets carry the bytes) for up to NICBAR_NIC_BROADCAST_MAX bytes; longer messages take
+ * the algorithm chosen by size.
+ */
+#define NICBAR_COLL_BCAST_NIC 6
+
+/**
  * Scatter and gather: the root talks to every rank.
  */
 #define NICBAR_COLL_TREE_FLAT 1
@@ -2728,7 +2741,8 @@ int32_t nicbar_coll_map_load(const char *path,
 
 /**
  * MPI_Bcast of `length` bytes at `buffer` from rank `root` (`op`'s algorithm: 0 by size, or a
- * NICBAR_COLL_BCAST_*). Returns NICBAR_COLL_COMPLETED, NICBAR_COLL_FAILED (the op says why),
+ * NICBAR_COLL_BCAST_*; NICBAR_COLL_BCAST_NIC runs it in the NIC up to NICBAR_NIC_BROADCAST_MAX
+ * bytes, taking the group's next barrier number as a barrier does). Returns NICBAR_COLL_COMPLETED, NICBAR_COLL_FAILED (the op says why),
  * or NICBAR_COLL_UNKNOWN for NULL handles or an unknown algorithm (nothing sent).
  *
  * # Safety

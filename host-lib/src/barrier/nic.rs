@@ -11,6 +11,7 @@ use crate::failure::BarrierError;
 use crate::group::{BarrierOptions, Group};
 use crate::port::Port;
 use crate::port::barriers::Running;
+use nicbar_schedule::{Algorithm, Member};
 
 /// How long past its own timeout a NIC-based barrier may go unreported before
 /// [`Port::barrier_wait`] gives up on the NIC ([`BarrierError::NoReport`]).
@@ -59,7 +60,7 @@ impl Port {
         timeout: Option<Duration>,
     ) -> Result<(), Error> {
         self.endpoint
-            .barrier_send(steps, context, timeout, BarrierId::NONE)
+            .barrier_send(steps, context, timeout, BarrierId::NONE, None)
     }
 
     /// Starts `group`'s barrier numbering on this port afresh: its next barrier is number 0
@@ -114,6 +115,108 @@ impl Port {
         group: &Group,
         options: &BarrierOptions,
     ) -> Result<PendingBarrier, BarrierError> {
+        self.start_in_nic(group, options.algorithm, options.timeout, None)
+    }
+
+    /// Broadcasts `data` from rank `root` of `group` to every member, run by the NIC's barrier
+    /// engine: a gather-broadcast tree rooted at `root` (of the group's dimension if its
+    /// algorithm is a gather-broadcast, else binary) whose down-phase packets carry the bytes, so
+    /// that the barrier's completion brings them. At the root `data` is sent (1 to
+    /// [`crate::NIC_BROADCAST_MAX`] bytes); elsewhere the root's bytes are copied into `data` (up
+    /// to its length). Returns how many bytes the root broadcast. It is also a barrier: no member
+    /// returns before every member entered. It takes the group's next barrier number, as a
+    /// barrier does, so every member must call it at the same point of the group's barriers.
+    ///
+    /// # Errors
+    /// As [`Port::barrier`]; [`BarrierError::Refused`] with `TOO_LONG` at a root whose `data`
+    /// is empty or longer than [`crate::NIC_BROADCAST_MAX`]; [`BarrierError::Failed`] with
+    /// `BAD_SCHEDULE` at the members that never got the bytes if the members disagree on the
+    /// root.
+    pub fn nic_broadcast(
+        &mut self,
+        group: &Group,
+        root: usize,
+        data: &mut [u8],
+    ) -> Result<usize, BarrierError> {
+        let pending = self.nic_broadcast_start(group, root, data)?;
+        self.nic_broadcast_wait(pending, data)
+    }
+
+    /// Starts [`Port::nic_broadcast`] and returns at once; [`Port::barrier_test`] says when it
+    /// ended, [`Port::nic_broadcast_wait`] waits and takes the bytes. `data` is read at the root
+    /// only.
+    ///
+    /// # Errors
+    /// As [`Port::nic_broadcast`].
+    pub fn nic_broadcast_start(
+        &mut self,
+        group: &Group,
+        root: usize,
+        data: &[u8],
+    ) -> Result<PendingBarrier, BarrierError> {
+        let root_member = group.member(root).ok_or(BarrierError::Schedule(
+            nicbar_schedule::ScheduleError::RankOutOfRange {
+                rank: root,
+                members: group.len(),
+            },
+        ))?;
+        let is_root = root_member.node == self.node_id() && root_member.port == self.port_id();
+        if is_root && (data.is_empty() || data.len() > crate::NIC_BROADCAST_MAX) {
+            return Err(BarrierError::Refused {
+                status: shared_abi::event::Status::TOO_LONG,
+            });
+        }
+        let dimension = match group.options.algorithm {
+            Algorithm::GatherBroadcast { dimension, .. } => dimension,
+            _ => 2,
+        }
+        .clamp(1, group.len().saturating_sub(1).max(1));
+        let algorithm = Algorithm::GatherBroadcast { dimension, root };
+        let bytes = if is_root { data.to_vec() } else { Vec::new() };
+        self.start_in_nic(
+            group,
+            algorithm,
+            group.options.timeout,
+            Some((root_member, bytes)),
+        )
+    }
+
+    /// Waits for the end of a broadcast started by [`Port::nic_broadcast_start`] and copies the
+    /// root's bytes into `out` (up to its length). Returns how many bytes the root broadcast (in
+    /// a group of one, where nothing runs, `out.len()`).
+    ///
+    /// # Errors
+    /// As [`Port::barrier_wait`].
+    pub fn nic_broadcast_wait(
+        &mut self,
+        pending: PendingBarrier,
+        out: &mut [u8],
+    ) -> Result<usize, BarrierError> {
+        let Some(context) = pending.context else {
+            return Ok(out.len());
+        };
+        self.barrier_wait(pending)?;
+        match self.barrier.broadcast.take() {
+            Some((c, data)) if c == context => {
+                let len = data.len().min(out.len());
+                out[..len].copy_from_slice(&data[..len]);
+                Ok(data.len())
+            }
+            _ => Err(BarrierError::Refused {
+                status: shared_abi::event::Status::BAD_SCHEDULE,
+            }),
+        }
+    }
+
+    /// Starts `algorithm`'s schedule of `group` in the NIC (a broadcast if `broadcast` names
+    /// its root and, at the root, the bytes).
+    fn start_in_nic(
+        &mut self,
+        group: &Group,
+        algorithm: Algorithm,
+        timeout: Option<Duration>,
+        broadcast: Option<(Member, Vec<u8>)>,
+    ) -> Result<PendingBarrier, BarrierError> {
         let started = Instant::now();
         let rank = group.rank_of_port(self.node_id(), self.port_id())?;
         if group.len() == 1 {
@@ -128,32 +231,35 @@ impl Port {
         }
         let steps = self
             .barrier
-            .schedule(group, options.algorithm, rank)
+            .schedule(group, algorithm, rank)
             .map_err(BarrierError::Schedule)?;
         self.barrier.outcome = None;
+        self.barrier.broadcast = None;
         if self.endpoint.barrier_tokens.buffers == 0 {
             self.provide_barrier_buffer()?;
         }
         self.barrier.next_serial = self.barrier.next_serial.wrapping_add(1);
         let context = GROUP_CONTEXT | u64::from(self.barrier.next_serial);
         let barrier = self.barrier.next_id(group);
+        let sent = broadcast
+            .as_ref()
+            .map(|(root, bytes)| (*root, bytes.as_slice()));
         self.endpoint
-            .barrier_send(&steps, context, options.timeout, barrier)?;
+            .barrier_send(&steps, context, timeout, barrier, sent)?;
         self.barrier.count(barrier);
         self.barrier.running = Some(Running {
             context,
             barrier,
             steps,
             members: group.members.clone(),
-            timeout: options.timeout,
+            timeout,
             reposts: 0,
             repost_at: None,
+            broadcast,
         });
         Ok(PendingBarrier {
             context: Some(context),
-            report_by: options
-                .timeout
-                .map(|timeout| started + timeout + REPORT_GRACE),
+            report_by: timeout.map(|timeout| started + timeout + REPORT_GRACE),
             started,
         })
     }
@@ -234,11 +340,12 @@ impl Port {
             return Ok(Some(at));
         }
         running.repost_at = None;
-        let (steps, context, timeout, barrier) = (
+        let (steps, context, timeout, barrier, broadcast) = (
             running.steps.clone(),
             running.context,
             running.timeout,
             running.barrier,
+            running.broadcast.clone(),
         );
         let posted = if self.endpoint.barrier_tokens.buffers == 0 {
             self.provide_barrier_buffer()
@@ -246,8 +353,11 @@ impl Port {
             Ok(())
         }
         .and_then(|()| {
+            let sent = broadcast
+                .as_ref()
+                .map(|(root, bytes)| (*root, bytes.as_slice()));
             self.endpoint
-                .barrier_send(&steps, context, timeout, barrier)
+                .barrier_send(&steps, context, timeout, barrier, sent)
         });
         if let Err(error) = posted {
             self.barrier.finish(Err(BarrierError::Port(error)));

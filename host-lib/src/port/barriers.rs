@@ -67,6 +67,8 @@ pub(crate) struct Running {
     pub(crate) reposts: u32,
     /// Refused as busy: post it again then.
     pub(crate) repost_at: Option<Instant>,
+    /// A broadcast: its root, and (at the root) the bytes.
+    pub(crate) broadcast: Option<(Member, Vec<u8>)>,
 }
 
 /// What the port keeps for barriers (a field of [`crate::Port`]); the barrier tokens themselves
@@ -77,6 +79,8 @@ pub(crate) struct BarrierState {
     pub(crate) running: Option<Running>,
     /// The end of the group barrier with this context, kept for [`crate::Port::barrier_wait`].
     pub(crate) outcome: Option<(u64, Result<(), BarrierError>)>,
+    /// The bytes of the broadcast with this context, kept for [`crate::Port::nic_broadcast_wait`].
+    pub(crate) broadcast: Option<(u64, crate::event::BroadcastData)>,
     pub(crate) next_serial: u32,
     pub(crate) host: HostState,
     /// The number of the next barrier of each (job, group) this port runs.
@@ -185,6 +189,12 @@ pub(crate) fn absorb(
             provide_ahead(endpoint);
             None
         }
+        Event::BroadcastCompleted { context, data } if state.is_running(context) => {
+            state.broadcast = Some((context, data));
+            state.finish(Ok(()));
+            provide_ahead(endpoint);
+            None
+        }
         Event::BarrierFailed {
             context,
             status,
@@ -208,14 +218,17 @@ pub(crate) fn absorb(
             status,
             kind,
             ..
-        } if kind == SendKind::BARRIER.0 && state.is_running(context) => {
+        } if SendKind(kind).is_barrier() && state.is_running(context) => {
             let in_flight = endpoint.barrier_tokens.in_flight;
             match state.running.as_mut() {
                 // Busy with no barrier of ours in the NIC: the barrier buffer has not reached the
                 // NIC (it waits in the receive ring behind buffers the NIC has no room for yet).
                 // Post it again a little later.
+                // A broadcast's root refused for want of room for its bytes (the NIC still holds
+                // earlier broadcasts' unacknowledged packets): the same.
                 Some(running)
-                    if status == Status::BARRIER_BUSY
+                    if (status == Status::BARRIER_BUSY
+                        || (status == Status::NO_RESOURCES && running.broadcast.is_some()))
                         && in_flight == 0
                         && running.reposts < MAX_REPOSTS =>
                 {

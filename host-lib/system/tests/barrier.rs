@@ -268,6 +268,75 @@ fn events_that_arrive_during_a_barrier_come_out_of_receive_afterwards_in_order()
     sending.join().unwrap();
 }
 
+/// `Port::nic_broadcast` between three ports of two NICs: every member gets the root's bytes
+/// (into a shorter buffer, as many as fit, with the root's count returned); a root with no bytes
+/// or too many is refused before anything is posted, and its group's numbering is untouched (the
+/// next broadcast works); events of other kinds wait for `receive`.
+#[test]
+fn a_nic_broadcast_brings_every_member_the_roots_bytes_and_bad_roots_are_refused() {
+    let cluster = Cluster::new("broadcast", 2);
+    let ports = vec![cluster.open(0, 1), cluster.open(0, 2), cluster.open(1, 1)];
+    let group = Group::new(ports.iter().map(member))
+        .unwrap()
+        .with_timeout(BOUND);
+    let mut root = ports.into_iter();
+    let threads: Vec<_> = (0..3)
+        .map(|rank| {
+            let mut port = root.next().unwrap();
+            let group = group.clone();
+            std::thread::spawn(move || {
+                for (n, length) in [1usize, 17, nicbar::NIC_BROADCAST_MAX]
+                    .into_iter()
+                    .enumerate()
+                {
+                    let sent: Vec<u8> = (0..length).map(|i| (i * 7 + n) as u8).collect();
+                    for from in 0..3 {
+                        if rank == from && n == 0 {
+                            // Refused at the root before anything is posted.
+                            for bad in [vec![], vec![1; nicbar::NIC_BROADCAST_MAX + 1]] {
+                                let mut bad = bad;
+                                assert!(matches!(
+                                    port.nic_broadcast(&group, from, &mut bad),
+                                    Err(BarrierError::Refused {
+                                        status: Status::TOO_LONG
+                                    })
+                                ));
+                            }
+                        }
+                        let mut data = if rank == from {
+                            sent.clone()
+                        } else {
+                            vec![0; length]
+                        };
+                        assert_eq!(port.nic_broadcast(&group, from, &mut data).unwrap(), length);
+                        assert_eq!(data, sent, "rank {rank}, {length} bytes from {from}");
+                        if rank != from && length > 4 {
+                            // Into a shorter buffer: as many as fit.
+                            let mut short = [0u8; 4];
+                            let got = port.nic_broadcast(&group, from, &mut short);
+                            assert_eq!(got.unwrap(), length);
+                            assert_eq!(short[..], sent[..4]);
+                        } else if length > 4 {
+                            let mut again = sent.clone();
+                            assert_eq!(
+                                port.nic_broadcast(&group, from, &mut again).unwrap(),
+                                length
+                            );
+                        }
+                    }
+                }
+                assert!(
+                    port.receive().unwrap().is_none(),
+                    "nothing of the broadcasts leaks out"
+                );
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+}
+
 #[test]
 fn a_fuzzy_barrier_is_not_done_until_the_last_member_enters() {
     let cluster = Cluster::new("fuzzy", 2);

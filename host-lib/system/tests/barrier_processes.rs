@@ -1,8 +1,9 @@
 //! Barriers between real processes on the emulated NIC: 4, 8 and 16 processes (this test binary,
 //! started again as children), one per NIC, with the fault injector losing, duplicating and
 //! reordering packets; many consecutive barriers over changing subsets of the processes, with
-//! every algorithm, in the NIC and on the host; a member killed mid-barrier; and barriers between
-//! two `nicctl emulate` daemons over UDP.
+//! every algorithm, in the NIC and on the host, and broadcasts run by the NIC (each member checks
+//! the root's bytes); a member killed mid-barrier; and barriers between two `nicctl emulate`
+//! daemons over UDP.
 //!
 //! Safety is checked the way a user could: a file of counters shared by all the processes, one
 //! per process, which a process sets to the number of barriers it has entered right before it
@@ -99,6 +100,9 @@ fn format_world(world: &[Member]) -> String {
 enum Mode {
     Nic,
     Host,
+    /// [`Port::nic_broadcast`] from a root that changes with every barrier (the stage's tree
+    /// gives the dimension).
+    Broadcast,
 }
 
 /// One stage of a campaign: `count` barriers of `algorithm` (adapted to each subset's size).
@@ -114,6 +118,7 @@ fn parse_stage(text: &str) -> Stage {
     let mode = match mode {
         "nic" => Mode::Nic,
         "host" => Mode::Host,
+        "bcast" => Mode::Broadcast,
         other => panic!("mode {other}"),
     };
     let algorithm = if algorithm == "pe" {
@@ -236,8 +241,27 @@ fn campaign_role() {
                 .with_timeout(BARRIER_TIMEOUT);
             counters.set(index, expected[index]);
             let entered = Instant::now();
+            let group = group.with_options(options);
             let result = match stage.mode {
                 Mode::Host => port.host_barrier(&group, &options),
+                Mode::Broadcast => {
+                    let root = barrier % subset.len();
+                    let sent = broadcast_bytes(seed, number, barrier);
+                    let mut data = if subset[root] == index {
+                        sent.clone()
+                    } else {
+                        vec![0; sent.len()]
+                    };
+                    port.nic_broadcast(&group, root, &mut data).map(|len| {
+                        if len != sent.len() || data != sent {
+                            say(&format!(
+                                "failed: stage {number} broadcast {barrier} of {subset:?} from \
+                                 {root}: got {len} bytes {data:?}, the root sent {sent:?}"
+                            ));
+                            panic!("wrong bytes");
+                        }
+                    })
+                }
                 // Every third NIC barrier is fuzzy: start, compute while testing, then wait.
                 Mode::Nic if barrier % 3 == 2 => port
                     .barrier_start_with(&group, &options)
@@ -295,6 +319,14 @@ fn campaign_role() {
     ));
     // The port closes as the process ends, in order: the NIC first delivers what it posted (the
     // last host-based barrier's messages), so nobody needs to wait for the others.
+}
+
+/// The bytes broadcast `barrier` of stage `stage` carries (1 to 32 of them): every process
+/// computes them, the root to send them and the others to check what came.
+fn broadcast_bytes(seed: u64, stage: usize, barrier: usize) -> Vec<u8> {
+    let mut rng = Rng::new(seed ^ (stage as u64) << 32 ^ barrier as u64, 0xbc);
+    let len = 1 + (rng.next_u64() % nicbar::NIC_BROADCAST_MAX as u64) as usize;
+    (0..len).map(|_| rng.next_u64() as u8).collect()
 }
 
 /// Runs a campaign with one process per socket of `endpoints` ((socket, unit, node)), all on
@@ -405,6 +437,13 @@ fn four_processes_run_every_algorithm_in_the_nic_and_on_the_host_through_faults(
 }
 
 #[test]
+fn four_and_eight_processes_broadcast_in_the_nic_through_faults_every_member_gets_the_roots_bytes()
+{
+    campaign_on_units(4, "bcast:gb1.0,bcast:gb2.0,nic:d1,bcast:gb3.0", 200);
+    campaign_on_units(8, "bcast:gb2.0,nic:pe,bcast:gb4.0", 100);
+}
+
+#[test]
 fn eight_processes_run_barriers_over_changing_subsets_through_faults() {
     campaign_on_units(8, &stages(&["pe", "gb2.0", "gb3.5", "d1", "d3"]), 120);
 }
@@ -433,6 +472,9 @@ fn survivor_role() {
     let result = match stage.mode {
         Mode::Nic => port.barrier_with(&world, &options),
         Mode::Host => port.host_barrier(&world, &options),
+        Mode::Broadcast => port
+            .nic_broadcast(&world.clone().with_options(options), 0, &mut [7; 8])
+            .map(|_| ()),
     };
     match result {
         Err(BarrierError::Failed {

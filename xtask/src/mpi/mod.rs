@@ -734,10 +734,11 @@ fn check_data_collectives(
         return Err(format!("coll_check printed {} digests, not 5", reference.len()).into());
     }
     // Chosen by size up to `check_bytes`; then each row forces one algorithm per collective
-    // (together they cover every algorithm) up to `forced_bytes`; the last switches every data
-    // collective off, so that the component below (saved at enable) serves them.
+    // (together they cover every algorithm; the sixth broadcast, the NIC's, carries the messages
+    // of up to 32 bytes and hands longer ones on) up to `forced_bytes`; the last switches every
+    // data collective off, so that the component below (saved at enable) serves them.
     let forced: Vec<(Vec<(&str, String)>, usize)> = std::iter::once((Vec::new(), check_bytes))
-        .chain((1..=5).map(|k: i32| {
+        .chain((1..=6).map(|k: i32| {
             (
                 vec![
                     ("coll_nicbar_bcast_algorithm", k.to_string()),
@@ -812,7 +813,8 @@ fn check_data_collectives(
     std::fs::write(
         &good,
         "nicbar-coll-map 1\n\
-         bcast 2-64 0-4095 split-binary\n\
+         bcast 2-64 0-32 nic\n\
+         bcast 2-64 33-4095 split-binary\n\
          bcast 2-64 4096-max pipeline\n\
          scatter 2-64 0-max binomial\n\
          gather 2-64 0-max binomial\n\

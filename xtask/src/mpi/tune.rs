@@ -65,6 +65,7 @@ const COLLECTIVES: [(&str, &str, Algorithms); 4] = [
             (3, "binary"),
             (4, "split-binary"),
             (5, "pipeline"),
+            (6, "nic"),
         ],
     ),
     (
@@ -83,6 +84,19 @@ const COLLECTIVES: [(&str, &str, Algorithms); 4] = [
         &[(1, "linear"), (2, "pairwise"), (3, "bruck")],
     ),
 ];
+
+/// The most bytes the NIC's broadcast (`nic`) carries: it is measured at those sizes only (the
+/// library hands longer messages to the choice by size).
+const NIC_BROADCAST_MAX: usize = 32;
+
+/// The message sizes `algorithm` of `collective` is measured at, of `sizes`.
+fn sizes_for(collective: &str, algorithm: &str, sizes: &[usize]) -> Vec<usize> {
+    sizes
+        .iter()
+        .copied()
+        .filter(|&bytes| collective != "bcast" || algorithm != "nic" || bytes <= NIC_BROADCAST_MAX)
+        .collect()
+}
 
 /// The map file's format line.
 const MAP_FORMAT: &str = "nicbar-coll-map 1";
@@ -227,7 +241,6 @@ fn measure(args: &TuneArgs) -> Result<Vec<Point>> {
     let components = component.parent().ok_or("no directory")?.to_owned();
     let programs = scratch().join("programs");
     compile_programs(&programs)?;
-    let sizes: Vec<String> = bytes.iter().map(usize::to_string).collect();
     let limit = args.alltoall_limit_mib << 20;
     let runs: Vec<(&str, &str, i32, &str)> = collectives
         .iter()
@@ -251,6 +264,13 @@ fn measure(args: &TuneArgs) -> Result<Vec<Point>> {
             for index in 0..runs.len() {
                 let (collective, parameter, id, name) =
                     runs[(index + repetition * runs.len() / repetitions) % runs.len()];
+                let sizes: Vec<String> = sizes_for(collective, name, &bytes)
+                    .iter()
+                    .map(usize::to_string)
+                    .collect();
+                if sizes.is_empty() {
+                    continue;
+                }
                 println!(
                     "\n-- tune: {collective} {name} at {processes} processes, repetition {} of \
                      {repetitions} ({:.0} s so far)",
@@ -586,6 +606,15 @@ fn map_figure(winners: &[Winner]) -> Result<Figure> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_nics_broadcast_is_measured_only_where_it_carries_the_message() {
+        let sizes = [8, 32, 33, 1024];
+        assert_eq!(sizes_for("bcast", "nic", &sizes), [8, 32]);
+        assert_eq!(sizes_for("bcast", "binomial", &sizes), sizes);
+        assert_eq!(sizes_for("scatter", "flat", &sizes), sizes);
+        assert!(sizes_for("bcast", "nic", &[64, 4096]).is_empty());
+    }
 
     fn point(
         collective: &str,

@@ -25,6 +25,10 @@ pub(crate) enum Bcast {
     SplitBinary,
     /// A chain, the message in segments forwarded as they arrive.
     Pipeline,
+    /// Up to [`nicbar_rs::NIC_BROADCAST_MAX`] bytes carried by the NIC's barrier engine: a
+    /// gather-broadcast tree whose down-phase packets carry the bytes, no host on the path.
+    /// Longer messages take [`Bcast::default_for`]'s algorithm.
+    Nic,
 }
 
 impl Bcast {
@@ -37,14 +41,18 @@ impl Bcast {
             3 => Self::Binary,
             4 => Self::SplitBinary,
             5 => Self::Pipeline,
+            6 => Self::Nic,
             _ => return None,
         })
     }
 
     /// The choice of `map` for `size` ranks and `bytes`, or [`Bcast::default_for`] where it has
-    /// none.
+    /// none (or names the NIC's broadcast for more bytes than it carries).
     pub(crate) fn chosen(map: Option<&CollMap>, size: usize, bytes: usize) -> Self {
         match map.and_then(|m| m.choose(Collective::Bcast, size, bytes)) {
+            Some(Choice::Bcast(Self::Nic)) if bytes > nicbar_rs::NIC_BROADCAST_MAX => {
+                Self::default_for(size, bytes)
+            }
             Some(Choice::Bcast(algorithm)) => algorithm,
             _ => Self::default_for(size, bytes),
         }
@@ -289,6 +297,11 @@ pub(crate) fn bcast(
             return bcast(op, buffer, root, Bcast::Linear, segment);
         }
         Bcast::SplitBinary => split_binary(&mut op, buffer, root, vrank, segment)?,
+        Bcast::Nic if buffer.len() > nicbar_rs::NIC_BROADCAST_MAX => {
+            let fallback = Bcast::default_for(size, buffer.len());
+            return bcast(op, buffer, root, fallback, segment);
+        }
+        Bcast::Nic => return op.nic_broadcast(root, buffer),
     }
     op.finish()
 }

@@ -71,7 +71,14 @@ impl Collective {
     /// The algorithm names the collective has.
     fn names(self) -> &'static [&'static str] {
         match self {
-            Self::Bcast => &["linear", "binomial", "binary", "split-binary", "pipeline"],
+            Self::Bcast => &[
+                "linear",
+                "binomial",
+                "binary",
+                "split-binary",
+                "pipeline",
+                "nic",
+            ],
             Self::Scatter | Self::Gather => &["flat", "binomial"],
             Self::Alltoall => &["linear", "pairwise", "bruck"],
         }
@@ -94,6 +101,7 @@ impl Choice {
             (Collective::Bcast, "binary") => Self::Bcast(Bcast::Binary),
             (Collective::Bcast, "split-binary") => Self::Bcast(Bcast::SplitBinary),
             (Collective::Bcast, "pipeline") => Self::Bcast(Bcast::Pipeline),
+            (Collective::Bcast, "nic") => Self::Bcast(Bcast::Nic),
             (Collective::Scatter | Collective::Gather, "flat") => Self::Tree(Tree::Flat),
             (Collective::Scatter | Collective::Gather, "binomial") => Self::Tree(Tree::Binomial),
             (Collective::Alltoall, "linear") => Self::Alltoall(Alltoall::Linear),

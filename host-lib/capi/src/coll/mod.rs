@@ -37,13 +37,20 @@ const SPINS: u32 = 64;
 /// How long one sleep on the port lasts at most (the idle callback runs between sleeps).
 const SLEEP: Duration = Duration::from_micros(200);
 
+/// A broadcast run by the NIC: its root's rank, and the bytes at the root.
+type NicBroadcast = (usize, Vec<u8>);
+
 /// One process's port, with the barriers it has queued, the one running in the NIC, the ends
 /// not yet taken, and the collectives' transfers.
 pub(crate) struct CollEndpoint {
     pub(crate) port: Port,
-    queued: VecDeque<(u64, Group)>,
-    running: Option<(u64, PendingBarrier)>,
+    /// Barriers and the NIC's broadcasts in their order.
+    queued: VecDeque<(u64, Group, Option<NicBroadcast>)>,
+    /// The one running in the NIC, and whether it is a broadcast.
+    running: Option<(u64, PendingBarrier, bool)>,
     ended: HashMap<u64, Outcome>,
+    /// The bytes of the NIC's broadcasts that ended, by ticket.
+    broadcasts: HashMap<u64, Vec<u8>>,
     next_ticket: u64,
     /// Barriers completed.
     pub(crate) completed: u64,
@@ -64,6 +71,7 @@ impl CollEndpoint {
             queued: VecDeque::new(),
             running: None,
             ended: HashMap::new(),
+            broadcasts: HashMap::new(),
             next_ticket: 1,
             completed: 0,
             collectives: 0,
@@ -96,9 +104,25 @@ impl CollEndpoint {
 
     /// Queues a barrier of `group`; returns its ticket (never 0).
     pub(crate) fn barrier_start(&mut self, group: &Group) -> u64 {
+        self.enqueue(group, None)
+    }
+
+    /// Queues a broadcast of `group` from rank `root` run by the NIC (`data`: the bytes, at the
+    /// root); returns its ticket (never 0). Its end comes as a barrier's; then
+    /// [`CollEndpoint::take_broadcast`] gives the bytes.
+    pub(crate) fn broadcast_start(&mut self, group: &Group, root: usize, data: &[u8]) -> u64 {
+        self.enqueue(group, Some((root, data.to_vec())))
+    }
+
+    /// The bytes of the ended broadcast with `ticket`, taken.
+    pub(crate) fn take_broadcast(&mut self, ticket: u64) -> Option<Vec<u8>> {
+        self.broadcasts.remove(&ticket)
+    }
+
+    fn enqueue(&mut self, group: &Group, broadcast: Option<NicBroadcast>) -> u64 {
         let ticket = self.next_ticket;
         self.next_ticket = self.next_ticket.wrapping_add(1).max(1);
-        self.queued.push_back((ticket, group.clone()));
+        self.queued.push_back((ticket, group.clone(), broadcast));
         self.progress();
         ticket
     }
@@ -111,8 +135,8 @@ impl CollEndpoint {
             Some(outcome) => (Some(outcome), false),
             None => (
                 None,
-                self.running.as_ref().is_some_and(|(t, _)| *t == ticket)
-                    || self.queued.iter().any(|(t, _)| *t == ticket),
+                self.running.as_ref().is_some_and(|(t, _, _)| *t == ticket)
+                    || self.queued.iter().any(|(t, _, _)| *t == ticket),
             ),
         }
     }
@@ -122,21 +146,35 @@ impl CollEndpoint {
     pub(crate) fn progress(&mut self) -> usize {
         let mut ended = 0;
         loop {
-            if let Some((_, pending)) = &self.running {
+            if let Some((_, pending, _)) = &self.running {
                 if let Ok(false) = self.port.barrier_test(pending) {
                     break;
                 }
-                if let Some((ticket, pending)) = self.running.take() {
-                    let outcome = self.port.barrier_wait(pending);
+                if let Some((ticket, pending, broadcast)) = self.running.take() {
+                    let outcome = if broadcast {
+                        let mut bytes = [0; nicbar_rs::NIC_BROADCAST_MAX];
+                        self.port
+                            .nic_broadcast_wait(pending, &mut bytes)
+                            .map(|length| {
+                                let length = length.min(bytes.len());
+                                self.broadcasts.insert(ticket, bytes[..length].to_vec());
+                            })
+                    } else {
+                        self.port.barrier_wait(pending)
+                    };
                     self.record(ticket, outcome);
                     ended += 1;
                 }
             }
-            let Some((ticket, group)) = self.queued.pop_front() else {
+            let Some((ticket, group, broadcast)) = self.queued.pop_front() else {
                 break;
             };
-            match self.port.barrier_start(&group) {
-                Ok(pending) => self.running = Some((ticket, pending)),
+            let started = match &broadcast {
+                Some((root, data)) => self.port.nic_broadcast_start(&group, *root, data),
+                None => self.port.barrier_start(&group),
+            };
+            match started {
+                Ok(pending) => self.running = Some((ticket, pending, broadcast.is_some())),
                 Err(error) => {
                     self.record(ticket, Err(error));
                     ended += 1;
@@ -234,6 +272,13 @@ pub(crate) enum CollError {
         /// What came.
         got: usize,
     },
+    /// The NIC's broadcast failed: the member it waited for (if it names one) and how.
+    Nic {
+        /// The rank the NIC waited for.
+        rank: Option<usize>,
+        /// What happened.
+        message: String,
+    },
     /// The arguments cannot describe the operation.
     Argument(String),
     /// The port failed.
@@ -247,6 +292,7 @@ impl CollError {
     pub(crate) fn rank(&self) -> Option<usize> {
         match self {
             Self::Peer { rank, .. } | Self::Timeout { rank, .. } => Some(*rank),
+            Self::Nic { rank, .. } => *rank,
             Self::Length { .. } | Self::Argument(_) | Self::Port(_) => None,
         }
     }
@@ -270,6 +316,7 @@ impl std::fmt::Display for CollError {
                 "rank {rank} sent {got} bytes where {expected} were expected (do the ranks' \
                  counts and datatypes match?)"
             ),
+            Self::Nic { message, .. } => write!(f, "the NIC's broadcast failed: {message}"),
             Self::Argument(message) => write!(f, "{message}"),
             Self::Port(message) => write!(f, "the port failed: {message}"),
         }
@@ -290,6 +337,8 @@ impl Drop for Op<'_> {
 pub(crate) struct Op<'a> {
     endpoint: &'a mut CollEndpoint,
     members: &'a [Member],
+    /// The communicator's group, for what runs in the NIC (its broadcasts).
+    group: Option<&'a Group>,
     rank: usize,
     context: u32,
     sequence: u32,
@@ -321,6 +370,7 @@ impl<'a> Op<'a> {
         Ok(Self {
             endpoint,
             members,
+            group: None,
             rank,
             context,
             sequence,
@@ -339,6 +389,63 @@ impl<'a> Op<'a> {
             self.spin = spin;
         }
         self
+    }
+
+    /// This operation with the communicator's `group` (its members are the operation's), which
+    /// the NIC's broadcast runs on.
+    #[must_use]
+    pub(crate) fn with_group(mut self, group: &'a Group) -> Self {
+        self.group = Some(group);
+        self
+    }
+
+    /// Broadcasts `buffer` (at most [`nicbar_rs::NIC_BROADCAST_MAX`] bytes, the same length on
+    /// every rank) from `root` through the NIC's barrier engine, and ends the operation.
+    ///
+    /// # Errors
+    /// [`CollError::Argument`] without a group or for too many bytes; [`CollError::Nic`] if the
+    /// NIC's broadcast failed; [`CollError::Length`] if the root sent another length; as
+    /// [`Op::step`].
+    pub(crate) fn nic_broadcast(mut self, root: usize, buffer: &mut [u8]) -> Result<(), CollError> {
+        let group = self
+            .group
+            .ok_or_else(|| CollError::Argument("no group for the NIC's broadcast".into()))?;
+        if buffer.len() > nicbar_rs::NIC_BROADCAST_MAX {
+            return Err(CollError::Argument(format!(
+                "the NIC broadcasts at most {} bytes, not {}",
+                nicbar_rs::NIC_BROADCAST_MAX,
+                buffer.len()
+            )));
+        }
+        let data: &[u8] = if self.rank == root { buffer } else { &[] };
+        let ticket = self.endpoint.broadcast_start(group, root, data);
+        let mut polls = 0;
+        loop {
+            let (outcome, pending) = self.endpoint.barrier_end(ticket);
+            match outcome {
+                Some(Ok(())) => break,
+                Some(Err((rank, message))) => {
+                    return Err(CollError::Nic {
+                        rank: usize::try_from(rank).ok(),
+                        message,
+                    });
+                }
+                None if !pending => {
+                    return Err(CollError::Port("the NIC's broadcast was lost".into()));
+                }
+                None => self.step(&mut polls, root)?,
+            }
+        }
+        let bytes = self.endpoint.take_broadcast(ticket).unwrap_or_default();
+        if bytes.len() != buffer.len() {
+            return Err(CollError::Length {
+                rank: root,
+                expected: buffer.len(),
+                got: bytes.len(),
+            });
+        }
+        buffer.copy_from_slice(&bytes);
+        self.finish()
     }
 
     /// This process's rank.

@@ -302,6 +302,96 @@ fn every_alltoall_delivers_every_block() {
     }
 }
 
+/// The NIC's broadcast: every length up to what it carries, from every root, interleaved with
+/// barriers of the same group (they share its numbering), through the fault injector; longer
+/// messages take the host-driven algorithm and still arrive.
+#[test]
+fn the_nics_broadcast_reaches_every_rank_from_every_root_and_longer_messages_fall_back() {
+    for size in [2, 3, 5] {
+        let faults = FaultConfig {
+            loss: 0.05,
+            duplicate: 0.05,
+            reorder: 0.05,
+            ..FaultConfig::none(0x0b_ca57 + size as u64)
+        };
+        eprintln!("{size} ranks, fault injector: {faults}");
+        run_ranks(
+            "bcast-nic",
+            size,
+            Some(faults),
+            move |rank, endpoint, members| {
+                let group = nicbar_rs::Group::new(members.iter().copied())
+                    .unwrap()
+                    .with_id(0x5eed);
+                endpoint.port.restart_barrier_numbering(&group);
+                let mut sequence = 0;
+                let mut idle = || {};
+                for length in [0, 1, 7, 8, 31, nicbar_rs::NIC_BROADCAST_MAX, 33, 4000] {
+                    for root in 0..size {
+                        sequence += 1;
+                        let salt = sequence as usize;
+                        let mut buffer = if rank == root {
+                            data(root, length, salt)
+                        } else {
+                            vec![0xee; length]
+                        };
+                        let call = op(endpoint, members, sequence, &mut idle).with_group(&group);
+                        algorithms::bcast(call, &mut buffer, root, Bcast::Nic, 8192).unwrap();
+                        assert_eq!(
+                            buffer,
+                            data(root, length, salt),
+                            "{length} bytes from {root} at rank {rank}"
+                        );
+                        if sequence % 4 == 0 {
+                            let ticket = endpoint.barrier_start(&group);
+                            loop {
+                                match endpoint.barrier_end(ticket) {
+                                    (Some(outcome), _) => break outcome.unwrap(),
+                                    (None, true) => {
+                                        endpoint.wait(Duration::from_millis(1));
+                                    }
+                                    (None, false) => panic!("barrier {ticket} lost"),
+                                }
+                            }
+                        }
+                    }
+                }
+            },
+        );
+    }
+}
+
+/// A NIC broadcast whose ranks disagree on the length fails where the root's bytes do not fit,
+/// and nowhere is memory past the buffer written.
+#[test]
+fn a_nic_broadcast_of_another_length_than_the_roots_fails_with_the_lengths() {
+    run_ranks(
+        "bcast-nic-length",
+        2,
+        None,
+        move |rank, endpoint, members| {
+            let group = nicbar_rs::Group::new(members.iter().copied()).unwrap();
+            let mut idle = || {};
+            let mut buffer = if rank == 0 { vec![1; 16] } else { vec![0; 8] };
+            let call = op(endpoint, members, 1, &mut idle).with_group(&group);
+            let outcome = algorithms::bcast(call, &mut buffer, 0, Bcast::Nic, 8192);
+            if rank == 0 {
+                outcome.unwrap();
+            } else {
+                assert_eq!(
+                    outcome.unwrap_err(),
+                    CollError::Length {
+                        rank: 0,
+                        expected: 8,
+                        got: 16
+                    }
+                );
+                assert_eq!(buffer, [0; 8]);
+            }
+        },
+    );
+}
+
 #[test]
 fn large_broadcasts_go_by_rendezvous_byte_for_byte() {
     let size = 3;

@@ -115,6 +115,14 @@ pub const NICBAR_COLL_BCAST_BINARY: i32 = 3;
 pub const NICBAR_COLL_BCAST_SPLIT_BINARY: i32 = 4;
 /// Broadcast: a pipeline (a chain, segmented).
 pub const NICBAR_COLL_BCAST_PIPELINE: i32 = 5;
+/// The most bytes NICBAR_COLL_BCAST_NIC carries in the NIC: what the NIC's completion event holds
+/// inline (every member's event brings the root's bytes; no buffer to provide).
+pub const NICBAR_NIC_BROADCAST_MAX: u32 = 32;
+const _: () = assert!(NICBAR_NIC_BROADCAST_MAX as usize == nicbar_rs::NIC_BROADCAST_MAX);
+/// Broadcast: carried by the NIC's barrier engine (a gather-broadcast tree whose down-phase
+/// packets carry the bytes) for up to NICBAR_NIC_BROADCAST_MAX bytes; longer messages take
+/// the algorithm chosen by size.
+pub const NICBAR_COLL_BCAST_NIC: i32 = 6;
 /// Scatter and gather: the root talks to every rank.
 pub const NICBAR_COLL_TREE_FLAT: i32 = 1;
 /// Scatter and gather: a binomial tree (not for the v forms, which are flat).
@@ -723,7 +731,8 @@ unsafe fn collective(
                 group.timeout,
                 &mut run_idle,
             )?
-            .with_spin(op.spin);
+            .with_spin(op.spin)
+            .with_group(&group.group);
             body(call, op.algorithm, op.segment)
         },
     );
@@ -814,7 +823,8 @@ pub unsafe extern "C" fn nicbar_coll_map_load(
 }
 
 /// MPI_Bcast of `length` bytes at `buffer` from rank `root` (`op`'s algorithm: 0 by size, or a
-/// NICBAR_COLL_BCAST_*). Returns NICBAR_COLL_COMPLETED, NICBAR_COLL_FAILED (the op says why),
+/// NICBAR_COLL_BCAST_*; NICBAR_COLL_BCAST_NIC runs it in the NIC up to NICBAR_NIC_BROADCAST_MAX
+/// bytes, taking the group's next barrier number as a barrier does). Returns NICBAR_COLL_COMPLETED, NICBAR_COLL_FAILED (the op says why),
 /// or NICBAR_COLL_UNKNOWN for NULL handles or an unknown algorithm (nothing sent).
 ///
 /// # Safety
