@@ -202,36 +202,9 @@ fn orchestrate(args: &[String]) -> Result {
         println!("  done in {:.1?}", started.elapsed());
     }
 
-    // What authenticating every packet costs: pairwise exchange in the NIC with packets that
-    // carry no code, beside the authenticated figure measured above, in the same run.
-    println!("\nauthentication's cost, pairwise exchange in the NIC (mean µs per barrier):");
-    for &n in &sizes {
-        let socket = dir.join(format!("n{n}-no-auth.sock"));
-        let mut config = EmulatorConfig::in_process(&socket, n as u16);
-        config.authenticate = false;
-        let emulator = Emulator::spawn(config)?;
-        let report = run_processes(
-            &socket,
-            n,
-            barriers,
-            &encode(Algorithm::PairwiseExchange),
-            wait,
-        )?;
-        drop(emulator);
-        let without: f64 = report
-            .split_whitespace()
-            .next()
-            .ok_or("short report")?
-            .parse()?;
-        let with = rows
-            .iter()
-            .find(|row| row.processes == n && row.algorithm == "PE")
-            .map_or(f64::NAN, |row| row.nic_us);
-        println!(
-            "  {n:>2} processes: {with:>8.1} authenticated, {without:>8.1} not ({:+.1} %)",
-            (with / without - 1.0) * 100.0
-        );
-    }
+    // (Every NIC here is a unit of one daemon, and packets between them carry no
+    // authentication code: they never leave its memory. What the code costs shows over UDP, in
+    // `bench pingpong`.)
 
     let mut mpi_rows: Vec<(usize, &'static str, f64)> = Vec::new();
     if mpi {
