@@ -173,63 +173,6 @@ fn ports_of_one_nic_hand_the_bytes_on_without_the_wire() {
     }
 }
 
-/// Runs every node of `net` over a lossy wire: each packet is lost, duplicated or held back
-/// one round with the odds `percent` each, drawn from `seed`, calling `between` after every round,
-/// until the wire is quiet and no timer falls due before `limit`.
-fn run_lossy(
-    net: &mut Net,
-    seed: u64,
-    percent: u64,
-    limit: Duration,
-    between: &mut dyn FnMut(&mut Net),
-) {
-    let mut state = seed;
-    let mut next = move || {
-        state = state
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (state >> 33) % 100
-    };
-    let end = net.now.saturating_add(limit);
-    let nodes = net.nodes.len() as u16;
-    let mut held: Vec<WirePacket> = Vec::new();
-    for _ in 0..200_000 {
-        between(net);
-        let mut moving = Vec::new();
-        for node in 0..nodes {
-            moving.extend(net.poll(node));
-        }
-        let late = core::mem::take(&mut held);
-        if moving.is_empty() && late.is_empty() {
-            match net.nodes.iter().filter_map(|n| n.nic.poll_at()).min() {
-                Some(at) if at <= end => {
-                    net.now = at.max(net.now);
-                    continue;
-                }
-                _ => return,
-            }
-        }
-        for packet in moving {
-            let roll = next();
-            if roll < percent {
-                continue;
-            } else if roll < 2 * percent {
-                net.deliver(&packet);
-                net.deliver(&packet);
-            } else if roll < 3 * percent {
-                held.push(packet);
-            } else {
-                net.deliver(&packet);
-            }
-        }
-        for packet in late {
-            net.deliver(&packet);
-        }
-        net.advance(Duration::from_micros(20));
-    }
-    panic!("the lossy wire of seed {seed} never went quiet");
-}
-
 #[test]
 fn lost_duplicated_and_reordered_packets_still_bring_every_member_the_bytes() {
     // Back-to-back broadcasts from changing roots, each member starting the next one as soon as

@@ -97,54 +97,9 @@ fn sent(events: &[Event]) -> Vec<(Status, u64)> {
         .collect()
 }
 
-/// A deterministic lossy wire: each packet is lost, duplicated or held back one round with the
-/// given odds (in percent), from `seed`. Runs until the wire is quiet and no timer is due before
-/// `limit` of virtual time.
+/// [`super::run_lossy`] with nothing to do between rounds.
 pub(super) fn run_lossy(net: &mut Net, seed: u64, percent: u64, limit: Duration) {
-    let mut state = seed;
-    let mut next = move || {
-        state = state
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (state >> 33) % 100
-    };
-    let end = net.now.saturating_add(limit);
-    let mut held: Vec<WirePacket> = Vec::new();
-    for _ in 0..200_000 {
-        let mut moving = Vec::new();
-        for node in 0..2 {
-            moving.extend(net.poll(node));
-        }
-        let late = core::mem::take(&mut held);
-        if moving.is_empty() && late.is_empty() {
-            let due = (0..2).filter_map(|n| net[n].nic.poll_at()).min();
-            match due {
-                Some(at) if at <= end => {
-                    net.now = at.max(net.now);
-                    continue;
-                }
-                _ => return,
-            }
-        }
-        for packet in moving {
-            let roll = next();
-            if roll < percent {
-                continue;
-            } else if roll < 2 * percent {
-                net.deliver(&packet);
-                net.deliver(&packet);
-            } else if roll < 3 * percent {
-                held.push(packet);
-            } else {
-                net.deliver(&packet);
-            }
-        }
-        for packet in late {
-            net.deliver(&packet);
-        }
-        net.advance(Duration::from_micros(20));
-    }
-    panic!("the lossy wire of seed {seed} never went quiet");
+    super::run_lossy(net, seed, percent, limit, &mut |_| {});
 }
 
 #[test]
