@@ -969,28 +969,12 @@ fn data_nobody_asked_for_is_bounded_and_a_forged_length_takes_nothing() {
     let mut pump_sender = || {
         let _ = sender.pump_transfers();
     };
-    let mut receiving = Op::new(
-        &mut receiver,
-        &members,
-        5,
-        1,
-        Some(Duration::from_secs(20)),
-        &mut pump_sender,
-    )
-    .unwrap();
+    let mut receiving = op(&mut receiver, &members, 1, &mut pump_sender);
     assert!(receiving.receive(0, 0, small).unwrap() == data(0, small, 1));
     assert!(receiving.receive(0, 1, large).unwrap() == data(0, large, 2));
     drop(receiving);
 
-    let mut asking = Op::new(
-        &mut receiver,
-        &members,
-        5,
-        8,
-        Some(Duration::from_secs(20)),
-        &mut idle,
-    )
-    .unwrap();
+    let mut asking = op(&mut receiver, &members, 8, &mut idle);
     let error = asking.receive(2, 0, 1 << 30).expect_err("it was dropped");
     assert_eq!(error.rank(), Some(2), "{error}");
     assert!(
