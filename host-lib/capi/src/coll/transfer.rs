@@ -450,6 +450,8 @@ struct SendRecord {
     rendezvous: Option<(Member, Key, Rendezvous)>,
     /// A rendezvous control message of the transfers' own, not a caller's message.
     internal: bool,
+    /// The forward (sender and key) this send passes on, while none of its message has come.
+    awaiting: Option<(Member, Key)>,
 }
 
 impl SendRecord {
@@ -462,15 +464,9 @@ impl SendRecord {
             detached: false,
             rendezvous: None,
             internal: false,
+            awaiting: None,
         }
     }
-}
-
-/// Where a message that is forwarded as it arrives goes on to: a send (its record) per rank.
-struct Forward {
-    to: Vec<(Member, SendId)>,
-    /// Whether a segment has arrived (the records then count the message's segments).
-    started: bool,
 }
 
 /// A message being assembled from its segments.
@@ -540,8 +536,9 @@ pub(crate) struct Transfers {
     draining: HashMap<SendId, (MemoryRegion, usize)>,
     /// Rendezvous this endpoint answered, by sender and key.
     landing: HashMap<(Member, Key), Landing>,
-    /// Messages forwarded as they arrive, by sender and key.
-    forwards: HashMap<(Member, Key), Forward>,
+    /// Messages forwarded as they arrive, by sender and key: where each goes on to, a send (its
+    /// record) per rank.
+    forwards: HashMap<(Member, Key), Vec<(Member, SendId)>>,
     /// Segments to forward that found no spare send buffer: (send, rank, the packet's bytes).
     forward_backlog: VecDeque<(SendId, Member, Box<[u8]>)>,
     /// Receive buffers sent on by forwarding whose place among the provided ones no spare send
@@ -633,6 +630,13 @@ impl Transfers {
         self.unexpected += cost;
         self.charged.insert(at, cost);
         true
+    }
+
+    /// What `at`'s message counted against the limit is free again.
+    fn uncharge(&mut self, at: (Member, Key)) {
+        if let Some(cost) = self.charged.remove(&at) {
+            self.unexpected = self.unexpected.saturating_sub(cost);
+        }
     }
 
     /// The caller waits for the message `key` from `from` now: a ready-to-send of it kept
@@ -748,9 +752,18 @@ impl Transfers {
             id,
             SendRecord {
                 detached,
-                ..SendRecord::new(segment_count(data.len()))
+                ..SendRecord::new(0)
             },
         );
+        self.queue_eager(id, to, key, data);
+    }
+
+    /// Queues `data` for `to` under `key` as eager segments of the send `id`, which counts them.
+    fn queue_eager(&mut self, id: SendId, to: Member, key: Key, data: Arc<[u8]>) {
+        if let Some(record) = self.sends.get_mut(&id) {
+            record.unposted += segment_count(data.len());
+            record.undelivered += segment_count(data.len());
+        }
         self.outgoing.push_back(Outgoing {
             id,
             to,
@@ -780,17 +793,17 @@ impl Transfers {
             let id = SendId(self.next_id);
             self.next_id += 1;
             // One packet until the first segment tells the message's length.
-            self.sends.insert(id, SendRecord::new(1));
+            self.sends.insert(
+                id,
+                SendRecord {
+                    awaiting: Some(at),
+                    ..SendRecord::new(1)
+                },
+            );
             sends.push((member, id));
         }
         let ids = sends.iter().map(|&(_, id)| id).collect();
-        self.forwards.insert(
-            at,
-            Forward {
-                to: sends,
-                started: false,
-            },
-        );
+        self.forwards.insert(at, sends);
         Some(ids)
     }
 
@@ -805,23 +818,25 @@ impl Transfers {
         length: usize,
     ) -> Option<DmaBuffer> {
         let at = (from, key);
-        let Some(forward) = self.forwards.get_mut(&at) else {
+        let Some(to) = self.forwards.get(&at).cloned() else {
             return Some(buffer);
         };
-        if !forward.started {
-            forward.started = true;
-            let total = buffer
-                .get(..length)
-                .and_then(Header::parse)
-                .map_or(0, |header| header.total as usize);
-            for &(_, id) in &forward.to {
-                if let Some(record) = self.sends.get_mut(&id) {
-                    record.unposted = segment_count(total);
-                    record.undelivered = segment_count(total);
-                }
+        // The first segment tells the message's length: the sends count its segments.
+        let mut total = None;
+        for &(_, id) in &to {
+            if let Some(record) = self.sends.get_mut(&id)
+                && record.awaiting.take().is_some()
+            {
+                let total = *total.get_or_insert_with(|| {
+                    buffer
+                        .get(..length)
+                        .and_then(Header::parse)
+                        .map_or(0, |header| header.total as usize)
+                });
+                record.unposted = segment_count(total);
+                record.undelivered = segment_count(total);
             }
         }
-        let to = forward.to.clone();
         if !self.assembling.contains_key(&at) {
             // The last segment: the message is whole here.
             self.forwards.remove(&at);
@@ -868,11 +883,11 @@ impl Transfers {
     /// A message forwarded as it arrived came whole by rendezvous instead: it goes on to the
     /// forward's ranks as ordinary sends under the ids they were given.
     fn forward_whole(&mut self, at: (Member, Key), data: &[u8]) {
-        let Some(forward) = self.forwards.remove(&at) else {
+        let Some(to) = self.forwards.remove(&at) else {
             return;
         };
         let data: Arc<[u8]> = Arc::from(data);
-        for (member, id) in forward.to {
+        for (member, id) in to {
             if self.sends.contains_key(&id) {
                 self.send_as(id, member, at.1, data.clone());
             }
@@ -899,12 +914,9 @@ impl Transfers {
         self.sends.insert(
             id,
             SendRecord {
-                unposted: 1,
-                undelivered: 1,
-                error: None,
                 detached: true,
-                rendezvous: None,
                 internal: true,
+                ..SendRecord::new(1)
             },
         );
         self.queue_control(id, to, control);
@@ -962,17 +974,12 @@ impl Transfers {
     /// Whether `id` is a send of a forward whose message has not begun to arrive (it is then
     /// taken out of the forward).
     fn forward_not_started(&mut self, id: SendId) -> bool {
-        let Some(at) = self
-            .forwards
-            .iter()
-            .find(|(_, forward)| !forward.started && forward.to.iter().any(|&(_, i)| i == id))
-            .map(|(at, _)| *at)
-        else {
+        let Some(at) = self.sends.get_mut(&id).and_then(|r| r.awaiting.take()) else {
             return false;
         };
-        if let Some(forward) = self.forwards.get_mut(&at) {
-            forward.to.retain(|&(_, i)| i != id);
-            if forward.to.is_empty() {
+        if let Some(to) = self.forwards.get_mut(&at) {
+            to.retain(|&(_, i)| i != id);
+            if to.is_empty() {
                 self.forwards.remove(&at);
             }
         }
@@ -1020,9 +1027,7 @@ impl Transfers {
     pub(crate) fn take(&mut self, from: Member, key: Key) -> Option<Vec<u8>> {
         let message = self.arrived.remove(&(from, key))?;
         self.counters.messages_received += 1;
-        if let Some(cost) = self.charged.remove(&(from, key)) {
-            self.unexpected = self.unexpected.saturating_sub(cost);
-        }
+        self.uncharge((from, key));
         if self.wanted == Some((from, key)) {
             self.wanted = None;
         }
@@ -1218,34 +1223,29 @@ impl Transfers {
             self.counters.dropped += 1;
             return None;
         }
+        if !self.assembling.contains_key(&key) {
+            // A new message: the rest of one dropped for the limit stays dropped, and one that
+            // does not fit under the limit is dropped (and remembered).
+            if self.over_limit.contains_key(&key) {
+                self.counters.dropped += 1;
+                return None;
+            }
+            if !self.admit(key, total) {
+                self.counters.dropped += 1;
+                if self.over_limit.len() < REFUSED_KEEP {
+                    self.over_limit.insert(key, total);
+                }
+                return None;
+            }
+        }
         let assembly = match self.assembling.entry(key) {
             std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
             std::collections::hash_map::Entry::Vacant(entry) => {
-                if self.over_limit.contains_key(&key) {
-                    // The rest of a message dropped for the limit.
-                    self.counters.dropped += 1;
-                    return None;
-                }
-                if !(self.wanted == Some(key)
-                    || self.unexpected.saturating_add(total.max(SEGMENT_PAYLOAD))
-                        <= self.unexpected_limit)
-                {
-                    self.counters.over_limit += 1;
-                    self.counters.dropped += 1;
-                    if self.over_limit.len() < REFUSED_KEEP {
-                        self.over_limit.insert(key, total);
-                    }
-                    return None;
-                }
                 let mut data = Vec::new();
                 if data.try_reserve_exact(total).is_err() {
+                    self.uncharge(key);
                     self.counters.dropped += 1;
                     return None;
-                }
-                if self.wanted != Some(key) {
-                    let cost = total.max(SEGMENT_PAYLOAD);
-                    self.unexpected += cost;
-                    self.charged.insert(key, cost);
                 }
                 data.resize(total, 0);
                 let count = segment_count(total);
@@ -1353,9 +1353,7 @@ impl Transfers {
                 }
             }
             None => {
-                if let Some(cost) = self.charged.remove(&key) {
-                    self.unexpected = self.unexpected.saturating_sub(cost);
-                }
+                self.uncharge(key);
                 self.counters.rendezvous_refused += 1;
                 Control {
                     kind: ControlKind::Refuse,
@@ -1395,16 +1393,7 @@ impl Transfers {
         };
         let Some(region) = region else {
             // Refused, or this side cannot register the source: eagerly, as a short message.
-            record.unposted += segment_count(data.len());
-            record.undelivered += segment_count(data.len());
-            self.outgoing.push_back(Outgoing {
-                id,
-                to,
-                key,
-                data,
-                next: 0,
-                control: false,
-            });
+            self.queue_eager(id, to, key, data);
             return;
         };
         region.bytes().write(0, &data);
