@@ -10,7 +10,7 @@ use std::io::{IoSlice, IoSliceMut};
 use nix::sys::uio::{RemoteIoVec, process_vm_readv, process_vm_writev};
 use nix::unistd::Pid;
 
-use crate::message::{ControlError, Request};
+use crate::message::{ControlError, Reply, Request};
 
 /// A port owner's memory request, as every NIC backend hands it to its NIC (answered with the
 /// region's key, or 0).
@@ -60,6 +60,15 @@ impl MemoryRequest {
             Request::AllowRemoteAccess => Self::AllowRemoteAccess,
             _ => return Err(ControlError::BadRequest("not a memory request".to_owned())),
         })
+    }
+
+    /// The reply to this request once the NIC answered `key` (the region's key; 0 for the
+    /// requests that make none).
+    pub fn reply(self, key: u32) -> Reply {
+        match self {
+            Self::Register { .. } => Reply::Registered { key },
+            Self::Deregister { .. } | Self::AllowRemoteAccess => Reply::MemoryDone,
+        }
     }
 }
 

@@ -163,7 +163,6 @@ impl PortBackend for EmulatedUnits {
             .get(usize::from(unit))
             .ok_or_else(|| ControlError::Internal(format!("no NIC unit {unit}")))?;
         let request = MemoryRequest::from_request(request)?;
-        let registering = matches!(request, MemoryRequest::Register { .. });
         let (reply, answer) = mpsc::channel();
         if !handle.send(Command::Memory {
             port: PortId(port),
@@ -179,11 +178,7 @@ impl PortBackend for EmulatedUnits {
             .recv_timeout(UNIT_REPLY_TIMEOUT)
             .map_err(|_| ControlError::Internal(format!("NIC unit {unit} did not answer")))?
             .map_err(ControlError::MemoryRefused)?;
-        Ok(if registering {
-            Reply::Registered { key }
-        } else {
-            Reply::MemoryDone
-        })
+        Ok(request.reply(key))
     }
 
     fn node_names(&self) -> Vec<NodeName> {

@@ -151,10 +151,7 @@ impl PortBackend for QemuMachines {
         let result = machine
             .memory_command(port, pid, command)
             .map_err(ControlError::MemoryRefused)?;
-        Ok(match command {
-            MemoryRequest::Register { .. } => Reply::Registered { key: result },
-            _ => Reply::MemoryDone,
-        })
+        Ok(command.reply(result))
     }
 
     /// The stop doorbell is left ringing for the hub, and the NICs run on: the fabric powers them
