@@ -19,6 +19,7 @@ pub mod event;
 pub mod ids;
 pub mod image;
 pub mod packet;
+pub mod qemu;
 pub mod rdma;
 pub mod region;
 pub mod ring;

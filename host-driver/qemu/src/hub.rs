@@ -20,14 +20,14 @@ use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use board::layout::{
-    DOORBELL_MAILBOX, DOORBELL_MEMORY, DOORBELL_PORT_EVENT, DOORBELL_WIRE, MEMORY_BOUNCE_LEN,
-    WIRE_RECEIVE, WIRE_RING_ENTRIES, WIRE_TRANSMIT,
-};
-use board::wire::{PacketConsumer, PacketProducer, WireError};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use shared_abi::ids::{NodeId, PORTS_PER_NIC};
 use shared_abi::packet::MAX_WIRE_LEN;
+use shared_abi::qemu::layout::{
+    DOORBELL_MAILBOX, DOORBELL_MEMORY, DOORBELL_PORT_EVENT, DOORBELL_WIRE, MEMORY_BOUNCE_LEN,
+    WIRE_RECEIVE, WIRE_RING_ENTRIES, WIRE_TRANSMIT,
+};
+use shared_abi::qemu::wire::{PacketConsumer, PacketProducer, WireError};
 use shared_abi::ring::RingError;
 
 use super::machine::Machine;

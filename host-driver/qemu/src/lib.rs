@@ -5,11 +5,11 @@
 //! # Shape
 //!
 //! For each NIC ("node"), [`QemuFabric::spawn`] creates the guest's RAM and a pool of
-//! `board::layout::PORT_REGIONS` memories per port as sealed memfds, writes the mailbox
+//! `shared_abi::qemu::layout::PORT_REGIONS` memories per port as sealed memfds, writes the mailbox
 //! configuration into the RAM, and starts QEMU with the RAM as its `memory-backend-file`
 //! (`share=on`) and each port memory as the shared BAR of an `ivshmem-plain` PCI device (port
 //! `p`'s pool: the functions of slot `0x10 + p`). The guest-physical memory map, the mailbox and the doorbell bytes
-//! are `board::layout`; the wire's packet rings are `board::wire`. Then three kinds of thread run:
+//! are `shared_abi::qemu::layout`; the wire's packet rings are `shared_abi::qemu::wire`. Then three kinds of thread run:
 //!
 //! - The hub (`hub`): reads every NIC's UART (console text, and doorbell bytes: an event for a
 //!   sleeping process rings that process's eventfd), watches every NIC's doorbell eventfd
@@ -58,8 +58,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use board::layout::{GuestCounters, GuestFailure, GuestState, RAM_BASE};
 use shared_abi::ids::PORTS_PER_NIC;
+use shared_abi::qemu::layout::{GuestCounters, GuestFailure, GuestState, RAM_BASE};
 
 use nicbar_control::server::ControlServer;
 use nicbar_control::{ListenError, doorbell};

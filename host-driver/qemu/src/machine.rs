@@ -8,16 +8,16 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use board::layout::{
+use nix::fcntl::{FallocateFlags, FcntlArg, SealFlag, fallocate, fcntl};
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::memfd::{MFdFlags, memfd_create};
+use shared_abi::ids::{Generation, NodeId, PORTS_PER_NIC, PortId};
+use shared_abi::qemu::layout::{
     DOORBELL_WAKE, GuestCounters, GuestFailure, GuestState, LAYOUT_VERSION, MAILBOX_MAGIC,
     MEMORY_BOUNCE_LEN, MEMORY_BOUNCE_OFFSET, MemoryDirection, MemoryStatus, PORT_FIRST_SLOT,
     PORT_REGIONS, PORT_WINDOW_LEN, PortError, PortOperation, RAM_LEN, SHARED_AREA_LEN,
     SHARED_AREA_OFFSET, offsets,
 };
-use nix::fcntl::{FallocateFlags, FcntlArg, SealFlag, fallocate, fcntl};
-use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use nix::sys::memfd::{MFdFlags, memfd_create};
-use shared_abi::ids::{Generation, NodeId, PORTS_PER_NIC, PortId};
 use shared_abi::region::RegionLayout;
 use shared_abi::ring::raw::RawMemory;
 use shared_abi::ring::{OutOfBounds, SharedMemory, check_range};
@@ -107,7 +107,7 @@ struct PortMemory {
     mapping: Mapping,
 }
 
-/// Where a port is in its pool of regions (`board::layout::PORT_REGIONS` of them): every open
+/// Where a port is in its pool of regions (`shared_abi::qemu::layout::PORT_REGIONS` of them): every open
 /// takes the next region no process has held, and a close retires it for good. QEMU cannot swap
 /// the memory behind a BAR of a running guest, and the process that closed a port may keep the
 /// region's descriptor and mapping, so a region is never handed to a second owner.
@@ -364,7 +364,7 @@ impl Machine {
     }
 
     fn load(&self, offset: usize) -> u32 {
-        // Every offset used is one of `board::layout::offsets`, inside the shared area.
+        // Every offset used is one of `shared_abi::qemu::layout::offsets`, inside the shared area.
         self.shared().load_acquire(offset).unwrap_or(0)
     }
 

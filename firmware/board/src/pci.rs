@@ -10,11 +10,11 @@
 //! and nothing else is touched.
 #![allow(unsafe_code, reason = "naming configuration-space registers")]
 
-use board::layout::{
+use shared_abi::ids::PORTS_PER_NIC;
+use shared_abi::qemu::layout::{
     IVSHMEM_DEVICE, IVSHMEM_VENDOR, PCI_ECAM_BASE, PORT_FIRST_SLOT, PORT_REGIONS, PORT_WINDOW_LEN,
     region_window_address,
 };
-use shared_abi::ids::PORTS_PER_NIC;
 use volatile::VolatilePtr;
 
 use crate::mmio;

@@ -9,14 +9,14 @@
 use core::ptr::NonNull;
 use core::time::Duration;
 
-use board::layout::{
+use firmware::{Hal, MemoryFault, TransmitError};
+use shared_abi::ids::{NodeId, PORTS_PER_NIC};
+use shared_abi::qemu::layout::{
     DOORBELL_MEMORY, DOORBELL_PORT_EVENT, DOORBELL_WIRE, MEMORY_BOUNCE_LEN, MEMORY_BOUNCE_OFFSET,
     MemoryDirection, MemoryStatus, PortError, SHARED_AREA_BASE, SHARED_AREA_LEN, WIRE_RECEIVE,
     WIRE_TRANSMIT, offsets,
 };
-use board::wire::{PacketConsumer, PacketProducer};
-use firmware::{Hal, MemoryFault, TransmitError};
-use shared_abi::ids::{NodeId, PORTS_PER_NIC};
+use shared_abi::qemu::wire::{PacketConsumer, PacketProducer};
 use shared_abi::region::{RegionHeader, RegionLayout};
 use shared_abi::ring::raw::RawMemory;
 use shared_abi::ring::{Consumer, RingError, SharedMemory};
@@ -62,7 +62,7 @@ pub(crate) struct BoardHal {
     receive_ring: PacketConsumer,
     uart: Ns16550<MachineTimer>,
     timer: MachineTimer,
-    /// The last process-memory access posted ([`board::layout::MemoryAccess::request`]).
+    /// The last process-memory access posted ([`shared_abi::qemu::layout::MemoryAccess::request`]).
     memory_request: u32,
     /// Process-memory accesses the host answered.
     pub(crate) memory_accesses: u32,

@@ -80,13 +80,13 @@ fn ports_messages_and_barriers_on_two_qemu_nics() {
     let fabric = fabric(&dir, 2);
     let socket = fabric.socket().to_owned();
     for report in fabric.reports() {
-        assert_eq!(report.state, board::layout::GuestState::RUNNING);
+        assert_eq!(report.state, shared_abi::qemu::layout::GuestState::RUNNING);
         for (port, &(address, length)) in report.windows.iter().enumerate() {
             assert_eq!(
                 (address, length as usize),
                 (
-                    board::layout::port_window_address(port).unwrap(),
-                    board::layout::PORT_WINDOW_LEN
+                    shared_abi::qemu::layout::port_window_address(port).unwrap(),
+                    shared_abi::qemu::layout::PORT_WINDOW_LEN
                 ),
                 "node {} port {port}",
                 report.node
@@ -153,7 +153,11 @@ fn ports_messages_and_barriers_on_two_qemu_nics() {
             "node {} powers off cleanly: {node}",
             node.node
         );
-        assert_eq!(node.state, board::layout::GuestState::STOPPED, "{node}");
+        assert_eq!(
+            node.state,
+            shared_abi::qemu::layout::GuestState::STOPPED,
+            "{node}"
+        );
         assert_eq!(node.counters.barriers_completed.get(), 1, "{node}");
         assert_eq!(node.counters.barriers_failed.get(), 0, "{node}");
         assert!(
@@ -234,7 +238,7 @@ fn a_closed_ports_kept_mapping_cannot_reach_the_next_owner() {
     let dir = tempfile::tempdir().unwrap();
     let fabric = fabric(&dir, 1);
     let socket = fabric.socket().to_owned();
-    let window = board::layout::PORT_WINDOW_LEN;
+    let window = shared_abi::qemu::layout::PORT_WINDOW_LEN;
 
     // The first owner of port 2 opens it, maps its region, closes the port, and keeps both the
     // descriptor and the mapping.
@@ -300,7 +304,7 @@ fn a_port_opens_once_per_region_then_says_the_nic_must_restart() {
     let fabric = fabric(&dir, 1);
     let socket = fabric.socket().to_owned();
     let mut inodes = Vec::new();
-    for _ in 0..board::layout::PORT_REGIONS {
+    for _ in 0..shared_abi::qemu::layout::PORT_REGIONS {
         let (stream, region) = open_raw(&socket, 0, 5);
         inodes.push(inode(&region));
         assert!(matches!(
@@ -314,7 +318,7 @@ fn a_port_opens_once_per_region_then_says_the_nic_must_restart() {
     inodes.dedup();
     assert_eq!(
         inodes.len(),
-        board::layout::PORT_REGIONS,
+        shared_abi::qemu::layout::PORT_REGIONS,
         "every open had a memory of its own"
     );
     let error = Port::open_at(&socket, 0, 5).unwrap_err();

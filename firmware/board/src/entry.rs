@@ -13,7 +13,7 @@
 //! the host reports.
 #![allow(unsafe_code, reason = "the entry assembly, `wfi` and the CSR writes")]
 
-use board::layout::{SHARED_AREA_BASE, offsets};
+use shared_abi::qemu::layout::{SHARED_AREA_BASE, offsets};
 
 /// The word the stack is painted with at boot.
 pub(crate) const STACK_PAINT: u32 = 0x5354_4b21;

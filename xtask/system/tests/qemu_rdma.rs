@@ -109,7 +109,7 @@ fn a_1_mib_put_and_get_between_processes_on_two_qemu_nics_arrive_byte_for_byte()
     for node in &report.nodes {
         assert_eq!(node.counters.memory_faults.get(), 0, "{node}");
         // A MiB each way, at most a bounce buffer per round trip, on both NICs.
-        let least = 2 * BIG as u32 / board::layout::MEMORY_BOUNCE_LEN as u32;
+        let least = 2 * BIG as u32 / shared_abi::qemu::layout::MEMORY_BOUNCE_LEN as u32;
         assert!(node.counters.memory_accesses.get() >= least, "{node}");
     }
 }

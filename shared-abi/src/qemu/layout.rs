@@ -63,12 +63,12 @@
 
 use core::mem::offset_of;
 
-use shared_abi::ids::PORTS_PER_NIC;
-use shared_abi::packet::MAX_WIRE_LEN;
+use crate::ids::PORTS_PER_NIC;
+use crate::packet::MAX_WIRE_LEN;
 use zerocopy::little_endian::U32;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
-use crate::wire::PacketRingLayout;
+use super::wire::PacketRingLayout;
 
 /// Guest-physical address of the RAM.
 pub const RAM_BASE: u32 = 0x8000_0000;
@@ -152,7 +152,7 @@ pub const WIRE_RECEIVE: PacketRingLayout = PacketRingLayout {
 pub const MEMORY_BOUNCE_OFFSET: usize =
     align_page(WIRE_RECEIVE_OFFSET + PacketRingLayout::bytes(WIRE_RING_ENTRIES));
 /// Bytes one process-memory access moves at most: one packet's payload.
-pub const MEMORY_BOUNCE_LEN: usize = shared_abi::MTU_PAYLOAD;
+pub const MEMORY_BOUNCE_LEN: usize = crate::MTU_PAYLOAD;
 const _: () = assert!(MEMORY_BOUNCE_OFFSET + MEMORY_BOUNCE_LEN <= SHARED_AREA_LEN);
 const _: () = assert!(SHARED_AREA_OFFSET + SHARED_AREA_LEN <= RAM_LEN - (2 << 20));
 const _: () = assert!(MAX_WIRE_LEN <= u16::MAX as usize);
@@ -554,7 +554,10 @@ const fn align_page(n: usize) -> usize {
 
 #[cfg(test)]
 mod tests {
+    extern crate std;
+
     use super::*;
+    use std::vec::Vec;
 
     #[test]
     fn every_mailbox_word_is_aligned() {
@@ -586,7 +589,7 @@ mod tests {
             assert!(MEMORY_BOUNCE_OFFSET >= receive_end);
             assert!(MEMORY_BOUNCE_OFFSET % 4096 == 0);
             assert!(MEMORY_BOUNCE_OFFSET + MEMORY_BOUNCE_LEN <= SHARED_AREA_LEN);
-            assert!(MEMORY_BOUNCE_LEN == shared_abi::MTU_PAYLOAD);
+            assert!(MEMORY_BOUNCE_LEN == crate::MTU_PAYLOAD);
         };
         // Every doorbell code is distinct from the others and from console text.
         let codes = [DOORBELL_WIRE, DOORBELL_MAILBOX, DOORBELL_MEMORY];

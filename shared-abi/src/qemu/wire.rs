@@ -2,7 +2,7 @@
 //!
 //! Each NIC has a transmit ring (the firmware produces, the host's switch consumes) and a receive
 //! ring (the switch produces, the firmware consumes), both in the NIC's shared area
-//! ([`crate::layout`]). The switch moves a packet from one NIC's transmit ring into the receive
+//! ([`super::layout`]). The switch moves a packet from one NIC's transmit ring into the receive
 //! ring of the NIC its slot names.
 //!
 //! A ring is the port rings' [`RingIndexes`] block (same words, same publication rules: the
@@ -17,9 +17,9 @@
 
 use core::mem::{offset_of, size_of};
 
-use shared_abi::ids::NodeId;
-use shared_abi::packet::MAX_WIRE_LEN;
-use shared_abi::ring::{OutOfBounds, RingError, RingIndexes, SharedMemory};
+use crate::ids::NodeId;
+use crate::packet::MAX_WIRE_LEN;
+use crate::ring::{OutOfBounds, RingError, RingIndexes, SharedMemory};
 use zerocopy::little_endian::{U16, U32};
 use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout, Unaligned};
 
@@ -284,6 +284,8 @@ impl PacketConsumer {
 
 #[cfg(test)]
 mod tests {
+    extern crate std;
+
     use super::*;
     use core::cell::RefCell;
 
@@ -309,12 +311,12 @@ mod tests {
             self.write(offset, &value.to_le_bytes())
         }
         fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), OutOfBounds> {
-            shared_abi::ring::check_range(self.len(), offset, out.len())?;
+            crate::ring::check_range(self.len(), offset, out.len())?;
             out.copy_from_slice(&self.0.borrow()[offset..offset + out.len()]);
             Ok(())
         }
         fn write(&self, offset: usize, data: &[u8]) -> Result<(), OutOfBounds> {
-            shared_abi::ring::check_range(self.len(), offset, data.len())?;
+            crate::ring::check_range(self.len(), offset, data.len())?;
             self.0.borrow_mut()[offset..offset + data.len()].copy_from_slice(data);
             Ok(())
         }

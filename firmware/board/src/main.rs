@@ -7,8 +7,8 @@
 //! `build.rs`), the machine's devices through `volatile` pointers ([`uart`], [`clint`], [`plic`],
 //! [`pci`], [`finisher`]), the core's [`firmware::Hal`] over them ([`hal`]), the mailbox through
 //! which the host opens and closes ports ([`mailbox`]), and the main loop below. The memory map
-//! and the wire's packet rings, which the host reads too, are this package's library
-//! (`board::layout`, `board::wire`). `cargo xtask image` builds it in release and wraps the ELF's
+//! and the wire's packet rings, which the host reads too, are shared with it in
+//! `shared_abi::qemu`. `cargo xtask image` builds it in release and wraps the ELF's
 //! loadable segments into a flashable image; `nicctl qemu` boots that image as NICs.
 //!
 //! Built for the host, it is an ordinary program that says what it is for, so that workspace-wide
@@ -58,14 +58,14 @@ use nic_loop::run;
 mod nic_loop {
     use core::time::Duration;
 
-    use board::layout::{
-        DOORBELL_MAILBOX, GuestCounters, GuestFailure, GuestState, PortError, PortOperation,
-        WIRE_RING_ENTRIES,
-    };
-    use board::wire::WireError;
     use firmware::{Instant, Nic, OpenError, RegisterError};
     use shared_abi::ids::{PORTS_PER_NIC, PortId};
     use shared_abi::packet::MAX_WIRE_LEN;
+    use shared_abi::qemu::layout::{
+        DOORBELL_MAILBOX, GuestCounters, GuestFailure, GuestState, PortError, PortOperation,
+        WIRE_RING_ENTRIES,
+    };
+    use shared_abi::qemu::wire::WireError;
     use shared_abi::ring::raw::RawMemory;
     use zerocopy::little_endian::U32;
 

@@ -1,11 +1,11 @@
-//! The firmware's side of the mailbox (`board::layout::Mailbox`): the configuration the host
+//! The firmware's side of the mailbox (`shared_abi::qemu::layout::Mailbox`): the configuration the host
 //! wrote before boot, the port commands, and what the firmware publishes about itself.
 
-use board::layout::{
+use shared_abi::ids::{NodeId, PORTS_PER_NIC};
+use shared_abi::qemu::layout::{
     GuestCounters, GuestFailure, GuestState, LAYOUT_VERSION, MAILBOX_MAGIC, PORT_WINDOW_LEN,
     PortError, PortOperation, offsets,
 };
-use shared_abi::ids::{NodeId, PORTS_PER_NIC};
 use shared_abi::ring::SharedMemory;
 use shared_abi::ring::raw::RawMemory;
 use zerocopy::IntoBytes;
@@ -26,7 +26,7 @@ pub(crate) struct Configuration {
 }
 
 fn load(shared: &RawMemory, offset: usize) -> u32 {
-    // An offset outside the shared area is a bug in `board::layout`, whose tests check them all;
+    // An offset outside the shared area is a bug in `shared_abi::qemu::layout`, whose tests check them all;
     // it reads as zero rather than stopping the NIC.
     shared.load_acquire(offset).unwrap_or(0)
 }

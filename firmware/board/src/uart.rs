@@ -1,7 +1,7 @@
 //! The ns16550-compatible UART of QEMU's `virt` machine, at 0x1000_0000, polled.
 //!
 //! It carries the console (text the firmware writes) and the doorbells between the host and the
-//! core (bytes both ways, see `board::layout`): the receive interrupt is enabled so that a byte
+//! core (bytes both ways, see `shared_abi::qemu::layout`): the receive interrupt is enabled so that a byte
 //! from the host ends a `wfi`. Transmission waits for room through an `embedded-hal`
 //! [`DelayNs`] with a bound: a host that stops reading the serial line must not wedge the NIC.
 #![allow(unsafe_code, reason = "creating the pointer to the UART's registers")]
