@@ -30,13 +30,32 @@ pub(crate) struct AttachedPort {
 pub(crate) struct UnitHal {
     pub(crate) ports: [Option<AttachedPort>; PORTS_PER_NIC],
     pub(crate) wire: Wire,
+    /// Ports whose process sleeps and has new events, one bit each: their doorbells ring once
+    /// per round of the NIC ([`UnitHal::ring_host_doorbells`]), however many events the round
+    /// wrote.
+    doorbells_due: u32,
 }
+
+const _: () = assert!(PORTS_PER_NIC <= 32);
 
 impl UnitHal {
     pub(crate) fn new(wire: Wire) -> Self {
         Self {
             ports: Default::default(),
             wire,
+            doorbells_due: 0,
+        }
+    }
+
+    /// Rings the doorbell of every port that [`Hal::notify_host`] named since the last call.
+    pub(crate) fn ring_host_doorbells(&mut self) {
+        let mut due = std::mem::take(&mut self.doorbells_due);
+        while due != 0 {
+            let port = due.trailing_zeros() as usize;
+            due &= due - 1;
+            if let Some(Some(attached)) = self.ports.get(port) {
+                doorbell::ring(&attached.host_doorbell);
+            }
         }
     }
 }
@@ -60,8 +79,8 @@ impl Hal for UnitHal {
     }
 
     fn notify_host(&mut self, port: usize) {
-        if let Some(Some(attached)) = self.ports.get(port) {
-            doorbell::ring(&attached.host_doorbell);
+        if port < PORTS_PER_NIC {
+            self.doorbells_due |= 1 << port;
         }
     }
 

@@ -3,9 +3,12 @@
 //!
 //! # Shape
 //!
-//! - One thread per unit ([`unit`]) runs a [`firmware::Nic`] over an epoll loop: its wake-up
-//!   eventfd (commands, packets from the daemon's other units, and the NIC doorbell processes
-//!   ring), its UDP socket, and a timeout for the firmware's next deadline. An idle unit sleeps.
+//! - NIC threads ([`nic_thread`]), as many as [`EmulatorConfig::threads`] says, each run the
+//!   units given to it ([`unit`]: a [`firmware::Nic`] each) over one epoll loop: the units'
+//!   wake-up eventfds (commands, and the NIC doorbell processes ring), their UDP sockets, the
+//!   thread's own wake-up (packets from units of other threads, through lock-free inboxes), and a
+//!   timeout for the firmware's next deadline. An idle thread polls or sleeps, as its
+//!   [`IdlePolicy`] says.
 //! - One control thread (the control protocol's server, over the units as `control` presents them) owns the Unix
 //!   socket. Opening a port is the driver's only job, as in GM: the control thread creates the
 //!   port's region (a sealed memfd holding the header, the send, receive and event rings, and the
@@ -32,7 +35,9 @@ mod control;
 pub mod fabric;
 pub mod fault;
 mod hal;
+mod idle;
 pub mod key;
+mod nic_thread;
 mod unit;
 mod wire;
 
@@ -52,6 +57,7 @@ use shared_abi::ids::NodeId;
 pub use fabric::{FabricError, FabricMap};
 pub use fault::FaultConfig;
 pub use firmware::auth::FabricKey;
+pub use idle::{IdlePolicy, default_threads};
 
 /// How long a unit stays awake after its last work, by default.
 pub const DEFAULT_IDLE_LINGER: Duration = Duration::from_micros(50);
@@ -106,9 +112,17 @@ pub struct EmulatorConfig {
     pub nic: firmware::Config,
     /// The shape of port regions.
     pub region: RegionShape,
-    /// How long a unit stays awake after its last work before it sleeps. Within it, processes
-    /// post tokens without ringing the doorbell; it costs a core's time while it lasts.
+    /// How long a sleeping NIC thread stays awake after its last work before it sleeps. Within
+    /// it, processes post tokens without ringing the doorbell; it costs a core's time while it
+    /// lasts.
     pub idle_linger: Duration,
+    /// How many NIC threads run the units (unit `u` on thread `u % threads`); `None`:
+    /// [`default_threads`] for the cores this process may run on. At most one per unit.
+    pub threads: Option<usize>,
+    /// CPUs to pin the NIC threads to, thread `t` on `cpus[t % cpus.len()]`; empty: not pinned.
+    pub cpus: Vec<usize>,
+    /// What an idle NIC thread does.
+    pub idle: IdlePolicy,
     /// A group whose members may use the daemon too (by default only its own user and root).
     pub allow_group: Option<u32>,
     /// Whether packets on the UDP wire are authenticated ([`firmware::auth`]; packets between
@@ -136,6 +150,9 @@ impl EmulatorConfig {
             nic: firmware::Config::default(),
             region: RegionShape::default(),
             idle_linger: DEFAULT_IDLE_LINGER,
+            threads: None,
+            cpus: Vec::new(),
+            idle: IdlePolicy::default(),
             allow_group: None,
             authenticate: true,
         }
@@ -175,6 +192,13 @@ impl EmulatorConfig {
 pub enum EmulatorError {
     /// No units to run, or more than 256.
     UnitCount(usize),
+    /// No NIC threads, or more than units.
+    ThreadCount {
+        /// Threads asked for.
+        threads: usize,
+        /// Units to run.
+        units: usize,
+    },
     /// Two units have the same node id.
     DuplicateNode {
         /// The node id.
@@ -210,6 +234,11 @@ impl std::fmt::Display for EmulatorError {
             Self::UnitCount(count) => {
                 write!(f, "an emulator runs 1 to 256 units, not {count}")
             }
+            Self::ThreadCount { threads, units } => write!(
+                f,
+                "{threads} NIC threads for {units} units: give 1 to {units} (a thread runs \
+                 whole NICs)"
+            ),
             Self::DuplicateNode { node } => write!(f, "node {node} is given to two units"),
             Self::NotOnFabric { node } => write!(f, "node {node} is not on the fabric map"),
             Self::Faults(reason) => write!(f, "fault injector: {reason}"),
@@ -244,7 +273,7 @@ impl std::error::Error for EmulatorError {
 pub struct Emulator;
 
 impl Emulator {
-    /// Starts the emulator's threads in this process: one per unit and the control thread,
+    /// Starts the emulator's threads in this process: the NIC threads and the control thread,
     /// listening on `config.socket`. It runs until the handle is dropped or stopped.
     ///
     /// # Errors
@@ -261,6 +290,14 @@ impl Emulator {
         }
         if config.units.is_empty() || config.units.len() > 256 {
             return Err(EmulatorError::UnitCount(config.units.len()));
+        }
+        if let Some(threads) = config.threads
+            && !(1..=config.units.len()).contains(&threads)
+        {
+            return Err(EmulatorError::ThreadCount {
+                threads,
+                units: config.units.len(),
+            });
         }
         for (index, unit) in config.units.iter().enumerate() {
             if config.units[..index].iter().any(|u| u.node == unit.node) {
@@ -315,9 +352,20 @@ impl Emulator {
             .map(|_| doorbell::new().map(Arc::new))
             .collect::<io::Result<Vec<_>>>()
             .map_err(EmulatorError::Resources)?;
-        let inboxes: Vec<_> = wakes
-            .iter()
-            .map(|_| Arc::new(wire::Inbox::default()))
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let plan = nic_thread::ThreadPlan {
+            threads: config
+                .threads
+                .unwrap_or_else(|| default_threads(config.units.len(), cores)),
+            cpus: config.cpus.clone(),
+            idle: config.idle,
+            linger: config.idle_linger,
+            cores,
+        };
+        let thread_wakes =
+            nic_thread::thread_wakes(plan.threads).map_err(EmulatorError::Resources)?;
+        let inboxes: Vec<_> = (0..config.units.len())
+            .map(|unit| Arc::new(wire::Inbox::new(thread_wakes[plan.thread_of(unit)].clone())))
             .collect();
         let local = Arc::new(wire::LocalFabric::new(
             config
@@ -350,10 +398,11 @@ impl Emulator {
                 nic: config.nic,
                 origin,
                 boot_nonce,
-                linger: config.idle_linger,
+                idle: config.idle,
             });
         }
-        let units = unit::spawn_all(setups).map_err(EmulatorError::Resources)?;
+        let units =
+            nic_thread::spawn(setups, thread_wakes, &plan).map_err(EmulatorError::Resources)?;
         let stop = Arc::new(doorbell::new().map_err(EmulatorError::Resources)?);
         let mut control = ControlServer::new(
             listener,

@@ -1,29 +1,18 @@
-//! The emulated NICs ("units", as GM's boards) of one daemon: one thread that runs every unit's
-//! copy of the real firmware core over one epoll loop.
-//!
-//! One thread for all units, as one NIC processor runs all of a card's ports: a packet between two
-//! units of the daemon (the in-process path) is taken in the same pass of the loop that sent it,
-//! with no thread to wake, and a barrier among the daemon's units runs on the NIC side without a
-//! context switch. The loop drains each unit's wake-up eventfd (rung for commands from the
-//! control thread, for packets from other units, and by processes as that unit's NIC doorbell),
-//! serves commands, and runs every unit — packets from its inbox and UDP socket, then a poll of its
-//! [`Nic`] — until none has anything left to do. Then it raises the sleeping flag of every open
-//! port's send and receive ring, polls once more (a token published before the process saw the
-//! flag would otherwise wait), and sleeps in `epoll_wait` until a descriptor is ready or the
-//! earliest firmware deadline ([`Nic::poll_at`]) or held-back packet of any unit is due.
+//! One emulated NIC ("unit", as GM's boards) of the daemon: its copy of the real firmware core,
+//! the commands the control thread sends it, and one round of its work. A NIC thread
+//! ([`crate::nic_thread`]) runs one or more of them.
 
 use std::collections::VecDeque;
-use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use firmware::{Instant, Nic, OpenError};
 use nicbar_control::process_memory::MemoryRequest;
-use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use shared_abi::event::Event;
 use shared_abi::ids::{Generation, NodeId, PORTS_PER_NIC, PortId};
 use shared_abi::ring::{Consumer, Producer};
@@ -32,6 +21,7 @@ use shared_abi::token::{ReceiveToken, SendToken};
 use super::fabric::FabricMap;
 use super::fault::{FaultConfig, FaultInjector};
 use super::hal::{AttachedPort, UnitHal, process_memory};
+use super::idle::IdlePolicy;
 use super::wire::{self, Inbox, LocalFabric, Wire};
 use nicbar_control::doorbell;
 use nicbar_control::server::CloseReply;
@@ -39,8 +29,6 @@ use nicbar_control::{BarrierReport, ConnectionReport, NicReport, PortReport, Uni
 
 /// Datagrams a unit takes from its UDP socket in one round before it polls.
 const UDP_BATCH: usize = 64;
-/// Rounds of (packets in, poll, loopback) a unit runs before it looks at its commands again.
-const MAX_ROUNDS: usize = 256;
 /// Longest sleep while a port has events waiting for room in its event ring. The process rings
 /// the NIC doorbell when it frees room in a ring it saw full; this bounds the wait if it could not
 /// see that (the ring ABI has no "producer waiting" flag).
@@ -48,13 +36,6 @@ const PENDING_EVENTS_RECHECK: Duration = Duration::from_millis(5);
 /// Rounds in a row the firmware may ask to be polled at once while having nothing to do before
 /// the loop takes the deadline as stale and sleeps a millisecond instead of spinning.
 const STALE_DEADLINE_ROUNDS: u32 = 8;
-
-/// Stack of the units' thread: each firmware core is built on it before it moves to the heap.
-const UNIT_STACK: usize = 8 << 20;
-
-/// Epoll data of a unit's descriptors: `unit << 1 | WAKE` and `unit << 1 | UDP`.
-const WAKE: u64 = 0;
-const UDP: u64 = 1;
 
 /// A request from the control thread.
 #[derive(Debug)]
@@ -93,7 +74,7 @@ pub(crate) enum CloseHow {
     Abandoned,
 }
 
-/// Everything a unit thread starts from.
+/// Everything a unit starts from.
 pub(crate) struct UnitSetup {
     pub(crate) unit: u8,
     pub(crate) node: NodeId,
@@ -107,15 +88,128 @@ pub(crate) struct UnitSetup {
     pub(crate) nic: firmware::Config,
     pub(crate) origin: std::time::Instant,
     pub(crate) boot_nonce: u32,
-    pub(crate) linger: Duration,
+    pub(crate) idle: IdlePolicy,
 }
 
-/// The units' thread, shared by their handles: joined once every unit has been told to stop.
+impl UnitSetup {
+    /// The control thread's handle on the unit, and what its NIC thread builds it from.
+    /// `open_ports` counts the daemon's open ports (every unit adds its own).
+    pub(crate) fn split(
+        self,
+        thread: u16,
+        open_ports: Arc<AtomicUsize>,
+    ) -> (UnitHandle, UnitParts) {
+        let (commands, receiver) = mpsc::channel();
+        let faults = self
+            .faults
+            .filter(FaultConfig::is_active)
+            .map(|config| FaultInjector::new(config, u64::from(self.unit)));
+        let wire = Wire::new(self.node, self.local, self.udp, self.fabric, faults);
+        let handle = UnitHandle {
+            unit: self.unit,
+            node: self.node,
+            wake: self.wake.clone(),
+            commands,
+            thread,
+            shared: None,
+            stopped: false,
+        };
+        let parts = UnitParts {
+            unit: self.unit,
+            address: self.address,
+            node: self.node,
+            wire,
+            nic: self.nic,
+            boot_nonce: self.boot_nonce,
+            commands: receiver,
+            wake: self.wake,
+            inbox: self.inbox,
+            origin: self.origin,
+            thread,
+            idle: self.idle,
+            open_ports,
+        };
+        (handle, parts)
+    }
+}
+
+/// A unit not yet built: what moves to its NIC thread.
+pub(crate) struct UnitParts {
+    unit: u8,
+    address: Option<SocketAddr>,
+    node: NodeId,
+    wire: Wire,
+    nic: firmware::Config,
+    boot_nonce: u32,
+    commands: Receiver<Command>,
+    wake: Arc<OwnedFd>,
+    inbox: Arc<Inbox>,
+    origin: std::time::Instant,
+    thread: u16,
+    idle: IdlePolicy,
+    open_ports: Arc<AtomicUsize>,
+}
+
+impl UnitParts {
+    /// Builds the unit, on the NIC thread that runs it.
+    pub(crate) fn build(self) -> UnitLoop {
+        UnitLoop {
+            unit: self.unit,
+            address: self.address,
+            // A few hundred kilobytes of fixed tables: built on the NIC thread's large stack,
+            // then kept on the heap.
+            nic: Box::new(Nic::new(
+                UnitHal::new(self.wire),
+                self.node,
+                self.nic,
+                self.boot_nonce,
+            )),
+            commands: self.commands,
+            wake: self.wake,
+            inbox: self.inbox,
+            origin: self.origin,
+            arrivals: VecDeque::new(),
+            datagram: vec![0; wire::RECEIVE_BUFFER].into_boxed_slice(),
+            closing: Default::default(),
+            waiting_opens: Default::default(),
+            stale_rounds: 0,
+            stale_reported: false,
+            stopped: false,
+            dormant: false,
+            thread: self.thread,
+            idle: self.idle,
+            polling: false,
+            open_ports: self.open_ports,
+        }
+    }
+}
+
+/// A NIC thread, shared by the handles of its units: joined once every one of them has been
+/// told to stop.
 #[derive(Debug)]
-struct SharedThread {
+pub(crate) struct SharedThread {
     thread: std::sync::Mutex<Option<JoinHandle<()>>>,
     units: usize,
-    stopped: std::sync::atomic::AtomicUsize,
+    stopped: AtomicUsize,
+}
+
+impl SharedThread {
+    /// A thread of `units` units, not started yet.
+    pub(crate) fn new(units: usize) -> Self {
+        Self {
+            thread: std::sync::Mutex::new(None),
+            units,
+            stopped: AtomicUsize::new(0),
+        }
+    }
+
+    /// The thread, once started.
+    pub(crate) fn set_thread(&self, thread: JoinHandle<()>) {
+        *self
+            .thread
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(thread);
+    }
 }
 
 /// The control thread's handle on a unit.
@@ -126,11 +220,22 @@ pub(crate) struct UnitHandle {
     /// The unit's wake-up eventfd, which processes get as their NIC doorbell.
     pub(crate) wake: Arc<OwnedFd>,
     commands: Sender<Command>,
-    thread: Arc<SharedThread>,
+    thread: u16,
+    shared: Option<Arc<SharedThread>>,
     stopped: bool,
 }
 
 impl UnitHandle {
+    /// The NIC thread that runs the unit.
+    pub(crate) fn thread_index(&self) -> u16 {
+        self.thread
+    }
+
+    /// Ties the handle to the thread that runs its unit.
+    pub(crate) fn attach(&mut self, shared: Arc<SharedThread>) {
+        self.shared = Some(shared);
+    }
+
     /// Queues `command` and wakes the unit. `false` if the unit is gone.
     pub(crate) fn send(&self, command: Command) -> bool {
         let sent = self.commands.send(command).is_ok();
@@ -138,20 +243,18 @@ impl UnitHandle {
         sent
     }
 
-    /// Stops the unit; the last unit to stop also waits for the thread.
+    /// Stops the unit; the last unit of its thread to stop also waits for the thread.
     pub(crate) fn stop(&mut self) {
         if std::mem::replace(&mut self.stopped, true) {
             return;
         }
         self.send(Command::Stop);
-        let stopped = self
-            .thread
-            .stopped
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel)
-            + 1;
-        if stopped == self.thread.units {
-            let thread = self
-                .thread
+        let Some(shared) = self.shared.as_ref() else {
+            return;
+        };
+        let stopped = shared.stopped.fetch_add(1, Ordering::AcqRel) + 1;
+        if stopped == shared.units {
+            let thread = shared
                 .thread
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -169,254 +272,16 @@ impl Drop for UnitHandle {
     }
 }
 
-/// Starts the thread that runs all `setups`' units.
-///
-/// # Errors
-/// Creating the epoll instance or the thread failed.
-pub(crate) fn spawn_all(setups: Vec<UnitSetup>) -> io::Result<Vec<UnitHandle>> {
-    let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
-    let mut handles = Vec::new();
-    let mut parts = Vec::new();
-    for (index, setup) in setups.into_iter().enumerate() {
-        let UnitSetup {
-            unit,
-            node,
-            address,
-            udp,
-            wake,
-            inbox,
-            local,
-            fabric,
-            faults,
-            nic,
-            origin,
-            boot_nonce,
-            linger,
-        } = setup;
-        let key = (index as u64) << 1;
-        epoll.add(&*wake, EpollEvent::new(EpollFlags::EPOLLIN, key | WAKE))?;
-        if let Some(udp) = udp.as_ref() {
-            epoll.add(udp, EpollEvent::new(EpollFlags::EPOLLIN, key | UDP))?;
-        }
-        let faults = faults
-            .filter(FaultConfig::is_active)
-            .map(|config| FaultInjector::new(config, u64::from(unit)));
-        let wire = Wire::new(node, local, udp, fabric, faults);
-        let (commands, receiver) = mpsc::channel();
-        handles.push((unit, node, wake.clone(), commands));
-        parts.push((
-            unit, address, node, wire, nic, boot_nonce, receiver, wake, inbox, origin, linger,
-        ));
-    }
-    let linger = parts.first().map_or(Duration::ZERO, |part| part.10);
-    let thread = std::thread::Builder::new()
-        .name("nic-units".to_owned())
-        .stack_size(UNIT_STACK)
-        .spawn(move || {
-            let units = parts
-                .into_iter()
-                .map(
-                    |(
-                        unit,
-                        address,
-                        node,
-                        wire,
-                        nic,
-                        boot_nonce,
-                        commands,
-                        wake,
-                        inbox,
-                        origin,
-                        _,
-                    )| UnitLoop {
-                        unit,
-                        address,
-                        // A few hundred kilobytes of fixed tables: built on this thread's large stack,
-                        // then kept on the heap.
-                        nic: Box::new(Nic::new(UnitHal::new(wire), node, nic, boot_nonce)),
-                        commands,
-                        wake,
-                        inbox,
-                        origin,
-                        arrivals: VecDeque::new(),
-                        datagram: vec![0; wire::RECEIVE_BUFFER].into_boxed_slice(),
-                        closing: Default::default(),
-                        waiting_opens: Default::default(),
-                        stale_rounds: 0,
-                        stale_reported: false,
-                        stopped: false,
-                        dormant: false,
-                    },
-                )
-                .collect();
-            Units {
-                units,
-                epoll,
-                linger,
-            }
-            .run();
-        })?;
-    let shared = Arc::new(SharedThread {
-        thread: std::sync::Mutex::new(Some(thread)),
-        units: handles.len(),
-        stopped: std::sync::atomic::AtomicUsize::new(0),
-    });
-    Ok(handles
-        .into_iter()
-        .map(|(unit, node, wake, commands)| UnitHandle {
-            unit,
-            node,
-            wake,
-            commands,
-            thread: shared.clone(),
-            stopped: false,
-        })
-        .collect())
-}
-
-/// All units of the daemon, and the loop that runs them.
-struct Units {
-    units: Vec<UnitLoop>,
-    epoll: Epoll,
-    /// How long to stay awake after the last work before sleeping.
-    linger: Duration,
-}
-
-impl Units {
-    fn run(mut self) {
-        let mut events = vec![EpollEvent::empty(); 2 * self.units.len().max(1)];
-        let mut last_busy = std::time::Instant::now();
-        // Units whose wake-up eventfd or UDP socket was ready in the last wait: every unit at
-        // first. Only these are drained and asked for commands (a command always rings).
-        let mut woken = vec![true; self.units.len()];
-        loop {
-            for (unit, woken) in self.units.iter_mut().zip(woken.iter_mut()) {
-                if !std::mem::take(woken) {
-                    continue;
-                }
-                unit.dormant = false;
-                doorbell::drain(&*unit.wake);
-                if !unit.stopped && !unit.serve_commands() {
-                    unit.stop();
-                }
-            }
-            if self.units.iter().all(|unit| unit.stopped) {
-                return;
-            }
-            if self.work() {
-                last_busy = std::time::Instant::now();
-            }
-            let mut timeout: Option<Duration> = None;
-            for unit in self.units.iter_mut().filter(|unit| unit.runs()) {
-                match unit.sleep_timeout() {
-                    Some(t) => timeout = Some(timeout.map_or(t, |timeout| timeout.min(t))),
-                    // Nothing due, ever, and nothing to serve: skip it until something
-                    // arrives for it.
-                    None if unit.idle() => unit.dormant = true,
-                    None => {}
-                }
-            }
-            if timeout == Some(Duration::ZERO) {
-                continue;
-            }
-            if last_busy.elapsed() < self.linger && self.hosts_asleep() {
-                // Recently busy, and every process sleeps on its event ring: stay awake a little
-                // without the sleeping flags, so a process that wakes to an event and posts again
-                // soon needs no doorbell (io_uring's SQPOLL idle time). A process that spins on
-                // its event ring instead would only compete with this spin for the cores: then
-                // sleep at once, and let its next post ring the doorbell.
-                let ready = self
-                    .epoll
-                    .wait(&mut events, EpollTimeout::ZERO)
-                    .unwrap_or(0);
-                mark_woken(&events[..ready], &mut woken);
-                std::thread::yield_now();
-                continue;
-            }
-            for unit in &self.units {
-                unit.set_sleeping(true);
-            }
-            // The flags are up: a token published from now on rings the doorbell. One published
-            // before, or a packet one unit left another, is seen here.
-            let late_work = self.units.iter_mut().any(|unit| {
-                if unit.stopped {
-                    return false;
-                }
-                if !unit.inbox.is_empty() {
-                    return true;
-                }
-                if unit.dormant {
-                    return false;
-                }
-                let now = unit.now();
-                unit.nic.poll(now) || !unit.nic.hal().wire.loopback.is_empty()
-            });
-            if !late_work {
-                let ready = self
-                    .epoll
-                    .wait(&mut events, epoll_timeout(timeout))
-                    .unwrap_or(0);
-                mark_woken(&events[..ready], &mut woken);
-            }
-            for unit in &self.units {
-                unit.set_sleeping(false);
-            }
-        }
-    }
-
-    /// Whether every open port's process sleeps on its event ring (none spins on it).
-    fn hosts_asleep(&self) -> bool {
-        self.units
-            .iter()
-            .filter(|unit| !unit.stopped)
-            .all(UnitLoop::hosts_asleep)
-    }
-
-    /// Runs every unit until none has anything to do (bounded, to serve commands): a packet one
-    /// unit sends another is taken in the next pass. Dormant units are skipped unless a packet
-    /// came for them. Returns whether there was anything to do.
-    fn work(&mut self) -> bool {
-        let mut any = false;
-        for _ in 0..MAX_ROUNDS {
-            let mut busy = false;
-            for unit in self.units.iter_mut().filter(|unit| !unit.stopped) {
-                if unit.dormant {
-                    if unit.inbox.is_empty() {
-                        continue;
-                    }
-                    unit.dormant = false;
-                }
-                busy |= unit.work();
-            }
-            if !busy {
-                return any;
-            }
-            any = true;
-        }
-        any
-    }
-}
-
-/// Marks the units whose descriptors `ready` names (epoll data `unit << 1 | WAKE/UDP`).
-fn mark_woken(ready: &[EpollEvent], woken: &mut [bool]) {
-    for event in ready {
-        if let Some(flag) = usize::try_from(event.data() >> 1)
-            .ok()
-            .and_then(|index| woken.get_mut(index))
-        {
-            *flag = true;
-        }
-    }
-}
-
 /// One unit: its firmware core and what feeds it.
-struct UnitLoop {
+pub(crate) struct UnitLoop {
     unit: u8,
     address: Option<SocketAddr>,
     nic: Box<Nic<UnitHal>>,
     commands: Receiver<Command>,
-    wake: Arc<OwnedFd>,
-    inbox: Arc<Inbox>,
+    /// The wake-up eventfd: commands and processes ring it.
+    pub(crate) wake: Arc<OwnedFd>,
+    /// Packets from the daemon's other units.
+    pub(crate) inbox: Arc<Inbox>,
     origin: std::time::Instant,
     arrivals: VecDeque<Vec<u8>>,
     /// The UDP socket's receive buffer: a datagram is parsed where it was received.
@@ -424,11 +289,18 @@ struct UnitLoop {
     stale_rounds: u32,
     stale_reported: bool,
     /// Told to stop: its ports are closed and it runs no more.
-    stopped: bool,
+    pub(crate) stopped: bool,
     /// No port open, nothing due and nothing queued: the loop skips it until its eventfd or
-    /// socket is ready or a packet comes into its inbox (a daemon of many units, few in use,
-    /// costs no more per pass than its busy ones).
-    dormant: bool,
+    /// socket is ready, a command comes or a packet comes into its inbox (a daemon of many
+    /// units, few in use, costs no more per pass than its busy ones).
+    pub(crate) dormant: bool,
+    /// The NIC thread that runs it, and that thread's idle policy (for `nicctl status`).
+    thread: u16,
+    idle: IdlePolicy,
+    /// Whether its thread polls now.
+    pub(crate) polling: bool,
+    /// The daemon's open ports (the adaptive idle policy's load): this unit adds its own.
+    open_ports: Arc<AtomicUsize>,
     /// Ports finishing an orderly close, with the answer their process waits for.
     closing: [Option<CloseReply>; PORTS_PER_NIC],
     /// Opens of a port that was still finishing an orderly close: served when it has.
@@ -444,13 +316,13 @@ impl UnitLoop {
     }
 
     /// Whether the loop runs it this pass.
-    fn runs(&self) -> bool {
+    pub(crate) fn runs(&self) -> bool {
         !self.stopped && !self.dormant
     }
 
     /// Whether it has nothing to serve: no port open or closing, no open waiting, no packet
     /// queued for it.
-    fn idle(&self) -> bool {
+    pub(crate) fn idle(&self) -> bool {
         self.nic.hal().ports.iter().all(Option::is_none)
             && self.closing.iter().all(Option::is_none)
             && self.waiting_opens.iter().all(Option::is_none)
@@ -460,7 +332,7 @@ impl UnitLoop {
     }
 
     /// Closes every open port (the daemon stops) and runs no more.
-    fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         let now = self.now();
         for port in 0..PORTS_PER_NIC as u8 {
             self.nic.close_port(PortId(port), now);
@@ -469,7 +341,7 @@ impl UnitLoop {
     }
 
     /// Serves every queued command. `false` when told to stop (or the control thread is gone).
-    fn serve_commands(&mut self) -> bool {
+    pub(crate) fn serve_commands(&mut self) -> bool {
         loop {
             match self.commands.try_recv() {
                 Ok(Command::Stop) | Err(TryRecvError::Disconnected) => return false,
@@ -480,6 +352,7 @@ impl UnitLoop {
     }
 
     fn serve(&mut self, command: Command) {
+        self.dormant = false;
         let now = self.now();
         self.nic.hal_mut().wire.set_now(now);
         match command {
@@ -544,6 +417,7 @@ impl UnitLoop {
             }
             Command::Stop => {}
         }
+        self.nic.hal_mut().ring_host_doorbells();
     }
 
     /// Serves a memory request of `port`'s process `pid`. A registration first checks that the
@@ -597,8 +471,9 @@ impl UnitLoop {
         if let Some(slot) = port
             .index()
             .and_then(|index| self.nic.hal_mut().ports.get_mut(index))
+            && slot.take().is_some()
         {
-            *slot = None;
+            self.open_ports.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
@@ -651,13 +526,15 @@ impl UnitLoop {
             && let Some(slot) = self.nic.hal_mut().ports.get_mut(index)
         {
             *slot = None;
+        } else {
+            self.open_ports.fetch_add(1, Ordering::Relaxed);
         }
         opened
     }
 
     /// One round: packets from the wire, a poll, packets to itself. Returns whether there was
     /// anything to do.
-    fn work(&mut self) -> bool {
+    pub(crate) fn work(&mut self) -> bool {
         {
             let now = self.now();
             let wire = &mut self.nic.hal_mut().wire;
@@ -691,13 +568,33 @@ impl UnitLoop {
                 busy = true;
             }
             self.finish_closes(now);
+            self.nic.hal_mut().ring_host_doorbells();
             busy
         }
     }
 
+    /// Whether work arrived that the unit's last round did not see: a packet in its inbox, a
+    /// token a process posted, a packet it sent itself. Called with the sleeping flags up, so
+    /// that what is published later rings a doorbell.
+    pub(crate) fn has_late_work(&mut self) -> bool {
+        if self.stopped {
+            return false;
+        }
+        if !self.inbox.is_empty() {
+            return true;
+        }
+        if self.dormant {
+            return false;
+        }
+        let now = self.now();
+        let polled = self.nic.poll(now);
+        self.nic.hal_mut().ring_host_doorbells();
+        polled || !self.nic.hal().wire.loopback.is_empty()
+    }
+
     /// How long the unit may sleep: until the firmware's or the wire's next deadline, `None` for
     /// as long as nothing arrives.
-    fn sleep_timeout(&mut self) -> Option<Duration> {
+    pub(crate) fn sleep_timeout(&mut self) -> Option<Duration> {
         let now = self.now();
         let wire = &self.nic.hal().wire;
         let deadline = firmware::time::earliest(self.nic.poll_at(), wire.next_release());
@@ -742,7 +639,7 @@ impl UnitLoop {
 
     /// Whether the process of every open port sleeps on its event ring (its sleeping flag is
     /// up: it asked for the doorbell).
-    fn hosts_asleep(&self) -> bool {
+    pub(crate) fn hosts_asleep(&self) -> bool {
         self.nic.hal().ports.iter().flatten().all(|attached| {
             let events = Producer::<Event>::new(attached.layout.event_ring, 0);
             events
@@ -753,7 +650,7 @@ impl UnitLoop {
 
     /// Raises or lowers the sleeping flag of every open port's send and receive ring (the NIC is
     /// their consumer), so processes ring the doorbell only while the NIC sleeps.
-    fn set_sleeping(&self, sleeping: bool) {
+    pub(crate) fn set_sleeping(&self, sleeping: bool) {
         for attached in self.nic.hal().ports.iter().flatten() {
             let memory = attached.mapping.memory();
             let send = Consumer::<SendToken>::new(attached.layout.send_ring, 0);
@@ -786,6 +683,17 @@ impl UnitLoop {
             .collect();
         UnitStatus {
             unit: self.unit,
+            thread: self.thread,
+            idle: format!(
+                "{}{}",
+                self.idle,
+                match (self.idle, self.polling) {
+                    (IdlePolicy::Adaptive, true) => " (polling)",
+                    (IdlePolicy::Adaptive, false) => " (sleeping)",
+                    _ => "",
+                }
+            ),
+            thread_cpu_ns: thread_cpu_time(),
             node: self.nic.node().get(),
             address: self.address.map(|a| a.to_string()),
             ports,
@@ -842,11 +750,9 @@ fn nic_report(counters: firmware::NicCounters) -> NicReport {
     }
 }
 
-/// An epoll timeout of at least `timeout`, rounded up to whole milliseconds.
-fn epoll_timeout(timeout: Option<Duration>) -> EpollTimeout {
-    let Some(timeout) = timeout else {
-        return EpollTimeout::NONE;
-    };
-    let millis = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
-    EpollTimeout::try_from(millis).unwrap_or(EpollTimeout::MAX)
+/// CPU time the calling thread has used, in nanoseconds.
+fn thread_cpu_time() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .map(|t| Duration::from(t).as_nanos() as u64)
+        .unwrap_or(0)
 }

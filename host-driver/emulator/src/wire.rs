@@ -7,8 +7,12 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering, fence};
 use std::time::Duration;
+
+use crossbeam_queue::ArrayQueue;
 
 use firmware::{Instant, TransmitError};
 use shared_abi::ids::NodeId;
@@ -17,45 +21,100 @@ use zerocopy::FromBytes;
 
 use super::fabric::FabricMap;
 use super::fault::FaultInjector;
-use nicbar_control::WireCounters;
+use nicbar_control::{WireCounters, doorbell};
 
 /// Packets an in-process NIC's inbox holds before the wire drops what arrives (a switch with a
 /// full output queue: the reliability protocol resends).
 pub(crate) const INBOX_CAPACITY: usize = 8192;
 
-/// Packets for one NIC from the other NICs of the daemon.
-///
-/// Every NIC of a daemon runs on the daemon's one units thread, so a push never needs to wake
-/// anyone: the loop takes each unit's inbox in every round and looks at them all once more
-/// before it sleeps ([`Inbox::is_empty`]).
-#[derive(Debug, Default)]
+/// Packets for one NIC from the other NICs of the daemon: a bounded lock-free queue that any NIC
+/// thread pushes into and the receiving NIC's thread drains, with no system call while that
+/// thread is awake ([`ThreadWake`]).
+#[derive(Debug)]
 pub(crate) struct Inbox {
-    queue: Mutex<VecDeque<Vec<u8>>>,
+    queue: ArrayQueue<Vec<u8>>,
+    /// The thread that runs the receiving NIC.
+    owner: Arc<ThreadWake>,
 }
 
 impl Inbox {
-    /// Queues `packet`; `false` if the inbox is full and the packet was dropped.
-    fn push(&self, packet: Vec<u8>) -> bool {
-        let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
-        if queue.len() >= INBOX_CAPACITY {
-            return false;
+    /// An empty inbox of a NIC that `owner` runs.
+    pub(crate) fn new(owner: Arc<ThreadWake>) -> Self {
+        Self {
+            queue: ArrayQueue::new(INBOX_CAPACITY),
+            owner,
         }
-        queue.push_back(packet);
-        true
+    }
+
+    /// Queues `packet` and wakes the receiving NIC's thread if it sleeps; `false` if the inbox is
+    /// full and the packet was dropped.
+    fn push(&self, packet: Vec<u8>) -> bool {
+        let queued = self.queue.push(packet).is_ok();
+        self.owner.wake();
+        queued
     }
 
     /// Whether nothing is queued.
     pub(crate) fn is_empty(&self) -> bool {
-        self.queue
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_empty()
+        self.queue.is_empty()
     }
 
     /// Moves everything queued into `out`.
     pub(crate) fn take_all(&self, out: &mut VecDeque<Vec<u8>>) {
-        let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
-        out.append(&mut queue);
+        while let Some(packet) = self.queue.pop() {
+            out.push_back(packet);
+        }
+    }
+}
+
+/// How other threads wake a NIC thread that sleeps in `epoll_wait`: its eventfd, rung only
+/// while its sleeping flag is up.
+///
+/// The flag is the two-sided handshake of a sleeping consumer (a Dekker pair): the sleeper
+/// raises the flag, issues a full fence, then looks at its inboxes once more before it waits; a
+/// pusher queues, issues a full fence, then reads the flag. Whichever order the two run in,
+/// either the sleeper sees the packet or the pusher sees the flag — a packet never waits for a
+/// timeout. A thread that is awake costs its pushers no system call.
+#[derive(Debug)]
+pub(crate) struct ThreadWake {
+    sleeping: AtomicBool,
+    doorbell: OwnedFd,
+}
+
+impl ThreadWake {
+    /// A wake-up for a thread that waits on `doorbell`.
+    pub(crate) fn new(doorbell: OwnedFd) -> Self {
+        Self {
+            sleeping: AtomicBool::new(false),
+            doorbell,
+        }
+    }
+
+    /// The eventfd the thread waits on.
+    pub(crate) fn doorbell(&self) -> &OwnedFd {
+        &self.doorbell
+    }
+
+    /// Raises the sleeping flag; the caller then checks its inboxes once more before it waits.
+    pub(crate) fn going_to_sleep(&self) {
+        self.sleeping.store(true, Ordering::Relaxed);
+        // Orders the flag before the caller's last look at its inboxes (see the type's doc).
+        fence(Ordering::SeqCst);
+    }
+
+    /// Lowers the sleeping flag (the thread is awake again).
+    pub(crate) fn awake(&self) {
+        self.sleeping.store(false, Ordering::Relaxed);
+    }
+
+    /// Rings the thread's doorbell if it sleeps. The first pusher to see the flag lowers it, so
+    /// a burst of packets costs one system call.
+    fn wake(&self) {
+        // Orders the caller's push before the flag's read (see the type's doc).
+        fence(Ordering::SeqCst);
+        if self.sleeping.load(Ordering::Relaxed) && self.sleeping.swap(false, Ordering::AcqRel) {
+            doorbell::ring(&self.doorbell);
+        }
     }
 }
 

@@ -91,6 +91,10 @@ impl PortBackend for QemuMachines {
                     .collect();
                 UnitStatus {
                     unit: unit as u8,
+                    // Each QEMU NIC is a core of its own, outside the daemon's threads.
+                    thread: 0,
+                    idle: String::new(),
+                    thread_cpu_ns: 0,
                     node: machine.node,
                     address: None,
                     ports,

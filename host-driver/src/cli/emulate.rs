@@ -7,7 +7,7 @@ use nix::sys::signal::{SigSet, Signal};
 use shared_abi::ids::NodeId;
 
 use nicbar_emulator::{
-    DEFAULT_IDLE_LINGER, Emulator, EmulatorConfig, FabricMap, FaultConfig, UnitConfig,
+    DEFAULT_IDLE_LINGER, Emulator, EmulatorConfig, FabricMap, FaultConfig, IdlePolicy, UnitConfig,
 };
 
 use super::{CliResult, resolve_group};
@@ -55,7 +55,20 @@ pub struct EmulateArgs {
     /// Firmware: first retransmission timeout, in microseconds.
     #[arg(long)]
     pub retransmit_us: Option<u64>,
-    /// How long a NIC stays awake after its last work before it sleeps, in microseconds
+    /// How many threads run the NICs (unit u on thread u mod N), 1 to the number of units
+    /// [default: one per core left once each unit's process has one; at least 1].
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub threads: Option<u16>,
+    /// CPUs to pin the NIC threads to, thread t on the t-th (mod their number): a list such as
+    /// `2,3` or `8-11` [default: not pinned].
+    #[arg(long, value_name = "LIST", value_parser = parse_cpu_list)]
+    pub cpus: Option<CpuList>,
+    /// What an idle NIC thread does: `poll` (never sleeps: for a thread with a core of its own),
+    /// `sleep` (sleeps at once; processes ring a doorbell), or `adaptive` (polls while the host
+    /// has a core for every NIC thread and every process with an open port, else sleeps).
+    #[arg(long, default_value_t = IdlePolicy::Adaptive)]
+    pub idle: IdlePolicy,
+    /// How long a sleeping NIC thread stays awake after its last work, in microseconds
     /// (processes posting within it ring no doorbell; 0 sleeps at once).
     #[arg(long, default_value_t = DEFAULT_IDLE_LINGER.as_micros() as u64)]
     pub linger_us: u64,
@@ -130,6 +143,9 @@ impl EmulateArgs {
             config.nic.retransmit_timeout = Duration::from_micros(us);
         }
         config.idle_linger = Duration::from_micros(self.linger_us);
+        config.threads = self.threads.map(usize::from);
+        config.cpus = self.cpus.clone().map(|list| list.0).unwrap_or_default();
+        config.idle = self.idle;
         config.allow_group = self.allow_group.as_deref().map(resolve_group).transpose()?;
         if let Some(path) = self.fabric_key.as_ref() {
             config.nic.fabric_key = Some(nicbar_emulator::key::read_key(path)?);
@@ -140,6 +156,40 @@ impl EmulateArgs {
         }
         Ok(config)
     }
+}
+
+/// CPU numbers, as `--cpus` takes them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CpuList(pub Vec<usize>);
+
+/// Parses `0,2,4-7` into the CPUs it names, in order.
+fn parse_cpu_list(text: &str) -> Result<CpuList, String> {
+    let mut cpus = Vec::new();
+    for part in text.split(',') {
+        let number = |s: &str| {
+            s.trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|&cpu| cpu < nix::sched::CpuSet::count())
+                .ok_or_else(|| {
+                    format!(
+                        "`{s}` is not a CPU number (0 to {})",
+                        nix::sched::CpuSet::count() - 1
+                    )
+                })
+        };
+        match part.split_once('-') {
+            Some((first, last)) => {
+                let (first, last) = (number(first)?, number(last)?);
+                if first > last {
+                    return Err(format!("the CPU range `{part}` runs backwards"));
+                }
+                cpus.extend(first..=last);
+            }
+            None => cpus.push(number(part)?),
+        }
+    }
+    Ok(CpuList(cpus))
 }
 
 fn clock_seed() -> u64 {
@@ -235,5 +285,42 @@ mod tests {
             error.to_string(),
             "with --fabric, name this daemon's nodes with --node"
         );
+    }
+
+    #[test]
+    fn thread_options_reach_the_config_and_bad_ones_are_refused() {
+        let config = parse(&[
+            "--socket",
+            "/x.sock",
+            "--units",
+            "4",
+            "--threads",
+            "2",
+            "--cpus",
+            "1,4-5",
+            "--idle",
+            "poll",
+        ])
+        .config()
+        .unwrap();
+        assert_eq!(config.threads, Some(2));
+        assert_eq!(config.cpus, [1, 4, 5]);
+        assert_eq!(config.idle, IdlePolicy::Poll);
+        let defaults = parse(&["--socket", "/x.sock"]).config().unwrap();
+        assert_eq!(
+            (defaults.threads, defaults.idle),
+            (None, IdlePolicy::Adaptive)
+        );
+        assert!(defaults.cpus.is_empty());
+        let harness = |line: &[&str]| {
+            Harness::try_parse_from(std::iter::once("emulate").chain(line.iter().copied()))
+                .err()
+                .map(|error| error.to_string())
+                .unwrap_or_default()
+        };
+        assert!(harness(&["--threads", "0"]).contains("--threads"));
+        assert!(harness(&["--cpus", "3-1"]).contains("runs backwards"));
+        assert!(harness(&["--cpus", "x"]).contains("not a CPU number"));
+        assert!(harness(&["--idle", "spin"]).contains("none of poll, sleep, adaptive"));
     }
 }

@@ -63,6 +63,7 @@ pub fn format_status(report: &StatusReport) -> String {
         ]);
     }
     out.push_str(&table(&units));
+    out.push_str(&threads_table(&report.units));
     let mut ports = vec![row(&[
         "UNIT",
         "PORT",
@@ -150,6 +151,34 @@ pub fn format_status(report: &StatusReport) -> String {
     out
 }
 
+/// The NIC threads: which units each runs, its idle policy and the CPU time it used. Empty for
+/// a backend without such threads (QEMU NICs).
+fn threads_table(units: &[UnitStatus]) -> String {
+    let mut threads: std::collections::BTreeMap<u16, (Vec<String>, &str, u64)> =
+        std::collections::BTreeMap::new();
+    for unit in units.iter().filter(|unit| !unit.idle.is_empty()) {
+        let entry = threads
+            .entry(unit.thread)
+            .or_insert_with(|| (Vec::new(), unit.idle.as_str(), 0));
+        entry.0.push(unit.unit.to_string());
+        // Each unit reports its thread's clock when asked; the latest is the largest.
+        entry.2 = entry.2.max(unit.thread_cpu_ns);
+    }
+    if threads.is_empty() {
+        return String::new();
+    }
+    let mut rows = vec![row(&["THREAD", "UNITS", "IDLE", "CPU-MS"])];
+    for (thread, (units, idle, cpu_ns)) in threads {
+        rows.push(vec![
+            thread.to_string(),
+            units.join(","),
+            idle.to_owned(),
+            format!("{:.1}", cpu_ns as f64 / 1e6),
+        ]);
+    }
+    format!("\nNIC threads\n{}", table(&rows))
+}
+
 fn row(cells: &[&str]) -> Vec<String> {
     cells.iter().map(|cell| (*cell).to_owned()).collect()
 }
@@ -192,6 +221,9 @@ fn unit_json(unit: &UnitStatus) -> Value {
     let w = &unit.wire;
     json!({
         "unit": unit.unit,
+        "thread": unit.thread,
+        "idle": unit.idle,
+        "thread_cpu_ns": unit.thread_cpu_ns,
         "node": unit.node,
         "address": unit.address,
         "ports": unit.ports.iter().map(port_json).collect::<Vec<_>>(),
@@ -269,6 +301,9 @@ mod tests {
             fault_seed: Some(5),
             units: vec![UnitStatus {
                 unit: 0,
+                thread: 1,
+                idle: "adaptive (sleeping)".to_owned(),
+                thread_cpu_ns: 2_500_000,
                 node: 3,
                 address: None,
                 ports: vec![PortReport {
@@ -318,6 +353,10 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("\n0     9     10    2       0"), "{text}");
+        assert!(
+            text.contains("NIC threads\nTHREAD  UNITS  IDLE                 CPU-MS\n1       0      adaptive (sleeping)  2.5\n"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -327,6 +366,9 @@ mod tests {
             fault_seed: None,
             units: vec![UnitStatus {
                 unit: 0,
+                thread: 0,
+                idle: "poll".to_owned(),
+                thread_cpu_ns: 7,
                 node: 10,
                 address: Some("127.0.0.1:9".to_owned()),
                 ports: vec![],
@@ -340,5 +382,7 @@ mod tests {
         assert_eq!(json["units"][0]["node"], 10);
         assert_eq!(json["units"][0]["address"], "127.0.0.1:9");
         assert_eq!(json["units"][0]["wire"]["strangers"], 0);
+        assert_eq!(json["units"][0]["idle"], "poll");
+        assert_eq!(json["units"][0]["thread_cpu_ns"], 7);
     }
 }

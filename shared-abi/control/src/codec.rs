@@ -264,6 +264,9 @@ wire_struct!(StatusReport {
 });
 wire_struct!(UnitStatus {
     unit,
+    thread,
+    idle,
+    thread_cpu_ns,
     node,
     address,
     ports,
@@ -534,6 +537,9 @@ mod tests {
             fault_seed: Some(7),
             units: vec![UnitStatus {
                 unit: 1,
+                thread: 2,
+                idle: "adaptive (polling)".to_owned(),
+                thread_cpu_ns: 123_456_789,
                 node: 10,
                 address: Some("127.0.0.2:7000".to_owned()),
                 ports: vec![PortReport {

@@ -18,7 +18,7 @@ use crate::sys;
 
 /// The layout version of control messages, the first byte of every frame's body. Bumped on any
 /// change to [`crate::codec`]'s layouts; a frame of another version is refused, naming both.
-pub const PROTOCOL_VERSION: u8 = 2;
+pub const PROTOCOL_VERSION: u8 = 3;
 
 /// Largest frame body, in bytes (a status report of a large emulator fits many times over).
 pub const MAX_FRAME: usize = 1 << 20;

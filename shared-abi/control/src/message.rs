@@ -241,6 +241,13 @@ pub struct StatusReport {
 pub struct UnitStatus {
     /// Unit number.
     pub unit: u8,
+    /// The NIC thread that runs it (0 where the backend has no such threads).
+    pub thread: u16,
+    /// That thread's idle policy, and for an adaptive one what it does now: `poll`, `sleep`,
+    /// `adaptive (polling)`, `adaptive (sleeping)`; empty where the backend has none.
+    pub idle: String,
+    /// CPU time that thread has used, in nanoseconds (0 where the backend cannot tell).
+    pub thread_cpu_ns: u64,
     /// Node id on the fabric.
     pub node: u16,
     /// The UDP address the NIC listens on, if it is on a fabric map.

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use nicbar::{
     Algorithm, BarrierError, Event, FailureReason, Group, Member, Port, Priority, Status, Step,
 };
-use nicbar_emulator::{Emulator, EmulatorConfig, EmulatorHandle};
+use nicbar_emulator::{Emulator, EmulatorConfig, EmulatorHandle, IdlePolicy};
 
 /// Longest any one wait of these tests may take.
 const BOUND: Duration = Duration::from_secs(20);
@@ -25,10 +25,18 @@ struct Cluster {
 
 impl Cluster {
     fn new(name: &str, units: u16) -> Self {
+        Self::on_threads(name, units, None, IdlePolicy::default())
+    }
+
+    /// A daemon whose NICs run on `threads` threads (the default for this host if `None`) with
+    /// idle policy `idle`.
+    fn on_threads(name: &str, units: u16, threads: Option<usize>, idle: IdlePolicy) -> Self {
         let dir =
             std::env::temp_dir().join(format!("nicbar-barrier-{name}-{}", std::process::id()));
-        let emulator =
-            Emulator::spawn(EmulatorConfig::in_process(dir.join("control.sock"), units)).unwrap();
+        let mut config = EmulatorConfig::in_process(dir.join("control.sock"), units);
+        config.threads = threads;
+        config.idle = idle;
+        let emulator = Emulator::spawn(config).unwrap();
         Self { emulator, dir }
     }
 
@@ -429,9 +437,36 @@ fn a_member_that_never_enters_fails_the_barrier_naming_it_nic_and_host() {
 /// alternating, and check on exit that every member entered.
 #[test]
 fn nic_and_host_barriers_of_every_algorithm_alternate_on_four_ports() {
+    alternate_barriers(Cluster::new("alternate", 4));
+}
+
+/// The same with every NIC on a thread of its own, polling: every packet crosses threads
+/// through the lock-free inboxes.
+#[test]
+fn barriers_alternate_with_every_nic_on_a_polling_thread_of_its_own() {
+    alternate_barriers(Cluster::on_threads(
+        "alternate-poll",
+        4,
+        Some(4),
+        IdlePolicy::Poll,
+    ));
+}
+
+/// The same with two NICs on each of two sleeping threads: packets between threads must wake
+/// the receiving one, packets within one are taken in the same pass.
+#[test]
+fn barriers_alternate_on_two_sleeping_nic_threads() {
+    alternate_barriers(Cluster::on_threads(
+        "alternate-sleep",
+        4,
+        Some(2),
+        IdlePolicy::Sleep,
+    ));
+}
+
+fn alternate_barriers(cluster: Cluster) {
     const MEMBERS: usize = 4;
     const ROUNDS: u64 = 25;
-    let cluster = Cluster::new("alternate", MEMBERS as u16);
     let ports: Vec<Port> = (0..MEMBERS as u8).map(|u| cluster.open(u, 2)).collect();
     let group = Group::new(ports.iter().map(member))
         .unwrap()

@@ -1,0 +1,342 @@
+//! The daemon's NIC threads: each runs the units given to it over one epoll loop, as one NIC
+//! processor runs all of a card's ports, and a daemon runs as many as the host can spare cores.
+//!
+//! A packet between two units of one thread is taken in the same pass of the loop that sent it;
+//! one for a unit of another thread goes through that unit's lock-free inbox and costs a system
+//! call only if that thread sleeps ([`ThreadWake`]). Each pass drains the wake-up eventfds that
+//! were ready (rung for commands from the control thread and by processes as the NIC doorbell),
+//! serves commands, and runs every unit — packets from its inbox and UDP socket, then a poll of
+//! its firmware core — until none has anything left to do.
+//!
+//! Then the idle policy ([`IdlePolicy`]) decides. A polling thread looks again at once (it looks
+//! at its descriptors every [`POLL_DESCRIPTORS_EVERY`] idle passes, and its processes never need
+//! the doorbell). A sleeping thread raises the sleeping flag of every open port's send and receive
+//! ring and its own, polls once more (a token or a packet published before the other side saw the
+//! flag would otherwise wait), and sleeps in `epoll_wait` until a descriptor is ready or the
+//! earliest firmware deadline or held-back packet of its units is due.
+
+use std::io;
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
+
+use super::idle::IdlePolicy;
+use super::unit::{SharedThread, UnitHandle, UnitLoop, UnitSetup};
+use super::wire::ThreadWake;
+use nicbar_control::doorbell;
+
+/// Stack of a NIC thread: each firmware core is built on it before it moves to the heap.
+const THREAD_STACK: usize = 8 << 20;
+
+/// Rounds of (packets in, poll, loopback) the units run before the loop looks at its commands
+/// and descriptors again.
+const MAX_ROUNDS: usize = 256;
+
+/// Idle passes of a polling thread between two looks at its descriptors (commands ring them, and
+/// processes that asked for the doorbell while the thread slept).
+pub(crate) const POLL_DESCRIPTORS_EVERY: u32 = 64;
+
+/// Epoll data of a unit's descriptors: `unit << 1 | WAKE` and `unit << 1 | UDP`, the unit
+/// numbered within its thread; the thread's own wake-up is [`THREAD_WAKE`].
+pub(crate) const WAKE: u64 = 0;
+/// See [`WAKE`].
+pub(crate) const UDP: u64 = 1;
+const THREAD_WAKE: u64 = u64::MAX;
+
+/// How the daemon's NICs are spread over threads.
+#[derive(Clone, Debug)]
+pub(crate) struct ThreadPlan {
+    /// How many NIC threads; unit `u` runs on thread `u % threads`.
+    pub(crate) threads: usize,
+    /// CPUs to pin the threads to, thread `t` on `cpus[t % cpus.len()]`; empty: not pinned.
+    pub(crate) cpus: Vec<usize>,
+    /// What a thread does when idle.
+    pub(crate) idle: IdlePolicy,
+    /// How long a sleeping thread stays awake after its last work, while processes sleep.
+    pub(crate) linger: Duration,
+    /// The cores the daemon may run on (the adaptive policy's budget).
+    pub(crate) cores: usize,
+}
+
+impl ThreadPlan {
+    /// The thread that runs unit `unit`.
+    pub(crate) fn thread_of(&self, unit: usize) -> usize {
+        unit % self.threads.max(1)
+    }
+}
+
+/// Starts the NIC threads, each with the units `plan` gives it; `wakes` are the threads'
+/// wake-ups (the inboxes in `setups` already point at them). Returns a handle per unit, in unit
+/// order.
+///
+/// # Errors
+/// Creating an epoll instance or a thread failed.
+pub(crate) fn spawn(
+    setups: Vec<UnitSetup>,
+    wakes: Vec<Arc<ThreadWake>>,
+    plan: &ThreadPlan,
+) -> io::Result<Vec<UnitHandle>> {
+    let open_ports = Arc::new(AtomicUsize::new(0));
+    let mut per_thread: Vec<Vec<UnitSetup>> = wakes.iter().map(|_| Vec::new()).collect();
+    for (index, setup) in setups.into_iter().enumerate() {
+        if let Some(list) = per_thread.get_mut(plan.thread_of(index)) {
+            list.push(setup);
+        }
+    }
+    let mut handles: Vec<Option<UnitHandle>> = Vec::new();
+    for (thread, (setups, wake)) in per_thread.into_iter().zip(wakes).enumerate() {
+        let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
+        epoll.add(
+            wake.doorbell(),
+            EpollEvent::new(EpollFlags::EPOLLIN, THREAD_WAKE),
+        )?;
+        let mut parts = Vec::new();
+        for (slot, setup) in setups.into_iter().enumerate() {
+            let key = (slot as u64) << 1;
+            epoll.add(
+                &*setup.wake,
+                EpollEvent::new(EpollFlags::EPOLLIN, key | WAKE),
+            )?;
+            if let Some(udp) = setup.udp.as_ref() {
+                epoll.add(udp, EpollEvent::new(EpollFlags::EPOLLIN, key | UDP))?;
+            }
+            let (handle, part) = setup.split(thread as u16, open_ports.clone());
+            let unit = usize::from(handle.unit);
+            if handles.len() <= unit {
+                handles.resize_with(unit + 1, || None);
+            }
+            handles[unit] = Some(handle);
+            parts.push(part);
+        }
+        let shared = Arc::new(SharedThread::new(parts.len()));
+        for handle in handles.iter_mut().flatten() {
+            if handle.thread_index() == thread as u16 {
+                handle.attach(shared.clone());
+            }
+        }
+        let cpu = (!plan.cpus.is_empty()).then(|| plan.cpus[thread % plan.cpus.len()]);
+        let context = ThreadContext {
+            epoll,
+            wake,
+            idle: plan.idle,
+            linger: plan.linger,
+            threads: plan.threads,
+            cores: plan.cores,
+            open_ports: open_ports.clone(),
+        };
+        let joined = std::thread::Builder::new()
+            .name(format!("nic-thread-{thread}"))
+            .stack_size(THREAD_STACK)
+            .spawn(move || {
+                if let Some(cpu) = cpu {
+                    pin_to(cpu);
+                }
+                let units = parts.into_iter().map(|part| part.build()).collect();
+                NicThread { units, context }.run();
+            })?;
+        shared.set_thread(joined);
+    }
+    Ok(handles.into_iter().flatten().collect())
+}
+
+/// Pins the calling thread to `cpu`; a refusal (a CPU outside the process's set) leaves it
+/// unpinned and says so.
+fn pin_to(cpu: usize) {
+    let mut set = nix::sched::CpuSet::new();
+    let pinned = set
+        .set(cpu)
+        .and_then(|()| nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set));
+    if let Err(error) = pinned {
+        eprintln!("nicctl emulate: cannot pin a NIC thread to CPU {cpu}: {error}");
+    }
+}
+
+/// What a thread needs beside its units.
+struct ThreadContext {
+    epoll: Epoll,
+    wake: Arc<ThreadWake>,
+    idle: IdlePolicy,
+    linger: Duration,
+    threads: usize,
+    cores: usize,
+    /// Ports open on the whole daemon (every thread's units): the adaptive policy's load.
+    open_ports: Arc<AtomicUsize>,
+}
+
+/// One NIC thread: its units and the loop that runs them.
+struct NicThread {
+    units: Vec<UnitLoop>,
+    context: ThreadContext,
+}
+
+impl NicThread {
+    fn run(mut self) {
+        let mut events = vec![EpollEvent::empty(); 2 * self.units.len() + 1];
+        let mut last_busy = std::time::Instant::now();
+        // Units whose wake-up eventfd or UDP socket was ready in the last wait: every unit at
+        // first. Only these are drained; a polling thread asks every unit for commands.
+        let mut woken = vec![true; self.units.len()];
+        let mut idle_passes = 0u32;
+        loop {
+            let polling = self.polls();
+            for (unit, woken) in self.units.iter_mut().zip(woken.iter_mut()) {
+                unit.polling = polling;
+                let rung = std::mem::take(woken);
+                if rung {
+                    unit.dormant = false;
+                    doorbell::drain(&*unit.wake);
+                }
+                if (rung || polling) && !unit.stopped && !unit.serve_commands() {
+                    unit.stop();
+                }
+            }
+            if self.units.iter().all(|unit| unit.stopped) {
+                return;
+            }
+            if self.work() {
+                last_busy = std::time::Instant::now();
+                idle_passes = 0;
+            } else {
+                idle_passes = idle_passes.wrapping_add(1);
+            }
+            if polling {
+                if idle_passes > 0 {
+                    if idle_passes % POLL_DESCRIPTORS_EVERY == 0 {
+                        self.look_at_descriptors(&mut events, EpollTimeout::ZERO, &mut woken);
+                    }
+                    std::hint::spin_loop();
+                }
+                continue;
+            }
+            let mut timeout: Option<Duration> = None;
+            for unit in self.units.iter_mut().filter(|unit| unit.runs()) {
+                match unit.sleep_timeout() {
+                    Some(t) => timeout = Some(timeout.map_or(t, |timeout| timeout.min(t))),
+                    // Nothing due, ever, and nothing to serve: skip it until something
+                    // arrives for it.
+                    None if unit.idle() => unit.dormant = true,
+                    None => {}
+                }
+            }
+            if timeout == Some(Duration::ZERO) {
+                continue;
+            }
+            if last_busy.elapsed() < self.context.linger && self.hosts_asleep() {
+                // Recently busy, and every process sleeps on its event ring: stay awake a little
+                // without the sleeping flags, so a process that wakes to an event and posts again
+                // soon needs no doorbell (io_uring's SQPOLL idle time). A process that spins on
+                // its event ring instead would only compete with this spin for the cores: then
+                // sleep at once, and let its next post ring the doorbell.
+                self.look_at_descriptors(&mut events, EpollTimeout::ZERO, &mut woken);
+                std::thread::yield_now();
+                continue;
+            }
+            self.sleep(&mut events, timeout, &mut woken);
+        }
+    }
+
+    /// Whether the thread polls now, by its idle policy and the daemon's open ports.
+    fn polls(&self) -> bool {
+        let context = &self.context;
+        context.idle.polls(
+            context.open_ports.load(Ordering::Relaxed),
+            context.threads,
+            context.cores,
+        )
+    }
+
+    /// Raises every sleeping flag, looks once more for work published before the flags were
+    /// seen, and if there is none waits in `epoll_wait` for at most `timeout`.
+    fn sleep(&mut self, events: &mut [EpollEvent], timeout: Option<Duration>, woken: &mut [bool]) {
+        for unit in &self.units {
+            unit.set_sleeping(true);
+        }
+        self.context.wake.going_to_sleep();
+        // The flags are up: a token published from now on rings the doorbell, a packet from
+        // another thread rings this thread. One published before is seen here.
+        let late_work = self.units.iter_mut().any(UnitLoop::has_late_work);
+        if !late_work {
+            self.look_at_descriptors(events, epoll_timeout(timeout), woken);
+        }
+        self.context.wake.awake();
+        for unit in &self.units {
+            unit.set_sleeping(false);
+        }
+    }
+
+    /// Waits up to `timeout` for the thread's descriptors and marks the units they belong to.
+    fn look_at_descriptors(
+        &self,
+        events: &mut [EpollEvent],
+        timeout: EpollTimeout,
+        woken: &mut [bool],
+    ) {
+        let ready = self.context.epoll.wait(events, timeout).unwrap_or(0);
+        for event in &events[..ready] {
+            if event.data() == THREAD_WAKE {
+                doorbell::drain(self.context.wake.doorbell());
+                continue;
+            }
+            if let Some(flag) = usize::try_from(event.data() >> 1)
+                .ok()
+                .and_then(|index| woken.get_mut(index))
+            {
+                *flag = true;
+            }
+        }
+    }
+
+    /// Whether the process of every open port sleeps on its event ring (none spins on it).
+    fn hosts_asleep(&self) -> bool {
+        self.units
+            .iter()
+            .filter(|unit| !unit.stopped)
+            .all(UnitLoop::hosts_asleep)
+    }
+
+    /// Runs every unit until none has anything to do (bounded, to serve commands): a packet one
+    /// unit sends another of this thread is taken in the next pass. Dormant units are skipped
+    /// unless a packet came for them. Returns whether there was anything to do.
+    fn work(&mut self) -> bool {
+        let mut any = false;
+        for _ in 0..MAX_ROUNDS {
+            let mut busy = false;
+            for unit in self.units.iter_mut().filter(|unit| !unit.stopped) {
+                if unit.dormant {
+                    if unit.inbox.is_empty() {
+                        continue;
+                    }
+                    unit.dormant = false;
+                }
+                busy |= unit.work();
+            }
+            if !busy {
+                return any;
+            }
+            any = true;
+        }
+        any
+    }
+}
+
+/// An epoll timeout of at least `timeout`, rounded up to whole milliseconds.
+fn epoll_timeout(timeout: Option<Duration>) -> EpollTimeout {
+    let Some(timeout) = timeout else {
+        return EpollTimeout::NONE;
+    };
+    let millis = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+    EpollTimeout::try_from(millis).unwrap_or(EpollTimeout::MAX)
+}
+
+/// A fresh wake-up for each of `threads` NIC threads.
+///
+/// # Errors
+/// An eventfd could not be created.
+pub(crate) fn thread_wakes(threads: usize) -> io::Result<Vec<Arc<ThreadWake>>> {
+    (0..threads.max(1))
+        .map(|_| doorbell::new().map(|fd: OwnedFd| Arc::new(ThreadWake::new(fd))))
+        .collect()
+}
