@@ -1,8 +1,9 @@
 //! Measured tuning: the n-way dissemination `n` this machine's measurements predict best for each
-//! group size (seed 000's self-tuning), read from a small text file.
+//! group size (the self-tuning of Hoefler, Mehlan, Mietke, Rehm, *Fast Barrier Synchronization for
+//! InfiniBand*), read from a small text file.
 //!
-//! `cargo xtask bench rttp --write` measures the 1:P ping-pong, fits seed 000's LoP model to it,
-//! and writes the file; [`tuned_dissemination_n`] reads it once per process, and
+//! `cargo xtask bench rttp --write` measures the 1:P ping-pong, fits Hoefler et al.'s LoP model to
+//! it, and writes the file; [`tuned_dissemination_n`] reads it once per process, and
 //! [`default_algorithm`] is the schedule compilers' default with it applied (dissemination, the
 //! default where the group size is not a power of two, takes the tuned `n`).
 //!

@@ -70,10 +70,11 @@ enum Bench {
         #[arg(long, value_name = "FILE")]
         tuning: Option<std::path::PathBuf>,
     },
-    /// Seed 000's 1:P ping-pong: one process sends to P peers at once and waits for every reply,
-    /// RTT(P) for P = 1..15 on the emulated NIC (medians, CSV, table, figure); seed 000's LoP
-    /// model fitted to it by least squares, the n-way dissemination n it predicts best per group
-    /// size, and (`--write`) the tuning file from which `nicbar::tuning` gives that n.
+    /// The 1:P ping-pong of Hoefler et al., *Fast Barrier Synchronization for InfiniBand*: one
+    /// process sends to P peers at once and waits for every reply, RTT(P) for P = 1..15 on the
+    /// emulated NIC (medians, CSV, table, figure); the paper's LoP model fitted to it by least
+    /// squares, the n-way dissemination n it predicts best per group size, and (`--write`) the
+    /// tuning file from which `nicbar::tuning` gives that n.
     Rttp(rttp::Args),
     /// One-sided operations through the emulated NIC: put and get latency and bandwidth from 8 B
     /// to 16 MiB and NIC atomic latency, in-process (two units of one daemon) and over UDP between
@@ -102,15 +103,17 @@ enum Bench {
     /// MPI_Barrier latency and MPI_Ibarrier overlap (OSU's definition) through the coll/nicbar
     /// component beside Open MPI's own collectives over shared memory and TCP (table, CSV).
     Mpi(crate::mpi::BenchArgs),
-    /// Seed 004 on ARMCI over the emulated NIC: AllFence latency against K and node count (one
-    /// request at a time, K outstanding in a shuffled order, and the NIC's own completions), the
-    /// fused fence-and-barrier against AllFence + barrier, and lock/unlock under contention
-    /// (ticket against MCS queue lock), each beside its baseline in one run (table, CSV, figure).
+    /// Saify's *Optimizing Collective Communication Operations in ARMCI* over the emulated NIC:
+    /// AllFence latency against K and node count (one request at a time, K outstanding in a
+    /// shuffled order, and the NIC's own completions), the fused fence-and-barrier against
+    /// AllFence + barrier, and lock/unlock under contention (ticket against MCS queue lock), each
+    /// beside its baseline in one run (table, CSV, figure).
     Armci(armci::Args),
-    /// Seed 001 over the emulated NIC: one-way small-message latency (8 B .. 4 KiB) of the
-    /// RDMA-write eager fast path against the ordinary send/receive path and raw UDP, and lock +
-    /// unlock latency of the passive lock on NIC atomics against the lock the target's process
-    /// serves, with the target computing; interleaved rounds, medians (table, CSV, figure).
+    /// Liu et al.'s fast path and Li et al.'s passive locks over the emulated NIC: one-way
+    /// small-message latency (8 B .. 4 KiB) of the RDMA-write eager fast path against the ordinary
+    /// send/receive path and raw UDP, and lock + unlock latency of the passive lock on NIC atomics
+    /// against the lock the target's process serves, with the target computing; interleaved rounds,
+    /// medians (table, CSV, figure).
     Fastpath(fastpath::Args),
 }
 

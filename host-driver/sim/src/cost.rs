@@ -1,6 +1,7 @@
 //! The barrier cost model: every rank's compiled schedule run in virtual time against the costs of
 //! the paper's equations 1-2, NIC-based and host-based, to predict barrier latency at sizes no
-//! cluster here has (paper §2.2 and §6; seed 000 for dissemination).
+//! cluster here has (paper §2.2 and §6; Hoefler, Mehlan, Mietke, Rehm, *Fast Barrier
+//! Synchronization for InfiniBand*, for dissemination).
 //!
 //! The real-firmware simulator ([`super::world`]) runs the firmware byte for byte but has no notion
 //! of how long a LANai takes to do anything. This model is the other half: it knows nothing of
@@ -79,9 +80,9 @@
 //! formulas, computed per step with no storage, and every run checks them against `compile` for
 //! a sample of ranks (the tests check every rank at every size up to a few hundred).
 //!
-//! # Seed 000's self-tuning
+//! # Hoefler et al.'s self-tuning
 //!
-//! [`lop`] fits seed 000's LoP model to a 1:P ping-pong's round trips, measured (`cargo xtask
+//! [`lop`] fits Hoefler et al.'s LoP model to a 1:P ping-pong's round trips, measured (`cargo xtask
 //! bench rttp`) or run in this model ([`lop::model_rttp`]), and predicts from the fit the n-way
 //! dissemination `n` best for each group size; `cargo xtask sim tune` simulates that `n` beside
 //! `n = 1` and the other algorithms to 65,536 nodes.

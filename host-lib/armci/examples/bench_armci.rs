@@ -1,5 +1,6 @@
-//! bench_armci: seed 004's three measurements on the emulated NIC, each optimisation beside its
-//! baseline in one run (`cargo xtask bench armci` builds and runs it, and draws the figure).
+//! bench_armci: the three measurements of Saify, *Optimizing Collective Communication Operations
+//! in ARMCI*, on the emulated NIC, each optimisation beside its baseline in one run
+//! (`cargo xtask bench armci` builds and runs it, and draws the figure).
 //!
 //! - AllFence latency: every rank puts 8 bytes to each of the other ranks, then AllFence, timed;
 //!   one request at a time in rank order (the baseline), K at a time in a shuffled order, and

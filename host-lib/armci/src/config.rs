@@ -1,4 +1,4 @@
-//! How the synchronisation operations run: each of seed 004's optimisations beside the baseline it
+//! How the synchronisation operations run: each of Saify's optimisations beside the baseline it
 //! replaced, chosen per job (every rank must choose alike).
 //!
 //! The environment names them for programs that cannot pass a [`Config`] (C programs, `mpirun`):

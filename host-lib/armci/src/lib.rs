@@ -5,9 +5,9 @@
 //! opens one port, registers its memory with it, and reaches its peers' memory through the NIC
 //! with no help from their processes (ARMCI's "truly one-sided" progress rule: the NIC plays the
 //! server thread ARMCI ran on GM). It offers a Rust API ([`Armci`]) and ARMCI's C API
-//! (`libarmci`, the header `include/armci.h`), and seed 004's three optimisations of ARMCI's
-//! synchronisation beside the baselines they replaced, chosen by [`Config`]:
-//!
+//! (`libarmci`, the header `include/armci.h`), and Saify's three optimisations of ARMCI's
+//! synchronisation (*Optimizing Collective Communication Operations in ARMCI*, M.S. thesis, The
+//! Ohio State University, 2002) beside the baselines they replaced, chosen by [`Config`]:
 //! - AllFence with K acknowledgement requests outstanding in a shuffled server order, against
 //!   one request at a time ([`FenceMode`]; thesis ch. 3);
 //! - the fused fence-and-barrier with per-pair operation counters, against AllFence followed by

@@ -1,4 +1,5 @@
-//! Remote locks on a peer's lock words (seed 001's second paper, and its baseline).
+//! Remote locks on a peer's lock words (Li, Potluri, Hamidouche, Jose, Panda, *Efficient and
+//! Truly Passive MPI-3 RMA Using InfiniBand Atomics*, and its baseline).
 //!
 //! **Passive** ([`LockMode::Passive`]): the lock is one 64-bit word in the target's registered
 //! memory, changed only by NIC atomics, so the target's process does nothing — it may compute,

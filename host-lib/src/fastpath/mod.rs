@@ -1,4 +1,5 @@
-//! MVAPICH's RDMA-write eager fast path (seed 001), over the port's puts, beside the ordinary
+//! MVAPICH's RDMA-write eager fast path (Liu, Wu, Kini, Wyckoff, Panda, *High Performance
+//! RDMA-Based MPI Implementation over InfiniBand*), over the port's puts, beside the ordinary
 //! send/receive path it falls back to; and remote locks on the peers' memory (`lock`): truly
 //! passive ones on NIC atomics, and the baseline the target's process serves.
 //!

@@ -94,10 +94,11 @@ pub fn gather_broadcast(
 /// steps written.
 ///
 /// In round `r` (`0..⌈log_{n+1} N⌉`) the rank sends to `(rank + j·(n+1)^r) mod N` and then
-/// receives from `(rank - j·(n+1)^r) mod N`, `j = 1..=n` (seed 000, equations 1-2). On small
-/// groups some offsets `j·(n+1)^r` coincide modulo `N` or vanish; those `j` are skipped. The
-/// skipped `j` depend only on `N`, `n` and `r`, so when a rank skips sending to a peer in a round,
-/// that peer skips receiving from it in the same round.
+/// receives from `(rank - j·(n+1)^r) mod N`, `j = 1..=n` (Hoefler et al., *Fast Barrier
+/// Synchronization for InfiniBand*, equations 1-2). On small groups some offsets `j·(n+1)^r`
+/// coincide modulo `N` or vanish; those `j` are skipped. The skipped `j` depend only on `N`, `n`
+/// and `r`, so when a rank skips sending to a peer in a round, that peer skips receiving from it in
+/// the same round.
 ///
 /// # Errors
 /// See [`compile`].
@@ -202,7 +203,7 @@ fn emit_dissemination(
     let mut stride = 1usize;
     for round in 0..dissemination_rounds(members, n) {
         let kept = distinct_offsets(members, n, stride);
-        // seed 000, listing 1: all of a round's notifications go out before its waits.
+        // Hoefler et al., listing 1: all of a round's notifications go out before its waits.
         for j in 1..=kept {
             let offset = mul_mod(j, stride, members);
             writer.push(StepOp::SEND, add_mod(rank, offset, members), round)?;

@@ -85,9 +85,9 @@ pub enum Algorithm {
         /// The rank at the root of the tree, `0..N`.
         root: usize,
     },
-    /// n-way dissemination (*Fast Barrier Synchronization for InfiniBand*, seed 000, equations
-    /// 1-2): `⌈log_{n+1} N⌉` rounds, in each of which a rank notifies `n` peers and waits for `n`.
-    /// `n = 1` is the classic dissemination barrier.
+    /// n-way dissemination (Hoefler, Mehlan, Mietke, Rehm, *Fast Barrier Synchronization for
+    /// InfiniBand*, equations 1-2): `⌈log_{n+1} N⌉` rounds, in each of which a rank notifies `n`
+    /// peers and waits for `n`. `n = 1` is the classic dissemination barrier.
     Dissemination {
         /// Peers notified per round, `1..=N-1`.
         n: usize,
@@ -110,7 +110,7 @@ pub enum Algorithm {
 ///   depends on the NIC and the size (the paper sweeps them all, §6). Not a blind default.
 ///
 /// Dissemination with larger `n` trades rounds for packets per round, which pays only as far as
-/// the NIC overlaps consecutive sends (seed 000 §2): also a choice for measurements.
+/// the NIC overlaps consecutive sends (Hoefler et al. §2): also a choice for measurements.
 /// For 0 or 1 members the answer does not matter: compiling reports the group as empty or
 /// trivial.
 pub const fn default_for(members: usize) -> Algorithm {

@@ -1,7 +1,8 @@
-//! `cargo xtask bench armci`: seed 004's measurements of ARMCI over the emulated NIC (the program
-//! is `host-lib/armci/examples/bench_armci.rs`) — AllFence latency against K and node count, the
-//! fused fence-and-barrier against AllFence + barrier, lock and unlock under contention, each
-//! beside its baseline in one run; table, CSV, and a figure in the shape of the thesis's.
+//! `cargo xtask bench armci`: the measurements of Saify, *Optimizing Collective Communication
+//! Operations in ARMCI*, over the emulated NIC (the program is
+//! `host-lib/armci/examples/bench_armci.rs`) — AllFence latency against K and node count, the fused
+//! fence-and-barrier against AllFence + barrier, lock and unlock under contention, each beside its
+//! baseline in one run; table, CSV, and a figure in the shape of the thesis's.
 
 use std::path::PathBuf;
 
@@ -154,9 +155,8 @@ fn figure(csv: &Csv) -> Result<Figure> {
     lock.note(Stroke::Solid, "ARMCI_Lock")
         .note(Stroke::Dashed, "ARMCI_Unlock");
     Ok(Figure {
-        title:
-            "ARMCI synchronisation over the emulated NIC: seed 004's optimisations and baselines"
-                .into(),
+        title: "ARMCI synchronisation over the emulated NIC: Saify's optimisations and baselines"
+            .into(),
         panels: vec![fence, barrier, lock],
     })
 }

@@ -1,5 +1,7 @@
-//! `cargo xtask bench fastpath`: seed 001's measurements over the emulated NIC (the program is
-//! `host-lib/system/examples/bench_fastpath.rs`) — one-way small-message latency of the RDMA-write
+//! `cargo xtask bench fastpath`: the measurements of Liu et al., *High Performance RDMA-Based MPI
+//! Implementation over InfiniBand*, and of Li et al., *Efficient and Truly Passive MPI-3 RMA
+//! Using InfiniBand Atomics*, over the emulated NIC (the program is
+//! `xtask/system/examples/bench_fastpath.rs`) — one-way small-message latency of the RDMA-write
 //! eager fast path against the ordinary send/receive path and raw UDP, and lock + unlock latency
 //! of the passive lock on NIC atomics against the lock the target's process serves, with the
 //! target computing; interleaved rounds, medians, table, CSV and figure.
@@ -134,8 +136,7 @@ fn figure(csv: &Csv) -> Result<Figure> {
         lock.series.push(series);
     }
     Ok(Figure {
-        title: "Seed 001 over the emulated NIC: the RDMA-write eager fast path and passive locks"
-            .into(),
+        title: "Liu et al.'s fast path and Li et al.'s passive locks over the emulated NIC".into(),
         panels: vec![latency, lock],
     })
 }

@@ -1,6 +1,7 @@
-//! `cargo xtask bench rttp`: seed 000's 1:P ping-pong on the emulated NIC (the program is
-//! `host-lib/system/examples/bench_rttp.rs`), its LoP fit, the dissemination n predicted best per
-//! group size, and the tuning file the library reads; table, CSVs and a figure.
+//! `cargo xtask bench rttp`: the 1:P ping-pong of Hoefler et al., *Fast Barrier Synchronization
+//! for InfiniBand*, on the emulated NIC (the program is `xtask/system/examples/bench_rttp.rs`), its
+//! LoP fit, the dissemination n predicted best per group size, and the tuning file the library
+//! reads; table, CSVs and a figure.
 
 use std::path::{Path, PathBuf};
 
@@ -161,7 +162,8 @@ fn figure(rttp: &Csv, tuned: &Csv) -> Result<Figure> {
     );
     predicted.series = vec![at_one, at_best];
     Ok(Figure {
-        title: "Seed 000's 1:P ping-pong on the emulated NIC, its LoP fit and the tuned n".into(),
+        title: "Hoefler et al.'s 1:P ping-pong on the emulated NIC, its LoP fit and the tuned n"
+            .into(),
         panels: vec![round_trip, predicted],
     })
 }

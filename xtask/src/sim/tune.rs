@@ -1,8 +1,8 @@
-//! `cargo xtask sim tune`: seed 000's self-tuning of n-way dissemination run inside the barrier
-//! cost model, to 65,536 nodes.
+//! `cargo xtask sim tune`: the self-tuning of n-way dissemination of Hoefler et al., *Fast
+//! Barrier Synchronization for InfiniBand*, run inside the barrier cost model, to 65,536 nodes.
 //!
-//! For each mode (NIC-based, host-based) the model runs the seed's 1:P ping-pong (a
-//! gather-broadcast star of P + 1 ranks), fits the LoP model to it, takes the n the fit predicts
+//! For each mode (NIC-based, host-based) the model runs Hoefler et al.'s 1:P ping-pong
+//! (a gather-broadcast star of P + 1 ranks), fits the LoP model to it, takes the n the fit predicts
 //! best at each size, and simulates dissemination at that n beside n = 1, pairwise exchange and
 //! gather-broadcast at its best dimension. With `--rttp CSV` it also runs the n that the
 //! emulated NIC's measured RTT(P) (`cargo xtask bench rttp`) predicts, so the measured tuning is
@@ -56,7 +56,7 @@ struct Row {
 pub(crate) fn run_tune(args: TuneArgs) -> Result<()> {
     let costs = fit(FitAssumptions::default())?.lanai43;
     println!(
-        "== seed 000's self-tuning in the cost model (LANai 4.3 costs, fitted as in `sim barrier`) =="
+        "== Hoefler et al.'s self-tuning in the cost model (LANai 4.3 costs, fitted as in `sim barrier`) =="
     );
     println!(
         "1:P ping-pong in the model = a gather-broadcast star of P + 1 ranks (P:1, then 1:P), P = \

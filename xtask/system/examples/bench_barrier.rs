@@ -64,7 +64,8 @@ struct Row {
 
 /// The algorithm settings measured at `n` processes: PE, every GB dimension (the best is
 /// reported, as the paper did), dissemination n = 1..4, and dissemination at the `n` tuned for
-/// this size (seed 000's self-tuning) when `tuning` gives one.
+/// this size (the self-tuning of Hoefler et al., *Fast Barrier Synchronization for InfiniBand*)
+/// when `tuning` gives one.
 fn settings(n: usize, tuning: &Tuned) -> Vec<(String, Algorithm)> {
     let mut all = vec![("PE".to_string(), Algorithm::PairwiseExchange)];
     for dimension in 1..n {

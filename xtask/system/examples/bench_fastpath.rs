@@ -1,6 +1,8 @@
-//! bench_fastpath: seed 001's two measurements on the emulated NIC, each beside its baselines in
-//! one run, in interleaved rounds (`cargo xtask bench fastpath` builds and runs it, and draws the
-//! figure).
+//! bench_fastpath: the two measurements of Liu et al., *High Performance RDMA-Based MPI
+//! Implementation over InfiniBand* (the fast path), and Li et al., *Efficient and Truly Passive
+//! MPI-3 RMA Using InfiniBand Atomics* (the locks), on the emulated NIC, each beside its baselines
+//! in one run, in interleaved rounds (`cargo xtask bench fastpath` builds and runs it, and draws
+//! the figure).
 //!
 //! - One-way small-message latency by ping-pong between two processes, for each message length:
 //!   the RDMA-write eager fast path (`FastPath::send`), the ordinary send/receive path through the
@@ -32,7 +34,7 @@ type Result<T = (), E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
 
 const HELP: &str = "\
 bench_fastpath: one-way latency of the RDMA-write eager fast path against the ordinary path and
-raw UDP, and passive against served lock latency with the target computing (seed 001).
+raw UDP, and passive against served lock latency with the target computing (Liu et al.; Li et al.).
 
 usage: bench_fastpath [--rounds N] [--round-trips N] [--sizes A,B,..] [--lock-pairs N]
                       [--compute-us N] [--csv FILE]

@@ -1,8 +1,9 @@
-//! Seed 000's 1:P ping-pong on the emulated NIC: one process sends a one-byte message to `P`
-//! peers at once and waits for all `P` replies; each peer answers the moment a message arrives.
-//! `RTT(P)` for `P = 1..=15`, then seed 000's LoP model fitted to the medians by least squares,
-//! and from the fit the n-way dissemination `n` predicted best for each group size — written as a
-//! tuning file the library reads (`nicbar::tuning`) when asked.
+//! The 1:P ping-pong of Hoefler et al., *Fast Barrier Synchronization for InfiniBand*, on the
+//! emulated NIC: one process sends a one-byte message to `P` peers at once and waits for all `P`
+//! replies; each peer answers the moment a message arrives. `RTT(P)` for `P = 1..=15`, then the
+//! paper's LoP model fitted to the medians by least squares, and from the fit the n-way
+//! dissemination `n` predicted best for each group size — written as a tuning file the library
+//! reads (`nicbar::tuning`) when asked.
 //!
 //! `cargo xtask bench rttp` builds and runs it; `--help` lists the options. Every process is a
 //! real process with its own port; the emulator runs in this process (one daemon, one unit per
@@ -26,7 +27,7 @@ use nicbar_system::{cpu_model, wait_with_timeout};
 
 type Result<T = (), E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
 
-/// A ping: one byte, as the seed's benchmark sends (it only notifies).
+/// A ping: one byte, as the paper's benchmark sends (it only notifies).
 const PING: usize = 1;
 /// The initiator's last message to each peer: stop.
 const STOP: usize = 2;
@@ -36,7 +37,7 @@ const SIZE: u8 = 7;
 const TUNED_UP_TO: usize = 65_536;
 
 const HELP: &str = "\
-bench_rttp: seed 000's 1:P ping-pong RTT(P) on the emulated NIC, its LoP fit, and the
+bench_rttp: Hoefler et al.'s 1:P ping-pong RTT(P) on the emulated NIC, its LoP fit, and the
 dissemination n the fit predicts best for each group size.
 
 usage: bench_rttp [--max-peers P] [--round-trips N] [--csv FILE] [--write FILE] [--udp]
@@ -205,7 +206,7 @@ fn orchestrate(args: &[String]) -> Result {
         };
         let tuning = Tuning::from_choices(&choices);
         let comment = format!(
-            "The n-way dissemination n predicted best per group size, from seed 000's LoP model\n\
+            "The n-way dissemination n predicted best per group size, from Hoefler et al.'s LoP model\n\
              fitted to the 1:P ping-pong of `cargo xtask bench rttp` ({wire}, P = 1..={max_peers}):\n\
              t(P) = {:.3} + {:.3}·(P-1) + {:.4}·(P-1)² µs one way (residuals' RMS {:.3} µs);\n\
              a round of n costs RTT(n) - t(1).\n\

@@ -1,26 +1,27 @@
-//! Seed 000's LoP model: the 1:P ping-pong's round-trip time `RTT(P)` fitted by least squares,
-//! and from the fit the n-way dissemination barrier's latency and the `n` predicted best for each
-//! group size (seed 000 §2.3 and §4.1: "the task to deduce the optimal n-parameter ... will be
-//! done in a self-tuned fashion").
+//! The LoP model of Hoefler et al., *Fast Barrier Synchronization for InfiniBand*: the 1:P
+//! ping-pong's round-trip time `RTT(P)` fitted by least squares, and from the fit the n-way
+//! dissemination barrier's latency and the `n` predicted best for each group size (Hoefler et al.
+//! §2.3 and §4.1: "the task to deduce the optimal n-parameter ... will be done in a self-tuned
+//! fashion").
 //!
 //! # The model
 //!
 //! LogP prices every message alike, so sending to `P` peers costs `P` times one message's gap:
 //! its `RTT(P)` is a straight line through the one-message round trip. LoP keeps LogP's terms but
 //! lets the overhead and latency depend on how many messages are posted back to back, `o(P)` and
-//! `L(P)`, and reads them off `RTT(P)` (seed 000 §2.3). This module writes the one-way time of a
-//! burst of `P` messages, `t(P) = RTT(P) / 2 = o(P) + L(P)`, as
+//! `L(P)`, and reads them off `RTT(P)` (Hoefler et al. §2.3). This module writes the one-way time
+//! of a burst of `P` messages, `t(P) = RTT(P) / 2 = o(P) + L(P)`, as
 //!
 //! ```text
 //! t(P) = t1 + g·(P - 1) + c·(P - 1)²
 //! ```
 //!
 //! - `t1`: one message alone, `o(1) + L(1)`;
-//! - `g`: what each further message of the same burst adds. The seed's whole point is that on an
-//!   offloading network `g` is far below `t1` ("the price per message transfer is much lower for
-//!   4 simultaneous messages as for 1"), and then sending `n > 1` per round pays;
-//! - `c`: growth beyond linear, the receiver-side congestion the seed blames for a too-large `n`
-//!   (§4.1). Negative `c` is a burst that gets cheaper per message as it grows.
+//! - `g`: what each further message of the same burst adds. Hoefler et al.'s whole point is that
+//!   on an offloading network `g` is far below `t1` ("the price per message transfer is much lower
+//!   for 4 simultaneous messages as for 1"), and then sending `n > 1` per round pays;
+//! - `c`: growth beyond linear, the receiver-side congestion Hoefler et al. blame for a too-large
+//!   `n` (§4.1). Negative `c` is a burst that gets cheaper per message as it grows.
 //!
 //! The three are linear in the unknowns, so an ordinary least-squares fit to the measured medians
 //! finds them; [`LopFit`] keeps the residuals so the report can say how well the curve holds.
@@ -28,10 +29,10 @@
 //!
 //! # The prediction
 //!
-//! In a round of n-way dissemination every rank sends to `n` peers and waits for `n` (seed 000
-//! listing 1). The ping-pong's initiator does both with `P` peers, but spread over a round trip:
-//! its bursts out and in, plus one lone message's way there and back. A round has the bursts and
-//! one way, so it costs the round trip less one lone way:
+//! In a round of n-way dissemination every rank sends to `n` peers and waits for `n` (Hoefler et
+//! al. listing 1). The ping-pong's initiator does both with `P` peers, but spread over a round
+//! trip: its bursts out and in, plus one lone message's way there and back. A round has the bursts
+//! and one way, so it costs the round trip less one lone way:
 //!
 //! ```text
 //! round(n) = RTT(n) - t(1) = t1 + 2·g·(n - 1) + 2·c·(n - 1)²
@@ -40,13 +41,13 @@
 //! (`d` for `n` in a last round whose offsets repeat modulo the group size and leave `d < n`
 //! distinct peers). The barrier is the rounds one after another: `T(N, n) = Σ_r round(d_r)`.
 //! Taking half the round trip per round instead, as if a rank's sends and receives were split
-//! over two rounds, undercounts each further peer by half and picks `n` too large. This is the
-//! seed's setting, a barrier the hosts drive; in a NIC-based barrier the hosts' overhead is paid
-//! once and not per round, which the ping-pong cannot separate out (the reports compare the
+//! over two rounds, undercounts each further peer by half and picks `n` too large. This is
+//! Hoefler et al.'s setting, a barrier the hosts drive; in a NIC-based barrier the hosts' overhead
+//! is paid once and not per round, which the ping-pong cannot separate out (the reports compare the
 //! prediction with both).
 //!
 //! [`model_rttp`] runs the same ping-pong in the cost model (a gather-broadcast star of `P + 1`
-//! ranks is exactly a `P:1` then `1:P` exchange), so the model can be tuned the seed's way too.
+//! ranks is exactly a `P:1` then `1:P` exchange), so the model can be tuned their way too.
 
 use core::fmt;
 

@@ -17,8 +17,8 @@ use super::schedules::{Provenance, SchedulePolicy, ScheduleSet, ScheduleSetError
 /// has `2·d + 2` steps, and a schedule holds at most [`MAX_SCHEDULE_STEPS`] (128), so `d <= 63`.
 pub const MAX_GATHER_BROADCAST_DIMENSION: usize = (MAX_SCHEDULE_STEPS - 2) / 2;
 
-/// The dissemination `n` every size runs (seed 000 measured up to 4 and found larger `n` lose to
-/// receiver-side congestion).
+/// The dissemination `n` every size runs (Hoefler et al. measured up to 4 and found larger `n` lose
+/// to receiver-side congestion).
 pub const DISSEMINATION_WAYS: [usize; 4] = [1, 2, 3, 4];
 
 /// Dimensions swept above 64 nodes (below, every dimension `1..N`, as the paper did).
