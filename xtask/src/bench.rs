@@ -69,6 +69,14 @@ enum Bench {
         /// library reads, if there is one.
         #[arg(long, value_name = "FILE")]
         tuning: Option<std::path::PathBuf>,
+        /// NIC threads of the daemon, each measured in turn: numbers or `auto` (the daemon's
+        /// default for this host).
+        #[arg(long, value_delimiter = ',', default_value = "auto")]
+        threads: Vec<String>,
+        /// Idle policies of the NIC threads (poll, sleep, adaptive), each measured in turn
+        /// with each --threads value.
+        #[arg(long, value_delimiter = ',', default_value = "adaptive")]
+        idle: Vec<String>,
     },
     /// The 1:P ping-pong of Hoefler et al., *Fast Barrier Synchronization for InfiniBand*: one
     /// process sends to P peers at once and waits for every reply, RTT(P) for P = 1..15 on the
@@ -151,6 +159,8 @@ pub(crate) fn run_bench(args: Args) -> Result<()> {
             no_mpi,
             spin,
             tuning,
+            threads,
+            idle,
         } => {
             let out = crate::workspace_root().join(out);
             if !plot_only {
@@ -168,6 +178,8 @@ pub(crate) fn run_bench(args: Args) -> Result<()> {
                 if let Some(file) = &tuning {
                     command.arg("--tuning").arg(file);
                 }
+                command.arg("--threads").arg(threads.join(","));
+                command.arg("--idle").arg(idle.join(","));
                 run(&mut command)?;
             }
             draw(
@@ -337,7 +349,8 @@ impl Csv {
 
 /// The barrier benchmark's figure, in the shape of the paper's Figure 5: (a) latency against
 /// processes, NIC-based solid and host-based dashed per algorithm family (gather-broadcast at its
-/// best dimension), Open MPI dotted; (b) the factor of improvement, host over NIC.
+/// best dimension), Open MPI dotted; (b) the factor of improvement, host over NIC. Where the
+/// run measured several NIC engines (threads and idle policies), the first one's rows are drawn.
 fn barrier_figure(csv: &Csv) -> Result<Figure> {
     let (processes, algorithm, nic, host) = (
         csv.column("processes")?,
@@ -345,12 +358,26 @@ fn barrier_figure(csv: &Csv) -> Result<Figure> {
         csv.column("nic_us")?,
         csv.column("host_us")?,
     );
+    let engine = csv.column("engine").ok();
+    let first_engine = engine.and_then(|column| {
+        csv.rows
+            .iter()
+            .filter_map(|row| row.get(column))
+            .find(|label| !label.is_empty())
+            .cloned()
+    });
+    let drawn = |row: &Vec<String>| match (engine, &first_engine) {
+        (Some(column), Some(first)) => row
+            .get(column)
+            .is_none_or(|label| label.is_empty() || label == first),
+        _ => true,
+    };
     // (family, processes) -> best (nic, host), in first-seen order; and the references.
     let mut families: Vec<String> = Vec::new();
     let mut best: Vec<(String, f64, f64, f64)> = Vec::new();
     let mut references: Vec<(String, f64, f64)> = Vec::new();
     let mut sizes: Vec<f64> = Vec::new();
-    for row in &csv.rows {
+    for row in csv.rows.iter().filter(|row| drawn(row)) {
         let n = Csv::number(row, processes)?.ok_or("a row without processes")?;
         let name = row.get(algorithm).ok_or("a row without algorithm")?;
         let nic_us = Csv::number(row, nic)?.ok_or("a row without nic_us")?;

@@ -6,8 +6,10 @@
 //!
 //! `cargo xtask bench barrier` builds and runs it; `--help` lists the options. Every process is a
 //! real process with its own port; the emulator (one daemon, one unit per process, the in-process
-//! wire) runs in this process. Latency is the mean time per barrier at rank 0 over back-to-back
-//! barriers, as the paper measured it.
+//! wire) runs in this process, on the NIC threads and idle policies `--threads` and `--idle` name
+//! (each pair measured in turn). Latency is the mean time per barrier at rank 0 over back-to-back
+//! barriers, as the paper measured it; beside it, the CPU time the daemon's NIC threads spent per
+//! barrier over the same timed barriers (from their scheduler statistics, read by rank 0).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -16,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use nicbar::tuning::Tuning;
 use nicbar::{Algorithm, BarrierOptions, Group, Member, NodeId, Port, PortId, WaitMode};
-use nicbar_emulator::{Emulator, EmulatorConfig};
+use nicbar_emulator::{Emulator, EmulatorConfig, IdlePolicy};
 use nicbar_system::cpu_model;
 
 type Result<T = (), E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
@@ -26,7 +28,7 @@ bench_barrier: NIC-based against host-based barrier latency on the emulated NIC,
 at several process counts, with Open MPI's MPI_Barrier as a reference where it is installed.
 
 usage: bench_barrier [--sizes 2,4,8,16] [--barriers K] [--out DIR] [--no-mpi] [--spin]
-                     [--tuning FILE]
+                     [--tuning FILE] [--threads LIST] [--idle LIST]
 
   --sizes LIST    process counts (default 2,4,8,16)
   --barriers K    timed barriers per measurement, after K/10 to warm up (default 1000)
@@ -39,6 +41,11 @@ usage: bench_barrier [--sizes 2,4,8,16] [--barriers K] [--out DIR] [--no-mpi] [-
   --tuning FILE   also measure dissemination at the n FILE tunes for each size (a
                   `cargo xtask bench rttp --write` file); without it, at the n of the
                   tuning file the library reads, if there is one
+  --threads LIST  NIC threads of the daemon, each measured in turn: numbers (at most the
+                  process count; larger ones are cut to it) or `auto` (the daemon's
+                  default for this host) (default auto)
+  --idle LIST     idle policies of the NIC threads, each measured in turn with each
+                  --threads value: poll, sleep, adaptive (default adaptive)
 ";
 
 fn main() -> Result {
@@ -60,6 +67,40 @@ struct Row {
     algorithm: String,
     nic_us: f64,
     host_us: f64,
+    /// The daemon's NIC threads and idle policy as asked, a label without commas.
+    engine: String,
+    /// NIC threads that ran at this size.
+    threads: usize,
+    /// CPU time of the NIC threads per NIC-based barrier, µs.
+    nic_cpu_us: f64,
+    /// CPU time of the NIC threads per host-based barrier (its messages), µs.
+    host_cpu_us: f64,
+}
+
+/// How the daemon runs its NICs for one measurement.
+#[derive(Clone, Copy, Debug)]
+struct Engine {
+    /// NIC threads; `None`: the daemon's default.
+    threads: Option<usize>,
+    idle: IdlePolicy,
+}
+
+impl Engine {
+    /// The engine as asked, for every size: `auto threads adaptive`, `4 threads poll`.
+    fn label(&self) -> String {
+        match self.threads {
+            Some(threads) => format!("{threads} threads {}", self.idle),
+            None => format!("auto threads {}", self.idle),
+        }
+    }
+
+    /// The NIC threads that run `n` processes' NICs (one per NIC at most).
+    fn threads_at(&self, n: usize) -> usize {
+        self.threads.map_or_else(
+            || nicbar_emulator::default_threads(n, nicbar_system::cores()),
+            |threads| threads.min(n),
+        )
+    }
 }
 
 /// The algorithm settings measured at `n` processes: PE, every GB dimension (the best is
@@ -133,6 +174,8 @@ fn orchestrate(args: &[String]) -> Result {
     let mut mpi = true;
     let mut wait = "sleep";
     let mut tuned = Tuned::Library;
+    let mut threads: Vec<Option<usize>> = vec![None];
+    let mut idles = vec![IdlePolicy::Adaptive];
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
         match arg.as_str() {
@@ -154,9 +197,36 @@ fn orchestrate(args: &[String]) -> Result {
                     Tuning::load(&path).map_err(|e| format!("--tuning {}: {e}", path.display()))?,
                 );
             }
+            "--threads" => {
+                threads =
+                    rest.next()
+                        .ok_or("--threads needs a list")?
+                        .split(',')
+                        .map(|t| match t {
+                            "auto" => Ok(None),
+                            t => {
+                                t.parse::<usize>().ok().filter(|&t| t >= 1).map(Some).ok_or(
+                                    format!("--threads: `{t}` is neither `auto` nor 1 or more"),
+                                )
+                            }
+                        })
+                        .collect::<Result<_, _>>()?;
+            }
+            "--idle" => {
+                idles = rest
+                    .next()
+                    .ok_or("--idle needs a list")?
+                    .split(',')
+                    .map(str::parse)
+                    .collect::<Result<_, _>>()?;
+            }
             other => return Err(format!("unknown argument {other:?}; see --help").into()),
         }
     }
+    let engines: Vec<Engine> = threads
+        .iter()
+        .flat_map(|&threads| idles.iter().map(move |&idle| Engine { threads, idle }))
+        .collect();
     if sizes.iter().any(|&n| !(2..=64).contains(&n)) {
         return Err("sizes must be between 2 and 64 processes".into());
     }
@@ -179,28 +249,47 @@ fn orchestrate(args: &[String]) -> Result {
 
     let mut rows = Vec::new();
     for &n in &sizes {
-        let socket = dir.join(format!("n{n}.sock"));
-        let emulator = Emulator::spawn(EmulatorConfig::in_process(&socket, n as u16))?;
-        let list: Vec<String> = settings(n, &tuned)
-            .iter()
-            .map(|(_, a)| encode(*a))
-            .collect();
-        println!("{n} processes: {} settings x NIC and host ...", list.len());
-        let started = Instant::now();
-        let report = run_processes(&socket, n, barriers, &list.join(","), wait)?;
-        drop(emulator);
-        for ((name, _), line) in settings(n, &tuned).iter().zip(report.lines()) {
-            let mut fields = line.split_whitespace();
-            let nic: f64 = fields.next().ok_or("short report")?.parse()?;
-            let host: f64 = fields.next().ok_or("short report")?.parse()?;
-            rows.push(Row {
-                processes: n,
-                algorithm: name.clone(),
-                nic_us: nic,
-                host_us: host,
-            });
+        for engine in &engines {
+            let socket = dir.join(format!("n{n}.sock"));
+            let mut config = EmulatorConfig::in_process(&socket, n as u16);
+            config.threads = Some(engine.threads_at(n));
+            config.idle = engine.idle;
+            let emulator = Emulator::spawn(config)?;
+            let list: Vec<String> = settings(n, &tuned)
+                .iter()
+                .map(|(_, a)| encode(*a))
+                .collect();
+            let label = engine.label();
+            println!(
+                "{n} processes, {} NIC threads {}: {} settings x NIC and host ...",
+                engine.threads_at(n),
+                engine.idle,
+                list.len()
+            );
+            let started = Instant::now();
+            let report = run_processes(&socket, n, barriers, &list.join(","), wait)?;
+            drop(emulator);
+            for ((name, _), line) in settings(n, &tuned).iter().zip(report.lines()) {
+                let fields: Vec<f64> = line
+                    .split_whitespace()
+                    .map(str::parse)
+                    .collect::<Result<_, _>>()?;
+                let [nic_us, host_us, nic_cpu_us, host_cpu_us] = fields[..] else {
+                    return Err(format!("short report line {line:?}").into());
+                };
+                rows.push(Row {
+                    processes: n,
+                    algorithm: name.clone(),
+                    nic_us,
+                    host_us,
+                    engine: label.clone(),
+                    threads: engine.threads_at(n),
+                    nic_cpu_us,
+                    host_cpu_us,
+                });
+            }
+            println!("  done in {:.1?}", started.elapsed());
         }
-        println!("  done in {:.1?}", started.elapsed());
     }
 
     // (Every NIC here is a unit of one daemon, and packets between them carry no
@@ -308,12 +397,17 @@ fn child(args: &[String]) -> Result {
             .with_algorithm(algorithm)
             .with_timeout(Duration::from_secs(60));
         let mut per_mode = [0f64; 2];
+        let mut cpu_per_mode = [0f64; 2];
         for (mode, slot) in per_mode.iter_mut().enumerate() {
+            let mut cpu_from = 0;
             for i in 0..barriers / 10 + barriers {
                 if i == barriers / 10 {
                     // Start timing only once everyone is past the warm-up: a barrier has just
                     // ended here at every process.
                     *slot = 0.0;
+                    if rank == 0 {
+                        cpu_from = nic_threads_cpu_ns();
+                    }
                 }
                 let start = Instant::now();
                 if mode == 0 {
@@ -326,13 +420,39 @@ fn child(args: &[String]) -> Result {
                 }
             }
             *slot = *slot / barriers as f64 * 1e6;
+            if rank == 0 {
+                cpu_per_mode[mode] =
+                    nic_threads_cpu_ns().saturating_sub(cpu_from) as f64 / barriers as f64 / 1e3;
+            }
         }
-        let _ = writeln!(out, "{:.3} {:.3}", per_mode[0], per_mode[1]);
+        let _ = writeln!(
+            out,
+            "{:.3} {:.3} {:.3} {:.3}",
+            per_mode[0], per_mode[1], cpu_per_mode[0], cpu_per_mode[1]
+        );
     }
     if rank == 0 {
         print!("{out}");
     }
     Ok(())
+}
+
+/// CPU time the NIC threads of the daemon (this worker's parent) have used, in nanoseconds: the
+/// first field of each thread's scheduler statistics.
+fn nic_threads_cpu_ns() -> u64 {
+    let tasks = format!("/proc/{}/task", std::os::unix::process::parent_id());
+    let Ok(entries) = std::fs::read_dir(tasks) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|task| {
+            std::fs::read_to_string(task.path().join("comm"))
+                .is_ok_and(|name| name.starts_with("nic-thread"))
+        })
+        .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
+        .filter_map(|stat| stat.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
 }
 
 /// Open MPI's `MPI_Barrier` at the same sizes: over shared memory, and over TCP on loopback.
@@ -437,13 +557,18 @@ fn families(rows: &[Row]) -> Vec<Row> {
         } else {
             row.algorithm.as_str()
         };
-        match picked
-            .iter_mut()
-            .find(|r| r.processes == row.processes && r.algorithm == family)
-        {
+        match picked.iter_mut().find(|r| {
+            r.processes == row.processes && r.algorithm == family && r.engine == row.engine
+        }) {
             Some(best) => {
-                best.nic_us = best.nic_us.min(row.nic_us);
-                best.host_us = best.host_us.min(row.host_us);
+                if row.nic_us < best.nic_us {
+                    best.nic_us = row.nic_us;
+                    best.nic_cpu_us = row.nic_cpu_us;
+                }
+                if row.host_us < best.host_us {
+                    best.host_us = row.host_us;
+                    best.host_cpu_us = row.host_cpu_us;
+                }
             }
             None => picked.push(Row {
                 algorithm: family.to_string(),
@@ -456,35 +581,54 @@ fn families(rows: &[Row]) -> Vec<Row> {
 
 fn print_table(rows: &[Row], mpi: &[(usize, &'static str, f64)], sizes: &[usize]) {
     let picked = families(rows);
-    println!("\nbarrier latency, µs (mean per barrier at rank 0); factor = host / NIC");
-    print!("{:<12}", "algorithm");
-    for n in sizes {
-        print!(" | {:>6} {:>6} {:>5}", format!("{n} NIC"), "host", "x");
-    }
-    println!();
-    let mut names: Vec<String> = Vec::new();
+    let mut engines: Vec<String> = Vec::new();
     for row in &picked {
-        if !names.contains(&row.algorithm) {
-            names.push(row.algorithm.clone());
+        if !engines.contains(&row.engine) {
+            engines.push(row.engine.clone());
         }
     }
-    for name in &names {
-        print!("{name:<12}");
+    println!(
+        "\nbarrier latency, µs (mean per barrier at rank 0); factor = host / NIC; cpu = the NIC \
+         threads' CPU µs per NIC-based barrier"
+    );
+    for engine in &engines {
+        println!("\nNIC threads and idle policy: {engine}");
+        print!("{:<12}", "algorithm");
         for n in sizes {
-            match picked
-                .iter()
-                .find(|r| &r.algorithm == name && r.processes == *n)
-            {
-                Some(r) => print!(
-                    " | {:>6.1} {:>6.1} {:>5.2}",
-                    r.nic_us,
-                    r.host_us,
-                    r.host_us / r.nic_us
-                ),
-                None => print!(" | {:>6} {:>6} {:>5}", "-", "-", "-"),
-            }
+            print!(
+                " | {:>6} {:>6} {:>5} {:>5}",
+                format!("{n} NIC"),
+                "host",
+                "x",
+                "cpu"
+            );
         }
         println!();
+        let mut names: Vec<String> = Vec::new();
+        for row in &picked {
+            if !names.contains(&row.algorithm) {
+                names.push(row.algorithm.clone());
+            }
+        }
+        for name in &names {
+            print!("{name:<12}");
+            for n in sizes {
+                match picked
+                    .iter()
+                    .find(|r| &r.algorithm == name && r.processes == *n && &r.engine == engine)
+                {
+                    Some(r) => print!(
+                        " | {:>6.1} {:>6.1} {:>5.2} {:>5.1}",
+                        r.nic_us,
+                        r.host_us,
+                        r.host_us / r.nic_us,
+                        r.nic_cpu_us
+                    ),
+                    None => print!(" | {:>6} {:>6} {:>5} {:>5}", "-", "-", "-", "-"),
+                }
+            }
+            println!();
+        }
     }
     for label in ["MPI_Barrier shm", "MPI_Barrier tcp lo"] {
         if mpi.iter().any(|(_, l, _)| *l == label) {
@@ -526,20 +670,26 @@ fn print_table(rows: &[Row], mpi: &[(usize, &'static str, f64)], sizes: &[usize]
 }
 
 fn write_csv(path: &Path, rows: &[Row], mpi: &[(usize, &'static str, f64)]) -> Result {
-    let mut text = String::from("processes,algorithm,nic_us,host_us,factor\n");
+    let mut text = String::from(
+        "processes,algorithm,nic_us,host_us,factor,engine,threads,nic_cpu_us,host_cpu_us\n",
+    );
     for r in rows {
         let _ = writeln!(
             text,
-            "{},{},{:.3},{:.3},{:.4}",
+            "{},{},{:.3},{:.3},{:.4},{},{},{:.3},{:.3}",
             r.processes,
             r.algorithm,
             r.nic_us,
             r.host_us,
-            r.host_us / r.nic_us
+            r.host_us / r.nic_us,
+            r.engine,
+            r.threads,
+            r.nic_cpu_us,
+            r.host_cpu_us
         );
     }
     for (n, label, us) in mpi {
-        let _ = writeln!(text, "{n},{label},{us:.3},,");
+        let _ = writeln!(text, "{n},{label},{us:.3},,,,,,");
     }
     std::fs::write(path, text)?;
     Ok(())
