@@ -1,4 +1,5 @@
-//! The barrier engine: one interpreter for every algorithm (paper §5, seed 000).
+//! The barrier engine: one interpreter for every algorithm (paper §5; Hoefler, Mehlan, Mietke,
+//! Rehm, *Fast Barrier Synchronization for InfiniBand*).
 //!
 //! The host compiles pairwise exchange, gather-broadcast or n-way dissemination into a list of
 //! [`Step`]s and posts one barrier send token pointing at it (paper §5.2). SDMA pulls the schedule
@@ -17,13 +18,14 @@
 //! for: the member's port closed, its node became unreachable, or the caller's timeout expired.
 //!
 //! A broadcast ([`SendKind::BROADCAST`]) is a barrier whose root supplies up to
-//! [`BROADCAST_MAX`] bytes. The port slot keeps them ([`BroadcastBytes`]), and from then on every
-//! packet the port sends for that barrier carries them — built, and rebuilt for every
-//! retransmission, from that copy. A member keeps the bytes the first packet carrying them brings,
-//! before the packet completes any step, so its own later packets carry them on: any schedule
-//! whose completion at every member follows the root's entry (every barrier's) takes them to
-//! every member that has a place for them ([`BROADCASTS_KEPT`]), and the gather-broadcast tree
-//! rooted at the root does it in its down-phase alone, to members that always have one.
+//! [`BROADCAST_MAX`] bytes. The port slot keeps them ([`crate::port::BroadcastBytes`]), and from
+//! then on every packet the port sends for that barrier carries them — built, and rebuilt for
+//! every retransmission, from that copy. A member keeps the bytes the first packet carrying them
+//! brings, before the packet completes any step, so its own later packets carry them on: any
+//! schedule whose completion at every member follows the root's entry (every barrier's) takes
+//! them to every member that has a place for them
+//! ([`crate::port::broadcast_bytes::BROADCASTS_KEPT`]), and the gather-broadcast tree rooted at
+//! the root does it in its down-phase alone, to members that always have one.
 //! The completion event holds them; a member that completes without them fails the broadcast
 //! with `BAD_SCHEDULE` (its schedule did not follow the root's).
 
@@ -37,144 +39,10 @@ use shared_abi::token::{SendKind, SendToken};
 use zerocopy::FromZeros;
 
 use crate::connection::Body;
+use crate::port::{BarrierRun, Broadcast, RETRIES, Retry};
 use crate::record::Failed;
-use crate::time::{Instant, earliest};
+use crate::time::Instant;
 use crate::{Hal, Nic};
-
-/// Barrier packets of one port waiting to be sent again (their target port was not open yet).
-pub(crate) const RETRIES: usize = 64;
-
-/// A barrier packet refused because its target port was not open yet, to send again at `at`.
-/// It outlives the barrier
-/// that sent it: the sender may complete (it only needs its peers to have entered) while its own
-/// packet still has to reach a port that opened late. It is dropped when it gets through, at
-/// `until` (the sending barrier's deadline), or when the port closes.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Retry {
-    step: Step,
-    barrier: BarrierId,
-    /// An abort: the failure it carries.
-    failed: Option<Failed>,
-    at: Instant,
-    until: Instant,
-}
-
-impl Retry {
-    /// When the packet is due to be sent again.
-    pub(crate) fn next_attempt(&self) -> Instant {
-        self.at
-    }
-
-    /// Where it goes. A destination's retries go out together, in order, once its first one is
-    /// due: only the first one's time counts.
-    pub(crate) fn destination(&self) -> (NodeId, PortId) {
-        (self.step.node, self.step.port)
-    }
-}
-
-/// Broadcasts whose bytes a port slot keeps at once. A port's packets of a broadcast may be sent
-/// again long after it completed (a lost one), while it runs broadcasts of other groups; and with
-/// a schedule other than the tree rooted at the root, a member's peers may run ahead and send it
-/// packets of broadcasts it has not started. The bytes of a broadcast stay while they are needed
-/// ([`Nic::broadcast_in_use`]): its barrier runs, a packet of it waits in a connection's queue or
-/// sent list or to be sent again, or a packet of it waits in a record. A place is never taken
-/// from bytes the port's own packets or running barrier need; bytes that arrive early give way
-/// to those of the running barrier and to a root's, and bytes that find no place are dropped
-/// (the packet is taken all the same: refusing it would hold up its connection). With the tree
-/// rooted at the root no member receives the bytes before it runs the broadcast, so the only
-/// bytes a place is held for are those of its packets not yet acknowledged.
-const BROADCASTS_KEPT: usize = 8;
-
-/// One broadcast's bytes, as one port (incarnation `generation`) holds them.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Broadcast {
-    generation: Generation,
-    barrier: BarrierId,
-    /// When it was kept (a per-slot count): the oldest gives way first.
-    stamp: u32,
-    len: u8,
-    bytes: [u8; BROADCAST_MAX],
-}
-
-impl Broadcast {
-    /// The bytes.
-    pub(crate) fn data(&self) -> &[u8] {
-        self.bytes.get(..usize::from(self.len)).unwrap_or(&[])
-    }
-}
-
-/// The bytes of a port's latest broadcasts, kept in its slot so that they outlive the barrier
-/// and the port's close as its packets do.
-#[derive(Debug, Default)]
-pub(crate) struct BroadcastBytes {
-    kept: [Option<Broadcast>; BROADCASTS_KEPT],
-    next_stamp: u32,
-}
-
-impl BroadcastBytes {
-    /// The bytes of `barrier` held by incarnation `generation`.
-    pub(crate) fn get(&self, generation: Generation, barrier: BarrierId) -> Option<&Broadcast> {
-        self.kept
-            .iter()
-            .flatten()
-            .find(|b| b.generation == generation && b.barrier == barrier)
-    }
-}
-
-/// A running barrier: the schedule in NIC memory and where the engine is in it.
-#[derive(Debug)]
-pub struct BarrierRun {
-    steps: Vec<Step, MAX_SCHEDULE_STEPS>,
-    /// The paper's *node index* (§4.2): the step being worked on.
-    index: usize,
-    /// The send half of the current `EXCHANGE` step went out.
-    sent_current: bool,
-    /// Which barrier this is: only packets of the same barrier complete its steps.
-    barrier: BarrierId,
-    context: u64,
-    deadline: Instant,
-    /// The current step's send found no room (queue or connection table full): try again then.
-    stalled_until: Option<Instant>,
-    /// A broadcast: its completion carries the root's bytes.
-    broadcast: bool,
-}
-
-impl BarrierRun {
-    /// The earliest time this barrier needs attention (a retry or its deadline).
-    pub(crate) fn next_deadline(&self) -> Option<Instant> {
-        earliest(Some(self.deadline), self.stalled_until)
-    }
-
-    /// Whether the steps still to do (from the current one on) wait for a packet from
-    /// `(node, port)` — any port of `node` if `port` is `None` — that has not arrived.
-    fn still_needs(&self, node: NodeId, port: Option<PortId>) -> Option<Step> {
-        self.steps.iter().skip(self.index).copied().find(|step| {
-            matches!(step.op, StepOp::RECV | StepOp::EXCHANGE)
-                && step.node == node
-                && port.is_none_or(|port| step.port == port)
-        })
-    }
-
-    /// Where the barrier is, for status displays.
-    pub(crate) fn progress(&self) -> crate::BarrierProgress {
-        let current = self.steps.get(self.index);
-        crate::BarrierProgress {
-            step: self.index,
-            steps: self.steps.len(),
-            waiting_for: current.map(|step| (step.node, step.port, step.round)),
-            sending: current.is_some_and(|step| {
-                step.op == shared_abi::schedule::StepOp::SEND
-                    || (step.op == shared_abi::schedule::StepOp::EXCHANGE && !self.sent_current)
-            }),
-        }
-    }
-
-    fn current_peer(&self) -> (NodeId, PortId) {
-        self.steps
-            .get(self.index)
-            .map_or((NodeId::new(0), PortId(0)), |step| (step.node, step.port))
-    }
-}
 
 impl<H: Hal, const C: usize> Nic<H, C> {
     /// SDMA took a barrier send token: pull its schedule in, check it, and start it.
@@ -942,7 +810,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     }
 
     /// Bytes of broadcast `barrier` arrived for `port` (incarnation `generation`): kept if there
-    /// is a place (see [`BROADCASTS_KEPT`]), else dropped.
+    /// is a place (see [`crate::port::broadcast_bytes::BROADCASTS_KEPT`]), else dropped.
     fn receive_broadcast(
         &mut self,
         port: usize,
@@ -992,33 +860,14 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         if barrier == BarrierId::NONE {
             return None;
         }
-        let store = &self.ports.get(port)?.broadcasts;
-        if let Some(place) = store.kept.iter().position(|kept| {
-            kept.is_some_and(|b| b.generation == generation && b.barrier == barrier)
-        }) {
-            return Some(place);
-        }
-        if let Some(place) = store.kept.iter().position(Option::is_none) {
-            return Some(place);
-        }
-        let mut unused: Option<(u32, usize)> = None;
-        let mut early: Option<(u32, usize)> = None;
-        for (place, kept) in store.kept.iter().enumerate() {
-            let Some(b) = kept else { continue };
-            let age = store.next_stamp.wrapping_sub(b.stamp);
-            let older = |than: Option<(u32, usize)>| than.is_none_or(|(a, _)| age > a);
-            if !self.broadcast_in_use(port, b.generation, b.barrier, true) {
-                if older(unused) {
-                    unused = Some((age, place));
-                }
-            } else if urgent
-                && !self.broadcast_in_use(port, b.generation, b.barrier, false)
-                && older(early)
-            {
-                early = Some((age, place));
-            }
-        }
-        unused.or(early).map(|(_, place)| place)
+        self.ports.get(port)?.broadcasts.place(
+            generation,
+            barrier,
+            urgent,
+            |generation, barrier, records| {
+                self.broadcast_in_use(port, generation, barrier, records)
+            },
+        )
     }
 
     /// Puts the bytes of broadcast `barrier` (at most [`BROADCAST_MAX`] of `data`) for
@@ -1031,23 +880,8 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         barrier: BarrierId,
         data: &[u8],
     ) {
-        let Some(store) = self.ports.get_mut(port).map(|slot| &mut slot.broadcasts) else {
-            return;
-        };
-        let len = data.len().min(BROADCAST_MAX);
-        let mut entry = Broadcast {
-            generation,
-            barrier,
-            stamp: store.next_stamp,
-            len: len as u8,
-            bytes: [0; BROADCAST_MAX],
-        };
-        store.next_stamp = store.next_stamp.wrapping_add(1);
-        if let (Some(to), Some(from)) = (entry.bytes.get_mut(..len), data.get(..len)) {
-            to.copy_from_slice(from);
-        }
-        if let Some(kept) = store.kept.get_mut(place) {
-            *kept = Some(entry);
+        if let Some(slot) = self.ports.get_mut(port) {
+            slot.broadcasts.keep(place, generation, barrier, data);
         }
     }
 

@@ -1,5 +1,8 @@
 //! nicbar firmware: the NIC control program (the paper's MCP), as a sans-IO core.
 //!
+//! "The paper" throughout this crate is Buntinas, Panda, Sadayappan, *Fast NIC-Based Barrier
+//! over Myrinet/GM* (IPDPS 2001); its section numbers are quoted where the code implements them.
+//!
 //! [`Nic`] is a plain struct advanced by three calls — [`Nic::poll`] (host rings, timers,
 //! transmission), [`Nic::on_packet`] (one packet from the wire) and [`Nic::poll_at`] (when to
 //! call `poll` next) — and it sees the world only through the [`Hal`] trait: the memory of open
@@ -44,10 +47,10 @@ use shared_abi::region::{RegionHeader, RegionLayout};
 use shared_abi::ring::{RingError, SharedMemory};
 use zerocopy::{FromZeros, IntoBytes};
 
-pub use connection::ConnectionCounters;
+pub use connection::{ConnectionCounters, RDMA_OPS};
 pub use hal::{Hal, MemoryFault, TransmitError};
 pub use memory::{MEMORY_REGIONS, RegisterError};
-pub use remote::RDMA_OPS;
+pub use port::BarrierProgress;
 pub use time::Instant;
 
 use connection::{Body, Connection};
@@ -147,20 +150,6 @@ pub struct PortStatus {
     pub pending_events: usize,
     /// Set if the host broke the port's rings.
     pub faulted: Option<Status>,
-}
-
-/// Where a running barrier is (for `nicctl status`): a stuck barrier names whom it waits for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BarrierProgress {
-    /// The schedule step being worked on (the paper's node index), from 0.
-    pub step: usize,
-    /// Steps in the schedule.
-    pub steps: usize,
-    /// The current step's peer node, port and round: the member whose packet it waits for (or,
-    /// if `sending`, to whom its packet has not gone out yet).
-    pub waiting_for: Option<(NodeId, PortId, u8)>,
-    /// The current step's packet has not been sent yet (no room, or its target is not open).
-    pub sending: bool,
 }
 
 /// NIC-wide counters.
@@ -276,7 +265,7 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
             held_sends: open.held_sends(),
             receive_buffers: open.receive_buffers.len(),
             barrier_running: open.barrier.is_some(),
-            barrier: open.barrier.as_ref().map(barrier::BarrierRun::progress),
+            barrier: open.barrier.as_ref().map(port::BarrierRun::progress),
             closing: open.closing.is_some(),
             pending_events: open.pending_events.len(),
             faulted: open.faulted,
@@ -353,7 +342,7 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
         }
         let generation = open.generation;
         for connection in self.connections.iter_mut() {
-            sdma::cancel_port_data(connection, index as u8);
+            connection.cancel_port_data(index as u8);
             if connection
                 .closed_notices
                 .push_back((index as u8, generation))
@@ -422,6 +411,66 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
     /// has let go of their regions.
     pub fn take_finished_closes(&mut self) -> u8 {
         core::mem::take(&mut self.finished_closes)
+    }
+
+    /// Registers `length` bytes of the memory of the process that owns `port`, from its virtual
+    /// address `address` (`gm_register_memory`); returns the region's key. `nonce` is any value
+    /// the board draws at random for it (it makes keys hard to guess). The region lives until it
+    /// is deregistered or the port closes. Ranges may overlap.
+    ///
+    /// # Errors
+    /// [`RegisterError`] says why; nothing changed then.
+    pub fn register_memory(
+        &mut self,
+        port: PortId,
+        address: u64,
+        length: u64,
+        nonce: u32,
+    ) -> Result<u32, RegisterError> {
+        self.open_port_mut(port)
+            .ok_or(RegisterError::PortClosed(port))?
+            .memory
+            .register(address, length, nonce)
+    }
+
+    /// Deregisters the region of exactly `length` bytes at `address` of `port`
+    /// (`gm_deregister_memory`). Operations that reach it afterwards are refused (`BAD_KEY`).
+    ///
+    /// # Errors
+    /// [`RegisterError`] says why; nothing changed then.
+    pub fn deregister_memory(
+        &mut self,
+        port: PortId,
+        address: u64,
+        length: u64,
+    ) -> Result<(), RegisterError> {
+        self.open_port_mut(port)
+            .ok_or(RegisterError::PortClosed(port))?
+            .memory
+            .deregister(address, length)
+    }
+
+    /// Lets other ports reach `port`'s registered memory (`gm_allow_remote_memory_access`); until
+    /// then every remote put, get and atomic on it is refused (`REMOTE_ACCESS_DENIED`).
+    ///
+    /// # Errors
+    /// [`RegisterError::PortClosed`].
+    pub fn allow_remote_memory_access(&mut self, port: PortId) -> Result<(), RegisterError> {
+        self.open_port_mut(port)
+            .ok_or(RegisterError::PortClosed(port))?
+            .memory
+            .remote_access = true;
+        Ok(())
+    }
+
+    /// How many regions `port` has registered (for status displays), or `None` if it is closed.
+    pub fn registered_regions(&self, port: PortId) -> Option<usize> {
+        let open = self.ports.get(port.index()?)?.open.as_ref()?;
+        Some(open.memory.count())
+    }
+
+    fn open_port_mut(&mut self, port: PortId) -> Option<&mut OpenPort> {
+        self.ports.get_mut(port.index()?)?.open.as_mut()
     }
 
     /// Closes every closing port that has finished (or whose close deadline passed).

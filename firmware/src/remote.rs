@@ -40,75 +40,10 @@ use shared_abi::token::{SendKind, SendToken};
 use zerocopy::FromBytes;
 use zerocopy::IntoBytes;
 
-use crate::connection::Body;
-use crate::port::{HeldSend, SEND_TOKENS};
-use crate::sdma::Disposition;
+use crate::connection::{Body, RDMA_OPS, ReadStream, Reply};
+use crate::port::{Disposition, HeldSend, Operation, SEND_TOKENS};
 use crate::time::Instant;
 use crate::{Hal, Nic};
-
-/// One-sided operations one node may have outstanding toward another.
-pub const RDMA_OPS: usize = 8;
-
-/// The state of a one-sided operation held in a send slot (its token is beside it).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Operation {
-    /// Its number, echoed by the target: a late answer never completes a newer operation of the
-    /// slot.
-    pub(crate) serial: u32,
-    /// Packets it sends (a put's segments; 1 for a get or an atomic).
-    pub(crate) segments: u32,
-    /// Packets queued on the connection so far.
-    pub(crate) queued: u32,
-    /// When it last made progress; it fails with `SEND_TIMED_OUT` after the give-up time plus
-    /// the receiver-not-ready time without any.
-    pub(crate) last_activity: Instant,
-}
-
-/// One data packet of a get this NIC serves (or, in a [`ReadStream`], the next one to queue).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct ReadSegment {
-    /// Our port the data comes from, and its generation when the get arrived.
-    pub(crate) port: u8,
-    pub(crate) generation: Generation,
-    /// The initiator's port, slot and operation.
-    pub(crate) dst_port: PortId,
-    pub(crate) slot: u8,
-    pub(crate) operation: u32,
-    /// The region and where the get starts in it (checked again as each packet is built: a
-    /// region deregistered meanwhile ends the get with `BAD_KEY`).
-    pub(crate) key: u32,
-    pub(crate) offset: u32,
-    /// The whole get's length, and this packet's offset in it.
-    pub(crate) length: u32,
-    pub(crate) position: u32,
-}
-
-impl ReadSegment {
-    fn bytes(&self) -> usize {
-        (self.length.saturating_sub(self.position) as usize).min(RDMA_SEGMENT)
-    }
-
-    fn is_last(&self) -> bool {
-        self.position as usize + self.bytes() >= self.length as usize
-    }
-}
-
-/// A get being served: its next segment to queue.
-pub(crate) type ReadStream = ReadSegment;
-
-/// An answer to the peer's operation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Reply {
-    /// Our port the operation targeted.
-    pub(crate) port: u8,
-    /// The initiator's port, slot and operation.
-    pub(crate) dst_port: PortId,
-    pub(crate) slot: u8,
-    pub(crate) operation: u32,
-    pub(crate) status: Status,
-    /// An atomic's previous value.
-    pub(crate) value: u64,
-}
 
 /// Bytes a put or get of `length` bytes moves per packet, and how many packets.
 fn segments_for(length: u32) -> u32 {

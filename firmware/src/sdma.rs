@@ -8,20 +8,10 @@ use shared_abi::ids::{PORTS_PER_NIC, PortId};
 use shared_abi::token::{SendKind, SendToken};
 use shared_abi::{MAX_SIZE_CLASS, MTU_PAYLOAD, max_length_for_size};
 
-use crate::connection::{Body, Connection, Parked};
-use crate::port::HeldSend;
+use crate::connection::{Body, Parked};
+use crate::port::{Disposition, HeldSend};
 use crate::time::Instant;
 use crate::{Hal, Nic};
-
-/// What to do with a token read from a send ring.
-pub(crate) enum Disposition {
-    /// Refuse it with this status (its event returns it to the host).
-    Reject(Status),
-    /// Not now: leave it in the ring (no room for it yet).
-    Wait,
-    /// Taken.
-    Taken,
-}
 
 impl<H: Hal, const C: usize> Nic<H, C> {
     /// Takes the send tokens waiting in `port`'s send ring while the NIC has room for them.
@@ -252,40 +242,6 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 attempt,
             })
             .is_ok()
-    }
-}
-
-/// `port` closed: its data packets can no longer be built (its memory is gone). Queued ones are
-/// dropped; those already sequenced become cancelled slots so the stream stays gap-free.
-/// Barrier packets stay: they are self-contained, and peers of a completed barrier need them.
-pub(crate) fn cancel_port_data(connection: &mut Connection, port: u8) {
-    let is_ours = |body: &Body| {
-        matches!(body, Body::Data { port: p, .. }
-            | Body::DataSegment { port: p, .. }
-            | Body::Put { port: p, .. }
-            | Body::Get { port: p, .. }
-            | Body::Atomic { port: p, .. } if *p == port)
-    };
-    let queued = connection.queue.len();
-    for _ in 0..queued {
-        if let Some(body) = connection.queue.pop_front()
-            && !is_ours(&body)
-        {
-            // Cannot fail: we just made room by popping.
-            let _ = connection.queue.push_back(body);
-        }
-    }
-    for _ in 0..connection.parked.len() {
-        if let Some(parked) = connection.parked.pop_front()
-            && !is_ours(&parked.body)
-        {
-            let _ = connection.parked.push_back(parked);
-        }
-    }
-    for descriptor in connection.sent.iter_mut() {
-        if is_ours(&descriptor.body) {
-            descriptor.body = Body::Cancelled;
-        }
     }
 }
 
