@@ -66,8 +66,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             && token.barrier_id() != BarrierId::NONE
             && let Some(generation) = self
                 .ports
-                .get(port)
-                .and_then(|slot| slot.open.as_ref())
+                .open(port)
                 .filter(|open| open.barrier.is_none())
                 .map(|open| open.generation)
             && self
@@ -79,11 +78,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             return Err(Status::NO_RESOURCES);
         }
         let memory = self.hal.port_memory(port).ok_or(Status::INVALID_TOKEN)?;
-        let open = self
-            .ports
-            .get_mut(port)
-            .and_then(|slot| slot.open.as_mut())
-            .ok_or(Status::INVALID_TOKEN)?;
+        let open = self.ports.open_mut(port).ok_or(Status::INVALID_TOKEN)?;
         if open.barrier.is_some() || open.barrier_buffers == 0 {
             return Err(Status::BARRIER_BUSY);
         }
@@ -165,11 +160,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     /// retry a send that found no room).
     pub(crate) fn advance_all_barriers(&mut self, now: Instant) {
         for port in 0..PORTS_PER_NIC {
-            if self
-                .ports
-                .get(port)
-                .is_some_and(|slot| slot.open.as_ref().is_some_and(|o| o.barrier.is_some()))
-            {
+            if self.ports.open(port).is_some_and(|o| o.barrier.is_some()) {
                 self.advance_pending |= 1 << port;
             }
         }
@@ -194,12 +185,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     /// Runs `port`'s barrier as far as the record allows.
     fn advance(&mut self, port: usize, now: Instant) {
         loop {
-            let Some(run) = self
-                .ports
-                .get(port)
-                .and_then(|slot| slot.open.as_ref())
-                .and_then(|o| o.barrier.as_ref())
-            else {
+            let Some(run) = self.ports.open(port).and_then(|o| o.barrier.as_ref()) else {
                 return;
             };
             let barrier = run.barrier;
@@ -246,7 +232,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     }
 
     fn running_barrier(&mut self, port: usize) -> Option<&mut BarrierRun> {
-        self.ports.get_mut(port)?.open.as_mut()?.barrier.as_mut()
+        self.ports.open_mut(port)?.barrier.as_mut()
     }
 
     /// Consumes the packet of `barrier` that `step` waits for, if it is recorded (and says
@@ -278,15 +264,11 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         // Barrier packets from one port to one destination port stay in order: while an earlier
         // one waits to be sent again, later ones wait behind it (or the receiver would match a
         // next-barrier packet to the current barrier).
-        let waiting = self
-            .ports
-            .get(port)
-            .and_then(|slot| slot.open.as_ref())
-            .is_some_and(|open| {
-                open.barrier_retries
-                    .iter()
-                    .any(|r| r.step.node == step.node && r.step.port == step.port)
-            });
+        let waiting = self.ports.open(port).is_some_and(|open| {
+            open.barrier_retries
+                .iter()
+                .any(|r| r.step.node == step.node && r.step.port == step.port)
+        });
         if waiting {
             self.schedule_retry(port, step, barrier, None, now);
             return true;
@@ -315,12 +297,8 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             );
         }
         let target = usize::from(step.port.0);
-        let generation = self
-            .ports
-            .get(port)
-            .and_then(|slot| slot.open.as_ref())
-            .map(|o| o.generation);
-        let target_slot = self.ports.get(target);
+        let generation = self.ports.open(port).map(|o| o.generation);
+        let target_slot = self.ports.slot(target);
         let target_open = target_slot.is_some_and(|slot| slot.open.is_some());
         let target_gone = target_slot.is_some_and(|slot| {
             slot.open.is_none() && slot.gone_job != 0 && slot.gone_job == barrier.job.get()
@@ -366,8 +344,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     ) {
         let needs = self
             .ports
-            .get(port)
-            .and_then(|slot| slot.open.as_ref())
+            .open(port)
             .and_then(|open| open.barrier.as_ref())
             .is_some_and(|run| {
                 run.barrier == barrier && run.still_needs(source.0, Some(source.1)).is_some()
@@ -397,8 +374,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         self.counters.barrier_targets_gone += 1;
         if self
             .ports
-            .get(port)
-            .and_then(|slot| slot.open.as_ref())
+            .open(port)
             .and_then(|open| open.barrier.as_ref())
             .is_some_and(|run| run.barrier == barrier)
         {
@@ -416,7 +392,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     ) {
         let at = now.saturating_add(self.config.retry_interval);
         let default_until = now.saturating_add(self.config.default_barrier_timeout);
-        let Some(open) = self.ports.get_mut(port).and_then(|slot| slot.open.as_mut()) else {
+        let Some(open) = self.ports.open_mut(port) else {
             return;
         };
         let until = open
@@ -455,8 +431,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     ) {
         let same_incarnation = self
             .ports
-            .get(port)
-            .and_then(|slot| slot.open.as_ref())
+            .open(port)
             .is_some_and(|o| o.generation == generation);
         if same_incarnation {
             for (barrier, round, failed) in packets {
@@ -483,7 +458,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 self.finish_barrier(port, Status::BARRIER_TIMED_OUT, Some(peer));
                 busy = true;
             }
-            let Some(open) = self.ports.get_mut(port).and_then(|slot| slot.open.as_mut()) else {
+            let Some(open) = self.ports.open_mut(port) else {
                 continue;
             };
             open.barrier_retries.retain(|retry| retry.until > now);
@@ -546,7 +521,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         let Some(port) = header.dst_port.index() else {
             return Err(RejectReason::PORT_CLOSED);
         };
-        match self.ports.get(port) {
+        match self.ports.slot(port) {
             Some(slot) if slot.open.is_some() => {}
             Some(slot) if slot.gone_job != 0 && slot.gone_job == barrier.job.get() => {
                 return Err(RejectReason::PORT_GONE);
@@ -559,11 +534,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         let index = self.connection_index(peer).ok_or(RejectReason::BUSY)?;
         if failed.is_none()
             && !data.is_empty()
-            && let Some(generation) = self
-                .ports
-                .get(port)
-                .and_then(|slot| slot.open.as_ref())
-                .map(|o| o.generation)
+            && let Some(generation) = self.ports.open(port).map(|o| o.generation)
         {
             self.receive_broadcast(port, generation, barrier, data);
         }
@@ -624,11 +595,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             }
         }
         for port in 0..PORTS_PER_NIC {
-            let running = self
-                .ports
-                .get(port)
-                .and_then(|slot| slot.open.as_ref())
-                .is_some_and(|o| o.barrier.is_some());
+            let running = self.ports.open(port).is_some_and(|o| o.barrier.is_some());
             if running {
                 self.fail_barrier_needing(port, peer, Some(source_id), Status::TARGET_PORT_CLOSED);
             } else if peer == self.node {
@@ -656,12 +623,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         peer_port: Option<PortId>,
         status: Status,
     ) {
-        let Some(run) = self
-            .ports
-            .get(port)
-            .and_then(|slot| slot.open.as_ref())
-            .and_then(|o| o.barrier.as_ref())
-        else {
+        let Some(run) = self.ports.open(port).and_then(|o| o.barrier.as_ref()) else {
             return;
         };
         let barrier = run.barrier;
@@ -689,7 +651,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         status: Status,
         waiting_for: Option<(NodeId, PortId)>,
     ) {
-        let Some(open) = self.ports.get_mut(port).and_then(|slot| slot.open.as_mut()) else {
+        let Some(open) = self.ports.open_mut(port) else {
             return;
         };
         let Some(run) = open.barrier.take() else {
@@ -703,7 +665,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         if status == Status::SUCCESS && run.broadcast {
             bytes = self
                 .ports
-                .get(port)
+                .slot(port)
                 .and_then(|slot| slot.broadcasts.get(generation, run.barrier))
                 .copied();
         }
@@ -712,7 +674,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         } else {
             status
         };
-        let Some(open) = self.ports.get_mut(port).and_then(|slot| slot.open.as_mut()) else {
+        let Some(open) = self.ports.open_mut(port) else {
             return;
         };
         if status != Status::SUCCESS
@@ -782,7 +744,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         barrier: BarrierId,
     ) -> Option<Broadcast> {
         self.ports
-            .get(port)
+            .slot(port)
             .and_then(|slot| slot.broadcasts.get(generation, barrier))
             .copied()
     }
@@ -799,12 +761,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         let Some(held) = self.broadcast_held(port, generation, barrier) else {
             return;
         };
-        if let Some(target_generation) = self
-            .ports
-            .get(target)
-            .and_then(|slot| slot.open.as_ref())
-            .map(|o| o.generation)
-        {
+        if let Some(target_generation) = self.ports.open(target).map(|o| o.generation) {
             self.receive_broadcast(target, target_generation, barrier, held.data());
         }
     }
@@ -820,8 +777,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     ) {
         let running = self
             .ports
-            .get(port)
-            .and_then(|slot| slot.open.as_ref())
+            .open(port)
             .and_then(|open| open.barrier.as_ref())
             .is_some_and(|run| run.barrier == barrier);
         if let Some(place) = self.broadcast_place(port, generation, barrier, running) {
@@ -860,7 +816,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         if barrier == BarrierId::NONE {
             return None;
         }
-        self.ports.get(port)?.broadcasts.place(
+        self.ports.slot(port)?.broadcasts.place(
             generation,
             barrier,
             urgent,
@@ -880,7 +836,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         barrier: BarrierId,
         data: &[u8],
     ) {
-        if let Some(slot) = self.ports.get_mut(port) {
+        if let Some(slot) = self.ports.slot_mut(port) {
             slot.broadcasts.keep(place, generation, barrier, data);
         }
     }
@@ -902,8 +858,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         };
         let open = self
             .ports
-            .get(port)
-            .and_then(|slot| slot.open.as_ref())
+            .open(port)
             .filter(|open| open.generation == generation);
         let recorded = records
             && open.is_some()

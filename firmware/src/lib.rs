@@ -54,7 +54,7 @@ pub use port::BarrierProgress;
 pub use time::Instant;
 
 use connection::{Body, Connection};
-use port::{OpenPort, PortSlot};
+use port::{OpenPort, Ports};
 use record::UnexpectedBarrierRecord;
 
 /// Most connections (remote nodes talked to at once) a NIC keeps by default. An idle
@@ -185,7 +185,7 @@ pub struct Nic<H: Hal, const CONNECTIONS: usize = DEFAULT_CONNECTIONS> {
     hal: H,
     node: NodeId,
     config: Config,
-    ports: [PortSlot; PORTS_PER_NIC],
+    ports: Ports,
     connections: Vec<Connection, CONNECTIONS>,
     /// Barrier packets between two ports of this NIC never touch the wire (paper §3.4's
     /// optimisation); their record lives here.
@@ -258,7 +258,7 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
 
     /// The status of `port`, or `None` if it is closed.
     pub fn port_status(&self, port: PortId) -> Option<PortStatus> {
-        let open = self.ports.get(port.index()?)?.open.as_ref()?;
+        let open = self.ports.open(port.index()?)?;
         Some(PortStatus {
             port,
             generation: open.generation,
@@ -284,11 +284,7 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
     /// [`OpenError`] says why the port was not opened; nothing changed then.
     pub fn open_port(&mut self, port: PortId, _now: Instant) -> Result<Generation, OpenError> {
         let index = port.index().ok_or(OpenError::NoSuchPort(port))?;
-        if self
-            .ports
-            .get(index)
-            .is_some_and(|slot| slot.open.is_some())
-        {
+        if self.ports.open(index).is_some() {
             return Err(OpenError::AlreadyOpen(port));
         }
         let memory = self
@@ -307,7 +303,7 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
                 port: header.port_id,
             });
         }
-        let Some(slot) = self.ports.get_mut(index) else {
+        let Some(slot) = self.ports.slot_mut(index) else {
             return Err(OpenError::NoSuchPort(port));
         };
         slot.last_generation = slot.last_generation.wrapping_add(1).max(1);
@@ -334,7 +330,7 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
     /// for [`Nic::take_finished_closes`]).
     pub fn close_port(&mut self, port: PortId, _now: Instant) -> Option<Generation> {
         let index = port.index()?;
-        let slot = self.ports.get_mut(index)?;
+        let slot = self.ports.slot_mut(index)?;
         let open = slot.open.take()?;
         slot.gone_job = open.job;
         if open.closing.is_some() {
@@ -384,7 +380,7 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
             .config
             .give_up_after
             .saturating_add(self.config.receiver_not_ready_timeout);
-        let open = self.ports.get_mut(index)?.open.as_mut()?;
+        let open = self.ports.open_mut(index)?;
         let generation = open.generation;
         if open.closing.is_none() {
             open.closing = Some(now.saturating_add(limit));
@@ -402,8 +398,7 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
     /// Whether `port` is finishing an orderly close.
     pub fn is_closing(&self, port: PortId) -> bool {
         port.index()
-            .and_then(|index| self.ports.get(index))
-            .and_then(|slot| slot.open.as_ref())
+            .and_then(|index| self.ports.open(index))
             .is_some_and(|open| open.closing.is_some())
     }
 
@@ -427,7 +422,8 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
         length: u64,
         nonce: u32,
     ) -> Result<u32, RegisterError> {
-        self.open_port_mut(port)
+        port.index()
+            .and_then(|index| self.ports.open_mut(index))
             .ok_or(RegisterError::PortClosed(port))?
             .memory
             .register(address, length, nonce)
@@ -444,7 +440,8 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
         address: u64,
         length: u64,
     ) -> Result<(), RegisterError> {
-        self.open_port_mut(port)
+        port.index()
+            .and_then(|index| self.ports.open_mut(index))
             .ok_or(RegisterError::PortClosed(port))?
             .memory
             .deregister(address, length)
@@ -456,7 +453,8 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
     /// # Errors
     /// [`RegisterError::PortClosed`].
     pub fn allow_remote_memory_access(&mut self, port: PortId) -> Result<(), RegisterError> {
-        self.open_port_mut(port)
+        port.index()
+            .and_then(|index| self.ports.open_mut(index))
             .ok_or(RegisterError::PortClosed(port))?
             .memory
             .remote_access = true;
@@ -465,18 +463,14 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
 
     /// How many regions `port` has registered (for status displays), or `None` if it is closed.
     pub fn registered_regions(&self, port: PortId) -> Option<usize> {
-        let open = self.ports.get(port.index()?)?.open.as_ref()?;
+        let open = self.ports.open(port.index()?)?;
         Some(open.memory.count())
-    }
-
-    fn open_port_mut(&mut self, port: PortId) -> Option<&mut OpenPort> {
-        self.ports.get_mut(port.index()?)?.open.as_mut()
     }
 
     /// Closes every closing port that has finished (or whose close deadline passed).
     fn finish_closes(&mut self, now: Instant) {
         for index in 0..PORTS_PER_NIC {
-            let Some(open) = self.ports.get(index).and_then(|slot| slot.open.as_ref()) else {
+            let Some(open) = self.ports.open(index) else {
                 continue;
             };
             let Some(deadline) = open.closing else {
@@ -553,7 +547,7 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
                 }
             }
         }
-        for open in self.ports.iter().filter_map(|slot| slot.open.as_ref()) {
+        for open in self.ports.open_ports() {
             if let Some(run) = open.barrier.as_ref() {
                 at = time::earliest(at, run.next_deadline());
             }
@@ -604,7 +598,7 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
     /// Queues `event` for `port`: straight into the event ring when it has room and nothing is
     /// waiting, else behind the waiting ones. Room is guaranteed by the token accounting.
     fn emit(&mut self, port: usize, event: Event) {
-        let Some(open) = self.ports.get_mut(port).and_then(|slot| slot.open.as_mut()) else {
+        let Some(open) = self.ports.open_mut(port) else {
             return;
         };
         if open.closing.is_some() {
@@ -625,7 +619,7 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
         let Some(memory) = self.hal.port_memory(port) else {
             return;
         };
-        let Some(open) = self.ports.get_mut(port).and_then(|slot| slot.open.as_mut()) else {
+        let Some(open) = self.ports.open_mut(port) else {
             return;
         };
         if open.faulted.is_some() || open.closing.is_some() {

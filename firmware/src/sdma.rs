@@ -18,7 +18,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     pub(crate) fn poll_send_ring(&mut self, port: usize, now: Instant) -> bool {
         let mut busy = false;
         loop {
-            let Some(open) = self.ports.get(port).and_then(|slot| slot.open.as_ref()) else {
+            let Some(open) = self.ports.open(port) else {
                 return busy;
             };
             if !open.can_take_token() {
@@ -58,7 +58,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             let Some(memory) = self.hal.port_memory(port) else {
                 return busy;
             };
-            if let Some(open) = self.ports.get_mut(port).and_then(|slot| slot.open.as_mut()) {
+            if let Some(open) = self.ports.open_mut(port) {
                 let _ = open.send_ring.skip(memory);
             }
         }
@@ -75,7 +75,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         let Some(memory) = self.hal.port_memory(port) else {
             return;
         };
-        if let Some(open) = self.ports.get_mut(port).and_then(|slot| slot.open.as_mut()) {
+        if let Some(open) = self.ports.open_mut(port) {
             let _ = open.send_ring.resynchronise(memory);
             let _ = open.receive_ring.resynchronise(memory);
         }
@@ -92,7 +92,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         if token.target_port.index().is_none() {
             return Disposition::Reject(Status::INVALID_TOKEN);
         }
-        let Some(open) = self.ports.get(port).and_then(|slot| slot.open.as_ref()) else {
+        let Some(open) = self.ports.open(port) else {
             return Disposition::Wait;
         };
         let Some(payload_offset) = open.layout.arena_range(token.buffer.get(), length as usize)
@@ -140,7 +140,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             if !queued {
                 return Disposition::Wait;
             }
-            if let Some(open) = self.ports.get_mut(port).and_then(|slot| slot.open.as_mut())
+            if let Some(open) = self.ports.open_mut(port)
                 && let Some(held) = open.sends.get_mut(slot)
             {
                 *held = Some(HeldSend {
@@ -172,7 +172,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         if !queued {
             return Disposition::Wait;
         }
-        if let Some(open) = self.ports.get_mut(port).and_then(|slot| slot.open.as_mut())
+        if let Some(open) = self.ports.open_mut(port)
             && let Some(held) = open.sends.get_mut(slot)
         {
             *held = Some(HeldSend::new(*token, payload_offset));
@@ -183,8 +183,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     fn take_barrier_token(&mut self, port: usize, token: &SendToken, now: Instant) -> Disposition {
         let no_buffer = self
             .ports
-            .get(port)
-            .and_then(|slot| slot.open.as_ref())
+            .open(port)
             .is_some_and(|open| open.barrier_buffers == 0);
         if no_buffer {
             // The host provides the barrier buffer before it posts the token, so a buffer
@@ -210,12 +209,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         round: u8,
         now: Instant,
     ) -> bool {
-        let Some(generation) = self
-            .ports
-            .get(port)
-            .and_then(|slot| slot.open.as_ref())
-            .map(|o| o.generation)
-        else {
+        let Some(generation) = self.ports.open(port).map(|o| o.generation) else {
             return false;
         };
         let Some(index) = self.connection_for(node, now) else {

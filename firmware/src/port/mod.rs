@@ -2,7 +2,7 @@
 
 use heapless::{Deque, Vec};
 use shared_abi::event::{Event, Status};
-use shared_abi::ids::Generation;
+use shared_abi::ids::{Generation, PORTS_PER_NIC};
 use shared_abi::region::RegionLayout;
 use shared_abi::ring::{Consumer, Producer};
 use shared_abi::token::{ReceiveToken, SendToken};
@@ -188,6 +188,39 @@ impl OpenPort {
 
     pub(crate) fn free_send_slot(&self) -> Option<usize> {
         self.sends.iter().position(Option::is_none)
+    }
+}
+
+/// The port table: a slot per port of the NIC, indexed by port number. A method of the table (not
+/// of [`crate::Nic`]) so that an engine may hold a port while it borrows the NIC's other parts
+/// (the board's memory, the connections).
+#[derive(Debug, Default)]
+pub(crate) struct Ports([PortSlot; PORTS_PER_NIC]);
+
+impl Ports {
+    /// The slot of `port`, open or not; `None` past the last port.
+    pub(crate) fn slot(&self, port: usize) -> Option<&PortSlot> {
+        self.0.get(port)
+    }
+
+    /// The slot of `port`, mutably.
+    pub(crate) fn slot_mut(&mut self, port: usize) -> Option<&mut PortSlot> {
+        self.0.get_mut(port)
+    }
+
+    /// `port`'s state if it is open.
+    pub(crate) fn open(&self, port: usize) -> Option<&OpenPort> {
+        self.0.get(port)?.open.as_ref()
+    }
+
+    /// `port`'s state if it is open, mutably.
+    pub(crate) fn open_mut(&mut self, port: usize) -> Option<&mut OpenPort> {
+        self.0.get_mut(port)?.open.as_mut()
+    }
+
+    /// Every open port's state, in port order.
+    pub(crate) fn open_ports(&self) -> impl Iterator<Item = &OpenPort> {
+        self.0.iter().filter_map(|slot| slot.open.as_ref())
     }
 }
 
