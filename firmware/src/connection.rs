@@ -24,8 +24,8 @@ pub const QUEUE: usize = 32;
 const REJECTS: usize = 8;
 /// Port-closed notices waiting for room in the queue.
 const CLOSED_NOTICES: usize = 16;
-/// One-sided operations one node may have outstanding toward another (see [`crate::remote`]); a
-/// connection keeps room for that many replies and get streams of its peer.
+/// One-sided operations one node may have outstanding toward another (puts, gets and atomics);
+/// a connection keeps room for that many replies and get streams of its peer.
 pub const RDMA_OPS: usize = 8;
 
 /// What a sequenced packet carries; enough to build it again at any retransmission.

@@ -17,6 +17,13 @@
 //! data into host buffers and writes events. The barrier engine ([`barrier`]) interprets
 //! schedules the host compiled (pairwise exchange, gather-broadcast, n-way dissemination).
 //!
+//! The engines — those four, the barrier engine, one-sided operations (`remote`) and messages
+//! longer than a packet (`segment`) — are `impl Nic` blocks that import only downward: the
+//! per-port state ([`port`], with [`memory`]), the per-connection state ([`connection`], with
+//! the unexpected-barrier record), and the leaves under them ([`seq`], [`time`], [`hal`],
+//! [`auth`]). A type the state holds lives with the state, so no state module names an engine
+//! and the modules form no cycle.
+//!
 //! No allocator, no `unsafe`, no panic on any input: every bound is a fixed capacity, and a full
 //! table is back-pressure or an error event, never a crash or silent loss.
 #![no_std]

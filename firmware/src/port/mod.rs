@@ -1,4 +1,10 @@
 //! The NIC's per-port state (paper §4.1: "the NIC has a data structure for each local port").
+//!
+//! `Ports` is the table of slots. A slot outlives its port's opens and closes: the last
+//! generation handed out, and the bytes of the port's latest broadcasts (`broadcast_bytes`).
+//! An open port (`OpenPort`) holds its rings, the tokens it took, its registered memory
+//! ([`crate::memory`]), its running barrier and the barrier packets it waits to send again
+//! (`barrier_run`). The engines drive this state; nothing here names an engine.
 
 use heapless::{Deque, Vec};
 use shared_abi::event::{Event, Status};
