@@ -572,8 +572,8 @@ impl Connection {
         self.last_go_back = None;
     }
 
-    /// Our `port` closed: its data packets can no longer be built (its memory is gone). Queued ones are
-    /// dropped; those already sequenced become cancelled slots so the stream stays gap-free.
+    /// Our `port` closed: its data packets can no longer be built (its memory is gone). Queued ones
+    /// are dropped; those already sequenced become cancelled slots so the stream stays gap-free.
     /// Barrier packets stay: they are self-contained, and peers of a completed barrier need them.
     pub(crate) fn cancel_port_data(&mut self, port: u8) {
         let is_ours = |body: &Body| {

@@ -4,8 +4,9 @@
 //! A region is a range of the owning process's virtual addresses, reached through
 //! [`crate::Hal::read_process_memory`] and [`crate::Hal::write_process_memory`]. The table lives in
 //! the port's state, so regions die with the port. The board registers and deregisters on the
-//! process's behalf (the driver's job, as `gm_register_memory` was a call into GM's driver);
-//! one-sided operations name a region by its key and an offset ([`shared_abi::rdma::RemotePointer`]).
+//! process's behalf ([`crate::Nic::register_memory`]: the driver's job, as `gm_register_memory`
+//! was a call into GM's driver); one-sided operations name a region by its key and an offset
+//! ([`shared_abi::rdma::RemotePointer`]).
 
 use shared_abi::event::Status;
 use shared_abi::ids::PortId;

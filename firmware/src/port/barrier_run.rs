@@ -26,10 +26,10 @@ pub struct BarrierProgress {
 /// Barrier packets of one port waiting to be sent again (their target port was not open yet).
 pub(crate) const RETRIES: usize = 64;
 
-/// A barrier packet refused because its target port was not open yet, to send again at `at`.
-/// It outlives the barrier that sent it: the sender may complete (it only needs its peers to have entered) while its own
-/// packet still has to reach a port that opened late. It is dropped when it gets through, at
-/// `until` (the sending barrier's deadline), or when the port closes.
+/// A barrier packet refused because its target port was not open yet, to send again at `at`. It
+/// outlives the barrier that sent it: the sender may complete (it only needs its peers to have
+/// entered) while its own packet still has to reach a port that opened late. It is dropped when it
+/// gets through, at `until` (the sending barrier's deadline), or when the port closes.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Retry {
     pub(crate) step: Step,

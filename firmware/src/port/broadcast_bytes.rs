@@ -6,16 +6,16 @@ use shared_abi::event::BROADCAST_MAX;
 use shared_abi::ids::{BarrierId, Generation};
 
 /// Broadcasts whose bytes a port slot keeps at once. A port's packets of a broadcast may be sent
-/// again long after it completed (a lost one), while it runs broadcasts of other groups; and with
-/// a schedule other than the tree rooted at the root, a member's peers may run ahead and send it
+/// again long after it completed (a lost one), while it runs broadcasts of other groups; and with a
+/// schedule other than the tree rooted at the root, a member's peers may run ahead and send it
 /// packets of broadcasts it has not started. The bytes of a broadcast stay while they are needed
-/// ([`crate::Nic::broadcast_in_use`]): its barrier runs, a packet of it waits in a connection's queue or
-/// sent list or to be sent again, or a packet of it waits in a record. A place is never taken
-/// from bytes the port's own packets or running barrier need; bytes that arrive early give way
-/// to those of the running barrier and to a root's, and bytes that find no place are dropped
+/// ([`crate::Nic::broadcast_in_use`]): its barrier runs, a packet of it waits in a connection's
+/// queue or sent list or to be sent again, or a packet of it waits in a record. A place is never
+/// taken from bytes the port's own packets or running barrier need; bytes that arrive early give
+/// way to those of the running barrier and to a root's, and bytes that find no place are dropped
 /// (the packet is taken all the same: refusing it would hold up its connection). With the tree
-/// rooted at the root no member receives the bytes before it runs the broadcast, so the only
-/// bytes a place is held for are those of its packets not yet acknowledged.
+/// rooted at the root no member receives the bytes before it runs the broadcast, so the only bytes
+/// a place is held for are those of its packets not yet acknowledged.
 pub(crate) const BROADCASTS_KEPT: usize = 8;
 
 /// One broadcast's bytes, as one port (incarnation `generation`) holds them.
