@@ -1,4 +1,5 @@
-//! The barrier engine: one interpreter for every algorithm (paper §5, seed 000).
+//! The barrier engine: one interpreter for every algorithm (paper §5; Hoefler, Mehlan, Mietke,
+//! Rehm, *Fast Barrier Synchronization for InfiniBand*).
 //!
 //! The host compiles pairwise exchange, gather-broadcast or n-way dissemination into a list of
 //! [`Step`]s and posts one barrier send token pointing at it (paper §5.2). SDMA pulls the schedule
@@ -17,13 +18,14 @@
 //! for: the member's port closed, its node became unreachable, or the caller's timeout expired.
 //!
 //! A broadcast ([`SendKind::BROADCAST`]) is a barrier whose root supplies up to
-//! [`BROADCAST_MAX`] bytes. The port slot keeps them ([`BroadcastBytes`]), and from then on every
-//! packet the port sends for that barrier carries them — built, and rebuilt for every
-//! retransmission, from that copy. A member keeps the bytes the first packet carrying them brings,
-//! before the packet completes any step, so its own later packets carry them on: any schedule
-//! whose completion at every member follows the root's entry (every barrier's) takes them to
-//! every member that has a place for them ([`BROADCASTS_KEPT`]), and the gather-broadcast tree
-//! rooted at the root does it in its down-phase alone, to members that always have one.
+//! [`BROADCAST_MAX`] bytes. The port slot keeps them ([`crate::port::BroadcastBytes`]), and from
+//! then on every packet the port sends for that barrier carries them — built, and rebuilt for
+//! every retransmission, from that copy. A member keeps the bytes the first packet carrying them
+//! brings, before the packet completes any step, so its own later packets carry them on: any
+//! schedule whose completion at every member follows the root's entry (every barrier's) takes
+//! them to every member that has a place for them
+//! ([`crate::port::broadcast_bytes::BROADCASTS_KEPT`]), and the gather-broadcast tree rooted at
+//! the root does it in its down-phase alone, to members that always have one.
 //! The completion event holds them; a member that completes without them fails the broadcast
 //! with `BAD_SCHEDULE` (its schedule did not follow the root's).
 
@@ -37,144 +39,10 @@ use shared_abi::token::{SendKind, SendToken};
 use zerocopy::FromZeros;
 
 use crate::connection::Body;
+use crate::port::{BarrierRun, Broadcast, RETRIES, Retry};
 use crate::record::Failed;
-use crate::time::{Instant, earliest};
+use crate::time::Instant;
 use crate::{Hal, Nic};
-
-/// Barrier packets of one port waiting to be sent again (their target port was not open yet).
-pub(crate) const RETRIES: usize = 64;
-
-/// A barrier packet refused because its target port was not open yet, to send again at `at`.
-/// It outlives the barrier
-/// that sent it: the sender may complete (it only needs its peers to have entered) while its own
-/// packet still has to reach a port that opened late. It is dropped when it gets through, at
-/// `until` (the sending barrier's deadline), or when the port closes.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Retry {
-    step: Step,
-    barrier: BarrierId,
-    /// An abort: the failure it carries.
-    failed: Option<Failed>,
-    at: Instant,
-    until: Instant,
-}
-
-impl Retry {
-    /// When the packet is due to be sent again.
-    pub(crate) fn next_attempt(&self) -> Instant {
-        self.at
-    }
-
-    /// Where it goes. A destination's retries go out together, in order, once its first one is
-    /// due: only the first one's time counts.
-    pub(crate) fn destination(&self) -> (NodeId, PortId) {
-        (self.step.node, self.step.port)
-    }
-}
-
-/// Broadcasts whose bytes a port slot keeps at once. A port's packets of a broadcast may be sent
-/// again long after it completed (a lost one), while it runs broadcasts of other groups; and with
-/// a schedule other than the tree rooted at the root, a member's peers may run ahead and send it
-/// packets of broadcasts it has not started. The bytes of a broadcast stay while they are needed
-/// ([`Nic::broadcast_in_use`]): its barrier runs, a packet of it waits in a connection's queue or
-/// sent list or to be sent again, or a packet of it waits in a record. A place is never taken
-/// from bytes the port's own packets or running barrier need; bytes that arrive early give way
-/// to those of the running barrier and to a root's, and bytes that find no place are dropped
-/// (the packet is taken all the same: refusing it would hold up its connection). With the tree
-/// rooted at the root no member receives the bytes before it runs the broadcast, so the only
-/// bytes a place is held for are those of its packets not yet acknowledged.
-const BROADCASTS_KEPT: usize = 8;
-
-/// One broadcast's bytes, as one port (incarnation `generation`) holds them.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Broadcast {
-    generation: Generation,
-    barrier: BarrierId,
-    /// When it was kept (a per-slot count): the oldest gives way first.
-    stamp: u32,
-    len: u8,
-    bytes: [u8; BROADCAST_MAX],
-}
-
-impl Broadcast {
-    /// The bytes.
-    pub(crate) fn data(&self) -> &[u8] {
-        self.bytes.get(..usize::from(self.len)).unwrap_or(&[])
-    }
-}
-
-/// The bytes of a port's latest broadcasts, kept in its slot so that they outlive the barrier
-/// and the port's close as its packets do.
-#[derive(Debug, Default)]
-pub(crate) struct BroadcastBytes {
-    kept: [Option<Broadcast>; BROADCASTS_KEPT],
-    next_stamp: u32,
-}
-
-impl BroadcastBytes {
-    /// The bytes of `barrier` held by incarnation `generation`.
-    pub(crate) fn get(&self, generation: Generation, barrier: BarrierId) -> Option<&Broadcast> {
-        self.kept
-            .iter()
-            .flatten()
-            .find(|b| b.generation == generation && b.barrier == barrier)
-    }
-}
-
-/// A running barrier: the schedule in NIC memory and where the engine is in it.
-#[derive(Debug)]
-pub struct BarrierRun {
-    steps: Vec<Step, MAX_SCHEDULE_STEPS>,
-    /// The paper's *node index* (§4.2): the step being worked on.
-    index: usize,
-    /// The send half of the current `EXCHANGE` step went out.
-    sent_current: bool,
-    /// Which barrier this is: only packets of the same barrier complete its steps.
-    barrier: BarrierId,
-    context: u64,
-    deadline: Instant,
-    /// The current step's send found no room (queue or connection table full): try again then.
-    stalled_until: Option<Instant>,
-    /// A broadcast: its completion carries the root's bytes.
-    broadcast: bool,
-}
-
-impl BarrierRun {
-    /// The earliest time this barrier needs attention (a retry or its deadline).
-    pub(crate) fn next_deadline(&self) -> Option<Instant> {
-        earliest(Some(self.deadline), self.stalled_until)
-    }
-
-    /// Whether the steps still to do (from the current one on) wait for a packet from
-    /// `(node, port)` — any port of `node` if `port` is `None` — that has not arrived.
-    fn still_needs(&self, node: NodeId, port: Option<PortId>) -> Option<Step> {
-        self.steps.iter().skip(self.index).copied().find(|step| {
-            matches!(step.op, StepOp::RECV | StepOp::EXCHANGE)
-                && step.node == node
-                && port.is_none_or(|port| step.port == port)
-        })
-    }
-
-    /// Where the barrier is, for status displays.
-    pub(crate) fn progress(&self) -> crate::BarrierProgress {
-        let current = self.steps.get(self.index);
-        crate::BarrierProgress {
-            step: self.index,
-            steps: self.steps.len(),
-            waiting_for: current.map(|step| (step.node, step.port, step.round)),
-            sending: current.is_some_and(|step| {
-                step.op == shared_abi::schedule::StepOp::SEND
-                    || (step.op == shared_abi::schedule::StepOp::EXCHANGE && !self.sent_current)
-            }),
-        }
-    }
-
-    fn current_peer(&self) -> (NodeId, PortId) {
-        self.steps
-            .get(self.index)
-            .map_or((NodeId::new(0), PortId(0)), |step| (step.node, step.port))
-    }
-}
 
 impl<H: Hal, const C: usize> Nic<H, C> {
     /// SDMA took a barrier send token: pull its schedule in, check it, and start it.
@@ -198,8 +66,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             && token.barrier_id() != BarrierId::NONE
             && let Some(generation) = self
                 .ports
-                .get(port)
-                .and_then(|slot| slot.open.as_ref())
+                .open(port)
                 .filter(|open| open.barrier.is_none())
                 .map(|open| open.generation)
             && self
@@ -211,11 +78,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             return Err(Status::NO_RESOURCES);
         }
         let memory = self.hal.port_memory(port).ok_or(Status::INVALID_TOKEN)?;
-        let open = self
-            .ports
-            .get_mut(port)
-            .and_then(|slot| slot.open.as_mut())
-            .ok_or(Status::INVALID_TOKEN)?;
+        let open = self.ports.open_mut(port).ok_or(Status::INVALID_TOKEN)?;
         if open.barrier.is_some() || open.barrier_buffers == 0 {
             return Err(Status::BARRIER_BUSY);
         }
@@ -297,11 +160,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     /// retry a send that found no room).
     pub(crate) fn advance_all_barriers(&mut self, now: Instant) {
         for port in 0..PORTS_PER_NIC {
-            if self
-                .ports
-                .get(port)
-                .is_some_and(|slot| slot.open.as_ref().is_some_and(|o| o.barrier.is_some()))
-            {
+            if self.ports.open(port).is_some_and(|o| o.barrier.is_some()) {
                 self.advance_pending |= 1 << port;
             }
         }
@@ -326,12 +185,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     /// Runs `port`'s barrier as far as the record allows.
     fn advance(&mut self, port: usize, now: Instant) {
         loop {
-            let Some(run) = self
-                .ports
-                .get(port)
-                .and_then(|slot| slot.open.as_ref())
-                .and_then(|o| o.barrier.as_ref())
-            else {
+            let Some(run) = self.ports.open(port).and_then(|o| o.barrier.as_ref()) else {
                 return;
             };
             let barrier = run.barrier;
@@ -378,7 +232,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     }
 
     fn running_barrier(&mut self, port: usize) -> Option<&mut BarrierRun> {
-        self.ports.get_mut(port)?.open.as_mut()?.barrier.as_mut()
+        self.ports.open_mut(port)?.barrier.as_mut()
     }
 
     /// Consumes the packet of `barrier` that `step` waits for, if it is recorded (and says
@@ -410,15 +264,11 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         // Barrier packets from one port to one destination port stay in order: while an earlier
         // one waits to be sent again, later ones wait behind it (or the receiver would match a
         // next-barrier packet to the current barrier).
-        let waiting = self
-            .ports
-            .get(port)
-            .and_then(|slot| slot.open.as_ref())
-            .is_some_and(|open| {
-                open.barrier_retries
-                    .iter()
-                    .any(|r| r.step.node == step.node && r.step.port == step.port)
-            });
+        let waiting = self.ports.open(port).is_some_and(|open| {
+            open.barrier_retries
+                .iter()
+                .any(|r| r.step.node == step.node && r.step.port == step.port)
+        });
         if waiting {
             self.schedule_retry(port, step, barrier, None, now);
             return true;
@@ -447,12 +297,8 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             );
         }
         let target = usize::from(step.port.0);
-        let generation = self
-            .ports
-            .get(port)
-            .and_then(|slot| slot.open.as_ref())
-            .map(|o| o.generation);
-        let target_slot = self.ports.get(target);
+        let generation = self.ports.open(port).map(|o| o.generation);
+        let target_slot = self.ports.slot(target);
         let target_open = target_slot.is_some_and(|slot| slot.open.is_some());
         let target_gone = target_slot.is_some_and(|slot| {
             slot.open.is_none() && slot.gone_job != 0 && slot.gone_job == barrier.job.get()
@@ -498,8 +344,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     ) {
         let needs = self
             .ports
-            .get(port)
-            .and_then(|slot| slot.open.as_ref())
+            .open(port)
             .and_then(|open| open.barrier.as_ref())
             .is_some_and(|run| {
                 run.barrier == barrier && run.still_needs(source.0, Some(source.1)).is_some()
@@ -529,8 +374,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         self.counters.barrier_targets_gone += 1;
         if self
             .ports
-            .get(port)
-            .and_then(|slot| slot.open.as_ref())
+            .open(port)
             .and_then(|open| open.barrier.as_ref())
             .is_some_and(|run| run.barrier == barrier)
         {
@@ -548,7 +392,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     ) {
         let at = now.saturating_add(self.config.retry_interval);
         let default_until = now.saturating_add(self.config.default_barrier_timeout);
-        let Some(open) = self.ports.get_mut(port).and_then(|slot| slot.open.as_mut()) else {
+        let Some(open) = self.ports.open_mut(port) else {
             return;
         };
         let until = open
@@ -587,8 +431,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     ) {
         let same_incarnation = self
             .ports
-            .get(port)
-            .and_then(|slot| slot.open.as_ref())
+            .open(port)
             .is_some_and(|o| o.generation == generation);
         if same_incarnation {
             for (barrier, round, failed) in packets {
@@ -615,7 +458,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 self.finish_barrier(port, Status::BARRIER_TIMED_OUT, Some(peer));
                 busy = true;
             }
-            let Some(open) = self.ports.get_mut(port).and_then(|slot| slot.open.as_mut()) else {
+            let Some(open) = self.ports.open_mut(port) else {
                 continue;
             };
             open.barrier_retries.retain(|retry| retry.until > now);
@@ -678,7 +521,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         let Some(port) = header.dst_port.index() else {
             return Err(RejectReason::PORT_CLOSED);
         };
-        match self.ports.get(port) {
+        match self.ports.slot(port) {
             Some(slot) if slot.open.is_some() => {}
             Some(slot) if slot.gone_job != 0 && slot.gone_job == barrier.job.get() => {
                 return Err(RejectReason::PORT_GONE);
@@ -691,11 +534,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         let index = self.connection_index(peer).ok_or(RejectReason::BUSY)?;
         if failed.is_none()
             && !data.is_empty()
-            && let Some(generation) = self
-                .ports
-                .get(port)
-                .and_then(|slot| slot.open.as_ref())
-                .map(|o| o.generation)
+            && let Some(generation) = self.ports.open(port).map(|o| o.generation)
         {
             self.receive_broadcast(port, generation, barrier, data);
         }
@@ -756,11 +595,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             }
         }
         for port in 0..PORTS_PER_NIC {
-            let running = self
-                .ports
-                .get(port)
-                .and_then(|slot| slot.open.as_ref())
-                .is_some_and(|o| o.barrier.is_some());
+            let running = self.ports.open(port).is_some_and(|o| o.barrier.is_some());
             if running {
                 self.fail_barrier_needing(port, peer, Some(source_id), Status::TARGET_PORT_CLOSED);
             } else if peer == self.node {
@@ -788,12 +623,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         peer_port: Option<PortId>,
         status: Status,
     ) {
-        let Some(run) = self
-            .ports
-            .get(port)
-            .and_then(|slot| slot.open.as_ref())
-            .and_then(|o| o.barrier.as_ref())
-        else {
+        let Some(run) = self.ports.open(port).and_then(|o| o.barrier.as_ref()) else {
             return;
         };
         let barrier = run.barrier;
@@ -821,7 +651,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         status: Status,
         waiting_for: Option<(NodeId, PortId)>,
     ) {
-        let Some(open) = self.ports.get_mut(port).and_then(|slot| slot.open.as_mut()) else {
+        let Some(open) = self.ports.open_mut(port) else {
             return;
         };
         let Some(run) = open.barrier.take() else {
@@ -835,7 +665,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         if status == Status::SUCCESS && run.broadcast {
             bytes = self
                 .ports
-                .get(port)
+                .slot(port)
                 .and_then(|slot| slot.broadcasts.get(generation, run.barrier))
                 .copied();
         }
@@ -844,7 +674,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         } else {
             status
         };
-        let Some(open) = self.ports.get_mut(port).and_then(|slot| slot.open.as_mut()) else {
+        let Some(open) = self.ports.open_mut(port) else {
             return;
         };
         if status != Status::SUCCESS
@@ -914,7 +744,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         barrier: BarrierId,
     ) -> Option<Broadcast> {
         self.ports
-            .get(port)
+            .slot(port)
             .and_then(|slot| slot.broadcasts.get(generation, barrier))
             .copied()
     }
@@ -931,18 +761,13 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         let Some(held) = self.broadcast_held(port, generation, barrier) else {
             return;
         };
-        if let Some(target_generation) = self
-            .ports
-            .get(target)
-            .and_then(|slot| slot.open.as_ref())
-            .map(|o| o.generation)
-        {
+        if let Some(target_generation) = self.ports.open(target).map(|o| o.generation) {
             self.receive_broadcast(target, target_generation, barrier, held.data());
         }
     }
 
     /// Bytes of broadcast `barrier` arrived for `port` (incarnation `generation`): kept if there
-    /// is a place (see [`BROADCASTS_KEPT`]), else dropped.
+    /// is a place (see [`crate::port::broadcast_bytes::BROADCASTS_KEPT`]), else dropped.
     fn receive_broadcast(
         &mut self,
         port: usize,
@@ -952,8 +777,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     ) {
         let running = self
             .ports
-            .get(port)
-            .and_then(|slot| slot.open.as_ref())
+            .open(port)
             .and_then(|open| open.barrier.as_ref())
             .is_some_and(|run| run.barrier == barrier);
         if let Some(place) = self.broadcast_place(port, generation, barrier, running) {
@@ -992,33 +816,14 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         if barrier == BarrierId::NONE {
             return None;
         }
-        let store = &self.ports.get(port)?.broadcasts;
-        if let Some(place) = store.kept.iter().position(|kept| {
-            kept.is_some_and(|b| b.generation == generation && b.barrier == barrier)
-        }) {
-            return Some(place);
-        }
-        if let Some(place) = store.kept.iter().position(Option::is_none) {
-            return Some(place);
-        }
-        let mut unused: Option<(u32, usize)> = None;
-        let mut early: Option<(u32, usize)> = None;
-        for (place, kept) in store.kept.iter().enumerate() {
-            let Some(b) = kept else { continue };
-            let age = store.next_stamp.wrapping_sub(b.stamp);
-            let older = |than: Option<(u32, usize)>| than.is_none_or(|(a, _)| age > a);
-            if !self.broadcast_in_use(port, b.generation, b.barrier, true) {
-                if older(unused) {
-                    unused = Some((age, place));
-                }
-            } else if urgent
-                && !self.broadcast_in_use(port, b.generation, b.barrier, false)
-                && older(early)
-            {
-                early = Some((age, place));
-            }
-        }
-        unused.or(early).map(|(_, place)| place)
+        self.ports.slot(port)?.broadcasts.place(
+            generation,
+            barrier,
+            urgent,
+            |generation, barrier, records| {
+                self.broadcast_in_use(port, generation, barrier, records)
+            },
+        )
     }
 
     /// Puts the bytes of broadcast `barrier` (at most [`BROADCAST_MAX`] of `data`) for
@@ -1031,23 +836,8 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         barrier: BarrierId,
         data: &[u8],
     ) {
-        let Some(store) = self.ports.get_mut(port).map(|slot| &mut slot.broadcasts) else {
-            return;
-        };
-        let len = data.len().min(BROADCAST_MAX);
-        let mut entry = Broadcast {
-            generation,
-            barrier,
-            stamp: store.next_stamp,
-            len: len as u8,
-            bytes: [0; BROADCAST_MAX],
-        };
-        store.next_stamp = store.next_stamp.wrapping_add(1);
-        if let (Some(to), Some(from)) = (entry.bytes.get_mut(..len), data.get(..len)) {
-            to.copy_from_slice(from);
-        }
-        if let Some(kept) = store.kept.get_mut(place) {
-            *kept = Some(entry);
+        if let Some(slot) = self.ports.slot_mut(port) {
+            slot.broadcasts.keep(place, generation, barrier, data);
         }
     }
 
@@ -1068,8 +858,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         };
         let open = self
             .ports
-            .get(port)
-            .and_then(|slot| slot.open.as_ref())
+            .open(port)
             .filter(|open| open.generation == generation);
         let recorded = records
             && open.is_some()

@@ -7,8 +7,10 @@
 //! rebuilt from the host buffer its send token still owns.
 
 use heapless::Deque;
+use shared_abi::event::Status;
 use shared_abi::ids::{BarrierId, Generation, NodeId, PORTS_PER_NIC, PortId};
 use shared_abi::packet::RejectReason;
+use shared_abi::rdma::RDMA_SEGMENT;
 
 use crate::record::UnexpectedBarrierRecord;
 use crate::seq::Seq;
@@ -22,6 +24,9 @@ pub const QUEUE: usize = 32;
 const REJECTS: usize = 8;
 /// Port-closed notices waiting for room in the queue.
 const CLOSED_NOTICES: usize = 16;
+/// One-sided operations one node may have outstanding toward another (puts, gets and atomics);
+/// a connection keeps room for that many replies and get streams of its peer.
+pub const RDMA_OPS: usize = 8;
 
 /// What a sequenced packet carries; enough to build it again at any retransmission.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,9 +95,57 @@ pub(crate) enum Body {
     },
     /// Data of a get this NIC serves from its port `port`, read at `address` when the packet is
     /// built.
-    ReadData(crate::remote::ReadSegment),
+    ReadData(ReadSegment),
     /// The answer to a one-sided operation of the peer.
-    Reply(crate::remote::Reply),
+    Reply(Reply),
+}
+
+/// One data packet of a get this NIC serves (or, in a [`ReadStream`], the next one to queue).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ReadSegment {
+    /// Our port the data comes from, and its generation when the get arrived.
+    pub(crate) port: u8,
+    pub(crate) generation: Generation,
+    /// The initiator's port, slot and operation.
+    pub(crate) dst_port: PortId,
+    pub(crate) slot: u8,
+    pub(crate) operation: u32,
+    /// The region and where the get starts in it (checked again as each packet is built: a
+    /// region deregistered meanwhile ends the get with `BAD_KEY`).
+    pub(crate) key: u32,
+    pub(crate) offset: u32,
+    /// The whole get's length, and this packet's offset in it.
+    pub(crate) length: u32,
+    pub(crate) position: u32,
+}
+
+impl ReadSegment {
+    /// The bytes this packet carries.
+    pub(crate) fn bytes(&self) -> usize {
+        (self.length.saturating_sub(self.position) as usize).min(RDMA_SEGMENT)
+    }
+
+    /// Whether this is the get's last packet.
+    pub(crate) fn is_last(&self) -> bool {
+        self.position as usize + self.bytes() >= self.length as usize
+    }
+}
+
+/// A get being served: its next segment to queue.
+pub(crate) type ReadStream = ReadSegment;
+
+/// An answer to the peer's operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Reply {
+    /// Our port the operation targeted.
+    pub(crate) port: u8,
+    /// The initiator's port, slot and operation.
+    pub(crate) dst_port: PortId,
+    pub(crate) slot: u8,
+    pub(crate) operation: u32,
+    pub(crate) status: Status,
+    /// An atomic's previous value.
+    pub(crate) value: u64,
 }
 
 /// A message its receiver refused for want of a buffer, taken out of the stream (its sequence slot
@@ -241,11 +294,11 @@ pub(crate) struct Connection {
     pub(crate) parked: Deque<Parked, QUEUE>,
     pub(crate) closed_notices: Deque<(u8, Generation), CLOSED_NOTICES>,
     /// Answers owed to the peer's one-sided operations, sent before the queue. Room for every
-    /// operation the peer may have outstanding toward us ([`crate::remote::RDMA_OPS`]), so taking
+    /// operation the peer may have outstanding toward us ([`RDMA_OPS`]), so taking
     /// a request never waits for our own stream.
-    pub(crate) replies: Deque<Body, { crate::remote::RDMA_OPS }>,
+    pub(crate) replies: Deque<Body, { RDMA_OPS }>,
     /// Gets of the peer this NIC is serving: their data is queued as room appears.
-    pub(crate) reads: Deque<crate::remote::ReadStream, { crate::remote::RDMA_OPS }>,
+    pub(crate) reads: Deque<ReadStream, { RDMA_OPS }>,
     /// Messages longer than a packet being received from the peer, by its source port: each
     /// segment is written into the receive buffer the first one took, in order.
     pub(crate) assemblies: [Option<Assembly>; PORTS_PER_NIC],
@@ -517,5 +570,39 @@ impl Connection {
             self.next_seq = self.next_seq.next();
         }
         self.last_go_back = None;
+    }
+
+    /// Our `port` closed: its data packets can no longer be built (its memory is gone). Queued ones
+    /// are dropped; those already sequenced become cancelled slots so the stream stays gap-free.
+    /// Barrier packets stay: they are self-contained, and peers of a completed barrier need them.
+    pub(crate) fn cancel_port_data(&mut self, port: u8) {
+        let is_ours = |body: &Body| {
+            matches!(body, Body::Data { port: p, .. }
+                | Body::DataSegment { port: p, .. }
+                | Body::Put { port: p, .. }
+                | Body::Get { port: p, .. }
+                | Body::Atomic { port: p, .. } if *p == port)
+        };
+        let queued = self.queue.len();
+        for _ in 0..queued {
+            if let Some(body) = self.queue.pop_front()
+                && !is_ours(&body)
+            {
+                // Cannot fail: we just made room by popping.
+                let _ = self.queue.push_back(body);
+            }
+        }
+        for _ in 0..self.parked.len() {
+            if let Some(parked) = self.parked.pop_front()
+                && !is_ours(&parked.body)
+            {
+                let _ = self.parked.push_back(parked);
+            }
+        }
+        for descriptor in self.sent.iter_mut() {
+            if is_ours(&descriptor.body) {
+                descriptor.body = Body::Cancelled;
+            }
+        }
     }
 }

@@ -1,5 +1,8 @@
 //! nicbar firmware: the NIC control program (the paper's MCP), as a sans-IO core.
 //!
+//! "The paper" throughout this crate is Buntinas, Panda, Sadayappan, *Fast NIC-Based Barrier
+//! over Myrinet/GM* (IPDPS 2001); its section numbers are quoted where the code implements them.
+//!
 //! [`Nic`] is a plain struct advanced by three calls — [`Nic::poll`] (host rings, timers,
 //! transmission), [`Nic::on_packet`] (one packet from the wire) and [`Nic::poll_at`] (when to
 //! call `poll` next) — and it sees the world only through the [`Hal`] trait: the memory of open
@@ -13,6 +16,13 @@
 //! from the wire and runs the reliability protocol; [`rdma`] takes receive tokens, moves received
 //! data into host buffers and writes events. The barrier engine ([`barrier`]) interprets
 //! schedules the host compiled (pairwise exchange, gather-broadcast, n-way dissemination).
+//!
+//! The engines — those four, the barrier engine, one-sided operations (`remote`) and messages
+//! longer than a packet (`segment`) — are `impl Nic` blocks that import only downward: the
+//! per-port state ([`port`], with [`memory`]), the per-connection state ([`connection`], with
+//! the unexpected-barrier record), and the leaves under them ([`seq`], [`time`], [`hal`],
+//! [`auth`]). A type the state holds lives with the state, so no state module names an engine
+//! and the modules form no cycle.
 //!
 //! No allocator, no `unsafe`, no panic on any input: every bound is a fixed capacity, and a full
 //! table is back-pressure or an error event, never a crash or silent loss.
@@ -44,14 +54,14 @@ use shared_abi::region::{RegionHeader, RegionLayout};
 use shared_abi::ring::{RingError, SharedMemory};
 use zerocopy::{FromZeros, IntoBytes};
 
-pub use connection::ConnectionCounters;
+pub use connection::{ConnectionCounters, RDMA_OPS};
 pub use hal::{Hal, MemoryFault, TransmitError};
 pub use memory::{MEMORY_REGIONS, RegisterError};
-pub use remote::RDMA_OPS;
+pub use port::BarrierProgress;
 pub use time::Instant;
 
 use connection::{Body, Connection};
-use port::{OpenPort, PortSlot};
+use port::{OpenPort, Ports};
 use record::UnexpectedBarrierRecord;
 
 /// Most connections (remote nodes talked to at once) a NIC keeps by default. An idle
@@ -149,20 +159,6 @@ pub struct PortStatus {
     pub faulted: Option<Status>,
 }
 
-/// Where a running barrier is (for `nicctl status`): a stuck barrier names whom it waits for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BarrierProgress {
-    /// The schedule step being worked on (the paper's node index), from 0.
-    pub step: usize,
-    /// Steps in the schedule.
-    pub steps: usize,
-    /// The current step's peer node, port and round: the member whose packet it waits for (or,
-    /// if `sending`, to whom its packet has not gone out yet).
-    pub waiting_for: Option<(NodeId, PortId, u8)>,
-    /// The current step's packet has not been sent yet (no room, or its target is not open).
-    pub sending: bool,
-}
-
 /// NIC-wide counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct NicCounters {
@@ -196,7 +192,7 @@ pub struct Nic<H: Hal, const CONNECTIONS: usize = DEFAULT_CONNECTIONS> {
     hal: H,
     node: NodeId,
     config: Config,
-    ports: [PortSlot; PORTS_PER_NIC],
+    ports: Ports,
     connections: Vec<Connection, CONNECTIONS>,
     /// Barrier packets between two ports of this NIC never touch the wire (paper §3.4's
     /// optimisation); their record lives here.
@@ -269,14 +265,14 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
 
     /// The status of `port`, or `None` if it is closed.
     pub fn port_status(&self, port: PortId) -> Option<PortStatus> {
-        let open = self.ports.get(port.index()?)?.open.as_ref()?;
+        let open = self.ports.open(port.index()?)?;
         Some(PortStatus {
             port,
             generation: open.generation,
             held_sends: open.held_sends(),
             receive_buffers: open.receive_buffers.len(),
             barrier_running: open.barrier.is_some(),
-            barrier: open.barrier.as_ref().map(barrier::BarrierRun::progress),
+            barrier: open.barrier.as_ref().map(port::BarrierRun::progress),
             closing: open.closing.is_some(),
             pending_events: open.pending_events.len(),
             faulted: open.faulted,
@@ -295,11 +291,7 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
     /// [`OpenError`] says why the port was not opened; nothing changed then.
     pub fn open_port(&mut self, port: PortId, _now: Instant) -> Result<Generation, OpenError> {
         let index = port.index().ok_or(OpenError::NoSuchPort(port))?;
-        if self
-            .ports
-            .get(index)
-            .is_some_and(|slot| slot.open.is_some())
-        {
+        if self.ports.open(index).is_some() {
             return Err(OpenError::AlreadyOpen(port));
         }
         let memory = self
@@ -318,7 +310,7 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
                 port: header.port_id,
             });
         }
-        let Some(slot) = self.ports.get_mut(index) else {
+        let Some(slot) = self.ports.slot_mut(index) else {
             return Err(OpenError::NoSuchPort(port));
         };
         slot.last_generation = slot.last_generation.wrapping_add(1).max(1);
@@ -345,7 +337,7 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
     /// for [`Nic::take_finished_closes`]).
     pub fn close_port(&mut self, port: PortId, _now: Instant) -> Option<Generation> {
         let index = port.index()?;
-        let slot = self.ports.get_mut(index)?;
+        let slot = self.ports.slot_mut(index)?;
         let open = slot.open.take()?;
         slot.gone_job = open.job;
         if open.closing.is_some() {
@@ -353,7 +345,7 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
         }
         let generation = open.generation;
         for connection in self.connections.iter_mut() {
-            sdma::cancel_port_data(connection, index as u8);
+            connection.cancel_port_data(index as u8);
             if connection
                 .closed_notices
                 .push_back((index as u8, generation))
@@ -395,7 +387,7 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
             .config
             .give_up_after
             .saturating_add(self.config.receiver_not_ready_timeout);
-        let open = self.ports.get_mut(index)?.open.as_mut()?;
+        let open = self.ports.open_mut(index)?;
         let generation = open.generation;
         if open.closing.is_none() {
             open.closing = Some(now.saturating_add(limit));
@@ -413,8 +405,7 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
     /// Whether `port` is finishing an orderly close.
     pub fn is_closing(&self, port: PortId) -> bool {
         port.index()
-            .and_then(|index| self.ports.get(index))
-            .and_then(|slot| slot.open.as_ref())
+            .and_then(|index| self.ports.open(index))
             .is_some_and(|open| open.closing.is_some())
     }
 
@@ -424,10 +415,69 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
         core::mem::take(&mut self.finished_closes)
     }
 
+    /// Registers `length` bytes of the memory of the process that owns `port`, from its virtual
+    /// address `address` (`gm_register_memory`); returns the region's key. `nonce` is any value
+    /// the board draws at random for it (it makes keys hard to guess). The region lives until it
+    /// is deregistered or the port closes. Ranges may overlap.
+    ///
+    /// # Errors
+    /// [`RegisterError`] says why; nothing changed then.
+    pub fn register_memory(
+        &mut self,
+        port: PortId,
+        address: u64,
+        length: u64,
+        nonce: u32,
+    ) -> Result<u32, RegisterError> {
+        port.index()
+            .and_then(|index| self.ports.open_mut(index))
+            .ok_or(RegisterError::PortClosed(port))?
+            .memory
+            .register(address, length, nonce)
+    }
+
+    /// Deregisters the region of exactly `length` bytes at `address` of `port`
+    /// (`gm_deregister_memory`). Operations that reach it afterwards are refused (`BAD_KEY`).
+    ///
+    /// # Errors
+    /// [`RegisterError`] says why; nothing changed then.
+    pub fn deregister_memory(
+        &mut self,
+        port: PortId,
+        address: u64,
+        length: u64,
+    ) -> Result<(), RegisterError> {
+        port.index()
+            .and_then(|index| self.ports.open_mut(index))
+            .ok_or(RegisterError::PortClosed(port))?
+            .memory
+            .deregister(address, length)
+    }
+
+    /// Lets other ports reach `port`'s registered memory (`gm_allow_remote_memory_access`); until
+    /// then every remote put, get and atomic on it is refused (`REMOTE_ACCESS_DENIED`).
+    ///
+    /// # Errors
+    /// [`RegisterError::PortClosed`].
+    pub fn allow_remote_memory_access(&mut self, port: PortId) -> Result<(), RegisterError> {
+        port.index()
+            .and_then(|index| self.ports.open_mut(index))
+            .ok_or(RegisterError::PortClosed(port))?
+            .memory
+            .remote_access = true;
+        Ok(())
+    }
+
+    /// How many regions `port` has registered (for status displays), or `None` if it is closed.
+    pub fn registered_regions(&self, port: PortId) -> Option<usize> {
+        let open = self.ports.open(port.index()?)?;
+        Some(open.memory.count())
+    }
+
     /// Closes every closing port that has finished (or whose close deadline passed).
     fn finish_closes(&mut self, now: Instant) {
         for index in 0..PORTS_PER_NIC {
-            let Some(open) = self.ports.get(index).and_then(|slot| slot.open.as_ref()) else {
+            let Some(open) = self.ports.open(index) else {
                 continue;
             };
             let Some(deadline) = open.closing else {
@@ -504,7 +554,7 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
                 }
             }
         }
-        for open in self.ports.iter().filter_map(|slot| slot.open.as_ref()) {
+        for open in self.ports.open_ports() {
             if let Some(run) = open.barrier.as_ref() {
                 at = time::earliest(at, run.next_deadline());
             }
@@ -555,7 +605,7 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
     /// Queues `event` for `port`: straight into the event ring when it has room and nothing is
     /// waiting, else behind the waiting ones. Room is guaranteed by the token accounting.
     fn emit(&mut self, port: usize, event: Event) {
-        let Some(open) = self.ports.get_mut(port).and_then(|slot| slot.open.as_mut()) else {
+        let Some(open) = self.ports.open_mut(port) else {
             return;
         };
         if open.closing.is_some() {
@@ -576,7 +626,7 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
         let Some(memory) = self.hal.port_memory(port) else {
             return;
         };
-        let Some(open) = self.ports.get_mut(port).and_then(|slot| slot.open.as_mut()) else {
+        let Some(open) = self.ports.open_mut(port) else {
             return;
         };
         if open.faulted.is_some() || open.closing.is_some() {

@@ -4,13 +4,12 @@
 //! A region is a range of the owning process's virtual addresses, reached through
 //! [`crate::Hal::read_process_memory`] and [`crate::Hal::write_process_memory`]. The table lives in
 //! the port's state, so regions die with the port. The board registers and deregisters on the
-//! process's behalf (the driver's job, as `gm_register_memory` was a call into GM's driver);
-//! one-sided operations name a region by its key and an offset ([`shared_abi::rdma::RemotePointer`]).
+//! process's behalf ([`crate::Nic::register_memory`]: the driver's job, as `gm_register_memory`
+//! was a call into GM's driver); one-sided operations name a region by its key and an offset
+//! ([`shared_abi::rdma::RemotePointer`]).
 
 use shared_abi::event::Status;
 use shared_abi::ids::PortId;
-
-use crate::{Hal, Nic};
 
 /// Regions one port may have registered at once.
 pub const MEMORY_REGIONS: usize = 16;
@@ -80,7 +79,12 @@ pub(crate) struct MemoryRegions {
 
 impl MemoryRegions {
     /// Registers `length` bytes at `address`; returns the region's key.
-    fn register(&mut self, address: u64, length: u64, nonce: u32) -> Result<u32, RegisterError> {
+    pub(crate) fn register(
+        &mut self,
+        address: u64,
+        length: u64,
+        nonce: u32,
+    ) -> Result<u32, RegisterError> {
         let bad = RegisterError::BadRange { address, length };
         if length == 0 || length > u64::from(u32::MAX) || address.checked_add(length).is_none() {
             return Err(bad);
@@ -103,7 +107,7 @@ impl MemoryRegions {
     }
 
     /// Deregisters the region of exactly `length` bytes at `address`.
-    fn deregister(&mut self, address: u64, length: u64) -> Result<(), RegisterError> {
+    pub(crate) fn deregister(&mut self, address: u64, length: u64) -> Result<(), RegisterError> {
         let entry = self
             .regions
             .iter_mut()
@@ -155,68 +159,6 @@ impl MemoryRegions {
     /// How many regions are registered.
     pub(crate) fn count(&self) -> usize {
         self.regions.iter().flatten().count()
-    }
-}
-
-impl<H: Hal, const C: usize> Nic<H, C> {
-    /// Registers `length` bytes of the memory of the process that owns `port`, from its virtual
-    /// address `address` (`gm_register_memory`); returns the region's key. `nonce` is any value
-    /// the board draws at random for it (it makes keys hard to guess). The region lives until it
-    /// is deregistered or the port closes. Ranges may overlap.
-    ///
-    /// # Errors
-    /// [`RegisterError`] says why; nothing changed then.
-    pub fn register_memory(
-        &mut self,
-        port: PortId,
-        address: u64,
-        length: u64,
-        nonce: u32,
-    ) -> Result<u32, RegisterError> {
-        self.open_port_mut(port)
-            .ok_or(RegisterError::PortClosed(port))?
-            .memory
-            .register(address, length, nonce)
-    }
-
-    /// Deregisters the region of exactly `length` bytes at `address` of `port`
-    /// (`gm_deregister_memory`). Operations that reach it afterwards are refused (`BAD_KEY`).
-    ///
-    /// # Errors
-    /// [`RegisterError`] says why; nothing changed then.
-    pub fn deregister_memory(
-        &mut self,
-        port: PortId,
-        address: u64,
-        length: u64,
-    ) -> Result<(), RegisterError> {
-        self.open_port_mut(port)
-            .ok_or(RegisterError::PortClosed(port))?
-            .memory
-            .deregister(address, length)
-    }
-
-    /// Lets other ports reach `port`'s registered memory (`gm_allow_remote_memory_access`); until
-    /// then every remote put, get and atomic on it is refused (`REMOTE_ACCESS_DENIED`).
-    ///
-    /// # Errors
-    /// [`RegisterError::PortClosed`].
-    pub fn allow_remote_memory_access(&mut self, port: PortId) -> Result<(), RegisterError> {
-        self.open_port_mut(port)
-            .ok_or(RegisterError::PortClosed(port))?
-            .memory
-            .remote_access = true;
-        Ok(())
-    }
-
-    /// How many regions `port` has registered (for status displays), or `None` if it is closed.
-    pub fn registered_regions(&self, port: PortId) -> Option<usize> {
-        let open = self.ports.get(port.index()?)?.open.as_ref()?;
-        Some(open.memory.count())
-    }
-
-    fn open_port_mut(&mut self, port: PortId) -> Option<&mut crate::port::OpenPort> {
-        self.ports.get_mut(port.index()?)?.open.as_mut()
     }
 }
 

@@ -23,7 +23,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             let Some(memory) = self.hal.port_memory(port) else {
                 return busy;
             };
-            let Some(open) = self.ports.get_mut(port).and_then(|slot| slot.open.as_mut()) else {
+            let Some(open) = self.ports.open_mut(port) else {
                 return busy;
             };
             if !open.can_take_token() {
@@ -82,7 +82,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         let Some(memory) = self.hal.port_memory(port) else {
             return Err(RejectReason::PORT_CLOSED);
         };
-        let Some(open) = self.ports.get_mut(port).and_then(|slot| slot.open.as_mut()) else {
+        let Some(open) = self.ports.open_mut(port) else {
             return Err(RejectReason::PORT_CLOSED);
         };
         let priority = Priority(header.priority);

@@ -241,8 +241,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 // refusal, across parkings; until it runs out the message's flow is parked.
                 let since = self
                     .ports
-                    .get_mut(usize::from(port))
-                    .and_then(|p| p.open.as_mut())
+                    .open_mut(usize::from(port))
                     .and_then(|open| open.sends.get_mut(usize::from(slot)))
                     .and_then(Option::as_mut)
                     .filter(|held| held.serial == serial)
@@ -294,8 +293,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 // The receiver-not-ready clock runs from the first refusal, across parkings.
                 let since = self
                     .ports
-                    .get_mut(usize::from(port))
-                    .and_then(|p| p.open.as_mut())
+                    .open_mut(usize::from(port))
                     .and_then(|open| open.sends.get_mut(usize::from(slot)))
                     .and_then(Option::as_mut)
                     .map(|held| *held.refused_since.get_or_insert(now));
@@ -426,7 +424,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             // port's last data: its later tokens wait for it) parks as one entry, its feeder
             // rewound.
             let feeding = refused.as_ref().and_then(flow_of).and_then(|(port, _, _)| {
-                let open = self.ports.get(usize::from(port))?.open.as_ref()?;
+                let open = self.ports.open(usize::from(port))?;
                 open.sends.iter().enumerate().find_map(|(slot, held)| {
                     let held = held.as_ref()?;
                     (held.is_feeding() && held.token.target_node == connection.peer)
@@ -441,8 +439,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                     && let Some(segment) = connection.parked_segment(port, slot, serial)
                     && let Some(held) = self
                         .ports
-                        .get_mut(usize::from(port))
-                        .and_then(|p| p.open.as_mut())
+                        .open_mut(usize::from(port))
                         .and_then(|open| open.sends.get_mut(usize::from(slot)))
                         .and_then(Option::as_mut)
                         .filter(|held| held.serial == serial)

@@ -40,75 +40,10 @@ use shared_abi::token::{SendKind, SendToken};
 use zerocopy::FromBytes;
 use zerocopy::IntoBytes;
 
-use crate::connection::Body;
-use crate::port::{HeldSend, SEND_TOKENS};
-use crate::sdma::Disposition;
+use crate::connection::{Body, RDMA_OPS, ReadStream, Reply};
+use crate::port::{Disposition, HeldSend, Operation, SEND_TOKENS};
 use crate::time::Instant;
 use crate::{Hal, Nic};
-
-/// One-sided operations one node may have outstanding toward another.
-pub const RDMA_OPS: usize = 8;
-
-/// The state of a one-sided operation held in a send slot (its token is beside it).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Operation {
-    /// Its number, echoed by the target: a late answer never completes a newer operation of the
-    /// slot.
-    pub(crate) serial: u32,
-    /// Packets it sends (a put's segments; 1 for a get or an atomic).
-    pub(crate) segments: u32,
-    /// Packets queued on the connection so far.
-    pub(crate) queued: u32,
-    /// When it last made progress; it fails with `SEND_TIMED_OUT` after the give-up time plus
-    /// the receiver-not-ready time without any.
-    pub(crate) last_activity: Instant,
-}
-
-/// One data packet of a get this NIC serves (or, in a [`ReadStream`], the next one to queue).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct ReadSegment {
-    /// Our port the data comes from, and its generation when the get arrived.
-    pub(crate) port: u8,
-    pub(crate) generation: Generation,
-    /// The initiator's port, slot and operation.
-    pub(crate) dst_port: PortId,
-    pub(crate) slot: u8,
-    pub(crate) operation: u32,
-    /// The region and where the get starts in it (checked again as each packet is built: a
-    /// region deregistered meanwhile ends the get with `BAD_KEY`).
-    pub(crate) key: u32,
-    pub(crate) offset: u32,
-    /// The whole get's length, and this packet's offset in it.
-    pub(crate) length: u32,
-    pub(crate) position: u32,
-}
-
-impl ReadSegment {
-    fn bytes(&self) -> usize {
-        (self.length.saturating_sub(self.position) as usize).min(RDMA_SEGMENT)
-    }
-
-    fn is_last(&self) -> bool {
-        self.position as usize + self.bytes() >= self.length as usize
-    }
-}
-
-/// A get being served: its next segment to queue.
-pub(crate) type ReadStream = ReadSegment;
-
-/// An answer to the peer's operation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Reply {
-    /// Our port the operation targeted.
-    pub(crate) port: u8,
-    /// The initiator's port, slot and operation.
-    pub(crate) dst_port: PortId,
-    pub(crate) slot: u8,
-    pub(crate) operation: u32,
-    pub(crate) status: Status,
-    /// An atomic's previous value.
-    pub(crate) value: u64,
-}
 
 /// Bytes a put or get of `length` bytes moves per packet, and how many packets.
 fn segments_for(length: u32) -> u32 {
@@ -149,7 +84,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         if remote.add(remote_length).is_none() {
             return Disposition::Reject(Status::OUT_OF_BOUNDS);
         }
-        let Some(open) = self.ports.get(port).and_then(|slot| slot.open.as_ref()) else {
+        let Some(open) = self.ports.open(port) else {
             return Disposition::Wait;
         };
         if local_length > 0 && !open.memory.covers(token.buffer.get(), local_length) {
@@ -158,7 +93,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         if self.port_is_feeding(port) || self.outstanding_to(token.target_node) >= RDMA_OPS {
             return Disposition::Wait;
         }
-        let Some(open) = self.ports.get(port).and_then(|slot| slot.open.as_ref()) else {
+        let Some(open) = self.ports.open(port) else {
             return Disposition::Wait;
         };
         let Some(slot) = open.free_send_slot() else {
@@ -202,7 +137,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         if connection.queue.push_back(body).is_err() {
             return Disposition::Wait;
         }
-        if let Some(open) = self.ports.get_mut(port).and_then(|slot| slot.open.as_mut())
+        if let Some(open) = self.ports.open_mut(port)
             && let (Some(held), Some(state)) =
                 (open.sends.get_mut(slot), open.operations.get_mut(slot))
         {
@@ -221,23 +156,19 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     /// for it, so a port's operations and messages start in the order it posted them (and the
     /// segments of a long message follow one another with nothing of the port between them).
     pub(crate) fn port_is_feeding(&self, port: usize) -> bool {
-        self.ports
-            .get(port)
-            .and_then(|slot| slot.open.as_ref())
-            .is_some_and(|open| {
-                open.operations
-                    .iter()
-                    .flatten()
-                    .any(|operation| operation.queued < operation.segments)
-                    || open.sends.iter().flatten().any(HeldSend::is_feeding)
-            })
+        self.ports.open(port).is_some_and(|open| {
+            open.operations
+                .iter()
+                .flatten()
+                .any(|operation| operation.queued < operation.segments)
+                || open.sends.iter().flatten().any(HeldSend::is_feeding)
+        })
     }
 
     /// One-sided operations of every local port outstanding toward `node`.
     fn outstanding_to(&self, node: NodeId) -> usize {
         self.ports
-            .iter()
-            .filter_map(|slot| slot.open.as_ref())
+            .open_ports()
             .map(|open| {
                 open.operations
                     .iter()
@@ -257,7 +188,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         let mut busy = false;
         for port in 0..PORTS_PER_NIC {
             for slot in 0..SEND_TOKENS {
-                let Some(open) = self.ports.get(port).and_then(|p| p.open.as_ref()) else {
+                let Some(open) = self.ports.open(port) else {
                     break;
                 };
                 let (Some(Some(operation)), Some(Some(held))) =
@@ -290,8 +221,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 if queued != operation.queued
                     && let Some(Some(state)) = self
                         .ports
-                        .get_mut(port)
-                        .and_then(|p| p.open.as_mut())
+                        .open_mut(port)
                         .and_then(|open| open.operations.get_mut(slot))
                 {
                     state.queued = queued;
@@ -331,8 +261,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             for slot in 0..SEND_TOKENS {
                 let expired = self
                     .ports
-                    .get(port)
-                    .and_then(|p| p.open.as_ref())
+                    .open(port)
                     .and_then(|open| open.operations.get(slot).copied().flatten())
                     .is_some_and(|op| now.saturating_since(op.last_activity) >= limit);
                 if expired {
@@ -348,8 +277,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     pub(crate) fn operation_deadline(&self) -> Option<Instant> {
         let limit = self.operation_limit();
         self.ports
-            .iter()
-            .filter_map(|slot| slot.open.as_ref())
+            .open_ports()
             .flat_map(|open| open.operations.iter().flatten())
             .map(|op| op.last_activity.saturating_add(limit))
             .min()
@@ -375,8 +303,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             for slot in 0..SEND_TOKENS {
                 let toward_peer = self
                     .ports
-                    .get(port)
-                    .and_then(|p| p.open.as_ref())
+                    .open(port)
                     .filter(|open| open.operations.get(slot).is_some_and(Option::is_some))
                     .and_then(|open| open.sends.get(slot).copied().flatten())
                     .is_some_and(|held| held.token.target_node == peer);
@@ -396,7 +323,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         status: Status,
         value: u64,
     ) {
-        let Some(open) = self.ports.get_mut(port).and_then(|p| p.open.as_mut()) else {
+        let Some(open) = self.ports.open_mut(port) else {
             return;
         };
         if let Some(state) = open.operations.get_mut(slot) {
@@ -426,7 +353,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         serial: u32,
         generation: Option<Generation>,
     ) -> Option<(SendToken, Operation)> {
-        let open = self.ports.get(port)?.open.as_ref()?;
+        let open = self.ports.open(port)?;
         if generation.is_some_and(|g| g != open.generation) {
             return None;
         }
@@ -599,8 +526,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         let index = port.index().ok_or(Status::TARGET_PORT_CLOSED)?;
         let open = self
             .ports
-            .get(index)
-            .and_then(|slot| slot.open.as_ref())
+            .open(index)
             .filter(|open| open.closing.is_none() && open.faulted.is_none())
             .filter(|open| generation.is_none_or(|g| g == open.generation))
             .ok_or(Status::TARGET_PORT_CLOSED)?;
@@ -759,8 +685,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             Ok((port, _)) => {
                 let generation = self
                     .ports
-                    .get(port)
-                    .and_then(|slot| slot.open.as_ref())
+                    .open(port)
                     .map_or(Generation::new(0), |open| open.generation);
                 let stream = ReadStream {
                     port: port as u8,
@@ -868,8 +793,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             self.complete_operation(port, slot, Status::SUCCESS, 0);
         } else if let Some(Some(state)) = self
             .ports
-            .get_mut(port)
-            .and_then(|p| p.open.as_mut())
+            .open_mut(port)
             .and_then(|open| open.operations.get_mut(slot))
         {
             state.last_activity = now;

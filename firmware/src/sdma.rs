@@ -8,27 +8,17 @@ use shared_abi::ids::{PORTS_PER_NIC, PortId};
 use shared_abi::token::{SendKind, SendToken};
 use shared_abi::{MAX_SIZE_CLASS, MTU_PAYLOAD, max_length_for_size};
 
-use crate::connection::{Body, Connection, Parked};
-use crate::port::HeldSend;
+use crate::connection::{Body, Parked};
+use crate::port::{Disposition, HeldSend};
 use crate::time::Instant;
 use crate::{Hal, Nic};
-
-/// What to do with a token read from a send ring.
-pub(crate) enum Disposition {
-    /// Refuse it with this status (its event returns it to the host).
-    Reject(Status),
-    /// Not now: leave it in the ring (no room for it yet).
-    Wait,
-    /// Taken.
-    Taken,
-}
 
 impl<H: Hal, const C: usize> Nic<H, C> {
     /// Takes the send tokens waiting in `port`'s send ring while the NIC has room for them.
     pub(crate) fn poll_send_ring(&mut self, port: usize, now: Instant) -> bool {
         let mut busy = false;
         loop {
-            let Some(open) = self.ports.get(port).and_then(|slot| slot.open.as_ref()) else {
+            let Some(open) = self.ports.open(port) else {
                 return busy;
             };
             if !open.can_take_token() {
@@ -68,7 +58,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             let Some(memory) = self.hal.port_memory(port) else {
                 return busy;
             };
-            if let Some(open) = self.ports.get_mut(port).and_then(|slot| slot.open.as_mut()) {
+            if let Some(open) = self.ports.open_mut(port) {
                 let _ = open.send_ring.skip(memory);
             }
         }
@@ -85,7 +75,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         let Some(memory) = self.hal.port_memory(port) else {
             return;
         };
-        if let Some(open) = self.ports.get_mut(port).and_then(|slot| slot.open.as_mut()) {
+        if let Some(open) = self.ports.open_mut(port) {
             let _ = open.send_ring.resynchronise(memory);
             let _ = open.receive_ring.resynchronise(memory);
         }
@@ -102,7 +92,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         if token.target_port.index().is_none() {
             return Disposition::Reject(Status::INVALID_TOKEN);
         }
-        let Some(open) = self.ports.get(port).and_then(|slot| slot.open.as_ref()) else {
+        let Some(open) = self.ports.open(port) else {
             return Disposition::Wait;
         };
         let Some(payload_offset) = open.layout.arena_range(token.buffer.get(), length as usize)
@@ -150,7 +140,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             if !queued {
                 return Disposition::Wait;
             }
-            if let Some(open) = self.ports.get_mut(port).and_then(|slot| slot.open.as_mut())
+            if let Some(open) = self.ports.open_mut(port)
                 && let Some(held) = open.sends.get_mut(slot)
             {
                 *held = Some(HeldSend {
@@ -182,7 +172,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         if !queued {
             return Disposition::Wait;
         }
-        if let Some(open) = self.ports.get_mut(port).and_then(|slot| slot.open.as_mut())
+        if let Some(open) = self.ports.open_mut(port)
             && let Some(held) = open.sends.get_mut(slot)
         {
             *held = Some(HeldSend::new(*token, payload_offset));
@@ -193,8 +183,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     fn take_barrier_token(&mut self, port: usize, token: &SendToken, now: Instant) -> Disposition {
         let no_buffer = self
             .ports
-            .get(port)
-            .and_then(|slot| slot.open.as_ref())
+            .open(port)
             .is_some_and(|open| open.barrier_buffers == 0);
         if no_buffer {
             // The host provides the barrier buffer before it posts the token, so a buffer
@@ -220,12 +209,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         round: u8,
         now: Instant,
     ) -> bool {
-        let Some(generation) = self
-            .ports
-            .get(port)
-            .and_then(|slot| slot.open.as_ref())
-            .map(|o| o.generation)
-        else {
+        let Some(generation) = self.ports.open(port).map(|o| o.generation) else {
             return false;
         };
         let Some(index) = self.connection_for(node, now) else {
@@ -252,40 +236,6 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 attempt,
             })
             .is_ok()
-    }
-}
-
-/// `port` closed: its data packets can no longer be built (its memory is gone). Queued ones are
-/// dropped; those already sequenced become cancelled slots so the stream stays gap-free.
-/// Barrier packets stay: they are self-contained, and peers of a completed barrier need them.
-pub(crate) fn cancel_port_data(connection: &mut Connection, port: u8) {
-    let is_ours = |body: &Body| {
-        matches!(body, Body::Data { port: p, .. }
-            | Body::DataSegment { port: p, .. }
-            | Body::Put { port: p, .. }
-            | Body::Get { port: p, .. }
-            | Body::Atomic { port: p, .. } if *p == port)
-    };
-    let queued = connection.queue.len();
-    for _ in 0..queued {
-        if let Some(body) = connection.queue.pop_front()
-            && !is_ours(&body)
-        {
-            // Cannot fail: we just made room by popping.
-            let _ = connection.queue.push_back(body);
-        }
-    }
-    for _ in 0..connection.parked.len() {
-        if let Some(parked) = connection.parked.pop_front()
-            && !is_ours(&parked.body)
-        {
-            let _ = connection.parked.push_back(parked);
-        }
-    }
-    for descriptor in connection.sent.iter_mut() {
-        if is_ours(&descriptor.body) {
-            descriptor.body = Body::Cancelled;
-        }
     }
 }
 

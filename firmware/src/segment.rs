@@ -54,7 +54,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         let mut busy = false;
         for port in 0..PORTS_PER_NIC {
             for slot in 0..SEND_TOKENS {
-                let Some(open) = self.ports.get(port).and_then(|p| p.open.as_ref()) else {
+                let Some(open) = self.ports.open(port) else {
                     break;
                 };
                 let Some(Some(held)) = open.sends.get(slot) else {
@@ -97,8 +97,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 if queued != held.queued_segments
                     && let Some(Some(state)) = self
                         .ports
-                        .get_mut(port)
-                        .and_then(|p| p.open.as_mut())
+                        .open_mut(port)
                         .and_then(|open| open.sends.get_mut(slot))
                 {
                     state.queued_segments = queued;
@@ -128,8 +127,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         };
         let Some(held) = self
             .ports
-            .get(usize::from(port))
-            .and_then(|p| p.open.as_ref())
+            .open(usize::from(port))
             .filter(|open| open.generation == generation)
             .and_then(|open| open.sends.get(usize::from(slot)).copied().flatten())
             .filter(|held| held.serial == serial && held.segments() > 0)
@@ -173,8 +171,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     pub(crate) fn segment_acknowledged(&mut self, port: u8, slot: u8, serial: u32, segment: u32) {
         let Some(held) = self
             .ports
-            .get_mut(usize::from(port))
-            .and_then(|p| p.open.as_mut())
+            .open_mut(usize::from(port))
             .and_then(|open| open.sends.get_mut(usize::from(slot)))
             .and_then(Option::as_mut)
             .filter(|held| held.serial == serial)
@@ -226,8 +223,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         }
         let current = self
             .ports
-            .get(usize::from(port))
-            .and_then(|p| p.open.as_ref())
+            .open(usize::from(port))
             .and_then(|open| open.sends.get(usize::from(slot)).copied().flatten())
             .is_some_and(|held| held.serial == serial && held.segments() > 0);
         if current {
@@ -242,8 +238,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             for slot in 0..SEND_TOKENS {
                 let toward_peer = self
                     .ports
-                    .get(port)
-                    .and_then(|p| p.open.as_ref())
+                    .open(port)
                     .and_then(|open| open.sends.get(slot).copied().flatten())
                     .is_some_and(|held| held.segments() > 0 && held.token.target_node == peer);
                 if toward_peer {
@@ -280,12 +275,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         let Some(port) = header.dst_port.index() else {
             return Err(RejectReason::PORT_CLOSED);
         };
-        let Some(generation) = self
-            .ports
-            .get(port)
-            .and_then(|slot| slot.open.as_ref())
-            .map(|open| open.generation)
-        else {
+        let Some(generation) = self.ports.open(port).map(|open| open.generation) else {
             self.abandon_assembly(peer, index, source);
             return Err(RejectReason::PORT_CLOSED);
         };
@@ -293,7 +283,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             // A new message from this source port: whatever it was sending before was withdrawn.
             self.abandon_assembly(peer, index, source);
             let priority = Priority(header.priority);
-            let Some(open) = self.ports.get_mut(port).and_then(|slot| slot.open.as_mut()) else {
+            let Some(open) = self.ports.open_mut(port) else {
                 return Err(RejectReason::PORT_CLOSED);
             };
             let Some(position) = open
@@ -346,7 +336,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         let mut status = assembly.status;
         if writable > 0 {
             let written = self.hal.port_memory(port).and_then(|memory| {
-                let open = self.ports.get(port)?.open.as_ref()?;
+                let open = self.ports.open(port)?;
                 let at = assembly
                     .buffer
                     .buffer
@@ -437,8 +427,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         let port = usize::from(assembly.port);
         let Some(open) = self
             .ports
-            .get_mut(port)
-            .and_then(|slot| slot.open.as_mut())
+            .open_mut(port)
             .filter(|open| open.generation == assembly.generation)
         else {
             return;

@@ -162,8 +162,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             } => {
                 let held = self
                     .ports
-                    .get(usize::from(port))
-                    .and_then(|p| p.open.as_ref())
+                    .open(usize::from(port))
                     .filter(|open| open.generation == generation)
                     .and_then(|open| open.sends.get(usize::from(slot)).copied().flatten());
                 if let Some(held) = held {
@@ -448,7 +447,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
 
     /// Returns the held send token in `slot` of `port` to the host with `status`.
     pub(crate) fn complete_send(&mut self, port: usize, slot: usize, status: Status) {
-        let Some(open) = self.ports.get_mut(port).and_then(|p| p.open.as_mut()) else {
+        let Some(open) = self.ports.open_mut(port) else {
             return;
         };
         let Some(held) = open.sends.get_mut(slot).and_then(Option::take) else {

@@ -155,28 +155,34 @@ pub struct Event {
 }
 const _: () = assert!(core::mem::size_of::<Event>() == 64);
 
-/// Where a broadcast's bytes start in its completion [`Event`]: the last
-/// [`crate::packet::BROADCAST_MAX`] bytes (`detail` and `reserved1`).
+/// The most bytes a broadcast carries: what its completion [`Event`] holds inline
+/// ([`Event::broadcast_data`]), so every member's event ring delivers them with no buffer to
+/// provide and no event grown. A barrier packet of a broadcast carries them after its payload
+/// ([`crate::packet::BarrierPayload`]).
+pub const BROADCAST_MAX: usize = 32;
+
+/// Where a broadcast's bytes start in its completion [`Event`]: the last [`BROADCAST_MAX`] bytes
+/// (`detail` and `reserved1`).
 const BROADCAST_DATA_AT: usize = core::mem::offset_of!(Event, detail);
-const _: () = assert!(BROADCAST_DATA_AT + crate::packet::BROADCAST_MAX == 64);
+const _: () = assert!(BROADCAST_DATA_AT + BROADCAST_MAX == 64);
 
 impl Event {
     /// A broadcast's bytes in its `BARRIER_COMPLETED` event: the first `length` (at most
-    /// [`crate::packet::BROADCAST_MAX`]) of its last 32 bytes. Empty for any other event kind.
+    /// [`BROADCAST_MAX`]) of its last 32 bytes. Empty for any other event kind.
     pub fn broadcast_data(&self) -> &[u8] {
         if self.kind != EventKind::BARRIER_COMPLETED {
             return &[];
         }
-        let len = (self.length.get() as usize).min(crate::packet::BROADCAST_MAX);
+        let len = (self.length.get() as usize).min(BROADCAST_MAX);
         self.as_bytes()
             .get(BROADCAST_DATA_AT..BROADCAST_DATA_AT + len)
             .unwrap_or(&[])
     }
 
-    /// Puts `data` (at most [`crate::packet::BROADCAST_MAX`] bytes; more are cut) into this
+    /// Puts `data` (at most [`BROADCAST_MAX`] bytes; more are cut) into this
     /// event as a broadcast's bytes, and their count into `length`.
     pub fn set_broadcast_data(&mut self, data: &[u8]) {
-        let len = data.len().min(crate::packet::BROADCAST_MAX);
+        let len = data.len().min(BROADCAST_MAX);
         self.length = U32::new(len as u32);
         if let Some(tail) = self.as_mut_bytes().get_mut(BROADCAST_DATA_AT..) {
             tail.fill(0);

@@ -268,11 +268,10 @@ pub struct BarrierPayload {
 pub const BARRIER_PAYLOAD_LEN: usize = core::mem::size_of::<BarrierPayload>();
 const _: () = assert!(BARRIER_PAYLOAD_LEN == 16);
 
-/// The most bytes a broadcast carries: what the completion [`crate::event::Event`] holds inline
-/// ([`crate::event::Event::broadcast_data`]), so every member's event ring delivers them with no
-/// buffer to provide and no event grown. A barrier packet of a broadcast carries them after its
+/// The most bytes a broadcast carries (defined by the completion event that holds them inline,
+/// [`crate::event::BROADCAST_MAX`]). A barrier packet of a broadcast carries them after its
 /// [`BarrierPayload`].
-pub const BROADCAST_MAX: usize = 32;
+pub use crate::event::BROADCAST_MAX;
 
 /// Size of the packet header in bytes.
 pub const HEADER_LEN: usize = core::mem::size_of::<PacketHeader>();

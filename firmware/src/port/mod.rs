@@ -1,13 +1,26 @@
 //! The NIC's per-port state (paper §4.1: "the NIC has a data structure for each local port").
+//!
+//! `Ports` is the table of slots. A slot outlives its port's opens and closes: the last
+//! generation handed out, and the bytes of the port's latest broadcasts (`broadcast_bytes`).
+//! An open port (`OpenPort`) holds its rings, the tokens it took, its registered memory
+//! ([`crate::memory`]), its running barrier and the barrier packets it waits to send again
+//! (`barrier_run`). The engines drive this state; nothing here names an engine.
 
 use heapless::{Deque, Vec};
 use shared_abi::event::{Event, Status};
-use shared_abi::ids::Generation;
+use shared_abi::ids::{Generation, PORTS_PER_NIC};
 use shared_abi::region::RegionLayout;
 use shared_abi::ring::{Consumer, Producer};
 use shared_abi::token::{ReceiveToken, SendToken};
 
-use crate::barrier::{BarrierRun, RETRIES, Retry};
+mod barrier_run;
+mod broadcast_bytes;
+
+pub use barrier_run::BarrierProgress;
+pub(crate) use barrier_run::{BarrierRun, RETRIES, Retry};
+pub(crate) use broadcast_bytes::{Broadcast, BroadcastBytes};
+
+use crate::time::Instant;
 
 /// Send tokens one port may have inside the NIC at once. Tokens beyond it stay in the send ring
 /// until one completes (back-pressure, never loss).
@@ -29,7 +42,7 @@ pub(crate) struct HeldSend {
     pub(crate) payload_offset: usize,
     /// When the receiver first refused the message for want of a buffer (the receiver-not-ready
     /// clock, which survives the message being parked and sequenced again).
-    pub(crate) refused_since: Option<crate::time::Instant>,
+    pub(crate) refused_since: Option<Instant>,
     /// A message longer than a packet: its number (a segment built after the message ended finds
     /// another number, or none, and goes as a cancelled slot), and how many of its segments are
     /// queued on the connection so far. Zero for everything else.
@@ -65,6 +78,32 @@ impl HeldSend {
     }
 }
 
+/// What to do with a token read from the port's send ring (SDMA's answer, and the one-sided
+/// engine's for its tokens).
+pub(crate) enum Disposition {
+    /// Refuse it with this status (its event returns it to the host).
+    Reject(Status),
+    /// Not now: leave it in the ring (no room for it yet).
+    Wait,
+    /// Taken.
+    Taken,
+}
+
+/// The state of a one-sided operation held in a send slot (its token is beside it).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Operation {
+    /// Its number, echoed by the target: a late answer never completes a newer operation of the
+    /// slot.
+    pub(crate) serial: u32,
+    /// Packets it sends (a put's segments; 1 for a get or an atomic).
+    pub(crate) segments: u32,
+    /// Packets queued on the connection so far.
+    pub(crate) queued: u32,
+    /// When it last made progress; it fails with `SEND_TIMED_OUT` after the give-up time plus
+    /// the receiver-not-ready time without any.
+    pub(crate) last_activity: Instant,
+}
+
 /// An open port.
 #[derive(Debug)]
 pub(crate) struct OpenPort {
@@ -86,14 +125,14 @@ pub(crate) struct OpenPort {
     pub(crate) faulted: Option<Status>,
     /// Set by an orderly close ([`crate::Nic::begin_close`]): the port finishes what its process
     /// posted, writes no more events, and closes when done or at this deadline.
-    pub(crate) closing: Option<crate::time::Instant>,
+    pub(crate) closing: Option<Instant>,
     /// The job of the port's latest barrier (0: none named yet); kept by the slot when the port
     /// closes, so that a late peer of that job learns the port is gone for good.
     pub(crate) job: u32,
     /// The process memory the port registered ([`crate::memory`]).
     pub(crate) memory: crate::memory::MemoryRegions,
     /// The one-sided operation held in each send slot, beside its token in `sends`.
-    pub(crate) operations: [Option<crate::remote::Operation>; SEND_TOKENS],
+    pub(crate) operations: [Option<Operation>; SEND_TOKENS],
     /// Receive buffers of this port that long messages arriving are filling (in connections'
     /// assemblies): each still owes its event.
     pub(crate) assembling: u8,
@@ -158,6 +197,39 @@ impl OpenPort {
     }
 }
 
+/// The port table: a slot per port of the NIC, indexed by port number. A method of the table (not
+/// of [`crate::Nic`]) so that an engine may hold a port while it borrows the NIC's other parts
+/// (the board's memory, the connections).
+#[derive(Debug, Default)]
+pub(crate) struct Ports([PortSlot; PORTS_PER_NIC]);
+
+impl Ports {
+    /// The slot of `port`, open or not; `None` past the last port.
+    pub(crate) fn slot(&self, port: usize) -> Option<&PortSlot> {
+        self.0.get(port)
+    }
+
+    /// The slot of `port`, mutably.
+    pub(crate) fn slot_mut(&mut self, port: usize) -> Option<&mut PortSlot> {
+        self.0.get_mut(port)
+    }
+
+    /// `port`'s state if it is open.
+    pub(crate) fn open(&self, port: usize) -> Option<&OpenPort> {
+        self.0.get(port)?.open.as_ref()
+    }
+
+    /// `port`'s state if it is open, mutably.
+    pub(crate) fn open_mut(&mut self, port: usize) -> Option<&mut OpenPort> {
+        self.0.get_mut(port)?.open.as_mut()
+    }
+
+    /// Every open port's state, in port order.
+    pub(crate) fn open_ports(&self) -> impl Iterator<Item = &OpenPort> {
+        self.0.iter().filter_map(|slot| slot.open.as_ref())
+    }
+}
+
 /// A slot of the port table.
 #[derive(Debug, Default)]
 pub(crate) struct PortSlot {
@@ -170,5 +242,5 @@ pub(crate) struct PortSlot {
     pub(crate) gone_job: u32,
     /// The bytes of the port's latest broadcasts: they outlive the barrier and the port's close,
     /// as its packets do.
-    pub(crate) broadcasts: crate::barrier::BroadcastBytes,
+    pub(crate) broadcasts: BroadcastBytes,
 }
