@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::time::{Duration, Instant};
 
 /// A NIC thread's idle policy.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -15,22 +16,83 @@ pub enum IdlePolicy {
     /// cores with the processes.
     Sleep,
     /// Poll while the host has a core to spare for every NIC thread beside one for each process
-    /// with a port open on this daemon, sleep otherwise — the rule the Open MPI component uses
-    /// to choose whether ranks spin. Decided again as ports open and close.
+    /// with a port open on this daemon — the rule the Open MPI component uses to choose whether
+    /// ranks spin — and no task of the host waits for a core ([`HostLoad`]: other daemons,
+    /// spinning processes); sleep otherwise. Decided again as ports open and close and as the
+    /// host's load changes.
     #[default]
     Adaptive,
 }
 
 impl IdlePolicy {
     /// Whether a NIC thread polls now, with `open_ports` ports open on the daemon, `threads` NIC
-    /// threads and `cores` cores the daemon may run on.
-    pub fn polls(self, open_ports: usize, threads: usize, cores: usize) -> bool {
+    /// threads and `cores` cores the daemon may run on, if the host has no task waiting for a
+    /// core (`host_idle_core`).
+    pub fn polls(
+        self,
+        open_ports: usize,
+        threads: usize,
+        cores: usize,
+        host_idle_core: impl FnOnce() -> bool,
+    ) -> bool {
         match self {
             Self::Poll => true,
             Self::Sleep => false,
-            Self::Adaptive => open_ports.saturating_add(threads) <= cores,
+            Self::Adaptive => open_ports.saturating_add(threads) <= cores && host_idle_core(),
         }
     }
+}
+
+/// How long a look at the host's load stays good while it found a core to spare.
+const LOAD_FRESH: Duration = Duration::from_millis(1);
+/// How long a thread that found the host's cores all taken keeps sleeping before it looks again
+/// (so that threads of several daemons do not all start polling together, again and again).
+const LOAD_BACKOFF: Duration = Duration::from_millis(20);
+
+/// The host's load as an adaptive NIC thread sees it: whether every runnable task of the host
+/// has a core (the kernel's count of running tasks, `/proc/loadavg`, at most the cores). A
+/// polling thread counts itself; other daemons' polling threads and spinning processes count
+/// too, so that NICs of several daemons on one host do not starve each other.
+#[derive(Debug)]
+pub(crate) struct HostLoad {
+    cores: usize,
+    looked: Option<(Instant, bool)>,
+}
+
+impl HostLoad {
+    /// The load of a host of `cores` cores, not looked at yet.
+    pub(crate) fn new(cores: usize) -> Self {
+        Self {
+            cores,
+            looked: None,
+        }
+    }
+
+    /// Whether every runnable task has a core, as last seen (looked at again when stale).
+    pub(crate) fn spare_core(&mut self, now: Instant) -> bool {
+        if let Some((at, spare)) = self.looked {
+            let fresh = if spare { LOAD_FRESH } else { LOAD_BACKOFF };
+            if now.saturating_duration_since(at) < fresh {
+                return spare;
+            }
+        }
+        // A host whose count cannot be read is taken as having a core to spare: the port rule
+        // still applies.
+        let spare = running_tasks().is_none_or(|running| running <= self.cores);
+        self.looked = Some((now, spare));
+        spare
+    }
+}
+
+/// The number of tasks runnable now, from `/proc/loadavg` (`0.01 0.02 0.03 RUNNING/TOTAL PID`).
+fn running_tasks() -> Option<usize> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    text.split_whitespace()
+        .nth(3)?
+        .split_once('/')?
+        .0
+        .parse()
+        .ok()
 }
 
 impl fmt::Display for IdlePolicy {
@@ -70,12 +132,28 @@ mod tests {
 
     #[test]
     fn adaptive_polls_only_with_a_core_per_process_and_per_thread() {
-        assert!(IdlePolicy::Adaptive.polls(1, 1, 2));
-        assert!(!IdlePolicy::Adaptive.polls(2, 1, 2));
-        assert!(IdlePolicy::Adaptive.polls(14, 2, 16));
-        assert!(!IdlePolicy::Adaptive.polls(16, 1, 16));
-        assert!(IdlePolicy::Poll.polls(64, 4, 2));
-        assert!(!IdlePolicy::Sleep.polls(0, 1, 64));
+        let idle = || true;
+        assert!(IdlePolicy::Adaptive.polls(1, 1, 2, idle));
+        assert!(!IdlePolicy::Adaptive.polls(2, 1, 2, idle));
+        assert!(IdlePolicy::Adaptive.polls(14, 2, 16, idle));
+        assert!(!IdlePolicy::Adaptive.polls(16, 1, 16, idle));
+        assert!(!IdlePolicy::Adaptive.polls(1, 1, 16, || false));
+        assert!(IdlePolicy::Poll.polls(64, 4, 2, || false));
+        assert!(!IdlePolicy::Sleep.polls(0, 1, 64, idle));
+    }
+
+    #[test]
+    fn the_host_load_is_read_and_kept_for_a_while() {
+        assert!(running_tasks().is_some_and(|running| running >= 1));
+        let mut load = HostLoad::new(usize::MAX);
+        let now = Instant::now();
+        assert!(load.spare_core(now));
+        let mut busy = HostLoad::new(0);
+        assert!(!busy.spare_core(now));
+        // Within the back-off the answer stands, whatever the host does meanwhile.
+        busy.cores = usize::MAX;
+        assert!(!busy.spare_core(now + LOAD_BACKOFF / 2));
+        assert!(busy.spare_core(now + LOAD_BACKOFF));
     }
 
     #[test]

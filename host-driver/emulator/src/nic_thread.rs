@@ -22,8 +22,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
+use nix::sys::time::TimeSpec;
+use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 
-use super::idle::IdlePolicy;
+use super::idle::{HostLoad, IdlePolicy};
 use super::unit::{SharedThread, UnitHandle, UnitLoop, UnitSetup};
 use super::wire::ThreadWake;
 use nicbar_control::doorbell;
@@ -45,6 +47,8 @@ pub(crate) const WAKE: u64 = 0;
 /// See [`WAKE`].
 pub(crate) const UDP: u64 = 1;
 const THREAD_WAKE: u64 = u64::MAX;
+/// Epoll data of the thread's timer.
+const THREAD_TIMER: u64 = u64::MAX - 1;
 
 /// How the daemon's NICs are spread over threads.
 #[derive(Clone, Debug)]
@@ -93,6 +97,11 @@ pub(crate) fn spawn(
             wake.doorbell(),
             EpollEvent::new(EpollFlags::EPOLLIN, THREAD_WAKE),
         )?;
+        let timer = TimerFd::new(
+            ClockId::CLOCK_MONOTONIC,
+            TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
+        )?;
+        epoll.add(&timer, EpollEvent::new(EpollFlags::EPOLLIN, THREAD_TIMER))?;
         let mut parts = Vec::new();
         for (slot, setup) in setups.into_iter().enumerate() {
             let key = (slot as u64) << 1;
@@ -120,12 +129,14 @@ pub(crate) fn spawn(
         let cpu = (!plan.cpus.is_empty()).then(|| plan.cpus[thread % plan.cpus.len()]);
         let context = ThreadContext {
             epoll,
+            timer,
             wake,
             idle: plan.idle,
             linger: plan.linger,
             threads: plan.threads,
             cores: plan.cores,
             open_ports: open_ports.clone(),
+            load: HostLoad::new(plan.cores),
         };
         let joined = std::thread::Builder::new()
             .name(format!("nic-thread-{thread}"))
@@ -157,6 +168,9 @@ fn pin_to(cpu: usize) {
 /// What a thread needs beside its units.
 struct ThreadContext {
     epoll: Epoll,
+    /// Wakes a sleeping thread at its next deadline to the nanosecond (an epoll timeout counts
+    /// whole milliseconds, which a retransmission or a held-back packet cannot wait).
+    timer: TimerFd,
     wake: Arc<ThreadWake>,
     idle: IdlePolicy,
     linger: Duration,
@@ -164,6 +178,8 @@ struct ThreadContext {
     cores: usize,
     /// Ports open on the whole daemon (every thread's units): the adaptive policy's load.
     open_ports: Arc<AtomicUsize>,
+    /// The host's load, for the adaptive policy.
+    load: HostLoad,
 }
 
 /// One NIC thread: its units and the loop that runs them.
@@ -239,12 +255,13 @@ impl NicThread {
     }
 
     /// Whether the thread polls now, by its idle policy and the daemon's open ports.
-    fn polls(&self) -> bool {
-        let context = &self.context;
+    fn polls(&mut self) -> bool {
+        let context = &mut self.context;
         context.idle.polls(
             context.open_ports.load(Ordering::Relaxed),
             context.threads,
             context.cores,
+            || context.load.spare_core(std::time::Instant::now()),
         )
     }
 
@@ -259,7 +276,20 @@ impl NicThread {
         // another thread rings this thread. One published before is seen here.
         let late_work = self.units.iter_mut().any(UnitLoop::has_late_work);
         if !late_work {
-            self.look_at_descriptors(events, epoll_timeout(timeout), woken);
+            let armed = timeout.is_some_and(|timeout| {
+                let expiration = Expiration::OneShot(TimeSpec::from_duration(timeout));
+                self.context
+                    .timer
+                    .set(expiration, TimerSetTimeFlags::empty())
+                    .is_ok()
+            });
+            // A timer that could not be armed leaves the deadline to epoll's own timeout.
+            let timeout = if armed {
+                EpollTimeout::NONE
+            } else {
+                epoll_timeout(timeout)
+            };
+            self.look_at_descriptors(events, timeout, woken);
         }
         self.context.wake.awake();
         for unit in &self.units {
@@ -278,6 +308,12 @@ impl NicThread {
         for event in &events[..ready] {
             if event.data() == THREAD_WAKE {
                 doorbell::drain(self.context.wake.doorbell());
+                continue;
+            }
+            if event.data() == THREAD_TIMER {
+                // Expired: read its count to quiet it. A timer left armed by an earlier sleep
+                // that ended sooner only costs a pass of the loop when it fires.
+                let _ = nix::unistd::read(&self.context.timer, &mut [0u8; 8]);
                 continue;
             }
             if let Some(flag) = usize::try_from(event.data() >> 1)
