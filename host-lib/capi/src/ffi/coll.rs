@@ -166,32 +166,35 @@ pub unsafe extern "C" fn nicbar_coll_open(
 ) -> *mut nicbar_coll_endpoint {
     guard_or(
         "nicbar_coll_open",
-        |message| {
+        // SAFETY: the caller's promise about `error`.
+        |panic| unsafe { refused(error, error_length, &panic) },
+        || match open_endpoint(unit) {
+            Ok(inner) => Box::into_raw(Box::new(nicbar_coll_endpoint { inner })),
             // SAFETY: the caller's promise about `error`.
-            unsafe { write_message(error, error_length, &message) };
-            core::ptr::null_mut()
-        },
-        || {
-            let opened = match u8::try_from(unit) {
-                Ok(unit) => coll::open_port(Unit::Exactly(unit)).map_err(|e| e.to_string()),
-                Err(_) if unit < 0 => coll::open_port(Unit::FirstFreeFrom(unit.unsigned_abs() - 1))
-                    .map_err(|e| e.to_string()),
-                Err(_) => Err(format!("no NIC unit {unit}")),
-            }
-            .and_then(|port| {
-                Endpoint::new(port)
-                    .map_err(|e| format!("cannot set up the collectives' buffers: {e}"))
-            });
-            match opened {
-                Ok(inner) => Box::into_raw(Box::new(nicbar_coll_endpoint { inner })),
-                Err(message) => {
-                    // SAFETY: the caller's promise about `error`.
-                    unsafe { write_message(error, error_length, &message) };
-                    core::ptr::null_mut()
-                }
-            }
+            Err(message) => unsafe { refused(error, error_length, &message) },
         },
     )
+}
+
+/// nicbar_coll_open()'s endpoint on `unit`, or why there is none.
+fn open_endpoint(unit: i32) -> Result<Endpoint, String> {
+    let port = match u8::try_from(unit) {
+        Ok(unit) => coll::open_port(Unit::Exactly(unit)),
+        Err(_) if unit < 0 => coll::open_port(Unit::FirstFreeFrom(unit.unsigned_abs() - 1)),
+        Err(_) => return Err(format!("no NIC unit {unit}")),
+    }
+    .map_err(|e| e.to_string())?;
+    Endpoint::new(port).map_err(|e| format!("cannot set up the collectives' buffers: {e}"))
+}
+
+/// How a constructor refuses: `message` in the caller's `error` buffer, and NULL.
+///
+/// # Safety
+/// `error` is NULL or valid for writes of `error_length` bytes.
+unsafe fn refused<T>(error: *mut c_char, error_length: usize, message: &str) -> *mut T {
+    // SAFETY: the caller's promise.
+    unsafe { write_message(error, error_length, message) };
+    core::ptr::null_mut()
 }
 
 /// Closes the endpoint's port (peers' barriers waiting for it fail, naming it) and frees it.
@@ -287,50 +290,59 @@ pub unsafe extern "C" fn nicbar_coll_group_new(
 ) -> *mut nicbar_coll_group {
     guard_or(
         "nicbar_coll_group_new",
-        |message| {
-            // SAFETY: the caller's promise about `error`.
-            unsafe { write_message(error, error_length, &message) };
-            core::ptr::null_mut()
-        },
+        // SAFETY: the caller's promise about `error`.
+        |panic| unsafe { refused(error, error_length, &panic) },
         || {
-            let built = (|| {
-                if nodes.is_null() || ports.is_null() || members == 0 {
-                    return Err("a barrier group needs at least one member".to_owned());
-                }
-                // SAFETY: the caller's promise: `members` elements each.
-                let (nodes, ports) = unsafe {
-                    (
-                        core::slice::from_raw_parts(nodes, members),
-                        core::slice::from_raw_parts(ports, members),
-                    )
-                };
-                let group = Group::new(
-                    nodes
-                        .iter()
-                        .zip(ports)
-                        .map(|(&node, &port)| Member::new(NodeId::new(node), PortId(port))),
-                )
-                .map_err(|e| e.to_string())?;
-                let mut group = group.with_algorithm(algorithm(algorithm_id, parameter, members)?);
-                if timeout_ms > 0 {
-                    group = group.with_timeout(Duration::from_millis(u64::from(timeout_ms)));
-                }
-                Ok(group)
-            })();
+            // SAFETY: the caller's promise about `nodes` and `ports`.
+            let built =
+                unsafe { new_group(nodes, ports, members, algorithm_id, parameter, timeout_ms) };
             match built {
                 Ok(group) => Box::into_raw(Box::new(nicbar_coll_group {
                     members: group.members().to_vec(),
                     timeout: group.options().timeout,
                     group,
                 })),
-                Err(message) => {
-                    // SAFETY: the caller's promise about `error`.
-                    unsafe { write_message(error, error_length, &message) };
-                    core::ptr::null_mut()
-                }
+                // SAFETY: the caller's promise about `error`.
+                Err(message) => unsafe { refused(error, error_length, &message) },
             }
         },
     )
+}
+
+/// nicbar_coll_group_new()'s group, or why there is none.
+///
+/// # Safety
+/// `nodes` and `ports` are NULL or valid for reads of `members` elements.
+unsafe fn new_group(
+    nodes: *const u16,
+    ports: *const u8,
+    members: usize,
+    algorithm_id: i32,
+    parameter: u32,
+    timeout_ms: u32,
+) -> Result<Group, String> {
+    if nodes.is_null() || ports.is_null() || members == 0 {
+        return Err("a barrier group needs at least one member".to_owned());
+    }
+    // SAFETY: the caller's promise: `members` elements each.
+    let (nodes, ports) = unsafe {
+        (
+            core::slice::from_raw_parts(nodes, members),
+            core::slice::from_raw_parts(ports, members),
+        )
+    };
+    let group = Group::new(
+        nodes
+            .iter()
+            .zip(ports)
+            .map(|(&node, &port)| Member::new(NodeId::new(node), PortId(port))),
+    )
+    .map_err(|e| e.to_string())?;
+    let mut group = group.with_algorithm(algorithm(algorithm_id, parameter, members)?);
+    if timeout_ms > 0 {
+        group = group.with_timeout(Duration::from_millis(u64::from(timeout_ms)));
+    }
+    Ok(group)
 }
 
 /// Frees a group. Takes NULL. Barriers started on it keep running.
@@ -685,30 +697,41 @@ unsafe fn collective(
     let Some(op) = (unsafe { op.as_mut() }) else {
         return NICBAR_COLL_UNKNOWN;
     };
-    let outcome = (|| {
-        // SAFETY: the caller's promise.
-        let (Some(endpoint), Some(group)) =
-            (unsafe { endpoint.as_mut() }, unsafe { group.as_ref() })
-        else {
-            return Err(CollError::Argument("a NULL endpoint or group".into()));
-        };
-        let (idle, argument) = (op.idle, op.idle_argument);
-        let mut run_idle = || {
-            if let Some(idle) = idle {
-                // SAFETY: the caller's promise about the idle function and its argument.
-                unsafe { idle(argument) };
-            }
-        };
-        let mut call = Op::new(&mut endpoint.inner, &group.members, op.context, op.sequence)?
-            .with_spin(op.spin)
-            .with_group(&group.group)
-            .with_idle(&mut run_idle);
-        if let Some(timeout) = group.timeout {
-            call = call.with_timeout(timeout);
-        }
-        body(call, op.algorithm, op.segment)
-    })();
+    // SAFETY: the caller's promises.
+    let outcome = unsafe { run(endpoint, group, op, body) };
     report(op, outcome)
+}
+
+/// Builds a data collective's [`Op`] from the handles and `op`, and runs `body` on it.
+///
+/// # Safety
+/// As [`collective`].
+unsafe fn run(
+    endpoint: *mut nicbar_coll_endpoint,
+    group: *const nicbar_coll_group,
+    op: &mut nicbar_coll_op,
+    body: impl FnOnce(Op<'_>, i32, u64) -> Result<(), CollError>,
+) -> Result<(), CollError> {
+    // SAFETY: the caller's promise.
+    let (Some(endpoint), Some(group)) = (unsafe { endpoint.as_mut() }, unsafe { group.as_ref() })
+    else {
+        return Err(CollError::Argument("a NULL endpoint or group".into()));
+    };
+    let (idle, argument) = (op.idle, op.idle_argument);
+    let mut run_idle = || {
+        if let Some(idle) = idle {
+            // SAFETY: the caller's promise about the idle function and its argument.
+            unsafe { idle(argument) };
+        }
+    };
+    let mut call = Op::new(&mut endpoint.inner, &group.members, op.context, op.sequence)?
+        .with_spin(op.spin)
+        .with_group(&group.group)
+        .with_idle(&mut run_idle);
+    if let Some(timeout) = group.timeout {
+        call = call.with_timeout(timeout);
+    }
+    body(call, op.algorithm, op.segment)
 }
 
 /// Writes how a data collective ended into `op`; returns its status code.

@@ -370,7 +370,7 @@ mod tests {
             }
         }
         assert!(
-            exports >= 75,
+            exports >= 78,
             "found only {exports} exports: the scan is broken"
         );
     }

@@ -12,7 +12,7 @@ use super::wire::{Control, ControlKind, Header, Key, segment_count};
 
 impl Transfers {
     /// Queues `data` for `to` under `key`; it goes out as the NIC takes it, while the caller
-    /// progresses ([`Transfers::progress`]). [`Transfers::send_done`] says when it is delivered.
+    /// progresses ([`Transfers::post`]). [`Transfers::send_done`] says when it is delivered.
     pub fn send(&mut self, to: Member, key: Key, data: Arc<[u8]>) -> SendId {
         let id = SendId(self.next_id);
         self.next_id += 1;

@@ -12,7 +12,13 @@ use super::records::{Assembly, InFlight, Landing, Outgoing, PutFlight, SendId, S
 use super::wire::{BUFFER_LEN, Control, Key, RECEIVE_TAG, SIZE_CLASS};
 use super::{RECEIVE_BUFFERS, RENDEZVOUS_THRESHOLD, SEND_BUFFERS, UNEXPECTED_LIMIT};
 
-/// The transfers of one port.
+/// The transfers of one port (the module's documentation says how they go).
+///
+/// The caller hands each of the port's events to [`Transfers::handle`] (which gives back those
+/// that are not the transfers') and calls [`Transfers::post`] after, so that what waits goes out;
+/// [`super::super::Endpoint::pump_transfers`] does both. Messages go out by
+/// [`Transfers::send`] and [`Transfers::forward`], and come in by [`Transfers::want`] and
+/// [`Transfers::take`].
 pub struct Transfers {
     pub(super) spare: Vec<DmaBuffer>,
     pub(super) outgoing: VecDeque<Outgoing>,
