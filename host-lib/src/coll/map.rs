@@ -1,8 +1,9 @@
 //! The measured selection map (CollGM's Figures 7, 9 and 11, measured on the machine that runs
 //! them): for each collective, communicator size and message size, the algorithm that was
-//! fastest there. `cargo xtask tune` measures every algorithm and writes the map; the
-//! collectives' algorithm 0 takes the map's choice, and the defaults of [`super::algorithm`]
-//! where the map has no entry or there is no map.
+//! fastest there. `cargo xtask tune` measures every algorithm and writes the map; the choice of
+//! an algorithm ([`super::select`]; the C API's algorithm 0) takes the map's entry, and the
+//! defaults ([`super::Bcast::default_for`] and its kin) where the map has no entry or there is
+//! no map.
 //!
 //! # Where the file is
 //!

@@ -122,7 +122,7 @@ impl<'a> Op<'a> {
     /// # Errors
     /// [`CollError::Argument`] without a group or for too many bytes; [`CollError::Nic`] if the
     /// NIC's broadcast failed; [`CollError::Length`] if the root sent another length; as
-    /// [`Op::step`].
+    /// [`Op::finish`].
     pub fn nic_broadcast(mut self, root: usize, buffer: &mut [u8]) -> Result<(), CollError> {
         let group = self
             .group
@@ -191,7 +191,10 @@ impl<'a> Op<'a> {
     /// Waits for `part` of this operation from `from`, which must be `length` bytes.
     ///
     /// # Errors
-    /// [`CollError::Length`], or as [`Op::step`].
+    /// [`CollError::Length`] when another length came; [`CollError::Peer`] when a send of the
+    /// operation failed or the message was dropped for the limit of unexpected data;
+    /// [`CollError::Timeout`] past the operation's timeout; [`CollError::Port`] when the port
+    /// failed.
     pub fn receive(&mut self, from: usize, part: u32, length: usize) -> Result<Vec<u8>, CollError> {
         let key = self.key(part);
         let member = self.members[from];
@@ -265,7 +268,8 @@ impl<'a> Op<'a> {
     /// operation fails on its own.
     ///
     /// # Errors
-    /// As [`Op::step`].
+    /// [`CollError::Peer`] when a send failed; [`CollError::Timeout`] past the operation's
+    /// timeout; [`CollError::Port`] when the port failed.
     pub fn finish(mut self) -> Result<(), CollError> {
         let mut polls = 0;
         loop {

@@ -1,7 +1,7 @@
 //! The choice of an algorithm when the caller forces none: the selection map's entry for the
 //! collective, communicator size and message size ([`super::map`]), else the measured default
-//! ([`super::algorithm`]). Every rank of a communicator sees the same sizes (MPI requires
-//! matching counts) and, with the same map, makes the same choice.
+//! (`default_for` of [`Bcast`], [`Tree`], [`Alltoall`]). Every rank of a communicator sees the
+//! same sizes (MPI requires matching counts) and, with the same map, makes the same choice.
 
 use super::algorithm::{Alltoall, Bcast, Choice, Collective, Tree};
 use super::map::{self, CollMap};

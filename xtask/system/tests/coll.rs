@@ -3,7 +3,8 @@
 //! computed here; and the transfers under them driven step by step (forwarding, rendezvous
 //! with a peer gone, forged control messages, the limit on data nobody asked for).
 
-use std::path::PathBuf;
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,6 +12,7 @@ use nicbar::coll::transfer::{self, RENDEZVOUS_THRESHOLD};
 use nicbar::coll::{self, Alltoall, Bcast, CollError, Endpoint, Op, Tree};
 use nicbar::{Member, NodeId, Port};
 use nicbar_emulator::{Emulator, EmulatorConfig, EmulatorHandle, FaultConfig};
+use tempfile::TempDir;
 
 /// The byte rank `rank` contributes at `index` for `salt`: every rank's, every position's and
 /// every operation's bytes differ.
@@ -40,11 +42,8 @@ fn run_ranks_with(
     configure: impl FnOnce(&mut EmulatorConfig),
     body: impl Fn(usize, &mut Endpoint, &[Member]) + Send + Sync + 'static,
 ) {
-    let dir: PathBuf =
-        std::env::temp_dir().join(format!("nicbar-coll-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let socket = dir.join("control.sock");
+    let dir = common::temp_dir(&format!("nicbar-coll-{name}-"));
+    let socket = dir.path().join("control.sock");
     let mut config = EmulatorConfig::in_process(&socket, size as u16);
     configure(&mut config);
     let daemon = Emulator::spawn(config).expect("the emulator starts");
@@ -77,7 +76,7 @@ fn run_ranks_with(
         }
     }
     drop(daemon);
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(dir);
     if let Some(rank) = failed {
         panic!("rank {rank} failed ({name}, {size} ranks)");
     }
@@ -557,7 +556,7 @@ fn the_threshold_picks_the_protocol() {
 }
 
 /// What [`two_endpoints`] sets up: the daemon, its directory, the endpoints, their members.
-type Two = (EmulatorHandle, PathBuf, Endpoint, Endpoint, Vec<Member>);
+type Two = (EmulatorHandle, TempDir, Endpoint, Endpoint, Vec<Member>);
 
 /// Two endpoints on two NICs of one in-process daemon of `units` NICs, driven by one thread (so
 /// a test chooses exactly when each moves).
@@ -575,12 +574,9 @@ fn endpoints(
     name: &str,
     units: u16,
     count: u8,
-) -> (EmulatorHandle, PathBuf, Vec<Endpoint>, Vec<Member>) {
-    let dir: PathBuf =
-        std::env::temp_dir().join(format!("nicbar-coll-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let socket = dir.join("control.sock");
+) -> (EmulatorHandle, TempDir, Vec<Endpoint>, Vec<Member>) {
+    let dir = common::temp_dir(&format!("nicbar-coll-{name}-"));
+    let socket = dir.path().join("control.sock");
     let daemon =
         Emulator::spawn(EmulatorConfig::in_process(&socket, units)).expect("the emulator starts");
     let endpoints = (0..count)
@@ -771,7 +767,7 @@ fn a_peer_gone_mid_rendezvous_fails_the_collective_naming_it() {
 
     // The sender's port closes once the receiver has answered: the receiver's wait for the
     // data fails, naming it, within the operation's timeout.
-    let (daemon, _, mut sender, mut receiver, members) = two_endpoints("gone-sender", 2);
+    let (daemon, _sender_dir, mut sender, mut receiver, members) = two_endpoints("gone-sender", 2);
     let mut call = Op::new(&mut sender, &members, 5, 1)
         .unwrap()
         .with_idle(&mut idle);
@@ -793,7 +789,7 @@ fn a_peer_gone_mid_rendezvous_fails_the_collective_naming_it() {
     drop(receiving);
     receiver.close().unwrap();
     drop(daemon);
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(dir);
 }
 
 /// A rendezvous control message as a third port would forge it: `kind` 2 is a clear-to-send,
@@ -845,7 +841,7 @@ fn forged_rendezvous_answers_from_a_third_port_are_dropped() {
     let length = 1 << 20;
     let mut idle = || {};
     let (daemon, dir, mut sender, mut receiver, members) = two_endpoints("forged", 3);
-    let socket = dir.join("control.sock");
+    let socket = dir.path().join("control.sock");
     let mut forger = Port::open_at(&socket, 2, 1).expect("the port opens");
     let mine = forger.register_memory(length).unwrap();
     forger.allow_remote_memory_access().unwrap();
@@ -883,7 +879,7 @@ fn forged_rendezvous_answers_from_a_third_port_are_dropped() {
     sender.close().unwrap();
     receiver.close().unwrap();
     drop(daemon);
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(dir);
 }
 
 #[test]
@@ -898,7 +894,7 @@ fn data_nobody_asked_for_is_bounded_and_a_forged_length_takes_nothing() {
     let mut receiver = ranks.pop().expect("two endpoints");
     let mut sender = ranks.pop().expect("two endpoints");
     receiver.transfers_mut().set_unexpected_limit(1 << 20);
-    let mut forger = Port::open_at(&dir.join("control.sock"), 2, 1).expect("the port opens");
+    let mut forger = Port::open_at(&dir.path().join("control.sock"), 2, 1).expect("the port opens");
 
     send_raw(&mut forger, 1, &forged_control(7, 1, 1, 3 << 30));
     let mut segment = Vec::new();
@@ -957,7 +953,7 @@ fn data_nobody_asked_for_is_bounded_and_a_forged_length_takes_nothing() {
     sender.close().unwrap();
     receiver.close().unwrap();
     drop(daemon);
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(dir);
 }
 
 #[test]

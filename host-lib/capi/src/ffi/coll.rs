@@ -15,7 +15,8 @@
 //! A failed barrier names the member the NIC waited for by its rank in the group, which is the
 //! rank in the communicator when the group lists the communicator's ranks in order.
 //!
-//! Data collectives (CollGM's: Hoefler et al., *CollGM*): nicbar_coll_bcast(), nicbar_coll_scatter[v](),
+//! Data collectives (CollGM's: Hoefler et al., *CollGM*, a Myrinet/GM optimized collective
+//! component for Open MPI): nicbar_coll_bcast(), nicbar_coll_scatter[v](),
 //! nicbar_coll_gather[v](), nicbar_coll_alltoall[v]() move contiguous bytes (the caller packs
 //! other datatypes) between the group's ranks over nicbar messages, segmented into packets,
 //! each call blocking until this rank's part is done. A `nicbar_coll_op` names the operation —

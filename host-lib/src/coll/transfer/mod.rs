@@ -45,7 +45,7 @@
 //!
 //! Answering at once means a rendezvous needs no order among the ranks' receives: a collective
 //! whose ranks wait for each other in any order still moves. Landing and source regions come
-//! from one pool per endpoint ([`RegionPool`]): registering is a round trip to the NIC and the
+//! from one pool per endpoint (`pool`): registering is a round trip to the NIC and the
 //! kernel, so a region is registered once and reused by later transfers of its size or less,
 //! and only a few are kept when idle. The "done" waits for the puts' remote completion rather
 //! than riding the connection's ordering behind them, so a put the NIC refused (a closed port, a

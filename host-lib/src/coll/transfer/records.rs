@@ -8,7 +8,7 @@ use crate::{Member, MemoryRegion, RemotePointer};
 use super::TransferError;
 use super::wire::{Key, segment_count};
 
-/// Names a message posted with [`Transfers::send`].
+/// Names a message posted with [`Transfers::send`](super::Transfers::send).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct SendId(pub(super) u64);
 

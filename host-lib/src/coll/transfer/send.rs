@@ -239,7 +239,8 @@ impl Transfers {
     }
 
     /// The sender asks no more about message `id`: it is forgotten once delivered, and a failure
-    /// after this is counted ([`TransferCounters::late_failures`]) instead of reported.
+    /// after this is counted ([`late_failures`](super::TransferCounters::late_failures))
+    /// instead of reported.
     pub fn detach(&mut self, id: SendId) {
         let Some(record) = self.sends.get_mut(&id) else {
             return;
