@@ -404,24 +404,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::coll::transfer::{RENDEZVOUS_THRESHOLD, segments};
+    use crate::coll::transfer::segments;
     use crate::{NodeId, PortId};
-
-    #[test]
-    fn the_threshold_picks_the_protocol() {
-        let mut transfers = Transfers::empty(Duration::from_secs(1));
-        assert!(!transfers.by_rendezvous(0));
-        assert!(!transfers.by_rendezvous(RENDEZVOUS_THRESHOLD - 1));
-        assert!(transfers.by_rendezvous(RENDEZVOUS_THRESHOLD));
-        assert!(transfers.by_rendezvous(16 << 20));
-        // Longer than one put can address: eagerly.
-        assert!(!transfers.by_rendezvous(shared_abi::rdma::MAX_RDMA_LENGTH as usize + 1));
-        transfers.set_rendezvous_threshold(usize::MAX);
-        assert!(!transfers.by_rendezvous(16 << 20));
-        transfers.set_rendezvous_threshold(100);
-        assert!(!transfers.by_rendezvous(99));
-        assert!(transfers.by_rendezvous(100));
-    }
 
     /// The segment of a message of `total` bytes (every byte its offset's low byte) at `index`.
     fn segment(key: Key, total: usize, index: usize) -> Vec<u8> {
