@@ -33,10 +33,13 @@
 //! - [`Port`]: the endpoint with waiting, the events kept for later, and what the port keeps for
 //!   barriers with the filter that takes barrier events out of its stream (`port::barriers`).
 //! - [`barrier`]: the port's barrier calls — the NIC-based barrier and the host-based baseline.
+//! - [`coll`]: collectives over a port — barriers queued for the NIC, and broadcast, scatter,
+//!   gather and all-to-all over messages (CollGM's algorithms, transfers eager or by rendezvous).
 #![deny(unsafe_code)]
 
 mod arena;
 pub mod barrier;
+pub mod coll;
 mod endpoint;
 mod error;
 mod event;

@@ -251,24 +251,17 @@ pub(crate) fn pairwise_exchange(peers: &[gm_barrier_peer_t]) -> Result<Vec<Step>
 }
 
 /// The gather-broadcast schedule: gather from each child, to the parent and back (unless this
-/// is the root), then broadcast to each child.
+/// is the root), then broadcast to each child — the layout of `nicbar_schedule`'s
+/// gather-broadcast, on the tree the caller gives.
 pub(crate) fn gather_broadcast(
     parent: Option<&gm_barrier_peer_t>,
     children: &[gm_barrier_peer_t],
 ) -> Result<Vec<Step>, String> {
-    const GATHER: usize = 0;
-    const BROADCAST: usize = 1;
     let mut steps = Vec::with_capacity(2 * children.len() + 2);
-    for child in children {
-        steps.push(step(StepOp::RECV, child, GATHER)?);
-    }
-    if let Some(parent) = parent {
-        steps.push(step(StepOp::SEND, parent, GATHER)?);
-        steps.push(step(StepOp::RECV, parent, BROADCAST)?);
-    }
-    for child in children {
-        steps.push(step(StepOp::SEND, child, BROADCAST)?);
-    }
+    nicbar_schedule::gather_broadcast_steps(parent, children.iter(), |op, peer, round| {
+        steps.push(step(op, peer, round)?);
+        Ok::<(), String>(())
+    })?;
     check_length(steps)
 }
 

@@ -38,15 +38,17 @@
 //!
 //! - `types` (the C types and constants), `slab` (records named by slot and serial), `status`
 //!   (status codes and the last error), `events` (building C events);
+//! - `names`: the table of the fabric's host names, node ids and unique ids;
 //! - `barrier`: barrier buffers and barriers posted, their ends, and the schedules of GM's forms;
-//! - `state`: what a port holds — DMA memory, sends, receive buffers — and posting them;
+//! - `state`: what a port holds — DMA memory, sends, receive buffers, one-sided operations, the
+//!   fabric's names (asked of the daemon once) — and posting them;
+//! - `rdma`: registered memory and one-sided operations (puts, gets, atomics) and their ends;
 //! - `receive`: raw events into C events, settling the records they close;
 //! - `group`: barriers started from C, and nicbar_barrier's wait;
-//! - `names`: the fabric's host names, node ids and unique ids, asked of the daemon once;
-//! - `coll`: the collectives of an MPI library's `coll` component over one port (barriers in
-//!   the NIC; broadcast, scatter, gather and all-to-all over messages);
 //! - `ffi`: every `extern "C"` export, pointer checks, the handle registry and the panic
-//!   boundary — the one module with `unsafe` code.
+//!   boundary — the one module with `unsafe` code. Its `coll` exports (an MPI library's `coll`
+//!   component: barriers queued for the NIC; broadcast, scatter, gather and all-to-all over
+//!   messages) stand on the Rust library's `nicbar::coll` alone.
 #![deny(unsafe_code)]
 #![allow(
     non_camel_case_types,
@@ -60,7 +62,6 @@ pub mod ffi;
 
 mod alarms;
 mod barrier;
-mod coll;
 mod events;
 mod group;
 mod names;

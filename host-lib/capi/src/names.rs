@@ -3,16 +3,12 @@
 //!
 //! The names are the daemon's (it reads the fabric map; `nicbar_control::naming` has the rule)
 //! and fixed for its life, so a port asks once, on the first lookup, and keeps the answer until
-//! it closes: the strings gm_node_id_to_host_name returns live as long as the port.
+//! it closes (`PortState::fabric_names`): the strings gm_node_id_to_host_name returns live as
+//! long as the port. This module is the table alone; the port holds it.
 
 use std::ffi::{CString, c_uint};
-use std::io;
 
-use nicbar_rs::Error;
 use nicbar_rs::raw::FabricNode;
-
-use crate::state::PortState;
-use crate::types::*;
 
 /// One node: its id, name (with its NUL, for C) and unique id.
 #[derive(Debug, PartialEq, Eq)]
@@ -68,30 +64,6 @@ impl FabricNames {
     /// The largest node id in use.
     pub(crate) fn max_node(&self) -> Option<u16> {
         self.nodes.last().map(|node| node.node)
-    }
-}
-
-impl PortState {
-    /// The fabric's names, asked of the daemon the first time.
-    ///
-    /// # Errors
-    /// The status and words if the daemon did not answer: GM_TIMED_OUT if it was too slow,
-    /// else GM_FAILURE.
-    pub(crate) fn fabric_names(&mut self) -> Result<&FabricNames, (gm_status_t, String)> {
-        if self.names.is_none() {
-            let nodes = self.raw.fabric_nodes().map_err(|error| {
-                let status = match &error {
-                    Error::Io(io) if io.kind() == io::ErrorKind::TimedOut => GM_TIMED_OUT,
-                    _ => GM_FAILURE,
-                };
-                (
-                    status,
-                    format!("the daemon did not name the fabric's nodes: {error}"),
-                )
-            })?;
-            self.names = Some(FabricNames::new(nodes));
-        }
-        Ok(self.names.get_or_insert_with(FabricNames::default))
     }
 }
 

@@ -14,24 +14,13 @@ use shared_abi::token::{SendKind, SendToken};
 
 use crate::events::simple_event;
 use crate::slab::{name, unname};
-use crate::state::{PortState, Refusal};
+use crate::state::{PendingOperation, PortState, Refusal};
 use crate::status::{from_error, from_nic, set_last_error};
 use crate::types::*;
 
 /// Token contexts of one-sided operations carry this bit (sends' never do: their serials are
 /// 16 bits).
 const OPERATION_BIT: u64 = 1 << 63;
-
-/// A one-sided operation the NIC holds.
-#[derive(Debug)]
-pub(crate) struct PendingOperation {
-    callback: gm_send_completion_callback_t,
-    context: usize,
-    kind: SendKind,
-    node: u16,
-    /// Where an atomic's previous value goes (0: nowhere).
-    result: usize,
-}
 
 /// What one operation asks of the NIC.
 pub(crate) struct Request {

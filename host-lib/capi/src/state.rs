@@ -14,6 +14,7 @@
 
 use core::ffi::{c_uint, c_void};
 use std::collections::{BTreeMap, VecDeque};
+use std::io;
 
 use nicbar_rs::{DmaBuffer, Error, RawPort};
 use shared_abi::ids::{NodeId, PORTS_PER_NIC, PortId};
@@ -23,6 +24,7 @@ use shared_abi::{MAX_SIZE_CLASS, max_length_for_size};
 use crate::alarms::Alarms;
 use crate::barrier::{BarrierEnd, BarrierRecords};
 use crate::events::{BufferInfo, receive_event};
+use crate::names::FabricNames;
 use crate::slab::{Slab, name, unname};
 use crate::stall::{Connection, HeldSend, Stalls};
 use crate::status::{from_error, set_last_error};
@@ -69,6 +71,17 @@ pub(crate) struct Completion {
     pub(crate) result: Option<(usize, u64)>,
 }
 
+/// A one-sided operation the NIC holds.
+#[derive(Debug)]
+pub(crate) struct PendingOperation {
+    pub(crate) callback: gm_send_completion_callback_t,
+    pub(crate) context: usize,
+    pub(crate) kind: SendKind,
+    pub(crate) node: u16,
+    /// Where an atomic's previous value goes (0: nowhere).
+    pub(crate) result: usize,
+}
+
 /// Everything a port holds, behind its lock.
 pub(crate) struct PortState {
     pub(crate) raw: RawPort,
@@ -102,9 +115,9 @@ pub(crate) struct PortState {
     /// Connections stalled by a failed send, and the sends they hold.
     pub(crate) stalls: Stalls,
     /// The fabric's names, once asked for (`names`).
-    pub(crate) names: Option<crate::names::FabricNames>,
+    pub(crate) names: Option<FabricNames>,
     /// One-sided operations the NIC holds ([`crate::rdma`]).
-    pub(crate) operations: Slab<crate::rdma::PendingOperation>,
+    pub(crate) operations: Slab<PendingOperation>,
     /// Memory registered on the port: (address, length, key).
     pub(crate) registered: Vec<(usize, usize, u32)>,
 }
@@ -559,6 +572,30 @@ impl PortState {
 /// The size class `size` names, if it is one the NIC takes buffers of.
 pub(crate) fn size_class(size: c_uint) -> Option<u8> {
     crate::sizes::nic_size_class(size)
+}
+
+impl PortState {
+    /// The fabric's names, asked of the daemon the first time.
+    ///
+    /// # Errors
+    /// The status and words if the daemon did not answer: GM_TIMED_OUT if it was too slow,
+    /// else GM_FAILURE.
+    pub(crate) fn fabric_names(&mut self) -> Result<&FabricNames, (gm_status_t, String)> {
+        if self.names.is_none() {
+            let nodes = self.raw.fabric_nodes().map_err(|error| {
+                let status = match &error {
+                    Error::Io(io) if io.kind() == io::ErrorKind::TimedOut => GM_TIMED_OUT,
+                    _ => GM_FAILURE,
+                };
+                (
+                    status,
+                    format!("the daemon did not name the fabric's nodes: {error}"),
+                )
+            })?;
+            self.names = Some(FabricNames::new(nodes));
+        }
+        Ok(self.names.get_or_insert_with(FabricNames::default))
+    }
 }
 
 #[cfg(test)]

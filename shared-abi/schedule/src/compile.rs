@@ -171,8 +171,6 @@ fn emit_gather_broadcast(
     dimension: usize,
     root: usize,
 ) -> Result<(), ScheduleError> {
-    const GATHER: usize = 0;
-    const BROADCAST: usize = 1;
     let members = writer.members.len();
     let relative = sub_mod(rank, root, members);
     let first_child = relative.saturating_mul(dimension).saturating_add(1);
@@ -180,16 +178,41 @@ fn emit_gather_broadcast(
         .saturating_mul(dimension)
         .saturating_add(dimension)
         .min(members - 1);
-    for child in first_child..=last_child {
-        writer.push(StepOp::RECV, add_mod(child, root, members), GATHER)?;
+    let parent = (relative != 0).then(|| add_mod((relative - 1) / dimension, root, members));
+    let children = (first_child..=last_child).map(|child| add_mod(child, root, members));
+    gather_broadcast_steps(parent, children, |op, peer, round| {
+        writer.push(op, peer, round)
+    })
+}
+
+/// The steps of one node of a gather-broadcast tree, in the order the NIC runs them, whatever
+/// the tree's shape: receive from each of `children` (the gather, round 0), send to `parent` and
+/// receive from it (unless the node is the root: round 0, then round 1), then send to each of
+/// `children` (the broadcast, round 1). Each step goes to `step(op, peer, round)` in turn; the
+/// first error it returns ends the layout.
+///
+/// [`gather_broadcast`] lays out its `dimension`-ary trees with it; a caller whose tree is given
+/// node by node (GM's `gm_barrier_send_with_callback` names a parent and children) lays out the
+/// same steps.
+///
+/// # Errors
+/// The first error of `step`.
+pub fn gather_broadcast_steps<P: Copy, E>(
+    parent: Option<P>,
+    children: impl Iterator<Item = P> + Clone,
+    mut step: impl FnMut(StepOp, P, usize) -> Result<(), E>,
+) -> Result<(), E> {
+    const GATHER: usize = 0;
+    const BROADCAST: usize = 1;
+    for child in children.clone() {
+        step(StepOp::RECV, child, GATHER)?;
     }
-    if relative != 0 {
-        let parent = add_mod((relative - 1) / dimension, root, members);
-        writer.push(StepOp::SEND, parent, GATHER)?;
-        writer.push(StepOp::RECV, parent, BROADCAST)?;
+    if let Some(parent) = parent {
+        step(StepOp::SEND, parent, GATHER)?;
+        step(StepOp::RECV, parent, BROADCAST)?;
     }
-    for child in first_child..=last_child {
-        writer.push(StepOp::SEND, add_mod(child, root, members), BROADCAST)?;
+    for child in children {
+        step(StepOp::SEND, child, BROADCAST)?;
     }
     Ok(())
 }

@@ -39,7 +39,9 @@ mod compile;
 mod error;
 
 pub use check::{rounds_needed, steps_needed};
-pub use compile::{compile, dissemination, gather_broadcast, pairwise_exchange};
+pub use compile::{
+    compile, dissemination, gather_broadcast, gather_broadcast_steps, pairwise_exchange,
+};
 pub use error::ScheduleError;
 pub use shared_abi::schedule::{MAX_ROUNDS, MAX_SCHEDULE_STEPS, Step, StepOp};
 

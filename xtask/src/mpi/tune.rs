@@ -3,7 +3,7 @@
 //! through the component's MCA parameter and timed by `coll_bench` over communicator and message
 //! sizes, the algorithms' runs interleaved over repetitions; the median of each point decides.
 //! Writes the map the library reads (the `nicbar-coll-map 1` format of
-//! `host-lib/capi/src/coll/map.rs`), prints it as a table and draws it as a picture.
+//! `host-lib/src/coll/map.rs`), prints it as a table and draws it as a picture.
 
 use super::*;
 use crate::mpi::bench::parse_collective_results;
@@ -187,7 +187,7 @@ fn host_name() -> String {
         .unwrap_or_else(|_| "this host".to_owned())
 }
 
-/// Where the library reads the map by default (the rules of host-lib/capi/src/coll/map.rs).
+/// Where the library reads the map by default (the rules of host-lib/src/coll/map.rs).
 fn install_path() -> Option<PathBuf> {
     if let Some(value) = std::env::var_os("NICBAR_COLL_MAP") {
         if value.is_empty() || value == "off" {
@@ -660,7 +660,7 @@ mod tests {
             point("alltoall", 8, "pairwise", 512, &[1.0]),
         ];
         let text = map_text(&winners(&points), "measured by cargo xtask tune");
-        // The library's own test reads this text (host-lib/capi/src/coll/map.rs, WRITTEN),
+        // The library's own test reads this text (host-lib/src/coll/map.rs, WRITTEN),
         // with the rows of a size it does not cover besides.
         assert_eq!(
             text,

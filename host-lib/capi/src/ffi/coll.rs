@@ -15,7 +15,8 @@
 //! A failed barrier names the member the NIC waited for by its rank in the group, which is the
 //! rank in the communicator when the group lists the communicator's ranks in order.
 //!
-//! Data collectives (CollGM's, seed 002): nicbar_coll_bcast(), nicbar_coll_scatter[v](),
+//! Data collectives (CollGM's: Hoefler et al., *CollGM*, a Myrinet/GM optimized collective
+//! component for Open MPI): nicbar_coll_bcast(), nicbar_coll_scatter[v](),
 //! nicbar_coll_gather[v](), nicbar_coll_alltoall[v]() move contiguous bytes (the caller packs
 //! other datatypes) between the group's ranks over nicbar messages, segmented into packets,
 //! each call blocking until this rank's part is done. A `nicbar_coll_op` names the operation —
@@ -24,20 +25,19 @@
 //! progress), and receives the failure's rank and reason. Every rank of the group must make the
 //! same calls in the same order with matching lengths, as MPI requires.
 //!
-//! The endpoint and the collectives live in the safe module `coll`; here are only the C edge's
-//! pointer checks. Every export runs under a panic boundary; handles may be NULL.
+//! The endpoint and the collectives are the Rust library's (`nicbar::coll`); here are only the C
+//! edge's argument and pointer checks, the algorithms' C numbers, and the status codes. Every
+//! export runs under the crate's panic boundary ([`guard`], or [`guard_or`] where the panic's
+//! message goes out through the call's own message buffer); handles may be NULL.
 
 use core::ffi::{c_char, c_void};
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
-use shared_abi::ids::PORTS_PER_NIC;
+use nicbar_rs::coll::map::{self, LoadOutcome};
+use nicbar_rs::coll::{self, Alltoall, Bcast, CollError, Collective, Endpoint, Op, Tree, Unit};
+use nicbar_rs::{Algorithm, BarrierOptions, Group, Member, NodeId, PortId};
 
-use nicbar_rs::{Algorithm, BarrierOptions, Error, Group, Member, NodeId, Port, PortId};
-
-use crate::coll::algorithms::{self, Alltoall, Bcast, Tree};
-use crate::coll::map::{self, Collective, LoadOutcome};
-use crate::coll::{CollEndpoint, CollError, Op};
+use super::{guard, guard_or};
 
 /// nicbar_coll_group_new()'s `algorithm`: the library's default for the group's size
 /// (pairwise exchange for a power of two, else one-way dissemination).
@@ -68,7 +68,7 @@ pub const NICBAR_COLL_MESSAGE_LENGTH: usize = 256;
 
 /// One process's port, with its queue of barriers and its collectives' transfers.
 pub struct nicbar_coll_endpoint {
-    inner: CollEndpoint,
+    inner: Endpoint,
 }
 
 /// The members of a barrier, by rank (a communicator's ranks), and how its barriers run.
@@ -134,11 +134,6 @@ pub const NICBAR_COLL_ALLTOALL_PAIRWISE: i32 = 2;
 /// All-to-all: Bruck's algorithm (not for alltoallv, which takes it as linear).
 pub const NICBAR_COLL_ALLTOALL_BRUCK: i32 = 3;
 
-/// Runs `body`, turning a panic into `on_panic` instead of letting it unwind into C.
-fn boundary<T>(on_panic: T, body: impl FnOnce() -> T) -> T {
-    catch_unwind(AssertUnwindSafe(body)).unwrap_or(on_panic)
-}
-
 /// Writes `message` into `buffer` of `length` bytes, truncated and NUL-terminated.
 ///
 /// # Safety
@@ -170,27 +165,37 @@ pub unsafe extern "C" fn nicbar_coll_open(
     error: *mut c_char,
     error_length: usize,
 ) -> *mut nicbar_coll_endpoint {
-    let opened = boundary(Err("a panic in the nicbar library".to_owned()), || {
-        match u8::try_from(unit) {
-            Ok(unit) => open_first_free(unit)
-                .map_err(|e| e.to_string())?
-                .ok_or_else(|| format!("every port of NIC unit {unit} is busy")),
-            Err(_) if unit < 0 => open_any(unit.unsigned_abs() - 1),
-            Err(_) => Err(format!("no NIC unit {unit}")),
-        }
-        .and_then(|port| {
-            CollEndpoint::new(port)
-                .map_err(|e| format!("cannot set up the collectives' buffers: {e}"))
-        })
-    });
-    match opened {
-        Ok(inner) => Box::into_raw(Box::new(nicbar_coll_endpoint { inner })),
-        Err(message) => {
+    guard_or(
+        "nicbar_coll_open",
+        // SAFETY: the caller's promise about `error`.
+        |panic| unsafe { refused(error, error_length, &panic) },
+        || match open_endpoint(unit) {
+            Ok(inner) => Box::into_raw(Box::new(nicbar_coll_endpoint { inner })),
             // SAFETY: the caller's promise about `error`.
-            unsafe { write_message(error, error_length, &message) };
-            core::ptr::null_mut()
-        }
+            Err(message) => unsafe { refused(error, error_length, &message) },
+        },
+    )
+}
+
+/// nicbar_coll_open()'s endpoint on `unit`, or why there is none.
+fn open_endpoint(unit: i32) -> Result<Endpoint, String> {
+    let port = match u8::try_from(unit) {
+        Ok(unit) => coll::open_port(Unit::Exactly(unit)),
+        Err(_) if unit < 0 => coll::open_port(Unit::FirstFreeFrom(unit.unsigned_abs() - 1)),
+        Err(_) => return Err(format!("no NIC unit {unit}")),
     }
+    .map_err(|e| e.to_string())?;
+    Endpoint::new(port).map_err(|e| format!("cannot set up the collectives' buffers: {e}"))
+}
+
+/// How a constructor refuses: `message` in the caller's `error` buffer, and NULL.
+///
+/// # Safety
+/// `error` is NULL or valid for writes of `error_length` bytes.
+unsafe fn refused<T>(error: *mut c_char, error_length: usize, message: &str) -> *mut T {
+    // SAFETY: the caller's promise.
+    unsafe { write_message(error, error_length, message) };
+    core::ptr::null_mut()
 }
 
 /// Closes the endpoint's port (peers' barriers waiting for it fail, naming it) and frees it.
@@ -200,11 +205,11 @@ pub unsafe extern "C" fn nicbar_coll_open(
 /// `endpoint` is NULL or from nicbar_coll_open() and not closed yet.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nicbar_coll_close(endpoint: *mut nicbar_coll_endpoint) {
-    boundary((), || {
+    guard("nicbar_coll_close", (), || {
         if !endpoint.is_null() {
             // SAFETY: the caller's promise: it came from Box::into_raw and is closed once.
             let endpoint = unsafe { Box::from_raw(endpoint) };
-            let _ = endpoint.inner.port.close();
+            let _ = endpoint.inner.close();
         }
     });
 }
@@ -215,9 +220,9 @@ pub unsafe extern "C" fn nicbar_coll_close(endpoint: *mut nicbar_coll_endpoint) 
 /// `endpoint` is NULL or a live endpoint.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nicbar_coll_node_id(endpoint: *const nicbar_coll_endpoint) -> u16 {
-    boundary(0, || {
+    guard("nicbar_coll_node_id", 0, || {
         // SAFETY: the caller's promise.
-        unsafe { endpoint.as_ref() }.map_or(0, |e| e.inner.port.node_id().get())
+        unsafe { endpoint.as_ref() }.map_or(0, |e| e.inner.port().node_id().get())
     })
 }
 
@@ -227,9 +232,9 @@ pub unsafe extern "C" fn nicbar_coll_node_id(endpoint: *const nicbar_coll_endpoi
 /// `endpoint` is NULL or a live endpoint.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nicbar_coll_port_id(endpoint: *const nicbar_coll_endpoint) -> u8 {
-    boundary(0, || {
+    guard("nicbar_coll_port_id", 0, || {
         // SAFETY: the caller's promise.
-        unsafe { endpoint.as_ref() }.map_or(0, |e| e.inner.port.port_id().0)
+        unsafe { endpoint.as_ref() }.map_or(0, |e| e.inner.port().port_id().0)
     })
 }
 
@@ -239,9 +244,9 @@ pub unsafe extern "C" fn nicbar_coll_port_id(endpoint: *const nicbar_coll_endpoi
 /// `endpoint` is NULL or a live endpoint.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nicbar_coll_completed(endpoint: *const nicbar_coll_endpoint) -> u64 {
-    boundary(0, || {
+    guard("nicbar_coll_completed", 0, || {
         // SAFETY: the caller's promise.
-        unsafe { endpoint.as_ref() }.map_or(0, |e| e.inner.completed)
+        unsafe { endpoint.as_ref() }.map_or(0, |e| e.inner.barriers_completed())
     })
 }
 
@@ -284,79 +289,61 @@ pub unsafe extern "C" fn nicbar_coll_group_new(
     error: *mut c_char,
     error_length: usize,
 ) -> *mut nicbar_coll_group {
-    let built = boundary(Err("a panic in the nicbar library".to_owned()), || {
-        if nodes.is_null() || ports.is_null() || members == 0 {
-            return Err("a barrier group needs at least one member".to_owned());
-        }
-        // SAFETY: the caller's promise: `members` elements each.
-        let (nodes, ports) = unsafe {
-            (
-                core::slice::from_raw_parts(nodes, members),
-                core::slice::from_raw_parts(ports, members),
-            )
-        };
-        let group = Group::new(
-            nodes
-                .iter()
-                .zip(ports)
-                .map(|(&node, &port)| Member::new(NodeId::new(node), PortId(port))),
+    guard_or(
+        "nicbar_coll_group_new",
+        // SAFETY: the caller's promise about `error`.
+        |panic| unsafe { refused(error, error_length, &panic) },
+        || {
+            // SAFETY: the caller's promise about `nodes` and `ports`.
+            let built =
+                unsafe { new_group(nodes, ports, members, algorithm_id, parameter, timeout_ms) };
+            match built {
+                Ok(group) => Box::into_raw(Box::new(nicbar_coll_group {
+                    members: group.members().to_vec(),
+                    timeout: group.options().timeout,
+                    group,
+                })),
+                // SAFETY: the caller's promise about `error`.
+                Err(message) => unsafe { refused(error, error_length, &message) },
+            }
+        },
+    )
+}
+
+/// nicbar_coll_group_new()'s group, or why there is none.
+///
+/// # Safety
+/// `nodes` and `ports` are NULL or valid for reads of `members` elements.
+unsafe fn new_group(
+    nodes: *const u16,
+    ports: *const u8,
+    members: usize,
+    algorithm_id: i32,
+    parameter: u32,
+    timeout_ms: u32,
+) -> Result<Group, String> {
+    if nodes.is_null() || ports.is_null() || members == 0 {
+        return Err("a barrier group needs at least one member".to_owned());
+    }
+    // SAFETY: the caller's promise: `members` elements each.
+    let (nodes, ports) = unsafe {
+        (
+            core::slice::from_raw_parts(nodes, members),
+            core::slice::from_raw_parts(ports, members),
         )
-        .map_err(|e| e.to_string())?;
-        let mut group = group.with_algorithm(algorithm(algorithm_id, parameter, members)?);
-        if timeout_ms > 0 {
-            group = group.with_timeout(Duration::from_millis(u64::from(timeout_ms)));
-        }
-        Ok(group)
-    });
-    match built {
-        Ok(group) => Box::into_raw(Box::new(nicbar_coll_group {
-            members: group.members().to_vec(),
-            timeout: group.options().timeout,
-            group,
-        })),
-        Err(message) => {
-            // SAFETY: the caller's promise about `error`.
-            unsafe { write_message(error, error_length, &message) };
-            core::ptr::null_mut()
-        }
-    }
-}
-
-/// The first free port of `unit` (`None` if all are busy).
-fn open_first_free(unit: u8) -> Result<Option<Port>, Error> {
-    let ports = u8::try_from(PORTS_PER_NIC).unwrap_or(u8::MAX);
-    for port in (1..ports).chain([0]) {
-        match Port::open(unit, port) {
-            Ok(port) => return Ok(Some(port)),
-            Err(Error::PortBusy { .. }) => {}
-            Err(other) => return Err(other),
-        }
-    }
-    Ok(None)
-}
-
-/// The first free port of the daemon's units, from unit `start` (modulo their number) on.
-fn open_any(start: u32) -> Result<Port, String> {
-    // Ask for a unit past the daemon's last: the refusal says how many it runs.
-    let units = match Port::open(u8::MAX, 1) {
-        Err(Error::NoSuchUnit { units, .. }) => units,
-        Ok(port) => return Ok(port),
-        Err(other) => return Err(other.to_string()),
     };
-    if units == 0 {
-        return Err("the NIC daemon runs no units".to_owned());
+    let group = Group::new(
+        nodes
+            .iter()
+            .zip(ports)
+            .map(|(&node, &port)| Member::new(NodeId::new(node), PortId(port))),
+    )
+    .map_err(|e| e.to_string())?;
+    let mut group = group.with_algorithm(algorithm(algorithm_id, parameter, members)?);
+    if timeout_ms > 0 {
+        group = group.with_timeout(Duration::from_millis(u64::from(timeout_ms)));
     }
-    let first = u8::try_from(start % u32::from(units)).unwrap_or(0);
-    for offset in 0..units {
-        let unit =
-            u8::try_from((u32::from(first) + u32::from(offset)) % u32::from(units)).unwrap_or(0);
-        if let Some(port) = open_first_free(unit).map_err(|e| e.to_string())? {
-            return Ok(port);
-        }
-    }
-    Err(format!(
-        "every port of the daemon's {units} NIC unit(s) is busy"
-    ))
+    Ok(group)
 }
 
 /// Frees a group. Takes NULL. Barriers started on it keep running.
@@ -365,7 +352,7 @@ fn open_any(start: u32) -> Result<Port, String> {
 /// `group` is NULL or from nicbar_coll_group_new() and not freed yet.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nicbar_coll_group_free(group: *mut nicbar_coll_group) {
-    boundary((), || {
+    guard("nicbar_coll_group_free", (), || {
         if !group.is_null() {
             // SAFETY: the caller's promise: it came from Box::into_raw and is freed once.
             drop(unsafe { Box::from_raw(group) });
@@ -392,7 +379,7 @@ pub unsafe extern "C" fn nicbar_coll_group_set_id(
     job: u32,
     id: u32,
 ) -> i32 {
-    boundary(-1, || {
+    guard("nicbar_coll_group_set_id", -1, || {
         // SAFETY: the caller's promise: NULL or live and not shared meanwhile.
         let (Some(endpoint), Some(group)) =
             (unsafe { endpoint.as_mut() }, unsafe { group.as_mut() })
@@ -400,7 +387,10 @@ pub unsafe extern "C" fn nicbar_coll_group_set_id(
             return -1;
         };
         group.group = group.group.clone().with_job(job).with_id(id);
-        endpoint.inner.port.restart_barrier_numbering(&group.group);
+        endpoint
+            .inner
+            .port_mut()
+            .restart_barrier_numbering(&group.group);
         0
     })
 }
@@ -416,7 +406,7 @@ pub unsafe extern "C" fn nicbar_coll_barrier_start(
     endpoint: *mut nicbar_coll_endpoint,
     group: *const nicbar_coll_group,
 ) -> u64 {
-    boundary(0, || {
+    guard("nicbar_coll_barrier_start", 0, || {
         // SAFETY: the caller's promise.
         let (Some(endpoint), Some(group)) =
             (unsafe { endpoint.as_mut() }, unsafe { group.as_ref() })
@@ -435,7 +425,7 @@ pub unsafe extern "C" fn nicbar_coll_barrier_start(
 /// `endpoint` is NULL or a live endpoint.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nicbar_coll_progress(endpoint: *mut nicbar_coll_endpoint) -> i32 {
-    boundary(-1, || {
+    guard("nicbar_coll_progress", -1, || {
         // SAFETY: the caller's promise.
         unsafe { endpoint.as_mut() }.map_or(-1, |e| {
             i32::try_from(e.inner.progress()).unwrap_or(i32::MAX)
@@ -454,7 +444,7 @@ pub unsafe extern "C" fn nicbar_coll_wait(
     endpoint: *mut nicbar_coll_endpoint,
     timeout_us: u32,
 ) -> i32 {
-    boundary(-1, || {
+    guard("nicbar_coll_wait", -1, || {
         // SAFETY: the caller's promise.
         let Some(endpoint) = (unsafe { endpoint.as_mut() }) else {
             return -1;
@@ -483,7 +473,7 @@ pub unsafe extern "C" fn nicbar_coll_barrier_test(
     message: *mut c_char,
     message_length: usize,
 ) -> i32 {
-    boundary(NICBAR_COLL_UNKNOWN, || {
+    guard("nicbar_coll_barrier_test", NICBAR_COLL_UNKNOWN, || {
         // SAFETY: the caller's promise.
         let Some(endpoint) = (unsafe { endpoint.as_mut() }) else {
             return NICBAR_COLL_UNKNOWN;
@@ -494,7 +484,7 @@ pub unsafe extern "C" fn nicbar_coll_barrier_test(
                 // SAFETY: the caller's promises about `failed_rank` and `message`.
                 unsafe {
                     if let Some(failed_rank) = failed_rank.as_mut() {
-                        *failed_rank = rank;
+                        *failed_rank = rank.and_then(|r| i32::try_from(r).ok()).unwrap_or(-1);
                     }
                     write_message(message, message_length, &text);
                 }
@@ -512,9 +502,9 @@ pub unsafe extern "C" fn nicbar_coll_barrier_test(
 /// `endpoint` is NULL or a live endpoint.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nicbar_coll_collectives(endpoint: *const nicbar_coll_endpoint) -> u64 {
-    boundary(0, || {
+    guard("nicbar_coll_collectives", 0, || {
         // SAFETY: the caller's promise.
-        unsafe { endpoint.as_ref() }.map_or(0, |e| e.inner.collectives)
+        unsafe { endpoint.as_ref() }.map_or(0, |e| e.inner.collectives_completed())
     })
 }
 
@@ -529,7 +519,7 @@ pub unsafe extern "C" fn nicbar_coll_transfer_counters(
     resent: *mut u64,
     dropped: *mut u64,
 ) {
-    boundary((), || {
+    guard("nicbar_coll_transfer_counters", (), || {
         // SAFETY: the caller's promise.
         let Some(endpoint) = (unsafe { endpoint.as_ref() }) else {
             return;
@@ -560,7 +550,7 @@ pub unsafe extern "C" fn nicbar_coll_protocol_counters(
     rendezvous_received: *mut u64,
     forwarded: *mut u64,
 ) {
-    boundary((), || {
+    guard("nicbar_coll_protocol_counters", (), || {
         // SAFETY: the caller's promise.
         let Some(endpoint) = (unsafe { endpoint.as_ref() }) else {
             return;
@@ -692,7 +682,8 @@ impl<'a> Blocks<'a> {
     }
 }
 
-/// Runs a data collective: checks the handles, builds its [`Op`], runs `body`, and reports.
+/// Runs a data collective: checks the handles, builds its [`Op`], runs `body`, and reports in
+/// `op`. Runs inside an export's [`guard_or`], whose fallback is [`panicked`].
 ///
 /// # Safety
 /// `endpoint`, `group` and `op` are NULL or live; `op`'s idle function is safe to call with its
@@ -707,35 +698,45 @@ unsafe fn collective(
     let Some(op) = (unsafe { op.as_mut() }) else {
         return NICBAR_COLL_UNKNOWN;
     };
-    let outcome = boundary(
-        Err(CollError::Argument("a panic in the nicbar library".into())),
-        || {
-            // SAFETY: the caller's promise.
-            let (Some(endpoint), Some(group)) =
-                (unsafe { endpoint.as_mut() }, unsafe { group.as_ref() })
-            else {
-                return Err(CollError::Argument("a NULL endpoint or group".into()));
-            };
-            let (idle, argument) = (op.idle, op.idle_argument);
-            let mut run_idle = || {
-                if let Some(idle) = idle {
-                    // SAFETY: the caller's promise about the idle function and its argument.
-                    unsafe { idle(argument) };
-                }
-            };
-            let call = Op::new(
-                &mut endpoint.inner,
-                &group.members,
-                op.context,
-                op.sequence,
-                group.timeout,
-                &mut run_idle,
-            )?
-            .with_spin(op.spin)
-            .with_group(&group.group);
-            body(call, op.algorithm, op.segment)
-        },
-    );
+    // SAFETY: the caller's promises.
+    let outcome = unsafe { run(endpoint, group, op, body) };
+    report(op, outcome)
+}
+
+/// Builds a data collective's [`Op`] from the handles and `op`, and runs `body` on it.
+///
+/// # Safety
+/// As [`collective`].
+unsafe fn run(
+    endpoint: *mut nicbar_coll_endpoint,
+    group: *const nicbar_coll_group,
+    op: &mut nicbar_coll_op,
+    body: impl FnOnce(Op<'_>, i32, u64) -> Result<(), CollError>,
+) -> Result<(), CollError> {
+    // SAFETY: the caller's promise.
+    let (Some(endpoint), Some(group)) = (unsafe { endpoint.as_mut() }, unsafe { group.as_ref() })
+    else {
+        return Err(CollError::Argument("a NULL endpoint or group".into()));
+    };
+    let (idle, argument) = (op.idle, op.idle_argument);
+    let mut run_idle = || {
+        if let Some(idle) = idle {
+            // SAFETY: the caller's promise about the idle function and its argument.
+            unsafe { idle(argument) };
+        }
+    };
+    let mut call = Op::new(&mut endpoint.inner, &group.members, op.context, op.sequence)?
+        .with_spin(op.spin)
+        .with_group(&group.group)
+        .with_idle(&mut run_idle);
+    if let Some(timeout) = group.timeout {
+        call = call.with_timeout(timeout);
+    }
+    body(call, op.algorithm, op.segment)
+}
+
+/// Writes how a data collective ended into `op`; returns its status code.
+fn report(op: &mut nicbar_coll_op, outcome: Result<(), CollError>) -> i32 {
     match outcome {
         Ok(()) => {
             op.failed_rank = -1;
@@ -762,6 +763,64 @@ unsafe fn collective(
             }
         }
     }
+}
+
+/// A data collective's end after a panic: `message` (what [`guard_or`] says of it) in `op`, as
+/// an argument error would be (nothing is known to have been sent).
+///
+/// # Safety
+/// `op` is NULL or live.
+unsafe fn panicked(op: *mut nicbar_coll_op, message: String) -> i32 {
+    // SAFETY: the caller's promise.
+    match unsafe { op.as_mut() } {
+        Some(op) => report(op, Err(CollError::Argument(message))),
+        None => NICBAR_COLL_UNKNOWN,
+    }
+}
+
+/// The broadcast algorithm numbered `id` (0: chosen by the process's selection map, else by
+/// size) for `size` ranks and `bytes`.
+fn bcast_algorithm(id: i32, size: usize, bytes: usize) -> Result<Bcast, CollError> {
+    Ok(match id {
+        0 => coll::select::process_bcast(size, bytes),
+        NICBAR_COLL_BCAST_LINEAR => Bcast::Linear,
+        NICBAR_COLL_BCAST_BINOMIAL => Bcast::Binomial,
+        NICBAR_COLL_BCAST_BINARY => Bcast::Binary,
+        NICBAR_COLL_BCAST_SPLIT_BINARY => Bcast::SplitBinary,
+        NICBAR_COLL_BCAST_PIPELINE => Bcast::Pipeline,
+        NICBAR_COLL_BCAST_NIC => Bcast::Nic,
+        _ => return Err(unknown_algorithm("broadcast", id)),
+    })
+}
+
+/// The algorithm numbered `id` of `collective` (scatter or gather) on `size` ranks and `block`
+/// bytes per rank (0: chosen by the process's selection map, else by size); `which` names the
+/// collective in the error.
+fn tree_algorithm(
+    id: i32,
+    collective: Collective,
+    which: &str,
+    size: usize,
+    block: usize,
+) -> Result<Tree, CollError> {
+    Ok(match id {
+        0 => coll::select::process_tree(collective, size, block),
+        NICBAR_COLL_TREE_FLAT => Tree::Flat,
+        NICBAR_COLL_TREE_BINOMIAL => Tree::Binomial,
+        _ => return Err(unknown_algorithm(which, id)),
+    })
+}
+
+/// The all-to-all algorithm numbered `id` (0: chosen by the process's selection map, else by
+/// size) for `size` ranks and `block` bytes per pair.
+fn alltoall_algorithm(id: i32, size: usize, block: usize) -> Result<Alltoall, CollError> {
+    Ok(match id {
+        0 => coll::select::process_alltoall(size, block),
+        NICBAR_COLL_ALLTOALL_LINEAR => Alltoall::Linear,
+        NICBAR_COLL_ALLTOALL_PAIRWISE => Alltoall::Pairwise,
+        NICBAR_COLL_ALLTOALL_BRUCK => Alltoall::Bruck,
+        _ => return Err(unknown_algorithm("all-to-all", id)),
+    })
 }
 
 /// An unknown algorithm number, as an error.
@@ -796,11 +855,13 @@ pub unsafe extern "C" fn nicbar_coll_map_load(
     message: *mut c_char,
     message_length: usize,
 ) -> i32 {
-    let (outcome, description) = boundary(
-        (
-            LoadOutcome::Refused,
-            "a panic in the nicbar library".to_owned(),
-        ),
+    guard_or(
+        "nicbar_coll_map_load",
+        |panic| {
+            // SAFETY: the caller's promise about `message`.
+            unsafe { write_message(message, message_length, &panic) };
+            NICBAR_COLL_MAP_REFUSED
+        },
         || {
             let path = if path.is_null() {
                 None
@@ -810,16 +871,16 @@ pub unsafe extern "C" fn nicbar_coll_map_load(
                 let text = text.to_string_lossy();
                 (!text.is_empty()).then(|| std::path::PathBuf::from(text.into_owned()))
             };
-            map::load(path.as_deref())
+            let (outcome, description) = map::load(path.as_deref());
+            // SAFETY: the caller's promise about `message`.
+            unsafe { write_message(message, message_length, &description) };
+            match outcome {
+                LoadOutcome::Loaded => NICBAR_COLL_MAP_LOADED,
+                LoadOutcome::None => NICBAR_COLL_MAP_NONE,
+                LoadOutcome::Refused => NICBAR_COLL_MAP_REFUSED,
+            }
         },
-    );
-    // SAFETY: the caller's promise about `message`.
-    unsafe { write_message(message, message_length, &description) };
-    match outcome {
-        LoadOutcome::Loaded => NICBAR_COLL_MAP_LOADED,
-        LoadOutcome::None => NICBAR_COLL_MAP_NONE,
-        LoadOutcome::Refused => NICBAR_COLL_MAP_REFUSED,
-    }
+    )
 }
 
 /// MPI_Bcast of `length` bytes at `buffer` from rank `root` (`op`'s algorithm: 0 by size, or a
@@ -838,27 +899,31 @@ pub unsafe extern "C" fn nicbar_coll_bcast(
     length: usize,
     root: i32,
 ) -> i32 {
-    // SAFETY: the caller's promises.
-    unsafe {
-        collective(endpoint, group, op, |call, algorithm, segment| {
-            let algorithm = Bcast::from_id(algorithm, call.size(), length)
-                .ok_or_else(|| unknown_algorithm("broadcast", algorithm))?;
-            let buffer = bytes_mut(buffer, length)
-                .ok_or_else(|| CollError::Argument("a NULL buffer".into()))?;
-            let segment = if segment == 0 {
-                32 * 1024
-            } else {
-                segment as usize
-            };
-            algorithms::bcast(
-                call,
-                buffer,
-                usize::try_from(root).unwrap_or(usize::MAX),
-                algorithm,
-                segment,
-            )
-        })
-    }
+    guard_or(
+        "nicbar_coll_bcast",
+        // SAFETY: the caller's promise about `op`.
+        |panic| unsafe { panicked(op, panic) },
+        // SAFETY: the caller's promises.
+        || unsafe {
+            collective(endpoint, group, op, |call, algorithm, segment| {
+                let algorithm = bcast_algorithm(algorithm, call.size(), length)?;
+                let buffer = bytes_mut(buffer, length)
+                    .ok_or_else(|| CollError::Argument("a NULL buffer".into()))?;
+                let segment = if segment == 0 {
+                    coll::DEFAULT_SEGMENT
+                } else {
+                    segment as usize
+                };
+                coll::bcast(
+                    call,
+                    buffer,
+                    usize::try_from(root).unwrap_or(usize::MAX),
+                    algorithm,
+                    segment,
+                )
+            })
+        },
+    )
 }
 
 /// MPI_Scatter of `block` bytes per rank from `root`: `send` (read at the root only: every
@@ -878,33 +943,43 @@ pub unsafe extern "C" fn nicbar_coll_scatter(
     block: usize,
     root: i32,
 ) -> i32 {
-    // SAFETY: the caller's promises.
-    unsafe {
-        collective(endpoint, group, op, |call, algorithm, _| {
-            let algorithm = Tree::from_id(algorithm, Collective::Scatter, call.size(), block)
-                .ok_or_else(|| unknown_algorithm("scatter", algorithm))?;
-            let root = usize::try_from(root).unwrap_or(usize::MAX);
-            let size = call.size();
-            let at_root = call.rank() == root;
-            let total = block
-                .checked_mul(size)
-                .ok_or_else(|| CollError::Argument("too long".into()))?;
-            let reads = if at_root {
-                vec![(send, total)]
-            } else {
-                Vec::new()
-            };
-            let writes = if receive.is_null() {
-                Vec::new()
-            } else {
-                vec![(receive, block)]
-            };
-            let mut blocks = Blocks::new(&reads, &writes).map_err(CollError::Argument)?;
-            let send = blocks.reads.first().map(|b| &b[..]);
-            let receive = blocks.writes.pop();
-            algorithms::scatter(call, send, receive, block, root, algorithm)
-        })
-    }
+    guard_or(
+        "nicbar_coll_scatter",
+        // SAFETY: the caller's promise about `op`.
+        |panic| unsafe { panicked(op, panic) },
+        // SAFETY: the caller's promises.
+        || unsafe {
+            collective(endpoint, group, op, |call, algorithm, _| {
+                let algorithm = tree_algorithm(
+                    algorithm,
+                    Collective::Scatter,
+                    "scatter",
+                    call.size(),
+                    block,
+                )?;
+                let root = usize::try_from(root).unwrap_or(usize::MAX);
+                let size = call.size();
+                let at_root = call.rank() == root;
+                let total = block
+                    .checked_mul(size)
+                    .ok_or_else(|| CollError::Argument("too long".into()))?;
+                let reads = if at_root {
+                    vec![(send, total)]
+                } else {
+                    Vec::new()
+                };
+                let writes = if receive.is_null() {
+                    Vec::new()
+                } else {
+                    vec![(receive, block)]
+                };
+                let mut blocks = Blocks::new(&reads, &writes).map_err(CollError::Argument)?;
+                let send = blocks.reads.first().map(|b| &b[..]);
+                let receive = blocks.writes.pop();
+                coll::scatter(call, send, receive, block, root, algorithm)
+            })
+        },
+    )
 }
 
 /// MPI_Gather of `block` bytes per rank to `root`: `send` (`block` bytes; NULL at the root for
@@ -923,33 +998,38 @@ pub unsafe extern "C" fn nicbar_coll_gather(
     block: usize,
     root: i32,
 ) -> i32 {
-    // SAFETY: the caller's promises.
-    unsafe {
-        collective(endpoint, group, op, |call, algorithm, _| {
-            let algorithm = Tree::from_id(algorithm, Collective::Gather, call.size(), block)
-                .ok_or_else(|| unknown_algorithm("gather", algorithm))?;
-            let root = usize::try_from(root).unwrap_or(usize::MAX);
-            let size = call.size();
-            let at_root = call.rank() == root;
-            let total = block
-                .checked_mul(size)
-                .ok_or_else(|| CollError::Argument("too long".into()))?;
-            let reads = if send.is_null() {
-                Vec::new()
-            } else {
-                vec![(send, block)]
-            };
-            let writes = if at_root {
-                vec![(receive, total)]
-            } else {
-                Vec::new()
-            };
-            let mut blocks = Blocks::new(&reads, &writes).map_err(CollError::Argument)?;
-            let send = blocks.reads.first().map(|b| &b[..]);
-            let receive = blocks.writes.pop();
-            algorithms::gather(call, send, receive, block, root, algorithm)
-        })
-    }
+    guard_or(
+        "nicbar_coll_gather",
+        // SAFETY: the caller's promise about `op`.
+        |panic| unsafe { panicked(op, panic) },
+        // SAFETY: the caller's promises.
+        || unsafe {
+            collective(endpoint, group, op, |call, algorithm, _| {
+                let algorithm =
+                    tree_algorithm(algorithm, Collective::Gather, "gather", call.size(), block)?;
+                let root = usize::try_from(root).unwrap_or(usize::MAX);
+                let size = call.size();
+                let at_root = call.rank() == root;
+                let total = block
+                    .checked_mul(size)
+                    .ok_or_else(|| CollError::Argument("too long".into()))?;
+                let reads = if send.is_null() {
+                    Vec::new()
+                } else {
+                    vec![(send, block)]
+                };
+                let writes = if at_root {
+                    vec![(receive, total)]
+                } else {
+                    Vec::new()
+                };
+                let mut blocks = Blocks::new(&reads, &writes).map_err(CollError::Argument)?;
+                let send = blocks.reads.first().map(|b| &b[..]);
+                let receive = blocks.writes.pop();
+                coll::gather(call, send, receive, block, root, algorithm)
+            })
+        },
+    )
 }
 
 /// The `count` (pointer, length) pairs of C arrays of pointers and lengths (`None` for NULL
@@ -1002,27 +1082,32 @@ pub unsafe extern "C" fn nicbar_coll_scatterv(
     receive_length: usize,
     root: i32,
 ) -> i32 {
-    // SAFETY: the caller's promises.
-    unsafe {
-        collective(endpoint, group, op, |call, _, _| {
-            let root = usize::try_from(root).unwrap_or(usize::MAX);
-            let reads = if call.rank() == root {
-                pairs(send_blocks, send_lengths, call.size())
-                    .ok_or_else(|| CollError::Argument("NULL send block arrays".into()))?
-            } else {
-                Vec::new()
-            };
-            let writes = if receive.is_null() {
-                Vec::new()
-            } else {
-                vec![(receive, receive_length)]
-            };
-            let mut blocks = Blocks::new(&reads, &writes).map_err(CollError::Argument)?;
-            let send: Vec<&[u8]> = blocks.reads.iter().map(|b| &b[..]).collect();
-            let receive = blocks.writes.pop();
-            algorithms::scatterv(call, (!send.is_empty()).then_some(&send[..]), receive, root)
-        })
-    }
+    guard_or(
+        "nicbar_coll_scatterv",
+        // SAFETY: the caller's promise about `op`.
+        |panic| unsafe { panicked(op, panic) },
+        // SAFETY: the caller's promises.
+        || unsafe {
+            collective(endpoint, group, op, |call, _, _| {
+                let root = usize::try_from(root).unwrap_or(usize::MAX);
+                let reads = if call.rank() == root {
+                    pairs(send_blocks, send_lengths, call.size())
+                        .ok_or_else(|| CollError::Argument("NULL send block arrays".into()))?
+                } else {
+                    Vec::new()
+                };
+                let writes = if receive.is_null() {
+                    Vec::new()
+                } else {
+                    vec![(receive, receive_length)]
+                };
+                let mut blocks = Blocks::new(&reads, &writes).map_err(CollError::Argument)?;
+                let send: Vec<&[u8]> = blocks.reads.iter().map(|b| &b[..]).collect();
+                let receive = blocks.writes.pop();
+                coll::scatterv(call, (!send.is_empty()).then_some(&send[..]), receive, root)
+            })
+        },
+    )
 }
 
 /// MPI_Gatherv: each rank's `send` (`send_length` bytes; NULL at the root for MPI_IN_PLACE)
@@ -1042,28 +1127,33 @@ pub unsafe extern "C" fn nicbar_coll_gatherv(
     receive_lengths: *const usize,
     root: i32,
 ) -> i32 {
-    // SAFETY: the caller's promises.
-    unsafe {
-        collective(endpoint, group, op, |call, _, _| {
-            let root = usize::try_from(root).unwrap_or(usize::MAX);
-            let at_root = call.rank() == root;
-            let writes = if at_root {
-                pairs(receive_blocks, receive_lengths, call.size())
-                    .ok_or_else(|| CollError::Argument("NULL receive block arrays".into()))?
-            } else {
-                Vec::new()
-            };
-            let reads = if send.is_null() {
-                Vec::new()
-            } else {
-                vec![(send, send_length)]
-            };
-            let mut blocks = Blocks::new(&reads, &writes).map_err(CollError::Argument)?;
-            let send = blocks.reads.first().map(|b| &b[..]);
-            let receive = at_root.then_some(&mut blocks.writes[..]);
-            algorithms::gatherv(call, send, receive, root)
-        })
-    }
+    guard_or(
+        "nicbar_coll_gatherv",
+        // SAFETY: the caller's promise about `op`.
+        |panic| unsafe { panicked(op, panic) },
+        // SAFETY: the caller's promises.
+        || unsafe {
+            collective(endpoint, group, op, |call, _, _| {
+                let root = usize::try_from(root).unwrap_or(usize::MAX);
+                let at_root = call.rank() == root;
+                let writes = if at_root {
+                    pairs(receive_blocks, receive_lengths, call.size())
+                        .ok_or_else(|| CollError::Argument("NULL receive block arrays".into()))?
+                } else {
+                    Vec::new()
+                };
+                let reads = if send.is_null() {
+                    Vec::new()
+                } else {
+                    vec![(send, send_length)]
+                };
+                let mut blocks = Blocks::new(&reads, &writes).map_err(CollError::Argument)?;
+                let send = blocks.reads.first().map(|b| &b[..]);
+                let receive = at_root.then_some(&mut blocks.writes[..]);
+                coll::gatherv(call, send, receive, root)
+            })
+        },
+    )
 }
 
 /// MPI_Alltoall of `block` bytes per pair: block j of `send` to rank j, into block i (this
@@ -1082,20 +1172,24 @@ pub unsafe extern "C" fn nicbar_coll_alltoall(
     receive: *mut c_void,
     block: usize,
 ) -> i32 {
-    // SAFETY: the caller's promises.
-    unsafe {
-        collective(endpoint, group, op, |call, algorithm, _| {
-            let algorithm = Alltoall::from_id(algorithm, call.size(), block)
-                .ok_or_else(|| unknown_algorithm("all-to-all", algorithm))?;
-            let total = block
-                .checked_mul(call.size())
-                .ok_or_else(|| CollError::Argument("too long".into()))?;
-            let mut blocks =
-                Blocks::new(&[(send, total)], &[(receive, total)]).map_err(CollError::Argument)?;
-            let receive = blocks.writes.pop().unwrap_or_default();
-            algorithms::alltoall(call, &blocks.reads[0], receive, block, algorithm)
-        })
-    }
+    guard_or(
+        "nicbar_coll_alltoall",
+        // SAFETY: the caller's promise about `op`.
+        |panic| unsafe { panicked(op, panic) },
+        // SAFETY: the caller's promises.
+        || unsafe {
+            collective(endpoint, group, op, |call, algorithm, _| {
+                let algorithm = alltoall_algorithm(algorithm, call.size(), block)?;
+                let total = block
+                    .checked_mul(call.size())
+                    .ok_or_else(|| CollError::Argument("too long".into()))?;
+                let mut blocks = Blocks::new(&[(send, total)], &[(receive, total)])
+                    .map_err(CollError::Argument)?;
+                let receive = blocks.writes.pop().unwrap_or_default();
+                coll::alltoall(call, &blocks.reads[0], receive, block, algorithm)
+            })
+        },
+    )
 }
 
 /// MPI_Alltoallv: `send_blocks[j]` (`send_lengths[j]` bytes) to rank j, into its
@@ -1114,21 +1208,25 @@ pub unsafe extern "C" fn nicbar_coll_alltoallv(
     receive_blocks: *const *mut c_void,
     receive_lengths: *const usize,
 ) -> i32 {
-    // SAFETY: the caller's promises.
-    unsafe {
-        collective(endpoint, group, op, |call, algorithm, _| {
-            let size = call.size();
-            let algorithm = Alltoall::from_id(algorithm, size, 0)
-                .ok_or_else(|| unknown_algorithm("all-to-all", algorithm))?;
-            let reads = pairs(send_blocks, send_lengths, size)
-                .ok_or_else(|| CollError::Argument("NULL send block arrays".into()))?;
-            let writes = pairs(receive_blocks, receive_lengths, size)
-                .ok_or_else(|| CollError::Argument("NULL receive block arrays".into()))?;
-            let mut blocks = Blocks::new(&reads, &writes).map_err(CollError::Argument)?;
-            let send: Vec<&[u8]> = blocks.reads.iter().map(|b| &b[..]).collect();
-            algorithms::alltoallv(call, &send, &mut blocks.writes, algorithm)
-        })
-    }
+    guard_or(
+        "nicbar_coll_alltoallv",
+        // SAFETY: the caller's promise about `op`.
+        |panic| unsafe { panicked(op, panic) },
+        // SAFETY: the caller's promises.
+        || unsafe {
+            collective(endpoint, group, op, |call, algorithm, _| {
+                let size = call.size();
+                let algorithm = alltoall_algorithm(algorithm, size, 0)?;
+                let reads = pairs(send_blocks, send_lengths, size)
+                    .ok_or_else(|| CollError::Argument("NULL send block arrays".into()))?;
+                let writes = pairs(receive_blocks, receive_lengths, size)
+                    .ok_or_else(|| CollError::Argument("NULL receive block arrays".into()))?;
+                let mut blocks = Blocks::new(&reads, &writes).map_err(CollError::Argument)?;
+                let send: Vec<&[u8]> = blocks.reads.iter().map(|b| &b[..]).collect();
+                coll::alltoallv(call, &send, &mut blocks.writes, algorithm)
+            })
+        },
+    )
 }
 
 #[cfg(test)]
@@ -1157,6 +1255,18 @@ mod tests {
                 .unwrap_err()
                 .contains("no barrier algorithm 7")
         );
+    }
+
+    #[test]
+    fn algorithm_numbers_are_the_c_constants() {
+        assert!(bcast_algorithm(9, 4, 4).is_err());
+        assert_eq!(
+            tree_algorithm(2, Collective::Scatter, "scatter", 4, 8),
+            Ok(Tree::Binomial)
+        );
+        assert_eq!(bcast_algorithm(NICBAR_COLL_BCAST_NIC, 4, 4), Ok(Bcast::Nic));
+        assert_eq!(alltoall_algorithm(3, 4, 8), Ok(Alltoall::Bruck));
+        assert!(alltoall_algorithm(4, 4, 8).is_err());
     }
 
     #[test]

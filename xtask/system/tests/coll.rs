@@ -1,16 +1,18 @@
-//! The collectives on an emulated NIC in this process: one thread per rank, each with its own
-//! port on its own NIC, every algorithm against the result MPI defines, computed here.
+//! The collectives of `nicbar::coll` on an emulated NIC in this process: one thread per rank,
+//! each with its own port on its own NIC, every algorithm against the result MPI defines,
+//! computed here; and the transfers under them driven step by step (forwarding, rendezvous
+//! with a peer gone, forged control messages, the limit on data nobody asked for).
 
-use std::path::PathBuf;
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
+use nicbar::coll::transfer::{self, RENDEZVOUS_THRESHOLD};
+use nicbar::coll::{self, Alltoall, Bcast, CollError, Endpoint, Op, Tree};
+use nicbar::{Member, NodeId, Port};
 use nicbar_emulator::{Emulator, EmulatorConfig, EmulatorHandle, FaultConfig};
-use nicbar_rs::{Member, NodeId, Port};
-
-use super::algorithms::{self, Alltoall, Bcast, Tree};
-use super::{CollEndpoint, CollError, Op, transfer};
-use transfer::RENDEZVOUS_THRESHOLD;
+use tempfile::TempDir;
 
 /// The byte rank `rank` contributes at `index` for `salt`: every rank's, every position's and
 /// every operation's bytes differ.
@@ -28,7 +30,7 @@ fn run_ranks(
     name: &str,
     size: usize,
     faults: Option<FaultConfig>,
-    body: impl Fn(usize, &mut CollEndpoint, &[Member]) + Send + Sync + 'static,
+    body: impl Fn(usize, &mut Endpoint, &[Member]) + Send + Sync + 'static,
 ) {
     run_ranks_with(name, size, |config| config.faults = faults, body);
 }
@@ -38,19 +40,16 @@ fn run_ranks_with(
     name: &str,
     size: usize,
     configure: impl FnOnce(&mut EmulatorConfig),
-    body: impl Fn(usize, &mut CollEndpoint, &[Member]) + Send + Sync + 'static,
+    body: impl Fn(usize, &mut Endpoint, &[Member]) + Send + Sync + 'static,
 ) {
-    let dir: PathBuf =
-        std::env::temp_dir().join(format!("nicbar-coll-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let socket = dir.join("control.sock");
+    let dir = common::temp_dir(&format!("nicbar-coll-{name}-"));
+    let socket = dir.path().join("control.sock");
     let mut config = EmulatorConfig::in_process(&socket, size as u16);
     configure(&mut config);
     let daemon = Emulator::spawn(config).expect("the emulator starts");
     let members: Arc<Vec<Member>> = Arc::new(
         (0..size)
-            .map(|n| Member::new(NodeId::new(n as u16), nicbar_rs::PortId(1)))
+            .map(|n| Member::new(NodeId::new(n as u16), nicbar::PortId(1)))
             .collect(),
     );
     let body = Arc::new(body);
@@ -63,10 +62,10 @@ fn run_ranks_with(
             let opened = opened.clone();
             std::thread::spawn(move || {
                 let port = Port::open_at(&socket, rank as u8, 1).expect("the port opens");
-                let mut endpoint = CollEndpoint::new(port).expect("the endpoint sets up");
+                let mut endpoint = Endpoint::new(port).expect("the endpoint sets up");
                 opened.wait();
                 body(rank, &mut endpoint, &members);
-                endpoint.port.close().expect("the port closes");
+                endpoint.close().expect("the port closes");
             })
         })
         .collect();
@@ -77,7 +76,7 @@ fn run_ranks_with(
         }
     }
     drop(daemon);
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(dir);
     if let Some(rank) = failed {
         panic!("rank {rank} failed ({name}, {size} ranks)");
     }
@@ -85,20 +84,15 @@ fn run_ranks_with(
 
 /// An operation of the test communicator (context 5), sequence `sequence`.
 fn op<'a>(
-    endpoint: &'a mut CollEndpoint,
+    endpoint: &'a mut Endpoint,
     members: &'a [Member],
     sequence: u32,
     idle: &'a mut dyn FnMut(),
 ) -> Op<'a> {
-    Op::new(
-        endpoint,
-        members,
-        5,
-        sequence,
-        Some(Duration::from_secs(30)),
-        idle,
-    )
-    .unwrap()
+    Op::new(endpoint, members, 5, sequence)
+        .unwrap()
+        .with_timeout(Duration::from_secs(30))
+        .with_idle(idle)
 }
 
 /// Nothing, a byte, one segment's payload exactly, one byte more, and many segments.
@@ -139,7 +133,7 @@ fn every_broadcast_reaches_every_rank_from_every_root() {
                             vec![0xee; length]
                         };
                         let call = op(endpoint, members, sequence, &mut idle);
-                        algorithms::bcast(call, &mut buffer, root, algorithm, 8192).unwrap();
+                        coll::bcast(call, &mut buffer, root, algorithm, 8192).unwrap();
                         assert_eq!(
                             buffer,
                             data(root, length, salt),
@@ -169,7 +163,7 @@ fn scatter_and_gather_move_every_block_in_and_out_of_place() {
                             let mut receive = vec![0xee; block];
                             let at_root = rank == root;
                             let call = op(endpoint, members, sequence, &mut idle);
-                            algorithms::scatter(
+                            coll::scatter(
                                 call,
                                 at_root.then_some(&send[..]),
                                 (!(at_root && in_place)).then_some(&mut receive[..]),
@@ -189,7 +183,7 @@ fn scatter_and_gather_move_every_block_in_and_out_of_place() {
                                 gathered[rank * block..(rank + 1) * block].copy_from_slice(&mine);
                             }
                             let call = op(endpoint, members, sequence, &mut idle);
-                            algorithms::gather(
+                            coll::gather(
                                 call,
                                 (!(at_root && in_place)).then_some(&mine[..]),
                                 at_root.then_some(&mut gathered[..]),
@@ -228,7 +222,7 @@ fn the_v_forms_move_blocks_of_every_length() {
             let views: Vec<&[u8]> = blocks.iter().map(|b| &b[..]).collect();
             let mut receive = vec![0xee; length(rank)];
             let call = op(endpoint, members, sequence, &mut idle);
-            algorithms::scatterv(
+            coll::scatterv(
                 call,
                 (rank == root).then_some(&views[..]),
                 Some(&mut receive[..]),
@@ -242,7 +236,7 @@ fn the_v_forms_move_blocks_of_every_length() {
             let mut gathered: Vec<Vec<u8>> = (0..size).map(|r| vec![0xee; length(r)]).collect();
             let mut views: Vec<&mut [u8]> = gathered.iter_mut().map(|b| &mut b[..]).collect();
             let call = op(endpoint, members, sequence, &mut idle);
-            algorithms::gatherv(
+            coll::gatherv(
                 call,
                 Some(&mine),
                 (rank == root).then_some(&mut views[..]),
@@ -267,7 +261,7 @@ fn the_v_forms_move_blocks_of_every_length() {
                 (0..size).map(|i| vec![0xee; (i + rank) * 1000]).collect();
             let mut targets: Vec<&mut [u8]> = receives.iter_mut().map(|b| &mut b[..]).collect();
             let call = op(endpoint, members, sequence, &mut idle);
-            algorithms::alltoallv(call, &views, &mut targets, algorithm).unwrap();
+            coll::alltoallv(call, &views, &mut targets, algorithm).unwrap();
             for (i, block) in receives.iter().enumerate() {
                 assert_eq!(*block, data(i * 10 + rank, (i + rank) * 1000, salt));
             }
@@ -288,7 +282,7 @@ fn every_alltoall_delivers_every_block() {
                     let send = data(rank, block * size, salt);
                     let mut receive = vec![0xee; block * size];
                     let call = op(endpoint, members, sequence, &mut idle);
-                    algorithms::alltoall(call, &send, &mut receive, block, algorithm).unwrap();
+                    coll::alltoall(call, &send, &mut receive, block, algorithm).unwrap();
                     for from in 0..size {
                         assert_eq!(
                             receive[from * block..(from + 1) * block],
@@ -320,13 +314,13 @@ fn the_nics_broadcast_reaches_every_rank_from_every_root_and_longer_messages_fal
             size,
             Some(faults),
             move |rank, endpoint, members| {
-                let group = nicbar_rs::Group::new(members.iter().copied())
+                let group = nicbar::Group::new(members.iter().copied())
                     .unwrap()
                     .with_id(0x5eed);
-                endpoint.port.restart_barrier_numbering(&group);
+                endpoint.port_mut().restart_barrier_numbering(&group);
                 let mut sequence = 0;
                 let mut idle = || {};
-                for length in [0, 1, 7, 8, 31, nicbar_rs::NIC_BROADCAST_MAX, 33, 4000] {
+                for length in [0, 1, 7, 8, 31, nicbar::NIC_BROADCAST_MAX, 33, 4000] {
                     for root in 0..size {
                         sequence += 1;
                         let salt = sequence as usize;
@@ -336,7 +330,7 @@ fn the_nics_broadcast_reaches_every_rank_from_every_root_and_longer_messages_fal
                             vec![0xee; length]
                         };
                         let call = op(endpoint, members, sequence, &mut idle).with_group(&group);
-                        algorithms::bcast(call, &mut buffer, root, Bcast::Nic, 8192).unwrap();
+                        coll::bcast(call, &mut buffer, root, Bcast::Nic, 8192).unwrap();
                         assert_eq!(
                             buffer,
                             data(root, length, salt),
@@ -370,11 +364,11 @@ fn a_nic_broadcast_of_another_length_than_the_roots_fails_with_the_lengths() {
         2,
         None,
         move |rank, endpoint, members| {
-            let group = nicbar_rs::Group::new(members.iter().copied()).unwrap();
+            let group = nicbar::Group::new(members.iter().copied()).unwrap();
             let mut idle = || {};
             let mut buffer = if rank == 0 { vec![1; 16] } else { vec![0; 8] };
             let call = op(endpoint, members, 1, &mut idle).with_group(&group);
-            let outcome = algorithms::bcast(call, &mut buffer, 0, Bcast::Nic, 8192);
+            let outcome = coll::bcast(call, &mut buffer, 0, Bcast::Nic, 8192);
             if rank == 0 {
                 outcome.unwrap();
             } else {
@@ -415,7 +409,7 @@ fn large_broadcasts_go_by_rendezvous_byte_for_byte() {
                         vec![0xee; length]
                     };
                     let call = op(endpoint, members, sequence, &mut idle);
-                    algorithms::bcast(call, &mut buffer, root, algorithm, LARGE_SEGMENT).unwrap();
+                    coll::bcast(call, &mut buffer, root, algorithm, LARGE_SEGMENT).unwrap();
                     assert!(
                         buffer == data(root, length, salt),
                         "{algorithm:?} of {length} bytes from {root} at rank {rank}"
@@ -450,7 +444,7 @@ fn large_scatters_gathers_and_alltoalls_go_by_rendezvous() {
                 let send = data(root, block * size, salt);
                 let mut receive = vec![0xee; block];
                 let call = op(endpoint, members, sequence, &mut idle);
-                algorithms::scatter(
+                coll::scatter(
                     call,
                     (rank == root).then_some(&send[..]),
                     Some(&mut receive[..]),
@@ -468,7 +462,7 @@ fn large_scatters_gathers_and_alltoalls_go_by_rendezvous() {
                 let mine = data(rank, block, salt);
                 let mut gathered = vec![0xee; block * size];
                 let call = op(endpoint, members, sequence, &mut idle);
-                algorithms::gather(
+                coll::gather(
                     call,
                     Some(&mine[..]),
                     (rank == root).then_some(&mut gathered[..]),
@@ -488,7 +482,7 @@ fn large_scatters_gathers_and_alltoalls_go_by_rendezvous() {
                 let send = data(rank, block * size, salt);
                 let mut receive = vec![0xee; block * size];
                 let call = op(endpoint, members, sequence, &mut idle);
-                algorithms::alltoall(call, &send, &mut receive, block, algorithm).unwrap();
+                coll::alltoall(call, &send, &mut receive, block, algorithm).unwrap();
                 for from in 0..size {
                     assert!(
                         receive[from * block..(from + 1) * block]
@@ -509,7 +503,7 @@ fn large_scatters_gathers_and_alltoalls_go_by_rendezvous() {
                 (0..size).map(|i| vec![0xee; (i + rank) * 40_000]).collect();
             let mut targets: Vec<&mut [u8]> = receives.iter_mut().map(|b| &mut b[..]).collect();
             let call = op(endpoint, members, sequence, &mut idle);
-            algorithms::alltoallv(call, &views, &mut targets, Alltoall::Pairwise).unwrap();
+            coll::alltoallv(call, &views, &mut targets, Alltoall::Pairwise).unwrap();
             for (i, block) in receives.iter().enumerate() {
                 assert!(*block == data(i * 10 + rank, (i + rank) * 40_000, salt));
             }
@@ -535,7 +529,7 @@ fn the_threshold_picks_the_protocol() {
                     vec![0; length]
                 };
                 let call = op(endpoint, members, sequence, &mut idle);
-                algorithms::bcast(call, &mut buffer, 0, Bcast::Linear, 0).unwrap();
+                coll::bcast(call, &mut buffer, 0, Bcast::Linear, 0).unwrap();
                 assert!(buffer == data(0, length, length));
                 let after = endpoint.transfer_counters();
                 let by_rendezvous = !eager && length >= RENDEZVOUS_THRESHOLD;
@@ -556,19 +550,13 @@ fn the_threshold_picks_the_protocol() {
             // The receiver's last answer is delivered before either closes.
             let mut reply = vec![rank as u8; 8];
             let call = op(endpoint, members, 3, &mut idle);
-            algorithms::bcast(call, &mut reply, 1, Bcast::Linear, 0).unwrap();
+            coll::bcast(call, &mut reply, 1, Bcast::Linear, 0).unwrap();
         });
     }
 }
 
 /// What [`two_endpoints`] sets up: the daemon, its directory, the endpoints, their members.
-type Two = (
-    EmulatorHandle,
-    PathBuf,
-    CollEndpoint,
-    CollEndpoint,
-    Vec<Member>,
-);
+type Two = (EmulatorHandle, TempDir, Endpoint, Endpoint, Vec<Member>);
 
 /// Two endpoints on two NICs of one in-process daemon of `units` NICs, driven by one thread (so
 /// a test chooses exactly when each moves).
@@ -586,28 +574,25 @@ fn endpoints(
     name: &str,
     units: u16,
     count: u8,
-) -> (EmulatorHandle, PathBuf, Vec<CollEndpoint>, Vec<Member>) {
-    let dir: PathBuf =
-        std::env::temp_dir().join(format!("nicbar-coll-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let socket = dir.join("control.sock");
+) -> (EmulatorHandle, TempDir, Vec<Endpoint>, Vec<Member>) {
+    let dir = common::temp_dir(&format!("nicbar-coll-{name}-"));
+    let socket = dir.path().join("control.sock");
     let daemon =
         Emulator::spawn(EmulatorConfig::in_process(&socket, units)).expect("the emulator starts");
     let endpoints = (0..count)
         .map(|unit| {
-            CollEndpoint::new(Port::open_at(&socket, unit, 1).expect("the port opens"))
+            Endpoint::new(Port::open_at(&socket, unit, 1).expect("the port opens"))
                 .expect("the endpoint sets up")
         })
         .collect();
     let members = (0..units)
-        .map(|n| Member::new(NodeId::new(n), nicbar_rs::PortId(1)))
+        .map(|n| Member::new(NodeId::new(n), nicbar::PortId(1)))
         .collect();
     (daemon, dir, endpoints, members)
 }
 
 /// Moves every endpoint's transfers on until `done` holds of them (at most ten seconds).
-fn pump_all_until(endpoints: &mut [CollEndpoint], done: impl Fn(&mut [CollEndpoint]) -> bool) {
+fn pump_all_until(endpoints: &mut [Endpoint], done: impl Fn(&mut [Endpoint]) -> bool) {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while !done(endpoints) {
         assert!(std::time::Instant::now() < deadline, "no progress in 10 s");
@@ -631,32 +616,32 @@ fn an_inner_rank_forwards_each_segment_as_it_arrives() {
         };
         let before = ranks[1].transfer_counters();
         let ids = ranks[1]
-            .transfers
+            .transfers_mut()
             .forward(members[0], key, &members[2..4])
             .expect("nothing of the message is here yet");
         let message = data(0, length, sequence as usize);
         let sent = ranks[0]
-            .transfers
+            .transfers_mut()
             .send(members[1], key, message.clone().into());
         pump_all_until(&mut ranks, |r| {
-            r[1].transfers.has_whole(members[0], key)
-                && r[2].transfers.has_whole(members[1], key)
-                && r[3].transfers.has_whole(members[1], key)
-                && r[0].transfers.send_done(sent) == Ok(true)
+            r[1].transfers().has_whole(members[0], key)
+                && r[2].transfers().has_whole(members[1], key)
+                && r[3].transfers().has_whole(members[1], key)
+                && r[0].transfers_mut().send_done(sent) == Ok(true)
                 && ids
                     .iter()
-                    .all(|&id| r[1].transfers.send_done(id) == Ok(true))
-                && !r.iter().any(|e| e.transfers.has_outgoing())
+                    .all(|&id| r[1].transfers_mut().send_done(id) == Ok(true))
+                && !r.iter().any(|e| e.transfers().has_outgoing())
         });
         for (rank, from) in [(1, 0), (2, 1), (3, 1)] {
-            let got = ranks[rank].transfers.take(members[from], key);
+            let got = ranks[rank].transfers_mut().take(members[from], key);
             assert!(
                 got.as_deref() == Some(&message[..]),
                 "rank {rank}, {length} bytes"
             );
         }
         let after = ranks[1].transfer_counters();
-        let segments = if ranks[0].transfers.by_rendezvous(length) {
+        let segments = if ranks[0].transfers().by_rendezvous(length) {
             assert_eq!(after.rendezvous_received, before.rendezvous_received + 1);
             0
         } else {
@@ -669,7 +654,7 @@ fn an_inner_rank_forwards_each_segment_as_it_arrives() {
         );
     }
     for rank in ranks {
-        rank.port.close().unwrap();
+        rank.close().unwrap();
     }
     drop(daemon);
 }
@@ -695,7 +680,7 @@ fn an_inner_rank_that_leaves_the_library_after_a_broadcast_stalls_no_child() {
                 vec![0; length]
             };
             let call = op(endpoint, members, sequence, &mut idle);
-            algorithms::bcast(call, &mut buffer, 0, Bcast::Pipeline, 1 << 20).unwrap();
+            coll::bcast(call, &mut buffer, 0, Bcast::Pipeline, 1 << 20).unwrap();
             assert!(buffer == data(0, length, sequence as usize), "rank {rank}");
             match rank {
                 // Rank 1 moves nothing until rank 2 has its data.
@@ -725,34 +710,34 @@ fn a_message_here_before_its_forward_is_not_forwarded() {
     };
     let message = data(0, 20_000, 1);
     ranks[0]
-        .transfers
+        .transfers_mut()
         .send(members[1], key, message.clone().into());
-    pump_all_until(&mut ranks, |r| r[1].transfers.holds(members[0], key));
+    pump_all_until(&mut ranks, |r| r[1].transfers().holds(members[0], key));
     assert!(
         ranks[1]
-            .transfers
+            .transfers_mut()
             .forward(members[0], key, &members[2..3])
             .is_none()
     );
     pump_all_until(&mut ranks, |r| {
-        !r.iter().any(|e| e.transfers.has_outgoing())
-            && r[1].transfers.take(members[0], key).is_some()
+        !r.iter().any(|e| e.transfers().has_outgoing())
+            && r[1].transfers_mut().take(members[0], key).is_some()
     });
     assert_eq!(ranks[1].transfer_counters().forwarded, 0);
-    assert!(!ranks[2].transfers.holds(members[1], key));
+    assert!(!ranks[2].transfers().holds(members[1], key));
     for rank in ranks {
-        rank.port.close().unwrap();
+        rank.close().unwrap();
     }
     drop(daemon);
 }
 
 /// Moves `endpoint`'s transfers on until `done` holds of it (at most ten seconds).
-fn pump_until(endpoint: &mut CollEndpoint, done: impl Fn(&CollEndpoint) -> bool) {
+fn pump_until(endpoint: &mut Endpoint, done: impl Fn(&Endpoint) -> bool) {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while !done(endpoint) {
         assert!(std::time::Instant::now() < deadline, "no progress in 10 s");
         endpoint.pump_transfers().unwrap();
-        let _ = endpoint.port.wait_ready(Duration::from_millis(10));
+        let _ = endpoint.port_mut().wait_ready(Duration::from_millis(10));
     }
 }
 
@@ -764,55 +749,47 @@ fn a_peer_gone_mid_rendezvous_fails_the_collective_naming_it() {
     // The receiver answers the ready-to-send, then its port closes before the sender has seen
     // the answer: the sender's puts find no port.
     let (daemon, dir, mut sender, mut receiver, members) = two_endpoints("gone-receiver", 2);
-    let mut call = Op::new(
-        &mut sender,
-        &members,
-        5,
-        1,
-        Some(Duration::from_secs(20)),
-        &mut idle,
-    )
-    .unwrap();
+    let mut call = Op::new(&mut sender, &members, 5, 1)
+        .unwrap()
+        .with_timeout(Duration::from_secs(20))
+        .with_idle(&mut idle);
     call.send(1, 0, data(0, length, 1).into());
-    call.endpoint.pump_transfers().unwrap();
+    call.endpoint().pump_transfers().unwrap();
     pump_until(&mut receiver, |r| {
-        r.transfers.counters().regions_registered > 0 && !r.transfers.has_outgoing()
+        r.transfers().counters().regions_registered > 0 && !r.transfers().has_outgoing()
     });
-    receiver.port.close().unwrap();
+    receiver.close().unwrap();
     let error = call.finish().expect_err("the receiver is gone");
     assert_eq!(error.rank(), Some(1), "{error}");
     assert!(matches!(error, CollError::Peer { .. }), "{error}");
-    sender.port.close().unwrap();
+    sender.close().unwrap();
     drop(daemon);
 
     // The sender's port closes once the receiver has answered: the receiver's wait for the
     // data fails, naming it, within the operation's timeout.
-    let (daemon, _, mut sender, mut receiver, members) = two_endpoints("gone-sender", 2);
-    let mut call = Op::new(&mut sender, &members, 5, 1, None, &mut idle).unwrap();
+    let (daemon, _sender_dir, mut sender, mut receiver, members) = two_endpoints("gone-sender", 2);
+    let mut call = Op::new(&mut sender, &members, 5, 1)
+        .unwrap()
+        .with_idle(&mut idle);
     call.send(1, 0, data(0, length, 1).into());
-    call.endpoint.pump_transfers().unwrap();
+    call.endpoint().pump_transfers().unwrap();
     drop(call);
-    let mut receiving = Op::new(
-        &mut receiver,
-        &members,
-        5,
-        1,
-        Some(Duration::from_millis(500)),
-        &mut idle,
-    )
-    .unwrap();
-    pump_until(receiving.endpoint, |r| {
-        r.transfers.counters().regions_registered > 0
+    let mut receiving = Op::new(&mut receiver, &members, 5, 1)
+        .unwrap()
+        .with_timeout(Duration::from_millis(500))
+        .with_idle(&mut idle);
+    pump_until(receiving.endpoint(), |r| {
+        r.transfers().counters().regions_registered > 0
     });
-    sender.port.close().unwrap();
+    sender.close().unwrap();
     let error = receiving
         .receive(0, 0, length)
         .expect_err("the sender is gone");
     assert_eq!(error.rank(), Some(0), "{error}");
     drop(receiving);
-    receiver.port.close().unwrap();
+    receiver.close().unwrap();
     drop(daemon);
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(dir);
 }
 
 /// A rendezvous control message as a third port would forge it: `kind` 2 is a clear-to-send,
@@ -836,21 +813,21 @@ fn send_raw(port: &mut Port, node: u16, bytes: &[u8]) {
         buffer,
         bytes.len(),
         12,
-        nicbar_rs::Priority::LOW,
+        nicbar::Priority::LOW,
         NodeId::new(node),
-        nicbar_rs::PortId(1),
+        nicbar::PortId(1),
         77,
     )
     .map_err(|refused| refused.error)
     .unwrap();
     loop {
         match port.receive_timeout(Duration::from_secs(10)).unwrap() {
-            Some(nicbar_rs::Event::Sent {
+            Some(nicbar::Event::Sent {
                 context: 77,
                 status,
                 ..
             }) => {
-                assert_eq!(status, nicbar_rs::Status::SUCCESS);
+                assert_eq!(status, nicbar::Status::SUCCESS);
                 return;
             }
             Some(_) => {}
@@ -864,40 +841,30 @@ fn forged_rendezvous_answers_from_a_third_port_are_dropped() {
     let length = 1 << 20;
     let mut idle = || {};
     let (daemon, dir, mut sender, mut receiver, members) = two_endpoints("forged", 3);
-    let socket = dir.join("control.sock");
+    let socket = dir.path().join("control.sock");
     let mut forger = Port::open_at(&socket, 2, 1).expect("the port opens");
     let mine = forger.register_memory(length).unwrap();
     forger.allow_remote_memory_access().unwrap();
 
-    let mut call = Op::new(
-        &mut sender,
-        &members,
-        5,
-        1,
-        Some(Duration::from_secs(20)),
-        &mut idle,
-    )
-    .unwrap();
+    let mut call = Op::new(&mut sender, &members, 5, 1)
+        .unwrap()
+        .with_timeout(Duration::from_secs(20))
+        .with_idle(&mut idle);
     call.send(1, 0, data(0, length, 1).into());
-    call.endpoint.pump_transfers().unwrap();
+    call.endpoint().pump_transfers().unwrap();
     // Before the receiver answers, a third port claims to be it (the sender's first message has
     // id 1), pointing the puts at its own memory; and says "done" for the receiver's message.
     send_raw(&mut forger, 0, &forged_control(1, 2, 1, mine.remote(0)));
     pump_until(&mut receiver, |r| {
-        r.transfers.counters().regions_registered > 0 && !r.transfers.has_outgoing()
+        r.transfers().counters().regions_registered > 0 && !r.transfers().has_outgoing()
     });
     send_raw(&mut forger, 1, &forged_control(1, 4, 1, 0));
     call.finish().unwrap();
 
-    let mut receiving = Op::new(
-        &mut receiver,
-        &members,
-        5,
-        1,
-        Some(Duration::from_secs(20)),
-        &mut idle,
-    )
-    .unwrap();
+    let mut receiving = Op::new(&mut receiver, &members, 5, 1)
+        .unwrap()
+        .with_timeout(Duration::from_secs(20))
+        .with_idle(&mut idle);
     let got = receiving.receive(0, 0, length).unwrap();
     drop(receiving);
     assert!(got == data(0, length, 1), "the message is the sender's");
@@ -909,10 +876,10 @@ fn forged_rendezvous_answers_from_a_third_port_are_dropped() {
     assert_eq!(receiver.transfer_counters().dropped, 1);
     assert_eq!(sender.transfer_counters().rendezvous_sent, 1);
     forger.close().unwrap();
-    sender.port.close().unwrap();
-    receiver.port.close().unwrap();
+    sender.close().unwrap();
+    receiver.close().unwrap();
     drop(daemon);
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(dir);
 }
 
 #[test]
@@ -926,8 +893,8 @@ fn data_nobody_asked_for_is_bounded_and_a_forged_length_takes_nothing() {
     let (daemon, dir, mut ranks, members) = endpoints("unexpected", 3, 2);
     let mut receiver = ranks.pop().expect("two endpoints");
     let mut sender = ranks.pop().expect("two endpoints");
-    receiver.transfers.set_unexpected_limit(1 << 20);
-    let mut forger = Port::open_at(&dir.join("control.sock"), 2, 1).expect("the port opens");
+    receiver.transfers_mut().set_unexpected_limit(1 << 20);
+    let mut forger = Port::open_at(&dir.path().join("control.sock"), 2, 1).expect("the port opens");
 
     send_raw(&mut forger, 1, &forged_control(7, 1, 1, 3 << 30));
     let mut segment = Vec::new();
@@ -945,7 +912,7 @@ fn data_nobody_asked_for_is_bounded_and_a_forged_length_takes_nothing() {
         sequence,
         part: 0,
     };
-    assert!(!receiver.transfers.holds(members[2], forged(8)));
+    assert!(!receiver.transfers().holds(members[2], forged(8)));
 
     // Real messages: 512 KiB fits under the limit and is answered before it is asked for; 4
     // MiB waits, and comes when asked for.
@@ -956,14 +923,14 @@ fn data_nobody_asked_for_is_bounded_and_a_forged_length_takes_nothing() {
         part,
     };
     sender
-        .transfers
+        .transfers_mut()
         .send(members[1], part(0), data(0, small, 1).into());
     sender
-        .transfers
+        .transfers_mut()
         .send(members[1], part(1), data(0, large, 2).into());
     let mut both = [sender, receiver];
     pump_all_until(&mut both, |r| {
-        r[1].transfers.has_whole(members[0], part(0)) && r[1].transfer_counters().over_limit == 3
+        r[1].transfers().has_whole(members[0], part(0)) && r[1].transfer_counters().over_limit == 3
     });
     let [mut sender, mut receiver] = both;
     let mut pump_sender = || {
@@ -983,20 +950,10 @@ fn data_nobody_asked_for_is_bounded_and_a_forged_length_takes_nothing() {
     );
     drop(asking);
     forger.close().unwrap();
-    sender.port.close().unwrap();
-    receiver.port.close().unwrap();
+    sender.close().unwrap();
+    receiver.close().unwrap();
     drop(daemon);
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-#[test]
-fn the_threshold_variable_reads_a_count_or_off() {
-    use super::rendezvous_threshold_from as read;
-    assert_eq!(read(None), None);
-    assert_eq!(read(Some("131072".into())), Some(131_072));
-    assert_eq!(read(Some(" off ".into())), Some(usize::MAX));
-    assert_eq!(read(Some("OFF".into())), Some(usize::MAX));
-    assert_eq!(read(Some("64k".into())), None);
+    drop(dir);
 }
 
 #[test]
@@ -1026,7 +983,7 @@ fn collectives_survive_a_faulty_wire() {
                 vec![0; 100_000]
             };
             let call = op(endpoint, members, sequence, &mut idle);
-            algorithms::bcast(call, &mut buffer, root, Bcast::SplitBinary, 16_384).unwrap();
+            coll::bcast(call, &mut buffer, root, Bcast::SplitBinary, 16_384).unwrap();
             assert_eq!(
                 buffer,
                 data(root, 100_000, sequence as usize),
@@ -1042,14 +999,14 @@ fn collectives_survive_a_faulty_wire() {
                 vec![0; length]
             };
             let call = op(endpoint, members, sequence, &mut idle);
-            algorithms::bcast(call, &mut buffer, 0, Bcast::Binomial, LARGE_SEGMENT).unwrap();
+            coll::bcast(call, &mut buffer, 0, Bcast::Binomial, LARGE_SEGMENT).unwrap();
             assert!(buffer == data(0, length, salt), "seed {seed}");
         }
         let block = RENDEZVOUS_THRESHOLD + 1;
         let send = data(rank, block * 4, 7);
         let mut receive = vec![0; block * 4];
         let call = op(endpoint, members, 7, &mut idle);
-        algorithms::alltoall(call, &send, &mut receive, block, Alltoall::Pairwise).unwrap();
+        coll::alltoall(call, &send, &mut receive, block, Alltoall::Pairwise).unwrap();
         for from in 0..4 {
             assert!(
                 receive[from * block..(from + 1) * block]
@@ -1082,7 +1039,7 @@ fn a_receiver_that_takes_nothing_for_a_while_still_gets_everything() {
 }
 
 /// The body of [`a_receiver_that_takes_nothing_for_a_while_still_gets_everything`].
-fn slow_receiver(rank: usize, endpoint: &mut CollEndpoint, members: &[Member], eager: bool) {
+fn slow_receiver(rank: usize, endpoint: &mut Endpoint, members: &[Member], eager: bool) {
     if eager {
         endpoint.set_rendezvous_threshold(usize::MAX);
     }
@@ -1095,14 +1052,14 @@ fn slow_receiver(rank: usize, endpoint: &mut CollEndpoint, members: &[Member], e
         vec![0; length]
     };
     let call = op(endpoint, members, 1, &mut idle);
-    algorithms::bcast(call, &mut buffer, 0, Bcast::Linear, 0).unwrap();
+    coll::bcast(call, &mut buffer, 0, Bcast::Linear, 0).unwrap();
     assert_eq!(buffer, data(0, length, 1));
     if rank == 0 {
         // The sender's last segments are delivered before it may close: a second
         // operation the receiver answers.
         let mut reply = vec![0; 8];
         let call = op(endpoint, members, 2, &mut idle);
-        algorithms::bcast(call, &mut reply, 1, Bcast::Linear, 0).unwrap();
+        coll::bcast(call, &mut reply, 1, Bcast::Linear, 0).unwrap();
         let counters = endpoint.transfer_counters();
         if eager {
             assert!(counters.resent > 0, "no segment was sent again");
@@ -1113,6 +1070,6 @@ fn slow_receiver(rank: usize, endpoint: &mut CollEndpoint, members: &[Member], e
     } else {
         let mut reply = data(1, 8, 2);
         let call = op(endpoint, members, 2, &mut idle);
-        algorithms::bcast(call, &mut reply, 1, Bcast::Linear, 0).unwrap();
+        coll::bcast(call, &mut reply, 1, Bcast::Linear, 0).unwrap();
     }
 }

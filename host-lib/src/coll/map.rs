@@ -1,8 +1,9 @@
 //! The measured selection map (CollGM's Figures 7, 9 and 11, measured on the machine that runs
 //! them): for each collective, communicator size and message size, the algorithm that was
-//! fastest there. `cargo xtask tune` measures every algorithm and writes the map; the
-//! collectives' algorithm 0 takes the map's choice, and the defaults of [`super::algorithms`]
-//! where the map has no entry or there is no map.
+//! fastest there. `cargo xtask tune` measures every algorithm and writes the map; the choice of
+//! an algorithm ([`super::select`]; the C API's algorithm 0) takes the map's entry, and the
+//! defaults ([`super::Bcast::default_for`] and its kin) where the map has no entry or there is
+//! no map.
 //!
 //! # Where the file is
 //!
@@ -39,105 +40,98 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use super::algorithms::{Alltoall, Bcast, Tree};
+use super::algorithm::{Alltoall, Bcast, Choice, Collective, Tree};
 
 /// The environment variable that names the map file.
-pub(crate) const MAP_ENV: &str = "NICBAR_COLL_MAP";
+pub const MAP_ENV: &str = "NICBAR_COLL_MAP";
 /// The format line's first word.
-pub(crate) const FORMAT: &str = "nicbar-coll-map";
+pub const FORMAT: &str = "nicbar-coll-map";
 /// The format's version this library reads.
-pub(crate) const VERSION: u32 = 1;
+pub const VERSION: u32 = 1;
 
-/// The collectives a map chooses for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Collective {
-    Bcast,
-    Scatter,
-    Gather,
-    Alltoall,
+/// The collective a map's entry names by `word`.
+fn collective_named(word: &str) -> Option<Collective> {
+    Some(match word {
+        "bcast" => Collective::Bcast,
+        "scatter" => Collective::Scatter,
+        "gather" => Collective::Gather,
+        "alltoall" => Collective::Alltoall,
+        _ => return None,
+    })
 }
 
-impl Collective {
-    fn parse(word: &str) -> Option<Self> {
-        Some(match word {
-            "bcast" => Self::Bcast,
-            "scatter" => Self::Scatter,
-            "gather" => Self::Gather,
-            "alltoall" => Self::Alltoall,
-            _ => return None,
-        })
-    }
-
-    /// The algorithm names the collective has.
-    fn names(self) -> &'static [&'static str] {
-        match self {
-            Self::Bcast => &[
-                "linear",
-                "binomial",
-                "binary",
-                "split-binary",
-                "pipeline",
-                "nic",
-            ],
-            Self::Scatter | Self::Gather => &["flat", "binomial"],
-            Self::Alltoall => &["linear", "pairwise", "bruck"],
-        }
+/// The algorithm names `collective` has in a map.
+fn algorithm_names(collective: Collective) -> &'static [&'static str] {
+    match collective {
+        Collective::Bcast => &[
+            "linear",
+            "binomial",
+            "binary",
+            "split-binary",
+            "pipeline",
+            "nic",
+        ],
+        Collective::Scatter | Collective::Gather => &["flat", "binomial"],
+        Collective::Alltoall => &["linear", "pairwise", "bruck"],
     }
 }
 
-/// An algorithm of some collective, as a map names it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Choice {
-    Bcast(Bcast),
-    Tree(Tree),
-    Alltoall(Alltoall),
-}
-
-impl Choice {
-    fn parse(collective: Collective, word: &str) -> Option<Self> {
-        Some(match (collective, word) {
-            (Collective::Bcast, "linear") => Self::Bcast(Bcast::Linear),
-            (Collective::Bcast, "binomial") => Self::Bcast(Bcast::Binomial),
-            (Collective::Bcast, "binary") => Self::Bcast(Bcast::Binary),
-            (Collective::Bcast, "split-binary") => Self::Bcast(Bcast::SplitBinary),
-            (Collective::Bcast, "pipeline") => Self::Bcast(Bcast::Pipeline),
-            (Collective::Bcast, "nic") => Self::Bcast(Bcast::Nic),
-            (Collective::Scatter | Collective::Gather, "flat") => Self::Tree(Tree::Flat),
-            (Collective::Scatter | Collective::Gather, "binomial") => Self::Tree(Tree::Binomial),
-            (Collective::Alltoall, "linear") => Self::Alltoall(Alltoall::Linear),
-            (Collective::Alltoall, "pairwise") => Self::Alltoall(Alltoall::Pairwise),
-            (Collective::Alltoall, "bruck") => Self::Alltoall(Alltoall::Bruck),
-            _ => return None,
-        })
-    }
+/// The algorithm of `collective` a map's entry names by `word`.
+fn choice_named(collective: Collective, word: &str) -> Option<Choice> {
+    Some(match (collective, word) {
+        (Collective::Bcast, "linear") => Choice::Bcast(Bcast::Linear),
+        (Collective::Bcast, "binomial") => Choice::Bcast(Bcast::Binomial),
+        (Collective::Bcast, "binary") => Choice::Bcast(Bcast::Binary),
+        (Collective::Bcast, "split-binary") => Choice::Bcast(Bcast::SplitBinary),
+        (Collective::Bcast, "pipeline") => Choice::Bcast(Bcast::Pipeline),
+        (Collective::Bcast, "nic") => Choice::Bcast(Bcast::Nic),
+        (Collective::Scatter | Collective::Gather, "flat") => Choice::Tree(Tree::Flat),
+        (Collective::Scatter | Collective::Gather, "binomial") => Choice::Tree(Tree::Binomial),
+        (Collective::Alltoall, "linear") => Choice::Alltoall(Alltoall::Linear),
+        (Collective::Alltoall, "pairwise") => Choice::Alltoall(Alltoall::Pairwise),
+        (Collective::Alltoall, "bruck") => Choice::Alltoall(Alltoall::Bruck),
+        _ => return None,
+    })
 }
 
 /// One entry: communicator sizes `processes`, message sizes `bytes` (both inclusive), the
 /// algorithm.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Entry {
-    pub(crate) collective: Collective,
-    pub(crate) processes: (usize, usize),
-    pub(crate) bytes: (usize, usize),
-    pub(crate) choice: Choice,
+pub struct Entry {
+    /// The collective it chooses for.
+    pub collective: Collective,
+    /// The communicator sizes it covers, inclusive.
+    pub processes: (usize, usize),
+    /// The message sizes in bytes it covers, inclusive.
+    pub bytes: (usize, usize),
+    /// The algorithm it chooses.
+    pub choice: Choice,
 }
 
 /// A map file's content.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct CollMap {
-    pub(crate) entries: Vec<Entry>,
+pub struct CollMap {
+    /// The entries, in the file's order (no two of a collective overlap).
+    pub entries: Vec<Entry>,
 }
 
 /// Why a map file was not taken.
 #[derive(Debug)]
-pub(crate) enum MapError {
+pub enum MapError {
     /// The file could not be read.
     Read {
+        /// The file.
         path: PathBuf,
+        /// Why it could not be read.
         source: std::io::Error,
     },
     /// A line is not what the format allows.
-    Line { line: usize, reason: String },
+    Line {
+        /// The line's number, from 1.
+        line: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// No `nicbar-coll-map 1` line before the first entry (or at all).
     NoFormatLine,
 }
@@ -181,7 +175,7 @@ impl CollMap {
     ///
     /// # Errors
     /// [`MapError::NoFormatLine`] or [`MapError::Line`] naming the first bad line.
-    pub(crate) fn parse(text: &str) -> Result<Self, MapError> {
+    pub fn parse(text: &str) -> Result<Self, MapError> {
         let mut map = Self::default();
         let mut formatted = false;
         for (index, raw) in text.lines().enumerate() {
@@ -212,7 +206,7 @@ impl CollMap {
                     words.len()
                 )));
             };
-            let collective = Collective::parse(name).ok_or_else(|| {
+            let collective = collective_named(name).ok_or_else(|| {
                 bad(format!(
                     "unknown collective {name:?} (bcast, scatter, gather, alltoall)"
                 ))
@@ -225,10 +219,10 @@ impl CollMap {
                 )));
             }
             let bytes = range(bytes, true).map_err(|e| bad(format!("bytes: {e}")))?;
-            let choice = Choice::parse(collective, algorithm).ok_or_else(|| {
+            let choice = choice_named(collective, algorithm).ok_or_else(|| {
                 bad(format!(
                     "{name} has no algorithm {algorithm:?} ({})",
-                    collective.names().join(", ")
+                    algorithm_names(collective).join(", ")
                 ))
             })?;
             if let Some(other) = map.entries.iter().find(|e| {
@@ -267,7 +261,7 @@ impl CollMap {
     ///
     /// # Errors
     /// As [`CollMap::parse`], or [`MapError::Read`].
-    pub(crate) fn load(path: &Path) -> Result<Self, MapError> {
+    pub fn load(path: &Path) -> Result<Self, MapError> {
         let text = std::fs::read_to_string(path).map_err(|source| MapError::Read {
             path: path.to_path_buf(),
             source,
@@ -277,12 +271,7 @@ impl CollMap {
 
     /// The map's algorithm for `collective` on `processes` ranks and `bytes`, if an entry
     /// covers them.
-    pub(crate) fn choose(
-        &self,
-        collective: Collective,
-        processes: usize,
-        bytes: usize,
-    ) -> Option<Choice> {
+    pub fn choose(&self, collective: Collective, processes: usize, bytes: usize) -> Option<Choice> {
         self.entries
             .iter()
             .find(|e| {
@@ -296,24 +285,26 @@ impl CollMap {
 
 /// The map file at the default place (see the module docs): `None` when `$NICBAR_COLL_MAP` is
 /// `off` or empty, or no home directory is known.
-pub(crate) fn default_path() -> Option<PathBuf> {
+pub fn default_path() -> Option<PathBuf> {
     path_from(|name| std::env::var_os(name))
 }
 
 fn path_from(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Option<PathBuf> {
-    nicbar_rs::tuning::config_file_path(MAP_ENV, "coll-map", var)
+    crate::tuning::config_file_path(MAP_ENV, "coll-map", var)
 }
 
 /// The map a process uses, and what it was loaded from (for the component's verbose output).
 #[derive(Debug)]
-pub(crate) struct Loaded {
-    pub(crate) map: Option<CollMap>,
-    pub(crate) description: String,
+pub struct Loaded {
+    /// The map, if one was read.
+    pub map: Option<CollMap>,
+    /// A sentence saying what was loaded, or why not.
+    pub description: String,
 }
 
 /// What [`load`] found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum LoadOutcome {
+pub enum LoadOutcome {
     /// A map was read.
     Loaded,
     /// No map (none at the default place, or switched off): the defaults serve.
@@ -326,7 +317,7 @@ static PROCESS_MAP: Mutex<Option<Arc<Loaded>>> = Mutex::new(None);
 
 /// Loads the process's map from `path`, or from the default place when `path` is `None`, and
 /// uses it from now on; returns the outcome and a sentence saying what was loaded or why not.
-pub(crate) fn load(path: Option<&Path>) -> (LoadOutcome, String) {
+pub fn load(path: Option<&Path>) -> (LoadOutcome, String) {
     let (outcome, loaded) = read(path);
     let description = loaded.description.clone();
     if let Ok(mut map) = PROCESS_MAP.lock() {
@@ -403,7 +394,7 @@ fn read(path: Option<&Path>) -> (LoadOutcome, Loaded) {
 }
 
 /// The process's map: the one [`load`] set, else the default place's, read once.
-pub(crate) fn current() -> Arc<Loaded> {
+pub fn current() -> Arc<Loaded> {
     let Ok(mut map) = PROCESS_MAP.lock() else {
         return Arc::new(Loaded {
             map: None,

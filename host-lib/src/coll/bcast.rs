@@ -1,0 +1,230 @@
+//! MPI_Bcast over messages (CollGM §3.4): linear, binomial, segmented binary and pipeline trees,
+//! the split binary tree, and the NIC's own broadcast for a few bytes.
+
+use super::algorithm::Bcast;
+use super::error::CollError;
+use super::op::Op;
+use super::topology::{PHASE, binomial, pieces, real, shared};
+
+/// MPI_Bcast of `buffer` from `root`.
+///
+/// # Errors
+/// As [`Op::receive`] and [`Op::finish`].
+pub fn bcast(
+    mut op: Op<'_>,
+    buffer: &mut [u8],
+    root: usize,
+    algorithm: Bcast,
+    segment: usize,
+) -> Result<(), CollError> {
+    let size = op.size();
+    if root >= size {
+        return Err(CollError::Argument(format!(
+            "root {root} is not a rank of a communicator of {size}"
+        )));
+    }
+    if size == 1 || buffer.is_empty() {
+        return op.finish();
+    }
+    let vrank = (op.rank() + size - root) % size;
+    match algorithm {
+        Bcast::Linear => {
+            if vrank == 0 {
+                let data = shared(buffer);
+                for v in 1..size {
+                    op.send(real(v, root, size), 0, data.clone());
+                }
+            } else {
+                let data = op.receive(root, 0, buffer.len())?;
+                buffer.copy_from_slice(&data);
+            }
+        }
+        Bcast::Binomial => {
+            let (parent, children) = binomial(vrank, size);
+            let children: Vec<usize> = children.iter().map(|&c| real(c, root, size)).collect();
+            match parent {
+                Some(parent) => {
+                    let from = real(parent, root, size);
+                    let forwarded = op.forward(from, 0, &children);
+                    let data = op.receive_forwarded(from, 0, buffer.len(), &children, forwarded)?;
+                    buffer.copy_from_slice(&data);
+                }
+                None => {
+                    let data = shared(buffer);
+                    for child in children {
+                        op.send(child, 0, data.clone());
+                    }
+                }
+            }
+        }
+        Bcast::Binary => {
+            let parent = (vrank > 0).then(|| (vrank - 1) / 2);
+            let children: Vec<usize> = [2 * vrank + 1, 2 * vrank + 2]
+                .into_iter()
+                .filter(|&c| c < size)
+                .collect();
+            tree_segments(&mut op, buffer, root, parent, &children, 0, segment)?;
+        }
+        Bcast::Pipeline => {
+            let parent = vrank.checked_sub(1);
+            let children: Vec<usize> = (vrank + 1 < size)
+                .then_some(vrank + 1)
+                .into_iter()
+                .collect();
+            tree_segments(&mut op, buffer, root, parent, &children, 0, segment)?;
+        }
+        Bcast::SplitBinary if size < 3 => {
+            return bcast(op, buffer, root, Bcast::Linear, segment);
+        }
+        Bcast::SplitBinary => split_binary(&mut op, buffer, root, vrank, segment)?,
+        Bcast::Nic if buffer.len() > crate::NIC_BROADCAST_MAX => {
+            let fallback = Bcast::default_for(size, buffer.len());
+            return bcast(op, buffer, root, fallback, segment);
+        }
+        Bcast::Nic => return op.nic_broadcast(root, buffer),
+    }
+    op.finish()
+}
+
+/// The segments of `buffer` down a tree: each from `parent` (a vrank; none at the root), each
+/// forwarded to `children` as soon as it is here. Parts from `first_part` on.
+fn tree_segments(
+    op: &mut Op<'_>,
+    buffer: &mut [u8],
+    root: usize,
+    parent: Option<usize>,
+    children: &[usize],
+    first_part: u32,
+    segment: usize,
+) -> Result<(), CollError> {
+    let size = op.size();
+    let children: Vec<usize> = children.iter().map(|&c| real(c, root, size)).collect();
+    let pieces = pieces(buffer.len(), segment);
+    // Every piece is forwarded as its segments arrive, whichever piece this rank waits for.
+    let forwarded: Vec<bool> = match parent {
+        Some(parent) => (0..pieces.len())
+            .map(|index| {
+                op.forward(
+                    real(parent, root, size),
+                    first_part + index as u32,
+                    &children,
+                )
+            })
+            .collect(),
+        None => Vec::new(),
+    };
+    for (index, (offset, length)) in pieces.into_iter().enumerate() {
+        let part = first_part + index as u32;
+        let piece = &mut buffer[offset..offset + length];
+        match parent {
+            Some(parent) => {
+                let from = real(parent, root, size);
+                let forwarded = forwarded.get(index).copied().unwrap_or(false);
+                let data = op.receive_forwarded(from, part, length, &children, forwarded)?;
+                piece.copy_from_slice(&data);
+            }
+            None => {
+                let data = shared(piece);
+                for &child in &children {
+                    op.send(child, part, data.clone());
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The split binary tree: half A down the subtree of vrank 1, half B down that of vrank 2
+/// (segmented binary trees both), then each rank of one subtree swaps halves with its partner
+/// in the other; ranks without a partner get their missing half from the root.
+fn split_binary(
+    op: &mut Op<'_>,
+    buffer: &mut [u8],
+    root: usize,
+    vrank: usize,
+    segment: usize,
+) -> Result<(), CollError> {
+    let size = op.size();
+    let half = buffer.len().div_ceil(2);
+    let side = |mut v: usize| {
+        while v > 2 {
+            v = (v - 1) / 2;
+        }
+        v
+    };
+    let left: Vec<usize> = (1..size).filter(|&v| side(v) == 1).collect();
+    let right: Vec<usize> = (1..size).filter(|&v| side(v) == 2).collect();
+    let length = buffer.len();
+    let range = |s: usize| if s == 1 { 0..half } else { half..length };
+    let children = |v: usize| -> Vec<usize> {
+        [2 * v + 1, 2 * v + 2]
+            .into_iter()
+            .filter(|&c| c < size)
+            .collect()
+    };
+    let exchange = PHASE;
+    let direct = 2 * PHASE;
+    if vrank == 0 {
+        for s in [1, 2] {
+            let r = range(s);
+            if !r.is_empty() {
+                tree_segments(op, &mut buffer[r], root, None, &[s], 0, segment)?;
+            }
+        }
+        // Ranks of the larger side without a partner get the other half from here.
+        let pairs = left.len().min(right.len());
+        for &v in left.iter().skip(pairs) {
+            let r = range(2);
+            if !r.is_empty() {
+                op.send(real(v, root, size), direct, shared(&buffer[r]));
+            }
+        }
+        for &v in right.iter().skip(pairs) {
+            let r = range(1);
+            if !r.is_empty() {
+                op.send(real(v, root, size), direct, shared(&buffer[r]));
+            }
+        }
+        return Ok(());
+    }
+    let mine = side(vrank);
+    let parent = (vrank - 1) / 2;
+    let own = range(mine);
+    if !own.is_empty() {
+        let kids = children(vrank);
+        tree_segments(
+            op,
+            &mut buffer[own.clone()],
+            root,
+            Some(parent),
+            &kids,
+            0,
+            segment,
+        )?;
+    }
+    let (ours, theirs) = if mine == 1 {
+        (&left, &right)
+    } else {
+        (&right, &left)
+    };
+    let index = ours.iter().position(|&v| v == vrank).unwrap_or(0);
+    let other = range(3 - mine);
+    let (source, part) = match theirs.get(index) {
+        Some(&partner) => {
+            if !own.is_empty() {
+                op.send(
+                    real(partner, root, size),
+                    exchange,
+                    shared(&buffer[own.clone()]),
+                );
+            }
+            (partner, exchange)
+        }
+        None => (0, direct),
+    };
+    if !other.is_empty() {
+        let data = op.receive(real(source, root, size), part, other.len())?;
+        buffer[other].copy_from_slice(&data);
+    }
+    Ok(())
+}

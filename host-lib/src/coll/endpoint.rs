@@ -1,0 +1,292 @@
+//! The endpoint: one process's port, the barriers it has queued for the NIC (which runs one at
+//! a time per port), the one running, the ends not yet taken, and the collectives' transfers.
+//!
+//! Barriers run in the order they were started, so members that start barriers on the same
+//! groups in the same order (as MPI requires of blocking collectives) always meet.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+use crate::{BarrierError, Error, Group, PendingBarrier, Port};
+
+use super::transfer::{TransferCounters, TransferError, Transfers};
+#[cfg(doc)]
+use super::{Op, transfer::RENDEZVOUS_THRESHOLD};
+
+/// How a barrier ended: `Ok`, or the rank of the member the NIC waited for (if the failure is
+/// a member's) and what happened.
+pub type Outcome = Result<(), (Option<usize>, String)>;
+
+/// How long a collective waits for a peer (and a send is retried while its receiver takes
+/// nothing) when the group gives no timeout.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A broadcast run by the NIC: its root's rank, and the bytes at the root.
+type NicBroadcast = (usize, Vec<u8>);
+
+/// One process's port, with the barriers it has queued, the one running in the NIC, the ends
+/// not yet taken, and the collectives' transfers.
+pub struct Endpoint {
+    pub(super) port: Port,
+    /// Barriers and the NIC's broadcasts in their order.
+    queued: VecDeque<(u64, Group, Option<NicBroadcast>)>,
+    /// The one running in the NIC, and whether it is a broadcast.
+    running: Option<(u64, PendingBarrier, bool)>,
+    ended: HashMap<u64, Outcome>,
+    /// The bytes of the NIC's broadcasts that ended, by ticket.
+    broadcasts: HashMap<u64, Vec<u8>>,
+    next_ticket: u64,
+    /// Barriers completed.
+    completed: u64,
+    /// Collectives other than barriers completed.
+    pub(super) collectives: u64,
+    pub(super) transfers: Transfers,
+}
+
+impl Endpoint {
+    /// The endpoint over `port`: its transfer buffers allocated and provided, the port opened
+    /// to its peers' puts. `NICBAR_COLL_RENDEZVOUS` (a byte count, or `off`) and
+    /// `NICBAR_COLL_UNEXPECTED_BYTES` change the rendezvous threshold and the limit of
+    /// unexpected data.
+    ///
+    /// # Errors
+    /// What the port says when its arena has no room.
+    pub fn new(mut port: Port) -> Result<Self, Error> {
+        let transfers = Transfers::new(&mut port, DEFAULT_TIMEOUT)?;
+        let mut endpoint = Self {
+            port,
+            queued: VecDeque::new(),
+            running: None,
+            ended: HashMap::new(),
+            broadcasts: HashMap::new(),
+            next_ticket: 1,
+            completed: 0,
+            collectives: 0,
+            transfers,
+        };
+        if let Some(threshold) =
+            rendezvous_threshold_from(std::env::var("NICBAR_COLL_RENDEZVOUS").ok())
+        {
+            endpoint.set_rendezvous_threshold(threshold);
+        }
+        if let Some(limit) = std::env::var("NICBAR_COLL_UNEXPECTED_BYTES")
+            .ok()
+            .and_then(|value| value.trim().parse().ok())
+        {
+            endpoint.transfers.set_unexpected_limit(limit);
+        }
+        Ok(endpoint)
+    }
+
+    /// The port the endpoint runs on.
+    pub fn port(&self) -> &Port {
+        &self.port
+    }
+
+    /// The port, to use beside the collectives (its barrier numbering, waits). Events taken
+    /// from it here are not the transfers': take only those the collectives do not use.
+    pub fn port_mut(&mut self) -> &mut Port {
+        &mut self.port
+    }
+
+    /// Closes the port: peers' barriers waiting for it fail, naming it.
+    ///
+    /// # Errors
+    /// What the port says when the daemon refuses or cannot be reached.
+    pub fn close(self) -> Result<(), Error> {
+        self.port.close()
+    }
+
+    /// Barriers (and NIC broadcasts) that completed through this endpoint; failed ones are not
+    /// counted.
+    pub fn barriers_completed(&self) -> u64 {
+        self.completed
+    }
+
+    /// Data collectives (all but barriers) that completed through this endpoint.
+    pub fn collectives_completed(&self) -> u64 {
+        self.collectives
+    }
+
+    /// The transfers under the collectives: the NIC level, for programs and tests that move
+    /// messages by key themselves.
+    pub fn transfers(&self) -> &Transfers {
+        &self.transfers
+    }
+
+    /// The transfers, to send, forward and take messages by key; [`Endpoint::pump_transfers`]
+    /// moves them.
+    pub fn transfers_mut(&mut self) -> &mut Transfers {
+        &mut self.transfers
+    }
+
+    /// What the transfers did so far.
+    pub fn transfer_counters(&self) -> TransferCounters {
+        self.transfers.counters()
+    }
+
+    /// Messages of `threshold` bytes or more go by rendezvous from now on (`usize::MAX`: none);
+    /// [`RENDEZVOUS_THRESHOLD`] until then.
+    pub fn set_rendezvous_threshold(&mut self, threshold: usize) {
+        self.transfers.set_rendezvous_threshold(threshold);
+    }
+
+    /// Queues a barrier of `group`; returns its ticket (never 0).
+    pub fn barrier_start(&mut self, group: &Group) -> u64 {
+        self.enqueue(group, None)
+    }
+
+    /// Queues a broadcast of `group` from rank `root` run by the NIC (`data`: the bytes, at the
+    /// root); returns its ticket (never 0). Its end comes as a barrier's; then
+    /// [`Endpoint::take_broadcast`] gives the bytes.
+    pub fn broadcast_start(&mut self, group: &Group, root: usize, data: &[u8]) -> u64 {
+        self.enqueue(group, Some((root, data.to_vec())))
+    }
+
+    /// The bytes of the ended broadcast with `ticket`, taken.
+    pub fn take_broadcast(&mut self, ticket: u64) -> Option<Vec<u8>> {
+        self.broadcasts.remove(&ticket)
+    }
+
+    fn enqueue(&mut self, group: &Group, broadcast: Option<NicBroadcast>) -> u64 {
+        let ticket = self.next_ticket;
+        self.next_ticket = self.next_ticket.wrapping_add(1).max(1);
+        self.queued.push_back((ticket, group.clone(), broadcast));
+        self.progress();
+        ticket
+    }
+
+    /// The end of the barrier with `ticket`, taken; `None` while it runs or if no barrier has
+    /// this ticket (then `pending` says which).
+    pub fn barrier_end(&mut self, ticket: u64) -> (Option<Outcome>, bool) {
+        self.progress();
+        match self.ended.remove(&ticket) {
+            Some(outcome) => (Some(outcome), false),
+            None => (
+                None,
+                self.running.as_ref().is_some_and(|(t, _, _)| *t == ticket)
+                    || self.queued.iter().any(|(t, _, _)| *t == ticket),
+            ),
+        }
+    }
+
+    /// Takes the running barrier's end if it has come, posts queued barriers while the port is
+    /// free, and moves the transfers on. Returns how many barriers ended.
+    pub fn progress(&mut self) -> usize {
+        let mut ended = 0;
+        loop {
+            if let Some((_, pending, _)) = &self.running {
+                if let Ok(false) = self.port.barrier_test(pending) {
+                    break;
+                }
+                if let Some((ticket, pending, broadcast)) = self.running.take() {
+                    let outcome = if broadcast {
+                        let mut bytes = [0; crate::NIC_BROADCAST_MAX];
+                        self.port
+                            .nic_broadcast_wait(pending, &mut bytes)
+                            .map(|length| {
+                                let length = length.min(bytes.len());
+                                self.broadcasts.insert(ticket, bytes[..length].to_vec());
+                            })
+                    } else {
+                        self.port.barrier_wait(pending)
+                    };
+                    self.record(ticket, outcome);
+                    ended += 1;
+                }
+            }
+            let Some((ticket, group, broadcast)) = self.queued.pop_front() else {
+                break;
+            };
+            let started = match &broadcast {
+                Some((root, data)) => self.port.nic_broadcast_start(&group, *root, data),
+                None => self.port.barrier_start(&group),
+            };
+            match started {
+                Ok(pending) => self.running = Some((ticket, pending, broadcast.is_some())),
+                Err(error) => {
+                    self.record(ticket, Err(error));
+                    ended += 1;
+                }
+            }
+        }
+        let _ = self.pump_transfers();
+        ended
+    }
+
+    /// Hands the port's waiting events to the transfers and posts what they have to send.
+    /// Returns whether anything happened. [`Endpoint::progress`] and every wait of an [`Op`]
+    /// call it; a program that drives transfers itself ([`Endpoint::transfers_mut`]) calls it
+    /// in its loop.
+    ///
+    /// # Errors
+    /// [`TransferError::Port`] when the port fails.
+    pub fn pump_transfers(&mut self) -> Result<bool, TransferError> {
+        let mut any = false;
+        loop {
+            match self.port.receive() {
+                Ok(Some(event)) => {
+                    any = true;
+                    // Nothing else on this port takes events: the barriers' own were absorbed.
+                    let _ = self.transfers.handle(&mut self.port, event);
+                }
+                Ok(None) => break,
+                Err(error) => return Err(TransferError::Port(error.to_string())),
+            }
+        }
+        Ok(self.transfers.post(&mut self.port) || any)
+    }
+
+    /// Sleeps until the NIC reports an event or `timeout` passes, then progresses. Returns how
+    /// many barriers ended.
+    pub fn wait(&mut self, timeout: Duration) -> usize {
+        let mut ended = self.progress();
+        if ended == 0 && (self.running.is_some() || self.transfers.has_outgoing()) {
+            // Wakes for any event, the barrier's own end included (which `receive` keeps).
+            let _ = self.port.wait_ready(timeout);
+            ended = self.progress();
+        }
+        ended
+    }
+
+    fn record(&mut self, ticket: u64, outcome: Result<(), BarrierError>) {
+        let outcome = match outcome {
+            Ok(()) => {
+                self.completed += 1;
+                Ok(())
+            }
+            Err(error) => {
+                let rank = match &error {
+                    BarrierError::Failed { rank, .. } => *rank,
+                    _ => None,
+                };
+                Err((rank, error.to_string()))
+            }
+        };
+        self.ended.insert(ticket, outcome);
+    }
+}
+
+/// The rendezvous threshold `NICBAR_COLL_RENDEZVOUS` sets: a byte count, or `off` (no
+/// rendezvous). `None` (the default stands) when unset or unreadable.
+fn rendezvous_threshold_from(value: Option<String>) -> Option<usize> {
+    let value = value?;
+    let value = value.trim();
+    if value.eq_ignore_ascii_case("off") {
+        return Some(usize::MAX);
+    }
+    value.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_threshold_variable_reads_a_count_or_off() {
+        use super::rendezvous_threshold_from as read;
+        assert_eq!(read(None), None);
+        assert_eq!(read(Some("131072".into())), Some(131_072));
+        assert_eq!(read(Some(" off ".into())), Some(usize::MAX));
+        assert_eq!(read(Some("OFF".into())), Some(usize::MAX));
+        assert_eq!(read(Some("64k".into())), None);
+    }
+}

@@ -1,0 +1,336 @@
+//! One collective operation of a communicator on an endpoint: its sends and receives, keyed by
+//! the communicator's context, the operation's sequence number and a part, and the wait between
+//! them, which progresses everything on the port and runs the caller's idle work.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::{Group, Member};
+
+use super::endpoint::{DEFAULT_TIMEOUT, Endpoint};
+use super::error::CollError;
+use super::transfer::{Key, SendId};
+#[cfg(doc)]
+use super::transfer::{TransferCounters, Transfers};
+
+/// Polls with nothing to do before a wait sleeps on the port, by default.
+const SPINS: u32 = 64;
+/// How long one sleep on the port lasts at most (the idle callback runs between sleeps).
+const SLEEP: Duration = Duration::from_micros(200);
+
+/// One collective operation of a communicator on an endpoint: its sends, its receives, and the
+/// wait between them (which progresses everything on the port and runs the caller's idle work).
+pub struct Op<'a> {
+    endpoint: &'a mut Endpoint,
+    members: &'a [Member],
+    /// The communicator's group, for what runs in the NIC (its broadcasts).
+    group: Option<&'a Group>,
+    rank: usize,
+    context: u32,
+    sequence: u32,
+    started: Instant,
+    timeout: Duration,
+    idle: Option<&'a mut dyn FnMut()>,
+    sends: Vec<(SendId, usize)>,
+    spin: u32,
+}
+
+impl Drop for Op<'_> {
+    /// The operation's sends are the NIC's alone from here ([`Transfers::detach`]).
+    fn drop(&mut self) {
+        for &(id, _) in &self.sends {
+            self.endpoint.transfers.detach(id);
+        }
+    }
+}
+
+impl<'a> Op<'a> {
+    /// Operation `sequence` of the communicator with `context` whose ranks are `members`, run by
+    /// the member at this endpoint's port. Every rank names the operation alike: the same
+    /// `context` and `sequence`, a new `sequence` for each operation of the communicator. It
+    /// waits for a peer [`DEFAULT_TIMEOUT`] unless [`Op::with_timeout`] says otherwise.
+    ///
+    /// # Errors
+    /// [`CollError::Argument`] if this endpoint's port is not a member.
+    pub fn new(
+        endpoint: &'a mut Endpoint,
+        members: &'a [Member],
+        context: u32,
+        sequence: u32,
+    ) -> Result<Self, CollError> {
+        let me = Member::new(endpoint.port.node_id(), endpoint.port.port_id());
+        let rank = members.iter().position(|m| *m == me).ok_or_else(|| {
+            CollError::Argument(format!("this process's port ({me}) is not in the group"))
+        })?;
+        Ok(Self {
+            endpoint,
+            members,
+            group: None,
+            rank,
+            context,
+            sequence,
+            started: Instant::now(),
+            timeout: DEFAULT_TIMEOUT,
+            idle: None,
+            sends: Vec::new(),
+            spin: SPINS,
+        })
+    }
+
+    /// This operation waiting at most `timeout` for a peer's data (and retrying a send while its
+    /// receiver takes nothing).
+    #[must_use]
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// This operation running `idle` between polls while it waits (an MPI library's progress
+    /// of its other requests).
+    #[must_use]
+    pub fn with_idle(mut self, idle: &'a mut dyn FnMut()) -> Self {
+        self.idle = Some(idle);
+        self
+    }
+
+    /// The endpoint the operation runs on, for what a caller does between its sends and
+    /// receives ([`Endpoint::pump_transfers`], its counters).
+    pub fn endpoint(&mut self) -> &mut Endpoint {
+        self.endpoint
+    }
+
+    /// This operation with `spin` polls before each sleep on the port (0: the default).
+    #[must_use]
+    pub fn with_spin(mut self, spin: u32) -> Self {
+        if spin > 0 {
+            self.spin = spin;
+        }
+        self
+    }
+
+    /// This operation with the communicator's `group` (its members are the operation's), which
+    /// the NIC's broadcast runs on.
+    #[must_use]
+    pub fn with_group(mut self, group: &'a Group) -> Self {
+        self.group = Some(group);
+        self
+    }
+
+    /// Broadcasts `buffer` (at most [`crate::NIC_BROADCAST_MAX`] bytes, the same length on
+    /// every rank) from `root` through the NIC's barrier engine, and ends the operation.
+    ///
+    /// # Errors
+    /// [`CollError::Argument`] without a group or for too many bytes; [`CollError::Nic`] if the
+    /// NIC's broadcast failed; [`CollError::Length`] if the root sent another length; as
+    /// [`Op::finish`].
+    pub fn nic_broadcast(mut self, root: usize, buffer: &mut [u8]) -> Result<(), CollError> {
+        let group = self
+            .group
+            .ok_or_else(|| CollError::Argument("no group for the NIC's broadcast".into()))?;
+        if buffer.len() > crate::NIC_BROADCAST_MAX {
+            return Err(CollError::Argument(format!(
+                "the NIC broadcasts at most {} bytes, not {}",
+                crate::NIC_BROADCAST_MAX,
+                buffer.len()
+            )));
+        }
+        let data: &[u8] = if self.rank == root { buffer } else { &[] };
+        let ticket = self.endpoint.broadcast_start(group, root, data);
+        let mut polls = 0;
+        loop {
+            let (outcome, pending) = self.endpoint.barrier_end(ticket);
+            match outcome {
+                Some(Ok(())) => break,
+                Some(Err((rank, message))) => {
+                    return Err(CollError::Nic { rank, message });
+                }
+                None if !pending => {
+                    return Err(CollError::Port("the NIC's broadcast was lost".into()));
+                }
+                None => self.step(&mut polls, root)?,
+            }
+        }
+        let bytes = self.endpoint.take_broadcast(ticket).unwrap_or_default();
+        if bytes.len() != buffer.len() {
+            return Err(CollError::Length {
+                rank: root,
+                expected: buffer.len(),
+                got: bytes.len(),
+            });
+        }
+        buffer.copy_from_slice(&bytes);
+        self.finish()
+    }
+
+    /// This process's rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// The communicator's size.
+    pub fn size(&self) -> usize {
+        self.members.len()
+    }
+
+    fn key(&self, part: u32) -> Key {
+        Key {
+            context: self.context,
+            sequence: self.sequence,
+            part,
+        }
+    }
+
+    /// Sends `data` to `to` as `part` of this operation (queued: it goes out while the
+    /// operation waits).
+    pub fn send(&mut self, to: usize, part: u32, data: Arc<[u8]>) {
+        let key = self.key(part);
+        let id = self.endpoint.transfers.send(self.members[to], key, data);
+        self.sends.push((id, to));
+    }
+
+    /// Waits for `part` of this operation from `from`, which must be `length` bytes.
+    ///
+    /// # Errors
+    /// [`CollError::Length`] when another length came; [`CollError::Peer`] when a send of the
+    /// operation failed or the message was dropped for the limit of unexpected data;
+    /// [`CollError::Timeout`] past the operation's timeout; [`CollError::Port`] when the port
+    /// failed.
+    pub fn receive(&mut self, from: usize, part: u32, length: usize) -> Result<Vec<u8>, CollError> {
+        let key = self.key(part);
+        let member = self.members[from];
+        self.endpoint
+            .transfers
+            .want(&mut self.endpoint.port, member, key)
+            .map_err(|error| CollError::Peer { rank: from, error })?;
+        let mut polls = 0;
+        loop {
+            if let Some(message) = self.endpoint.transfers.take(member, key) {
+                if message.len() != length {
+                    return Err(CollError::Length {
+                        rank: from,
+                        expected: length,
+                        got: message.len(),
+                    });
+                }
+                return Ok(message);
+            }
+            self.step(&mut polls, from)?;
+        }
+    }
+
+    /// Asks for `part` from `from` to be passed on to each rank of `to` as it arrives
+    /// (forwarded segment by segment from the receive buffers: [`Transfers::forward`]); the
+    /// sends to `to` are the operation's, as [`Op::send`]'s. Returns whether it will be: not if
+    /// part of the message came already ([`Op::receive_forwarded`] then sends it on).
+    pub fn forward(&mut self, from: usize, part: u32, to: &[usize]) -> bool {
+        let key = self.key(part);
+        let members: Vec<Member> = to.iter().map(|&rank| self.members[rank]).collect();
+        match self
+            .endpoint
+            .transfers
+            .forward(self.members[from], key, &members)
+        {
+            Some(ids) => {
+                self.sends.extend(ids.into_iter().zip(to.iter().copied()));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// [`Op::receive`] of `part` from `from`, for which [`Op::forward`] to `to` said
+    /// `forwarded`: if it said no, the message is sent on to `to` here.
+    ///
+    /// # Errors
+    /// As [`Op::receive`].
+    pub fn receive_forwarded(
+        &mut self,
+        from: usize,
+        part: u32,
+        length: usize,
+        to: &[usize],
+        forwarded: bool,
+    ) -> Result<Vec<u8>, CollError> {
+        let data = self.receive(from, part, length)?;
+        if !forwarded {
+            let shared: Arc<[u8]> = Arc::from(data.as_slice());
+            for &rank in to {
+                self.send(rank, part, shared.clone());
+            }
+        }
+        Ok(data)
+    }
+
+    /// Waits until every send of the operation is in the NIC's hands (its data copied into the
+    /// port's send buffers: the NIC delivers it from there, retrying as it must). Until the
+    /// operation ends, a send that fails (a peer's port closed) fails it at once; after, the
+    /// failure is counted ([`TransferCounters::late_failures`]) and the peer's next
+    /// operation fails on its own.
+    ///
+    /// # Errors
+    /// [`CollError::Peer`] when a send failed; [`CollError::Timeout`] past the operation's
+    /// timeout; [`CollError::Port`] when the port failed.
+    pub fn finish(mut self) -> Result<(), CollError> {
+        let mut polls = 0;
+        loop {
+            let mut waiting_for = None;
+            for &(id, to) in &self.sends {
+                if !self
+                    .endpoint
+                    .transfers
+                    .send_done(id)
+                    .map_err(|error| CollError::Peer { rank: to, error })?
+                {
+                    waiting_for = Some(to);
+                    break;
+                }
+            }
+            let Some(rank) = waiting_for else {
+                break;
+            };
+            self.step(&mut polls, rank)?;
+        }
+        self.endpoint.collectives += 1;
+        Ok(())
+    }
+
+    /// One poll of a wait for `rank`: progresses the port, settles delivered sends, runs the
+    /// idle work, and after a few empty polls sleeps on the port a little.
+    ///
+    /// # Errors
+    /// [`CollError::Peer`] when a send failed; [`CollError::Timeout`] past the timeout;
+    /// [`CollError::Port`].
+    fn step(&mut self, polls: &mut u32, rank: usize) -> Result<(), CollError> {
+        self.endpoint.progress();
+        let busy = self
+            .endpoint
+            .pump_transfers()
+            .map_err(|error| CollError::Port(error.to_string()))?;
+        for &(id, to) in &self.sends {
+            if let Err(error) = self.endpoint.transfers.send_done(id) {
+                return Err(CollError::Peer { rank: to, error });
+            }
+        }
+        if let Some(idle) = self.idle.as_mut() {
+            idle();
+        }
+        if busy {
+            *polls = 0;
+            return Ok(());
+        }
+        *polls += 1;
+        let waited = self.started.elapsed();
+        if waited >= self.timeout {
+            return Err(CollError::Timeout { rank, waited });
+        }
+        if *polls > self.spin
+            && let Ok(Some(event)) = self.endpoint.port.receive_timeout(SLEEP)
+        {
+            let _ = self
+                .endpoint
+                .transfers
+                .handle(&mut self.endpoint.port, event);
+        }
+        Ok(())
+    }
+}

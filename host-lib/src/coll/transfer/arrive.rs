@@ -1,0 +1,472 @@
+//! Arrivals: the port's events taken, segments assembled, rendezvous answered, and the limit on
+//! data nobody asked for yet.
+
+use crate::{Event, Member, Port, RemotePointer, Status};
+
+use super::records::{Assembly, Landing, Rendezvous, SendId, SendRecord};
+use super::transfers::Transfers;
+use super::wire::{
+    Control, ControlKind, HEADER_LEN, Header, Key, RECEIVE_TAG, SEGMENT_PAYLOAD, segment_count,
+};
+use super::{REFUSED_KEEP, TransferError};
+
+impl Transfers {
+    /// Whether a message of `total` bytes from `at` may be held: always if it is the one asked
+    /// for; else if it fits under the limit, and it is then counted against it.
+    pub(super) fn admit(&mut self, at: (Member, Key), total: usize) -> bool {
+        if self.wanted == Some(at) {
+            return true;
+        }
+        let cost = total.max(SEGMENT_PAYLOAD);
+        if self.unexpected.saturating_add(cost) > self.unexpected_limit {
+            self.counters.over_limit += 1;
+            return false;
+        }
+        self.unexpected += cost;
+        self.charged.insert(at, cost);
+        true
+    }
+
+    /// What `at`'s message counted against the limit is free again.
+    pub(super) fn uncharge(&mut self, at: (Member, Key)) {
+        if let Some(cost) = self.charged.remove(&at) {
+            self.unexpected = self.unexpected.saturating_sub(cost);
+        }
+    }
+
+    /// The caller waits for the message `key` from `from` now: a ready-to-send of it kept
+    /// waiting for room is answered at once.
+    ///
+    /// # Errors
+    /// [`TransferError::OverLimit`] if it came before and was dropped for the limit.
+    pub fn want(&mut self, port: &mut Port, from: Member, key: Key) -> Result<(), TransferError> {
+        let at = (from, key);
+        self.wanted = Some(at);
+        if let Some(bytes) = self.over_limit.remove(&at) {
+            return Err(TransferError::OverLimit {
+                peer: from,
+                bytes,
+                limit: self.unexpected_limit,
+            });
+        }
+        if let Some(index) = self
+            .deferred
+            .iter()
+            .position(|(member, control)| *member == from && control.key == key)
+            && let Some((member, control)) = self.deferred.remove(index)
+        {
+            self.ready(port, member, control);
+        }
+        Ok(())
+    }
+
+    /// Answers the ready-to-sends kept waiting, in order, while they fit under the limit.
+    pub(super) fn answer_deferred(&mut self, port: &mut Port) {
+        while let Some(&(member, control)) = self.deferred.front() {
+            let total = usize::try_from(control.value).unwrap_or(usize::MAX);
+            if self.unexpected.saturating_add(total.max(SEGMENT_PAYLOAD)) > self.unexpected_limit {
+                return;
+            }
+            self.deferred.pop_front();
+            self.ready(port, member, control);
+        }
+    }
+
+    /// Whether any of the message `key` from `from` is here (a segment, or all of it).
+    pub fn holds(&self, from: Member, key: Key) -> bool {
+        self.assembling.contains_key(&(from, key)) || self.arrived.contains_key(&(from, key))
+    }
+
+    /// Whether the message `key` from `from` is here whole (and not taken yet).
+    pub fn has_whole(&self, from: Member, key: Key) -> bool {
+        self.arrived.contains_key(&(from, key))
+    }
+
+    /// The message from `from` under `key`, if it has arrived whole (it is then forgotten).
+    pub fn take(&mut self, from: Member, key: Key) -> Option<Vec<u8>> {
+        let message = self.arrived.remove(&(from, key))?;
+        self.counters.messages_received += 1;
+        self.uncharge((from, key));
+        if self.wanted == Some((from, key)) {
+            self.wanted = None;
+        }
+        Some(message)
+    }
+
+    /// Takes `event` if it is the transfers' (a segment arrived, or a segment's send ended);
+    /// returns it otherwise.
+    pub fn handle(&mut self, port: &mut Port, event: Event) -> Option<Event> {
+        match event {
+            Event::Received {
+                buffer,
+                length,
+                tag,
+                sender_node,
+                sender_port,
+                status,
+                ..
+            } if tag == RECEIVE_TAG => {
+                self.provided = self.provided.saturating_sub(1);
+                let mut buffer = Some(buffer);
+                if status == Status::SUCCESS {
+                    let from = Member::new(sender_node, sender_port);
+                    let accepted = match buffer.as_ref().and_then(|b| b.get(..length)) {
+                        Some(bytes) => match Control::parse(bytes) {
+                            Some(control) => {
+                                self.control(port, from, control);
+                                None
+                            }
+                            None => self.arrive(from, bytes),
+                        },
+                        None => {
+                            self.counters.dropped += 1;
+                            None
+                        }
+                    };
+                    if let Some(key) = accepted
+                        && let Some(arrived) = buffer.take()
+                    {
+                        buffer = self.forward_segment(from, key, arrived, length);
+                    }
+                }
+                // Provided again at once: a receive token came back with the event. (A refused
+                // buffer goes back to the arena; the others keep the port fed.) A buffer sent
+                // on by forwarding is replaced by a spare send buffer.
+                match buffer {
+                    Some(buffer) => {
+                        let _ = self.provide(port, buffer);
+                    }
+                    None => self.replenish(port),
+                }
+                None
+            }
+            Event::Sent {
+                buffer,
+                context,
+                status,
+                ..
+            } if self.in_flight.contains_key(&context) => {
+                self.sent(buffer, context, status);
+                None
+            }
+            Event::OperationDone {
+                context, status, ..
+            } if self.puts.contains_key(&context) => {
+                self.put_done(context, status);
+                None
+            }
+            Event::SendRejected {
+                buffer: Some(buffer),
+                context,
+                status,
+                ..
+            } if self.in_flight.contains_key(&context) => {
+                // A refused token is not retried: what the NIC refuses, it refuses again.
+                if let Some(flight) = self.in_flight.remove(&context) {
+                    self.fail(flight, status);
+                }
+                self.spare.push(buffer);
+                None
+            }
+            Event::ReceiveRejected {
+                buffer: Some(_),
+                tag,
+                ..
+            } if tag == RECEIVE_TAG => {
+                self.provided = self.provided.saturating_sub(1);
+                None
+            }
+            other => Some(other),
+        }
+    }
+
+    /// A segment arrived from `from`: checked, stored, and its message completed when whole.
+    /// Returns the message's key if the segment was taken (not malformed, not a duplicate).
+    pub(super) fn arrive(&mut self, from: Member, bytes: &[u8]) -> Option<Key> {
+        let Some(header) = Header::parse(bytes) else {
+            self.counters.dropped += 1;
+            return None;
+        };
+        let payload = &bytes[HEADER_LEN..];
+        let (Ok(offset), Ok(total)) = (
+            usize::try_from(header.offset),
+            usize::try_from(header.total),
+        ) else {
+            self.counters.dropped += 1;
+            return None;
+        };
+        let index = offset / SEGMENT_PAYLOAD;
+        let fits = offset % SEGMENT_PAYLOAD == 0
+            && total <= isize::MAX as usize
+            && offset <= total
+            && payload.len() == (total - offset).min(SEGMENT_PAYLOAD)
+            && index < segment_count(total);
+        let key = (from, header.key);
+        if !fits || self.arrived.contains_key(&key) {
+            self.counters.dropped += 1;
+            return None;
+        }
+        if !self.assembling.contains_key(&key) {
+            // A new message: the rest of one dropped for the limit stays dropped, and one that
+            // does not fit under the limit is dropped (and remembered).
+            if self.over_limit.contains_key(&key) {
+                self.counters.dropped += 1;
+                return None;
+            }
+            if !self.admit(key, total) {
+                self.counters.dropped += 1;
+                if self.over_limit.len() < REFUSED_KEEP {
+                    self.over_limit.insert(key, total);
+                }
+                return None;
+            }
+        }
+        let assembly = match self.assembling.entry(key) {
+            std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
+            std::collections::hash_map::Entry::Vacant(entry) => {
+                let mut data = Vec::new();
+                if data.try_reserve_exact(total).is_err() {
+                    self.uncharge(key);
+                    self.counters.dropped += 1;
+                    return None;
+                }
+                data.resize(total, 0);
+                let count = segment_count(total);
+                entry.insert(Assembly {
+                    data,
+                    arrived: vec![false; count],
+                    missing: count,
+                })
+            }
+        };
+        if assembly.data.len() != total || assembly.arrived[index] {
+            self.counters.dropped += 1;
+            return None;
+        }
+        assembly.data[offset..offset + payload.len()].copy_from_slice(payload);
+        assembly.arrived[index] = true;
+        assembly.missing -= 1;
+        if assembly.missing == 0
+            && let Some(done) = self.assembling.remove(&key)
+        {
+            self.arrived.insert(key, done.data);
+        }
+        Some(header.key)
+    }
+
+    /// A rendezvous control message `control` arrived from `from`.
+    pub(super) fn control(&mut self, port: &mut Port, from: Member, control: Control) {
+        match control.kind {
+            ControlKind::Ready => self.ready(port, from, control),
+            ControlKind::Clear | ControlKind::Refuse => self.answered(port, from, control),
+            ControlKind::Done => {
+                let key = (from, control.key);
+                match self.landing.remove(&key) {
+                    Some(landing) if landing.id == control.id => {
+                        let data = landing.region.bytes().to_vec(0, landing.total);
+                        self.pool.give(landing.region);
+                        self.counters.rendezvous_received += 1;
+                        self.forward_whole(key, &data);
+                        self.arrived.insert(key, data);
+                    }
+                    Some(other) => {
+                        self.landing.insert(key, other);
+                        self.counters.dropped += 1;
+                    }
+                    None => self.counters.dropped += 1,
+                }
+            }
+        }
+    }
+
+    /// `from` is ready to send a message by rendezvous: a landing region goes back to it at
+    /// once (or a refusal, if none can be registered: the message then comes eagerly).
+    pub(super) fn ready(&mut self, port: &mut Port, from: Member, control: Control) {
+        let key = (from, control.key);
+        let Ok(total) = usize::try_from(control.value) else {
+            self.counters.dropped += 1;
+            return;
+        };
+        if control.value > shared_abi::rdma::MAX_RDMA_LENGTH
+            || self.landing.contains_key(&key)
+            || self.arrived.contains_key(&key)
+            || self.assembling.contains_key(&key)
+        {
+            self.counters.dropped += 1;
+            return;
+        }
+        if !self.admit(key, total) {
+            // No room under the limit of unexpected data: the answer waits for room, or for
+            // the caller to ask for this message.
+            if self.deferred.len() < REFUSED_KEEP
+                && !self
+                    .deferred
+                    .iter()
+                    .any(|(member, c)| *member == from && c.key == control.key)
+            {
+                self.deferred.push_back((from, control));
+            } else {
+                self.counters.dropped += 1;
+            }
+            return;
+        }
+        // As an eager message's assembly: a length this process cannot hold is refused, not
+        // an abort.
+        let room = Vec::<u8>::new().try_reserve_exact(total).is_ok();
+        let region = if room {
+            self.pool.take(port, total).ok()
+        } else {
+            None
+        };
+        let answer = match region {
+            Some(region) => {
+                let value = region.remote(0);
+                self.landing.insert(
+                    key,
+                    Landing {
+                        id: control.id,
+                        total,
+                        region,
+                    },
+                );
+                Control {
+                    kind: ControlKind::Clear,
+                    value,
+                    ..control
+                }
+            }
+            None => {
+                self.uncharge(key);
+                self.counters.rendezvous_refused += 1;
+                Control {
+                    kind: ControlKind::Refuse,
+                    value: 0,
+                    ..control
+                }
+            }
+        };
+        self.send_internal(from, answer);
+    }
+
+    /// The receiver `from` answered the ready-to-send of a message of ours: the puts start, or
+    /// the message goes eagerly.
+    pub(super) fn answered(&mut self, port: &mut Port, from: Member, control: Control) {
+        let id = SendId(control.id);
+        let asked = matches!(
+            self.sends.get(&id),
+            Some(SendRecord {
+                error: None,
+                rendezvous: Some((to, key, Rendezvous::Asking { .. })),
+                ..
+            }) if *to == from && *key == control.key
+        );
+        if !asked {
+            self.counters.dropped += 1;
+            return;
+        }
+        let Some(record) = self.sends.get_mut(&id) else {
+            return;
+        };
+        let Some((to, key, Rendezvous::Asking { data })) = record.rendezvous.take() else {
+            return;
+        };
+        let region = match control.kind {
+            ControlKind::Clear => self.pool.take(port, data.len()).ok(),
+            _ => None,
+        };
+        let Some(region) = region else {
+            // Refused, or this side cannot register the source: eagerly, as a short message.
+            self.queue_eager(id, to, key, data);
+            return;
+        };
+        region.bytes().write(0, &data);
+        record.rendezvous = Some((
+            to,
+            key,
+            Rendezvous::Putting {
+                region,
+                remote: RemotePointer::from_u64(control.value),
+                total: data.len(),
+                next: 0,
+                again: Vec::new(),
+                in_flight: 0,
+                landed: 0,
+            },
+        ));
+        if data.is_empty() {
+            self.landed(id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::coll::transfer::segments;
+    use crate::{NodeId, PortId};
+
+    /// The segment of a message of `total` bytes (every byte its offset's low byte) at `index`.
+    fn segment(key: Key, total: usize, index: usize) -> Vec<u8> {
+        let (offset, length) = segments(total).nth(index).unwrap();
+        let mut bytes = vec![0u8; HEADER_LEN];
+        Header {
+            key,
+            offset: offset as u64,
+            total: total as u64,
+        }
+        .write(&mut bytes);
+        bytes.extend((offset..offset + length).map(|at| at as u8));
+        bytes
+    }
+
+    #[test]
+    fn segments_in_any_order_make_the_message_and_duplicates_are_dropped() {
+        let mut transfers = Transfers::empty(Duration::from_secs(1));
+        let from = Member::new(NodeId::new(3), PortId(2));
+        let key = Key {
+            context: 1,
+            sequence: 2,
+            part: 0,
+        };
+        let total = 3 * SEGMENT_PAYLOAD + 100;
+        for index in [3, 1, 1, 0] {
+            transfers.arrive(from, &segment(key, total, index));
+        }
+        assert_eq!(transfers.take(from, key), None, "a segment is missing");
+        transfers.arrive(from, &segment(key, total, 2));
+        let message = transfers.take(from, key).expect("whole");
+        assert!(message.iter().enumerate().all(|(at, &b)| b == at as u8));
+        assert_eq!(transfers.counters().dropped, 1);
+        // Another sender's message under the same key is another message.
+        let other = Member::new(NodeId::new(4), PortId(2));
+        transfers.arrive(other, &segment(key, 0, 0));
+        assert_eq!(transfers.take(other, key), Some(Vec::new()));
+    }
+
+    #[test]
+    fn malformed_segments_are_dropped() {
+        let mut transfers = Transfers::empty(Duration::from_secs(1));
+        let from = Member::new(NodeId::new(0), PortId(1));
+        let key = Key {
+            context: 0,
+            sequence: 0,
+            part: 0,
+        };
+        let good = segment(key, 10, 0);
+        // Too short, a payload longer than the total says, an offset off the grid, a total
+        // changed between segments.
+        let mut long = good.clone();
+        long.push(0);
+        let mut shifted = segment(key, 2 * SEGMENT_PAYLOAD, 1);
+        shifted[16] = 1;
+        transfers.arrive(from, &good[..HEADER_LEN - 1]);
+        transfers.arrive(from, &long);
+        transfers.arrive(from, &shifted);
+        transfers.arrive(from, &segment(key, 2 * SEGMENT_PAYLOAD, 0));
+        transfers.arrive(from, &segment(key, 3 * SEGMENT_PAYLOAD, 2));
+        assert_eq!(transfers.counters().dropped, 4);
+        assert_eq!(transfers.take(from, key), None);
+    }
+}
