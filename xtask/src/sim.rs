@@ -45,8 +45,9 @@ enum What {
     /// `--<cost>-us` or `--busy-share` flag overrides one of them; `--params custom` starts from
     /// none and needs all eight costs. The comparison with the paper always uses the fitted costs.
     Barrier(BarrierArgs),
-    /// Seed 000's self-tuning of n-way dissemination in the cost model, to 65,536 nodes: the
-    /// model's own 1:P ping-pong, its LoP fit, and dissemination at the n the fit predicts best
+    /// The self-tuning of n-way dissemination of Hoefler et al. (*Fast Barrier Synchronization
+    /// for InfiniBand*) in the cost model, to 65,536 nodes: the model's own 1:P ping-pong, its
+    /// LoP fit, and dissemination at the n the fit predicts best
     /// beside n = 1, pairwise exchange and gather-broadcast; `--rttp` adds the n a measured
     /// RTT(P) (`cargo xtask bench rttp`) predicts.
     Tune(tune::TuneArgs),

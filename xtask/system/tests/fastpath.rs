@@ -1,5 +1,6 @@
-//! Seed 001 between real processes on the emulated NIC, through its fault injector: the RDMA-write
-//! eager fast path (thousands of messages both ways, byte for byte and in order, rings wrapping
+//! MVAPICH's RDMA fast path (Liu et al., *High Performance RDMA-Based MPI Implementation over
+//! InfiniBand*) between real processes on the emulated NIC, through its fault injector: the
+//! RDMA-write eager fast path (thousands of messages both ways, byte for byte and in order, rings wrapping
 //! many times, long messages falling back; a ring run out of credit falling back in order and
 //! recovering), and remote locks (eight contending processes, 100 critical sections each,
 //! keeping a counter updated by plain get and put exact — with the passive lock while the target

@@ -1,5 +1,6 @@
-//! The exports of MVAPICH's RDMA-write eager fast path (seed 001) and its remote locks, over the
-//! Rust library's `FastPath`: `nicbar_fastpath_*` and `nicbar_lock_*`.
+//! The exports of MVAPICH's RDMA-write eager fast path (Liu et al., *High Performance RDMA-Based
+//! MPI Implementation over InfiniBand*) and its remote locks, over the Rust library's
+//! `FastPath`: `nicbar_fastpath_*` and `nicbar_lock_*`.
 //!
 //! A fast path owns a port of its own (opened by nicbar_fastpath_open, never by gm_open) and
 //! takes every event of it. Each handle is behind a lock: calls on one fast path from several
