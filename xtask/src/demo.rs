@@ -72,6 +72,7 @@ pub(crate) fn run_demo(args: Args) -> Result<()> {
         args.barriers
     ));
     let started = Instant::now();
+    let daemon_cpu_before = daemon.cpu_ns();
     let mut ranks = Ranks::default();
     for rank in 0..nodes {
         let mut command = Command::new(&cluster);
@@ -102,8 +103,10 @@ pub(crate) fn run_demo(args: Args) -> Result<()> {
     let allowed = Duration::from_secs(120) + Duration::from_micros(u64::from(args.barriers) * 2000);
     ranks.wait_all(allowed, &mut daemon)?;
     step(&format!(
-        "the processes finished in {:.1} s; stopping the cluster",
-        started.elapsed().as_secs_f64()
+        "the processes finished in {:.1} s; the NIC daemon used {:.0} ms of CPU meanwhile; \
+         stopping the cluster",
+        started.elapsed().as_secs_f64(),
+        daemon.cpu_ns().saturating_sub(daemon_cpu_before) as f64 / 1e6
     ));
     daemon.stop()?;
     drop(dir);
@@ -161,6 +164,19 @@ struct Daemon {
 }
 
 impl Daemon {
+    /// CPU time all of the daemon's threads have used, in nanoseconds (their scheduler
+    /// statistics; 0 where they cannot be read).
+    fn cpu_ns(&self) -> u64 {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{}/task", self.child.id())) else {
+            return 0;
+        };
+        tasks
+            .flatten()
+            .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
+            .filter_map(|stat| stat.split_whitespace().next()?.parse::<u64>().ok())
+            .sum()
+    }
+
     /// Starts the daemon and waits, at most [`DAEMON_START`], until it listens on `socket`.
     fn start(nicctl: &Path, nodes: u16, socket: &Path) -> Result<Self> {
         let mut child = Command::new(nicctl)

@@ -50,6 +50,23 @@ pub(crate) struct BenchArgs {
     /// (those that are there).
     #[arg(long)]
     replot: bool,
+    /// NIC threads of the one-host daemon (`nicctl emulate --threads`); `auto`: its default.
+    #[arg(long, default_value = "auto")]
+    threads: String,
+    /// Idle policy of the one-host daemon's NIC threads (`nicctl emulate --idle`).
+    #[arg(long, default_value = "adaptive")]
+    idle: String,
+}
+
+impl BenchArgs {
+    /// The daemon's arguments for the NIC threads and idle policy asked for.
+    fn engine(&self) -> Vec<String> {
+        let mut extra = vec!["--idle".to_owned(), self.idle.clone()];
+        if self.threads != "auto" {
+            extra.extend(["--threads".to_owned(), self.threads.clone()]);
+        }
+        extra
+    }
 }
 
 /// All-to-alls whose whole exchange (block x processes x processes) passes this many bytes are
@@ -69,6 +86,9 @@ struct Measurement {
     post_us: f64,
     /// Mean time in its MPI_Wait after the compute (largest over the ranks).
     wait_us: f64,
+    /// CPU time of the daemon's NIC threads over the whole run (both loops, warm-up included),
+    /// ms; `None` where no daemon of ours served it.
+    nic_cpu_ms: Option<f64>,
 }
 
 impl Measurement {
@@ -89,6 +109,10 @@ impl Measurement {
         ] {
             cells.push(format!("{value:.places$}"));
         }
+        cells.push(
+            self.nic_cpu_ms
+                .map_or_else(String::new, |ms| format!("{ms:.places$}")),
+        );
         cells
     }
 }
@@ -114,6 +138,7 @@ impl Measurement {
             overlap_pct: result.overlap_pct,
             post_us: result.post_us,
             wait_us: result.wait_us,
+            nic_cpu_ms: None,
         }
     }
 }
@@ -153,8 +178,12 @@ fn bench_barriers(
         &prefix.join("bin/nicctl"),
         &scratch().join("run").join("bench"),
         largest,
-        &[],
+        &args.engine(),
     )?;
+    println!(
+        "one-host daemon: {largest} units, NIC threads {}, idle policy {}",
+        args.threads, args.idle
+    );
     let mut results = Vec::new();
     for &processes in &args.sizes {
         for (barrier, priority, transport) in [
@@ -167,19 +196,20 @@ fn bench_barriers(
                 .args(["--mca", "mpi_yield_when_idle", "1"])
                 .arg(programs.join("barrier_bench"))
                 .arg(args.iterations.to_string());
+            let cpu_before = daemon.nic_cpu_ns();
             let (text, ok) = run_captured(&mut command, Duration::from_secs(600))?;
+            let nic_cpu_ms =
+                (priority > 0).then(|| daemon.nic_cpu_ns().saturating_sub(cpu_before) as f64 / 1e6);
             let Some(result) = parse_result(&text).filter(|_| ok) else {
                 return Err(format!("{barrier} at {processes} processes gave no result").into());
             };
             if priority > 0 && barriers_through_nic(&text) == 0 {
                 return Err("the component ran no barrier: is the NIC daemon reachable?".into());
             }
-            results.push(Measurement::new(
-                barrier,
-                "one host".to_owned(),
-                processes,
-                result,
-            ));
+            let mut measurement =
+                Measurement::new(barrier, "one host".to_owned(), processes, result);
+            measurement.nic_cpu_ms = nic_cpu_ms;
+            results.push(measurement);
         }
     }
     drop(daemon);
@@ -199,11 +229,11 @@ fn bench_barriers(
     );
     println!(
         "| hosts | processes | barrier | MPI_Barrier µs | MPI_Ibarrier µs | overlap % | \
-         in MPI_Ibarrier µs | in MPI_Wait µs |"
+         in MPI_Ibarrier µs | in MPI_Wait µs | NIC threads' CPU ms |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|");
     let mut csv = String::from(
-        "hosts,processes,barrier,barrier_us,ibarrier_us,overlap_pct,post_us,wait_us\n",
+        "hosts,processes,barrier,barrier_us,ibarrier_us,overlap_pct,post_us,wait_us,nic_cpu_ms\n",
     );
     for m in &results {
         println!("| {} |", m.cells(1, 0).join(" | "));
@@ -213,7 +243,8 @@ fn bench_barriers(
     println!(
         "\n(overlap: the time of t_total - t_compute is the time in MPI_Ibarrier plus the time \
          in MPI_Wait; where the emulated NIC has no core of its own, its work runs in the call \
-         that wakes it)"
+         that wakes it. NIC threads' CPU: what the one-host daemon's NIC threads spent over the \
+         whole run, both loops and their warm-up)"
     );
     let path = out.join("bench-mpi.csv");
     std::fs::write(&path, csv)?;
@@ -409,11 +440,13 @@ fn replot_collectives(out: &Path) -> Result<()> {
         let mut results = Vec::new();
         for line in text.lines().skip(1).filter(|l| !l.trim().is_empty()) {
             let fields: Vec<&str> = line.split(',').collect();
-            // Rows of 6 fields come from before the post and wait columns.
-            let (hosts, processes, barrier, barrier_us, ibarrier_us, overlap_pct, post, wait) =
+            // Rows of 6 fields come from before the post and wait columns, of 8 from before the
+            // NIC threads' CPU.
+            let (hosts, processes, barrier, barrier_us, ibarrier_us, overlap_pct, post, wait, cpu) =
                 match fields[..] {
-                    [a, b, c, d, e, f] => (a, b, c, d, e, f, "0", "0"),
-                    [a, b, c, d, e, f, g, h] => (a, b, c, d, e, f, g, h),
+                    [a, b, c, d, e, f] => (a, b, c, d, e, f, "0", "0", ""),
+                    [a, b, c, d, e, f, g, h] => (a, b, c, d, e, f, g, h, ""),
+                    [a, b, c, d, e, f, g, h, i] => (a, b, c, d, e, f, g, h, i),
                     _ => {
                         return Err(format!(
                             "{}: a row of {} fields",
@@ -441,6 +474,7 @@ fn replot_collectives(out: &Path) -> Result<()> {
                 overlap_pct: overlap_pct.parse()?,
                 post_us: post.parse()?,
                 wait_us: wait.parse()?,
+                nic_cpu_ms: (!cpu.is_empty()).then(|| cpu.parse()).transpose()?,
             });
         }
         let svg = out.join("bench-mpi.svg");
