@@ -38,6 +38,7 @@ mod hal;
 mod idle;
 pub mod key;
 mod nic_thread;
+mod udp;
 mod unit;
 mod wire;
 

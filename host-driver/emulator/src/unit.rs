@@ -22,13 +22,12 @@ use super::fabric::FabricMap;
 use super::fault::{FaultConfig, FaultInjector};
 use super::hal::{AttachedPort, UnitHal, process_memory};
 use super::idle::IdlePolicy;
+use super::udp::{self, ReceiveBatch};
 use super::wire::{self, Inbox, LocalFabric, Wire};
 use nicbar_control::doorbell;
 use nicbar_control::server::CloseReply;
 use nicbar_control::{BarrierReport, ConnectionReport, NicReport, PortReport, UnitStatus};
 
-/// Datagrams a unit takes from its UDP socket in one round before it polls.
-const UDP_BATCH: usize = 64;
 /// Longest sleep while a port has events waiting for room in its event ring. The process rings
 /// the NIC doorbell when it frees room in a ring it saw full; this bounds the wait if it could not
 /// see that (the ring ABI has no "producer waiting" flag).
@@ -153,6 +152,7 @@ pub(crate) struct UnitParts {
 impl UnitParts {
     /// Builds the unit, on the NIC thread that runs it.
     pub(crate) fn build(self) -> UnitLoop {
+        let has_udp = self.wire.has_udp();
         UnitLoop {
             unit: self.unit,
             address: self.address,
@@ -169,7 +169,8 @@ impl UnitParts {
             inbox: self.inbox,
             origin: self.origin,
             arrivals: VecDeque::new(),
-            datagram: vec![0; wire::RECEIVE_BUFFER].into_boxed_slice(),
+            incoming: has_udp.then(|| ReceiveBatch::new(wire::RECEIVE_BUFFER)),
+            accepted: Vec::with_capacity(udp::BATCH),
             closing: Default::default(),
             waiting_opens: Default::default(),
             stale_rounds: 0,
@@ -284,8 +285,11 @@ pub(crate) struct UnitLoop {
     pub(crate) inbox: Arc<Inbox>,
     origin: std::time::Instant,
     arrivals: VecDeque<Vec<u8>>,
-    /// The UDP socket's receive buffer: a datagram is parsed where it was received.
-    datagram: Box<[u8]>,
+    /// The UDP socket's receive batch (units with a UDP address): a datagram is parsed where it
+    /// was received.
+    incoming: Option<ReceiveBatch>,
+    /// Which datagrams of the last batch go to the NIC.
+    accepted: Vec<usize>,
     stale_rounds: u32,
     stale_reported: bool,
     /// Told to stop: its ports are closed and it runs no more.
@@ -417,7 +421,7 @@ impl UnitLoop {
             }
             Command::Stop => {}
         }
-        self.nic.hal_mut().ring_host_doorbells();
+        self.end_round();
     }
 
     /// Serves a memory request of `port`'s process `pid`. A registration first checks that the
@@ -542,16 +546,19 @@ impl UnitLoop {
             wire.blocked = false;
             wire.release_due();
             let mut busy = false;
-            // Datagrams are taken straight from the receive buffer, a bounded number per round
-            // (the loop comes back while the socket stays readable).
-            for _ in 0..UDP_BATCH {
-                let Some(len) = self.nic.hal_mut().wire.receive_udp(&mut self.datagram[..]) else {
-                    break;
-                };
-                busy = true;
-                self.nic.hal_mut().wire.counters.received += 1;
-                self.nic
-                    .on_packet(self.datagram.get(..len).unwrap_or(&[]), now);
+            // One batch of datagrams a round, each parsed where it landed (the loop comes back
+            // while the socket stays readable).
+            if let Some(incoming) = self.incoming.as_mut() {
+                busy |= self
+                    .nic
+                    .hal_mut()
+                    .wire
+                    .receive_udp(incoming, &mut self.accepted);
+                for &index in &self.accepted {
+                    if let Some((bytes, _, _)) = incoming.datagram(index) {
+                        self.nic.on_packet(bytes, now);
+                    }
+                }
             }
             // Packets from the other NICs of this daemon and from this one never left its
             // memory: they carry no authentication code (`Hal::local_route`).
@@ -568,9 +575,17 @@ impl UnitLoop {
                 busy = true;
             }
             self.finish_closes(now);
-            self.nic.hal_mut().ring_host_doorbells();
+            self.end_round();
             busy
         }
+    }
+
+    /// What a round owes the world at its end: the datagrams it batched, and one doorbell per
+    /// sleeping process that got events.
+    fn end_round(&mut self) {
+        let hal = self.nic.hal_mut();
+        hal.wire.flush_udp();
+        hal.ring_host_doorbells();
     }
 
     /// Whether work arrived that the unit's last round did not see: a packet in its inbox, a
@@ -588,7 +603,7 @@ impl UnitLoop {
         }
         let now = self.now();
         let polled = self.nic.poll(now);
-        self.nic.hal_mut().ring_host_doorbells();
+        self.end_round();
         polled || !self.nic.hal().wire.loopback.is_empty()
     }
 

@@ -21,6 +21,7 @@ use zerocopy::FromBytes;
 
 use super::fabric::FabricMap;
 use super::fault::FaultInjector;
+use super::udp::{ReceiveBatch, SendBatch};
 use nicbar_control::{WireCounters, doorbell};
 
 /// Packets an in-process NIC's inbox holds before the wire drops what arrives (a switch with a
@@ -163,6 +164,9 @@ pub(crate) struct Wire {
     /// A UDP send would have blocked: poll again soon.
     pub(crate) blocked: bool,
     pub(crate) counters: WireCounters,
+    /// Datagrams waiting for the end of the NIC's round ([`Wire::flush_udp`]), if the unit has
+    /// a UDP socket.
+    send_batch: Option<SendBatch>,
 }
 
 impl Wire {
@@ -173,6 +177,7 @@ impl Wire {
         fabric: Arc<FabricMap>,
         faults: Option<FaultInjector>,
     ) -> Self {
+        let send_batch = udp.is_some().then(SendBatch::new);
         Self {
             node,
             now: Instant::ZERO,
@@ -185,7 +190,27 @@ impl Wire {
             delayed_order: 0,
             blocked: false,
             counters: WireCounters::default(),
+            send_batch,
         }
+    }
+
+    /// Whether the unit has a UDP socket.
+    pub(crate) fn has_udp(&self) -> bool {
+        self.udp.is_some()
+    }
+
+    /// Sends the datagrams the round batched, in order; what the socket cannot take now waits
+    /// for the next round (`blocked` says to come back soon).
+    pub(crate) fn flush_udp(&mut self) {
+        let (Some(udp), Some(batch)) = (self.udp.as_ref(), self.send_batch.as_mut()) else {
+            return;
+        };
+        if batch.is_empty() {
+            return;
+        }
+        let flushed = batch.flush(udp);
+        self.counters.undeliverable += flushed.dropped as u64;
+        self.blocked |= flushed.blocked;
     }
 
     /// Sets the time the fault injector's delays count from (call before each NIC call).
@@ -263,6 +288,19 @@ impl Wire {
         else {
             return Err(TransmitError::NoRoute);
         };
+        if let Some(batch) = self.send_batch.as_mut() {
+            if batch.push(address, packet) {
+                return Ok(());
+            }
+            // A full batch goes out now, and the packet joins the next.
+            let flushed = batch.flush(udp);
+            self.counters.undeliverable += flushed.dropped as u64;
+            if batch.push(address, packet) {
+                return Ok(());
+            }
+            self.blocked = true;
+            return Err(TransmitError::WouldBlock);
+        }
         match udp.send_to(packet, address) {
             Ok(_) => Ok(()),
             Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
@@ -298,40 +336,45 @@ impl Wire {
         self.delayed.peek().map(|Reverse(next)| next.at)
     }
 
-    /// Reads the next datagram waiting on the UDP socket into `buffer` (at least
-    /// [`RECEIVE_BUFFER`] bytes) and returns its length; `None` when none is waiting. Drops, and
+    /// Takes the datagrams waiting on the UDP socket into `batch` (one system call) and lists
+    /// in `accepted` those to hand to the NIC, in order; returns whether any came. Drops, and
     /// counts, datagrams from addresses that are not on the fabric map, those too long for a
     /// packet, and those whose header names another node than the one at the address they came
     /// from (a node is bound to its fabric address).
-    pub(crate) fn receive_udp(&mut self, buffer: &mut [u8]) -> Option<usize> {
-        let udp = self.udp.as_ref()?;
-        loop {
-            match udp.recv_from(buffer) {
-                Ok((len, from)) => {
-                    let Some(node) = self
-                        .fabric
-                        .node_at(from)
-                        .filter(|_| len < RECEIVE_BUFFER.min(buffer.len()))
-                    else {
-                        self.counters.strangers += 1;
-                        continue;
-                    };
-                    let claimed = PacketHeader::read_from_prefix(&buffer[..len])
-                        .ok()
-                        .map(|(header, _)| header.src_node);
-                    if claimed != Some(node) {
-                        self.counters.spoofed += 1;
-                        continue;
-                    }
-                    return Some(len);
-                }
-                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
-                // WouldBlock ends the batch. Any other error (an ICMP report of an earlier send)
-                // is consumed by this read; the socket stays readable if datagrams follow it, and
-                // the level-triggered epoll brings us back.
-                Err(_) => return None,
+    pub(crate) fn receive_udp(
+        &mut self,
+        batch: &mut ReceiveBatch,
+        accepted: &mut Vec<usize>,
+    ) -> bool {
+        accepted.clear();
+        let Some(udp) = self.udp.as_ref() else {
+            return false;
+        };
+        // An error (an ICMP report of an earlier send) is consumed by this call; the socket stays
+        // readable if datagrams follow it, and the next round takes them.
+        let count = batch.receive(udp).unwrap_or(0);
+        for index in 0..count {
+            let Some((bytes, len, from)) = batch.datagram(index) else {
+                continue;
+            };
+            let Some(node) = from
+                .and_then(|from| self.fabric.node_at(from))
+                .filter(|_| len < RECEIVE_BUFFER)
+            else {
+                self.counters.strangers += 1;
+                continue;
+            };
+            let claimed = PacketHeader::read_from_prefix(bytes)
+                .ok()
+                .map(|(header, _)| header.src_node);
+            if claimed != Some(node) {
+                self.counters.spoofed += 1;
+                continue;
             }
+            accepted.push(index);
         }
+        self.counters.received += accepted.len() as u64;
+        count > 0
     }
 }
 
