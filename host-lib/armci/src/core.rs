@@ -15,6 +15,8 @@ use nicbar::{
     AtomicOp, DmaBuffer, Error as PortError, Event, Group, MemoryRegion, NodeId, Port, PortId,
     Priority, RemotePointer, Status,
 };
+use rand_core::{RngCore, SeedableRng};
+use rand_xoshiro::SplitMix64;
 
 use crate::config::Config;
 use crate::error::ArmciError;
@@ -199,7 +201,9 @@ pub struct Armci {
     receive_size: u8,
     /// A failure of an operation nobody waited for, kept for the next fence or barrier.
     pub(crate) failure: Option<ArmciError>,
-    pub(crate) random: u64,
+    /// This rank's generator (SplitMix64 from the configured seed and the rank): the order in
+    /// which a fence asks its servers.
+    random: SplitMix64,
 }
 
 impl Armci {
@@ -303,7 +307,9 @@ impl Armci {
             sequence: 0,
             receive_size,
             failure: None,
-            random: config.seed ^ (rank as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            random: SplitMix64::seed_from_u64(
+                config.seed ^ (rank as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            ),
         })
     }
 
@@ -384,13 +390,9 @@ impl Armci {
         }
     }
 
-    /// A number from the process's generator (splitmix64).
+    /// A number from the process's generator.
     pub(crate) fn next_random(&mut self) -> u64 {
-        self.random = self.random.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.random;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.random.next_u64()
     }
 
     // ---- progress -------------------------------------------------------------------------

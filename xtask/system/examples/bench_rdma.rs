@@ -34,6 +34,8 @@ use nicbar::{AtomicOp, Event, MemoryRegion, NodeId, Port, PortId, Status, WaitMo
 use nicbar_emulator::fabric::FabricMap;
 use nicbar_emulator::{Emulator, EmulatorConfig, FabricKey};
 use nicbar_system::{cores, cpu_model, wait_with_timeout};
+use rand_core::{RngCore, SeedableRng};
+use rand_xoshiro::Xoshiro256StarStar;
 use shared_abi::packet::{MAX_PACKET_LEN, MAX_WIRE_LEN};
 use shared_abi::rdma::RDMA_SEGMENT;
 
@@ -617,7 +619,7 @@ fn initiator(
         items.push(Item::Stream(bytes));
     }
     // A first pass of every item warms caches, connections and page tables; not reported.
-    let mut rng = seed | 1;
+    let mut rng = Xoshiro256StarStar::seed_from_u64(seed);
     let mut out = String::new();
     let mut burst = 0u32;
     for round in 0..=rounds {
@@ -806,13 +808,10 @@ fn udp_stream(
     }
 }
 
-/// Fisher-Yates with xorshift64: the order of a round, reproducible from the seed.
-fn shuffle<T>(items: &mut [T], state: &mut u64) {
+/// Fisher-Yates: the order of a round, reproducible from the seed.
+fn shuffle<T>(items: &mut [T], rng: &mut Xoshiro256StarStar) {
     for i in (1..items.len()).rev() {
-        *state ^= *state << 13;
-        *state ^= *state >> 7;
-        *state ^= *state << 17;
-        let j = (*state % (i as u64 + 1)) as usize;
+        let j = (rng.next_u64() % (i as u64 + 1)) as usize;
         items.swap(i, j);
     }
 }
