@@ -9,6 +9,7 @@
 
 pub mod barriers;
 pub mod cost;
+pub mod drive;
 pub mod hal;
 pub mod host;
 pub mod memory;
