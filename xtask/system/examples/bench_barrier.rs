@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use nicbar::tuning::Tuning;
 use nicbar::{Algorithm, BarrierOptions, Group, Member, NodeId, Port, PortId, WaitMode};
 use nicbar_emulator::{Emulator, EmulatorConfig};
-use nicbar_system::cpu_model;
+use nicbar_system::{cores, cpu_model, scratch_dir};
 
 type Result<T = (), E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
 
@@ -64,7 +64,8 @@ struct Row {
 
 /// The algorithm settings measured at `n` processes: PE, every GB dimension (the best is
 /// reported, as the paper did), dissemination n = 1..4, and dissemination at the `n` tuned for
-/// this size (seed 000's self-tuning) when `tuning` gives one.
+/// this size (the self-tuning of Hoefler et al., *Fast Barrier Synchronization for InfiniBand*)
+/// when `tuning` gives one.
 fn settings(n: usize, tuning: &Tuned) -> Vec<(String, Algorithm)> {
     let mut all = vec![("PE".to_string(), Algorithm::PairwiseExchange)];
     for dimension in 1..n {
@@ -160,13 +161,8 @@ fn orchestrate(args: &[String]) -> Result {
         return Err("sizes must be between 2 and 64 processes".into());
     }
     std::fs::create_dir_all(&out)?;
-    let dir = std::env::temp_dir().join(format!("nicbar-bench-barrier-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    println!(
-        "machine: {} cores, {}",
-        std::thread::available_parallelism().map_or(1, usize::from),
-        cpu_model()
-    );
+    let dir = scratch_dir("bench-barrier")?;
+    println!("machine: {} cores, {}", cores(), cpu_model());
     println!(
         "{barriers} timed barriers per measurement, processes {}\n",
         if wait == "spin" {

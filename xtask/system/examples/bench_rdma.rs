@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use nicbar::{AtomicOp, Event, MemoryRegion, NodeId, Port, PortId, Status, WaitMode};
 use nicbar_emulator::fabric::FabricMap;
 use nicbar_emulator::{Emulator, EmulatorConfig, FabricKey};
-use nicbar_system::{cores, cpu_model, wait_with_timeout};
+use nicbar_system::{cores, cpu_model, free_udp_port, median, scratch_dir, wait_with_timeout};
 use rand_core::{RngCore, SeedableRng};
 use rand_xoshiro::Xoshiro256StarStar;
 use shared_abi::packet::{MAX_PACKET_LEN, MAX_WIRE_LEN};
@@ -129,7 +129,7 @@ fn orchestrate(args: &[String]) -> Result {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |d| d.as_nanos() as u64)
     });
-    let dir = tempdir()?;
+    let dir = scratch_dir("bench-rdma")?;
     println!("machine: {} cores, {}", cores(), cpu_model());
     mac_cost();
     println!(
@@ -148,7 +148,7 @@ fn orchestrate(args: &[String]) -> Result {
     for node in 0..2 {
         fabric.insert(
             NodeId::new(node),
-            format!("127.0.0.1:{}", free_udp_port()?).parse()?,
+            format!("127.0.0.1:{}", free_udp_port("127.0.0.1")?).parse()?,
         );
     }
     let (udp0, udp1) = (dir.join("udp0.sock"), dir.join("udp1.sock"));
@@ -327,14 +327,6 @@ fn print_counters(path: &str, socket: &Path) {
             );
         }
     }
-}
-
-fn median(values: &mut [f64]) -> Option<f64> {
-    if values.is_empty() {
-        return None;
-    }
-    values.sort_by(f64::total_cmp);
-    Some(values[values.len() / 2])
 }
 
 /// The tables and the ratios the targets name.
@@ -814,14 +806,4 @@ fn shuffle<T>(items: &mut [T], rng: &mut Xoshiro256StarStar) {
         let j = (rng.next_u64() % (i as u64 + 1)) as usize;
         items.swap(i, j);
     }
-}
-
-fn free_udp_port() -> Result<u16> {
-    Ok(UdpSocket::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-fn tempdir() -> Result<PathBuf> {
-    let dir = std::env::temp_dir().join(format!("nicbar-bench-rdma-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    Ok(dir)
 }

@@ -1,7 +1,8 @@
-//! Seed 000's 1:P ping-pong on the emulated NIC: one process sends a one-byte message to `P`
-//! peers at once and waits for all `P` replies; each peer answers the moment a message arrives.
-//! `RTT(P)` for `P = 1..=15`, then seed 000's LoP model fitted to the medians by least squares,
-//! and from the fit the n-way dissemination `n` predicted best for each group size — written as a
+//! The 1:P ping-pong of Hoefler, Mehlan, Mietke, Rehm, *Fast Barrier Synchronization for
+//! InfiniBand*, on the emulated NIC: one process sends a one-byte message to `P` peers at once
+//! and waits for all `P` replies; each peer answers the moment a message arrives. `RTT(P)` for
+//! `P = 1..=15`, then Hoefler et al.'s LoP model fitted to the medians by least squares, and from
+//! the fit the n-way dissemination `n` predicted best for each group size — written as a
 //! tuning file the library reads (`nicbar::tuning`) when asked.
 //!
 //! `cargo xtask bench rttp` builds and runs it; `--help` lists the options. Every process is a
@@ -12,7 +13,6 @@
 //! leaves behind for the next, touch every `P` alike.
 
 use std::fmt::Write as _;
-use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -22,7 +22,9 @@ use nicbar::{DmaBuffer, Event, NodeId, Port, PortId, Priority, Status, WaitMode}
 use nicbar_emulator::fabric::FabricMap;
 use nicbar_emulator::{Emulator, EmulatorConfig, FabricKey};
 use nicbar_sim::cost::lop::{LopFit, RttPoint, fit_line, fit_lop};
-use nicbar_system::{cpu_model, wait_with_timeout};
+use nicbar_system::{
+    cores, cpu_model, free_udp_port, scratch_dir, stop_all, wait_output, wait_with_timeout,
+};
 
 type Result<T = (), E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
 
@@ -36,7 +38,7 @@ const SIZE: u8 = 7;
 const TUNED_UP_TO: usize = 65_536;
 
 const HELP: &str = "\
-bench_rttp: seed 000's 1:P ping-pong RTT(P) on the emulated NIC, its LoP fit, and the
+bench_rttp: Hoefler et al.'s 1:P ping-pong RTT(P) on the emulated NIC, its LoP fit, and the
 dissemination n the fit predicts best for each group size.
 
 usage: bench_rttp [--max-peers P] [--round-trips N] [--csv FILE] [--write FILE] [--udp]
@@ -110,13 +112,8 @@ fn orchestrate(args: &[String]) -> Result {
     if round_trips == 0 {
         return Err("--round-trips must be at least 1".into());
     }
-    let dir = std::env::temp_dir().join(format!("nicbar-bench-rttp-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    println!(
-        "machine: {} cores, {}",
-        std::thread::available_parallelism().map_or(1, usize::from),
-        cpu_model()
-    );
+    let dir = scratch_dir("bench-rttp")?;
+    println!("machine: {} cores, {}", cores(), cpu_model());
     let wire = if udp {
         "two daemons over UDP on loopback (initiator on one, peers on the other)"
     } else {
@@ -205,7 +202,7 @@ fn orchestrate(args: &[String]) -> Result {
         };
         let tuning = Tuning::from_choices(&choices);
         let comment = format!(
-            "The n-way dissemination n predicted best per group size, from seed 000's LoP model\n\
+            "The n-way dissemination n predicted best per group size, from Hoefler et al.'s LoP model\n\
              fitted to the 1:P ping-pong of `cargo xtask bench rttp` ({wire}, P = 1..={max_peers}):\n\
              t(P) = {:.3} + {:.3}·(P-1) + {:.4}·(P-1)² µs one way (residuals' RMS {:.3} µs);\n\
              a round of n costs RTT(n) - t(1).\n\
@@ -240,7 +237,7 @@ fn run_udp(
     for node in 0..=max_peers {
         fabric.insert(
             NodeId::new(node as u16),
-            format!("127.0.0.1:{}", free_udp_port()?).parse()?,
+            format!("127.0.0.1:{}", free_udp_port("127.0.0.1")?).parse()?,
         );
     }
     let (s0, s1) = (dir.join("udp0.sock"), dir.join("udp1.sock"));
@@ -322,24 +319,6 @@ fn run_processes(
         Some(why) => Err(why.into()),
         None => Ok(String::from_utf8(output?)?),
     }
-}
-
-fn stop_all(children: &mut [Child]) {
-    for child in children {
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-}
-
-fn wait_output(mut child: Child, limit: Duration) -> Result<Vec<u8>> {
-    use std::io::Read;
-    let mut stdout = child.stdout.take().ok_or("no stdout")?;
-    let reader = std::thread::spawn(move || {
-        let mut bytes = Vec::new();
-        stdout.read_to_end(&mut bytes).map(|_| bytes)
-    });
-    wait_with_timeout(&mut child, limit)?;
-    Ok(reader.join().map_err(|_| "reader panicked")??)
 }
 
 fn child(args: &[String]) -> Result {
@@ -675,8 +654,4 @@ fn tuned_csv(lop: &LopFit) -> String {
         }
     }
     text
-}
-
-fn free_udp_port() -> Result<u16> {
-    Ok(UdpSocket::bind("127.0.0.1:0")?.local_addr()?.port())
 }
