@@ -1,6 +1,7 @@
 //! The barrier cost model: every rank's compiled schedule run in virtual time against the costs of
 //! the paper's equations 1-2, NIC-based and host-based, to predict barrier latency at sizes no
-//! cluster here has (paper §2.2 and §6; seed 000 for dissemination).
+//! cluster here has (paper §2.2 and §6; for dissemination, Hoefler, Mehlan, Mietke, Rehm, *Fast
+//! Barrier Synchronization for InfiniBand*).
 //!
 //! The real-firmware simulator ([`super::world`]) runs the firmware byte for byte but has no notion
 //! of how long a LANai takes to do anything. This model is the other half: it knows nothing of
@@ -67,8 +68,9 @@
 //! The fit uses only numbers stated in the text: the LANai 7.2 eight-node pairwise exchange
 //! latencies (49.25 µs NIC-based, 90.24 µs host-based) and the LANai 4.3 eight-node factor (1.66).
 //! The 16-node LANai 4.3 figures (PE 102.14 µs and 1.78×, GB 152.27 µs and 1.46×) are never used
-//! by the fit; they are what [`paper`] predicts and scores. How three figures pin seven costs —
-//! which costs are tied together, what scales with the NIC clock — is in [`params`].
+//! by the fit; they are what [`paper`] predicts and scores ([`figures`] states them all). How
+//! three figures pin seven costs — which costs are tied together, what scales with the NIC
+//! clock — is in [`params`].
 //!
 //! # Schedules at scale
 //!
@@ -79,14 +81,15 @@
 //! formulas, computed per step with no storage, and every run checks them against `compile` for
 //! a sample of ranks (the tests check every rank at every size up to a few hundred).
 //!
-//! # Seed 000's self-tuning
+//! # Hoefler et al.'s self-tuning
 //!
-//! [`lop`] fits seed 000's LoP model to a 1:P ping-pong's round trips, measured (`cargo xtask
-//! bench rttp`) or run in this model ([`lop::model_rttp`]), and predicts from the fit the n-way
+//! [`lop`] fits Hoefler et al.'s LoP model to a 1:P ping-pong's round trips, measured (`cargo
+//! xtask bench rttp`) or run in this model ([`lop::model_rttp`]), and predicts from the fit the n-way
 //! dissemination `n` best for each group size; `cargo xtask sim tune` simulates that `n` beside
 //! `n = 1` and the other algorithms to 65,536 nodes.
 
 pub mod engine;
+pub mod figures;
 pub mod lop;
 pub mod paper;
 pub mod params;

@@ -21,6 +21,7 @@ use rand_xoshiro::SplitMix64;
 use crate::config::Config;
 use crate::error::ArmciError;
 use crate::launch::{self, MAX_RANKS, Placement};
+use crate::lock_state::{LockState, Mutexes};
 
 /// Bytes of the staging area: where a put's source is copied (so the call returns at once, ARMCI's
 /// local completion) and where a get lands before it is copied out.
@@ -181,8 +182,8 @@ pub struct Armci {
     pub(crate) control_keys: Vec<u32>,
     pub(crate) staging: Staging,
     pub(crate) allocations: Vec<Allocation>,
-    pub(crate) mutexes: Option<crate::lock::Mutexes>,
-    pub(crate) locks: crate::lock::LockState,
+    pub(crate) mutexes: Option<Mutexes>,
+    pub(crate) locks: LockState,
     pending: HashMap<u64, Pending>,
     finished: HashMap<u64, Outcome>,
     next_context: u64,
@@ -295,7 +296,7 @@ impl Armci {
             staging,
             allocations: Vec::new(),
             mutexes: None,
-            locks: crate::lock::LockState::default(),
+            locks: LockState::default(),
             pending: HashMap::new(),
             finished: HashMap::new(),
             next_context: 0,
