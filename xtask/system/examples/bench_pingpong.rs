@@ -7,10 +7,7 @@
 //! except for the GM C programs' pair (`--c-pingpong`), which run against `nicctl emulate
 //! --units 2` with its default settings, waiting with gm_blocking_receive and then polling
 //! gm_receive.
-#![allow(
-    unsafe_code,
-    reason = "the shared-memory reference maps a file and spins on atomics in it"
-)]
+#![deny(unsafe_code)]
 
 use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
@@ -457,6 +454,10 @@ fn warm_up(round_trips: usize) -> usize {
 }
 
 /// The shared-memory reference: two flags on separate cache lines of a file both processes map.
+#[allow(
+    unsafe_code,
+    reason = "the shared-memory reference maps a file and spins on atomics in it"
+)]
 fn shm(role: &str, path: &Path, round_trips: usize) -> Result {
     let file = std::fs::OpenOptions::new()
         .read(true)

@@ -8,6 +8,8 @@
 //! (`examples/`) are the programs `cargo xtask demo` and `cargo xtask bench` drive. It stands
 //! apart so that no library or backend needs another as a dev-dependency.
 
+#![forbid(unsafe_code)]
+
 use std::io::Read;
 use std::net::UdpSocket;
 use std::path::PathBuf;
