@@ -33,8 +33,10 @@ use std::time::{Duration, Instant};
 use nicbar::{AtomicOp, Event, MemoryRegion, NodeId, Port, PortId, Status, WaitMode};
 use nicbar_emulator::fabric::FabricMap;
 use nicbar_emulator::{Emulator, EmulatorConfig, FabricKey};
-use nicbar_system::{cores, cpu_model, free_udp_port, median, scratch_dir, wait_with_timeout};
-use rand_core::{RngCore, SeedableRng};
+use nicbar_system::{
+    cores, cpu_model, free_udp_port, median, scratch_dir, shuffle, wait_with_timeout,
+};
+use rand_core::SeedableRng;
 use rand_xoshiro::Xoshiro256StarStar;
 use shared_abi::packet::{MAX_PACKET_LEN, MAX_WIRE_LEN};
 use shared_abi::rdma::RDMA_SEGMENT;
@@ -797,13 +799,5 @@ fn udp_stream(
         if Instant::now() > deadline {
             return Err("the raw UDP stream's receiver did not answer".into());
         }
-    }
-}
-
-/// Fisher-Yates: the order of a round, reproducible from the seed.
-fn shuffle<T>(items: &mut [T], rng: &mut Xoshiro256StarStar) {
-    for i in (1..items.len()).rev() {
-        let j = (rng.next_u64() % (i as u64 + 1)) as usize;
-        items.swap(i, j);
     }
 }

@@ -23,8 +23,10 @@ use nicbar_emulator::fabric::FabricMap;
 use nicbar_emulator::{Emulator, EmulatorConfig, FabricKey};
 use nicbar_sim::cost::lop::{LopFit, RttPoint, fit_line, fit_lop};
 use nicbar_system::{
-    cores, cpu_model, free_udp_port, scratch_dir, stop_all, wait_output, wait_with_timeout,
+    cores, cpu_model, free_udp_port, scratch_dir, shuffle, stop_all, wait_output, wait_with_timeout,
 };
+use rand_core::SeedableRng;
+use rand_xoshiro::Xoshiro256StarStar;
 
 type Result<T = (), E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
 
@@ -414,18 +416,13 @@ fn initiator(
     }
     let warm_up = round_trips / 10;
     let mut out = String::with_capacity(round_trips * max_peers * 12);
-    let mut random = seed | 1;
+    let mut rng = Xoshiro256StarStar::seed_from_u64(seed);
     let mut order: Vec<usize> = (1..=max_peers).collect();
     for round in 0..warm_up + round_trips {
         // A fresh order every round (Fisher-Yates): whatever a burst leaves behind (its peers
         // waking again for their replies' completions) falls on a random next P, not always on
         // P + 1.
-        for i in (1..order.len()).rev() {
-            random ^= random << 13;
-            random ^= random >> 7;
-            random ^= random << 17;
-            order.swap(i, (random % (i as u64 + 1)) as usize);
-        }
+        shuffle(&mut order, &mut rng);
         for &peers in &order {
             let start = Instant::now();
             for node in 1..=peers {

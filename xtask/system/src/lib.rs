@@ -1,7 +1,8 @@
 //! nicbar-system: the whole system under test, as users run it.
 //!
 //! This crate holds no library code but the few helpers its benchmark programs and tests share
-//! (scratch directories, free UDP ports, child processes with a time limit, medians). Its tests
+//! (scratch directories, free UDP ports, child processes with a time limit, medians, seeded
+//! shuffles). Its tests
 //! (`tests/`) run real processes on the `nicbar`
 //! library over real NICs — the emulated daemon, in-process or as `nicctl emulate`, over the
 //! in-process wire or UDP, and QEMU NICs booted from the firmware image — and its examples
@@ -15,6 +16,8 @@ use std::net::UdpSocket;
 use std::path::PathBuf;
 use std::process::Child;
 use std::time::{Duration, Instant};
+
+use rand_core::RngCore;
 
 /// What a benchmark's helpers fail with.
 pub type Error = Box<dyn std::error::Error>;
@@ -118,6 +121,15 @@ pub fn median(values: &mut [f64]) -> Option<f64> {
     Some(values[values.len() / 2])
 }
 
+/// Shuffles `items` (Fisher-Yates) with draws from `rng`: a benchmark's order of measurements,
+/// the same for the same seed.
+pub fn shuffle<T>(items: &mut [T], rng: &mut impl RngCore) {
+    for i in (1..items.len()).rev() {
+        let j = (rng.next_u64() % (i as u64 + 1)) as usize;
+        items.swap(i, j);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,6 +139,24 @@ mod tests {
         assert_eq!(median(&mut [3.0, 1.0, 2.0]), Some(2.0));
         assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), Some(3.0));
         assert_eq!(median(&mut []), None);
+    }
+
+    #[test]
+    fn a_shuffle_is_a_permutation_fixed_by_the_seed() {
+        use rand_core::SeedableRng;
+        let shuffled = |seed| {
+            let mut items: Vec<u32> = (0..20).collect();
+            shuffle(
+                &mut items,
+                &mut rand_xoshiro::Xoshiro256StarStar::seed_from_u64(seed),
+            );
+            items
+        };
+        let mut sorted = shuffled(7);
+        assert_eq!(shuffled(7), sorted);
+        assert_ne!(shuffled(8), sorted);
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..20).collect::<Vec<_>>());
     }
 
     #[test]
