@@ -64,3 +64,69 @@ impl Drive {
         Ok(Some(happening))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::world::WireFaults;
+
+    fn drive(max_steps: u64) -> Drive {
+        Drive {
+            max_steps,
+            deadline: Duration::from_secs(1),
+            unfinished: "tests",
+        }
+    }
+
+    fn world() -> World {
+        World::new(
+            1,
+            0,
+            firmware::Config::default(),
+            WireFaults::NONE,
+            Duration::ZERO,
+        )
+    }
+
+    fn stuck() -> Vec<String> {
+        vec!["node 0 port 0".to_owned()]
+    }
+
+    #[test]
+    fn a_done_workload_stops_and_a_quiet_world_is_a_hang() {
+        let mut world = world();
+        world.schedule_in(Duration::ZERO, Happening::Action { code: 7 });
+        assert!(matches!(drive(10).next(true, &mut world, stuck), Ok(None)));
+        assert!(matches!(
+            drive(10).next(false, &mut world, stuck),
+            Ok(Some(Happening::Action { code: 7 }))
+        ));
+        let hang = drive(10).next(false, &mut world, stuck).unwrap_err();
+        assert!(hang.contains("went quiet with tests unfinished"), "{hang}");
+        assert!(hang.contains("node 0 port 0"), "{hang}");
+    }
+
+    #[test]
+    fn running_past_the_step_or_time_bound_is_a_livelock() {
+        let mut world = world();
+        for code in 0..3 {
+            world.schedule_in(Duration::ZERO, Happening::Action { code });
+        }
+        let bounded = drive(2);
+        assert!(bounded.next(false, &mut world, stuck).unwrap().is_some());
+        assert!(bounded.next(false, &mut world, stuck).unwrap().is_some());
+        let livelock = bounded.next(false, &mut world, stuck).unwrap_err();
+        assert!(
+            livelock.contains("after 3 steps with tests unfinished"),
+            "{livelock}"
+        );
+
+        let mut world = self::world();
+        world.schedule_in(Duration::from_secs(2), Happening::Action { code: 0 });
+        let late = drive(10).next(false, &mut world, stuck).unwrap_err();
+        assert!(
+            late.contains("no-progress bound hit at 2s virtual"),
+            "{late}"
+        );
+    }
+}
