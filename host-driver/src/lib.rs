@@ -4,6 +4,6 @@
 //! prints JSON, and stands on the crates that do the work — the NIC backends (`nicbar-emulator`,
 //! `nicbar-qemu`), the control protocol (`nicbar-control`, for `nicctl status`) and the image
 //! tools (`nicbar-image`). None of those knows about a command line.
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 pub mod cli;

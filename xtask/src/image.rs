@@ -16,6 +16,10 @@ use crate::{Result, command, target_dir, workspace_root};
 /// address 0 beside RAM at 0x8000_0000) would otherwise make a 2 GiB file of zeros.
 const MAX_PAYLOAD: u64 = 16 << 20;
 
+/// The firmware's primary embedded target: what `cargo xtask image` builds by default, `cargo xtask
+/// test` builds the firmware for, and `cargo xtask qemu` boots.
+pub(crate) const FIRMWARE_TARGET: &str = "riscv32imac-unknown-none-elf";
+
 /// Arguments of `cargo xtask image`.
 #[derive(clap::Args)]
 pub(crate) struct Args {
@@ -23,7 +27,7 @@ pub(crate) struct Args {
     #[arg(
         long,
         value_name = "TRIPLE",
-        default_value = "riscv32imac-unknown-none-elf",
+        default_value = FIRMWARE_TARGET,
         value_parser = parse_target,
     )]
     target: ImageTarget,

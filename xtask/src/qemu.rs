@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use crate::apt;
 use crate::command::{cargo, run, show};
-use crate::test::FIRMWARE_TARGET;
+use crate::image::FIRMWARE_TARGET;
 use crate::{Result, target_dir, workspace_root};
 
 /// The QEMU binary the NICs run on.

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::{Args as ClapArgs, Subcommand, ValueEnum};
+use nicbar_sim::cost::figures;
 use nicbar_sim::cost::paper::{self, Card, ComparisonRow, Role};
 use nicbar_sim::cost::params::{CostParams, Fit, FitAssumptions, fit};
 use nicbar_sim::cost::schedules::{COMPILED_UP_TO, MAX_NODES, SchedulePolicy};
@@ -329,13 +330,13 @@ x{} on the LANai 4.3 for its 33 MHz against 66 MHz). Not fitted: Network {} µs 
 switch, 'small' in §2.2), Xmit {:.2} µs (40 bytes at 1.28 Gbit/s).
 Busy share 1 (not fitted: no usable figure depends on it).
 Solved exactly: h = {:.3} µs, o = {:.3} µs and t = {:.3} µs on the LANai 7.2.",
-        paper::LANAI72_PE8_NIC_US,
-        paper::LANAI72_PE8_HOST_US,
-        paper::LANAI43_PE8_FACTOR,
-        paper::LANAI43_PE16_NIC_US,
-        paper::LANAI43_PE16_FACTOR,
-        paper::LANAI43_GB16_NIC_US,
-        paper::LANAI43_GB16_FACTOR,
+        figures::LANAI72_PE8_NIC_US,
+        figures::LANAI72_PE8_HOST_US,
+        figures::LANAI43_PE8_FACTOR,
+        figures::LANAI43_PE16_NIC_US,
+        figures::LANAI43_PE16_FACTOR,
+        figures::LANAI43_GB16_NIC_US,
+        figures::LANAI43_GB16_FACTOR,
         fit.assumptions.clock_ratio,
         fit.assumptions.network,
         fit.assumptions.xmit,
@@ -483,11 +484,11 @@ no fitted figure depends on the busy share; it only moves the fan-in and fan-out
         "",
         "",
         "",
-        paper::LANAI43_PE16_NIC_US,
-        paper::LANAI43_PE16_FACTOR,
-        paper::LANAI43_GB16_NIC_US,
-        paper::LANAI43_GB16_NIC_US * paper::LANAI43_GB16_FACTOR,
-        paper::LANAI43_GB16_FACTOR
+        figures::LANAI43_PE16_NIC_US,
+        figures::LANAI43_PE16_FACTOR,
+        figures::LANAI43_GB16_NIC_US,
+        figures::LANAI43_GB16_NIC_US * figures::LANAI43_GB16_FACTOR,
+        figures::LANAI43_GB16_FACTOR
     );
     Ok(())
 }

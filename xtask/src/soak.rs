@@ -24,6 +24,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use clap::Args as ClapArgs;
+use rand_core::{RngCore, SeedableRng};
+use rand_xoshiro::SplitMix64;
 
 use crate::command::{cargo, run};
 use crate::{Result, target_dir, workspace_root};
@@ -72,16 +74,15 @@ impl Args {
 /// `cargo xtask soak` without `--seed` draws one.
 pub(crate) const CI_SEED: u64 = 20_261_124;
 
-/// splitmix64.
-struct Rng(u64);
+/// The soak's draws (SplitMix64): a seed gives the same epochs every time.
+struct Rng(SplitMix64);
 
 impl Rng {
+    fn new(seed: u64) -> Self {
+        Self(SplitMix64::seed_from_u64(seed))
+    }
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
@@ -230,7 +231,7 @@ fn soak(
     let daemons = [&single, &pair[0], &pair[1]];
 
     let until = Instant::now() + Duration::from_secs_f64(minutes.max(0.0) * 60.0);
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let mut totals = Totals::default();
     let mut epoch = 0u64;
     while epoch < first_epoch {

@@ -10,10 +10,8 @@
 use clap::Args as ClapArgs;
 
 use crate::command::{cargo, ensure_rust_target, run};
+use crate::image::FIRMWARE_TARGET;
 use crate::{Result, workspace_root};
-
-/// The firmware's primary embedded target.
-pub(crate) const FIRMWARE_TARGET: &str = "riscv32imac-unknown-none-elf";
 
 /// Options of `cargo xtask test`.
 #[derive(ClapArgs)]

@@ -8,6 +8,9 @@
 
 use std::time::Duration;
 
+use rand_core::{RngCore, SeedableRng};
+use rand_xoshiro::SplitMix64;
+
 /// What the fault injector does to packets. Probabilities are per packet, in `0.0..=1.0`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct FaultConfig {
@@ -71,25 +74,23 @@ impl std::fmt::Display for FaultConfig {
     }
 }
 
-/// SplitMix64: small, fast, and good enough to draw fault decisions from.
+/// SplitMix64 (`rand_xoshiro`'s): small, fast, and good enough to draw fault decisions from.
 #[derive(Clone, Debug)]
-pub struct Rng(u64);
+pub struct Rng(SplitMix64);
 
 impl Rng {
     /// The generator for stream `stream` of `seed`.
     pub fn new(seed: u64, stream: u64) -> Self {
-        let mut rng = Self(seed ^ stream.wrapping_mul(0xd1b5_4a32_d192_ed03));
+        let mut rng = Self(SplitMix64::seed_from_u64(
+            seed ^ stream.wrapping_mul(0xd1b5_4a32_d192_ed03),
+        ));
         rng.next_u64();
         rng
     }
 
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// A uniform draw from `0.0..1.0`.
@@ -198,6 +199,14 @@ mod tests {
         };
         assert_eq!(draw(1), draw(1));
         assert_ne!(draw(1), draw(2));
+    }
+
+    /// The stream a printed seed replays is the one of the SplitMix64 the injector had before
+    /// it used `rand_xoshiro`'s: stream 0 of seed 7 skips the first draw of state 7.
+    #[test]
+    fn the_stream_of_a_seed_is_the_one_recorded_seeds_replay() {
+        let mut rng = Rng::new(7, 0);
+        assert_eq!(rng.next_u64(), 0x044c_3cd7_f43c_661c);
     }
 
     #[test]

@@ -30,6 +30,7 @@
 //! nothing of the library or of another backend. Command-line parsing lives in `nicctl`.
 //!
 //! [`RegionLayout::standard`]: shared_abi::region::RegionLayout::standard
+#![forbid(unsafe_code)]
 
 mod control;
 pub mod fabric;

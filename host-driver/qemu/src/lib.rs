@@ -44,6 +44,8 @@
 //! fails, saying so, until the NIC is restarted. The NIC sleeps in `wfi` and wakes on a UART
 //! byte or its timer; it polls while busy and for 200 µs after.
 
+#![deny(unsafe_code)]
+
 mod control;
 mod hub;
 mod machine;

@@ -21,6 +21,7 @@ use shared_abi::ids::{NodeId, PortId};
 use shared_abi::schedule::{MAX_SCHEDULE_STEPS, Step};
 use shared_abi::token::{Priority, ReceiveKind, ReceiveToken, SendKind, SendToken};
 
+use super::drive::Drive;
 use super::host::{HostRings, SIZE_CLASS};
 use super::rng::Rng;
 use super::world::{Happening, WireFaults, World};
@@ -415,22 +416,17 @@ pub fn run(campaign: &BarrierCampaign) -> Result<BarrierReport, CampaignFailure<
     let mut dead: BTreeSet<usize> = BTreeSet::new();
     let mut report = BarrierReport::default();
 
-    const MAX_STEPS: u64 = 50_000_000;
-    let deadline = Duration::from_secs(600);
+    let drive = Drive {
+        max_steps: 50_000_000,
+        deadline: Duration::from_secs(600),
+        unfinished: "barriers",
+    };
     loop {
-        if processes
+        let done = processes
             .iter()
-            .all(|p| matches!(p.state, State::Done | State::Failed | State::Dead))
-        {
-            break;
-        }
-        let Some(happening) = world.next_happening() else {
-            return Err(fail(
-                "the world went quiet with barriers unfinished (a hang)".into(),
-            ));
-        };
-        if world.steps > MAX_STEPS || world.now().as_nanos() > deadline.as_nanos() as u64 {
-            let stuck: Vec<String> = processes
+            .all(|p| matches!(p.state, State::Done | State::Failed | State::Dead));
+        let stuck = || {
+            processes
                 .iter()
                 .filter(|p| p.state == State::Waiting)
                 .take(5)
@@ -440,12 +436,11 @@ pub fn run(campaign: &BarrierCampaign) -> Result<BarrierReport, CampaignFailure<
                         p.node, p.port, p.program[p.position]
                     )
                 })
-                .collect();
-            return Err(fail(format!(
-                "no-progress bound hit after {} steps; waiting: {stuck:?}",
-                world.steps
-            )));
-        }
+                .collect()
+        };
+        let Some(happening) = drive.next(done, &mut world, stuck).map_err(fail)? else {
+            break;
+        };
         let touched = match happening {
             Happening::Arrive { node, bytes } => {
                 world.arrive(node, &bytes);

@@ -68,8 +68,9 @@
 //! The fit uses only numbers stated in the text: the LANai 7.2 eight-node pairwise exchange
 //! latencies (49.25 µs NIC-based, 90.24 µs host-based) and the LANai 4.3 eight-node factor (1.66).
 //! The 16-node LANai 4.3 figures (PE 102.14 µs and 1.78×, GB 152.27 µs and 1.46×) are never used
-//! by the fit; they are what [`paper`] predicts and scores. How three figures pin seven costs —
-//! which costs are tied together, what scales with the NIC clock — is in [`params`].
+//! by the fit; they are what [`paper`] predicts and scores ([`figures`] states them all). How
+//! three figures pin seven costs — which costs are tied together, what scales with the NIC
+//! clock — is in [`params`].
 //!
 //! # Schedules at scale
 //!
@@ -88,6 +89,7 @@
 //! `n = 1` and the other algorithms to 65,536 nodes.
 
 pub mod engine;
+pub mod figures;
 pub mod lop;
 pub mod paper;
 pub mod params;

@@ -7,8 +7,11 @@
 //! random choice — the fabric's size, the faults, the hosts' timing — comes from one seed, which
 //! every failure prints, so any failure replays exactly.
 
+#![deny(unsafe_code)]
+
 pub mod barriers;
 pub mod cost;
+pub mod drive;
 pub mod hal;
 pub mod host;
 pub mod memory;

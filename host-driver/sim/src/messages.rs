@@ -13,6 +13,7 @@ use shared_abi::token::{Priority, ReceiveKind, ReceiveToken, SendKind, SendToken
 
 use firmware::Hal;
 
+use super::drive::Drive;
 use super::host::{HostRings, SIZE_CLASS};
 use super::world::{Happening, WireFaults, World};
 use super::{Campaign, CampaignFailure};
@@ -243,8 +244,11 @@ pub fn run(campaign: &MessageCampaign) -> Result<CampaignReport, CampaignFailure
     let mut ever_closed: BTreeSet<(u16, u8)> = BTreeSet::new();
     let mut report = CampaignReport::default();
 
-    const MAX_STEPS: u64 = 20_000_000;
-    let deadline = Duration::from_secs(120);
+    let drive = Drive {
+        max_steps: 20_000_000,
+        deadline: Duration::from_secs(120),
+        unfinished: "messages",
+    };
     loop {
         let done = programs.iter().enumerate().all(|(node, ports)| {
             stopped_nodes.contains(&node)
@@ -253,16 +257,8 @@ pub fn run(campaign: &MessageCampaign) -> Result<CampaignReport, CampaignFailure
                         && (!p.alive || (p.to_send == 0 && p.in_flight.is_empty()))
                 })
         });
-        if done {
-            break;
-        }
-        let Some(happening) = world.next_happening() else {
-            return Err(fail(
-                "the world went quiet with messages still unfinished (a hang)".into(),
-            ));
-        };
-        if world.steps > MAX_STEPS || world.now().as_nanos() > deadline.as_nanos() as u64 {
-            let stuck: Vec<String> = programs
+        let stuck = || {
+            programs
                 .iter()
                 .enumerate()
                 .flat_map(|(n, ports)| {
@@ -279,13 +275,11 @@ pub fn run(campaign: &MessageCampaign) -> Result<CampaignReport, CampaignFailure
                         })
                 })
                 .take(5)
-                .collect();
-            return Err(fail(format!(
-                "no progress bound hit at {:?} virtual after {} steps; stuck: {stuck:?}",
-                world.now().saturating_since(firmware::Instant::ZERO),
-                world.steps
-            )));
-        }
+                .collect()
+        };
+        let Some(happening) = drive.next(done, &mut world, stuck).map_err(fail)? else {
+            break;
+        };
         match happening {
             Happening::Arrive { node, bytes } => world.arrive(node, &bytes),
             Happening::Poll { node } => world.poll(node),

@@ -21,6 +21,7 @@ use shared_abi::ids::{NodeId, PortId};
 use shared_abi::rdma::{AtomicOp, RemotePointer};
 use shared_abi::token::{SendKind, SendToken};
 
+use super::drive::Drive;
 use super::hal::ProcessMemory;
 use super::host::HostRings;
 use super::world::{Happening, WireFaults, World};
@@ -302,29 +303,40 @@ pub fn run(campaign: &RdmaCampaign) -> Result<RdmaReport, CampaignFailure<RdmaCa
     let mut ended: BTreeSet<Incarnation> = BTreeSet::new();
     let mut report = RdmaReport::default();
 
-    const MAX_STEPS: u64 = 20_000_000;
-    let deadline = Duration::from_secs(120);
+    let drive = Drive {
+        max_steps: 20_000_000,
+        deadline: Duration::from_secs(120),
+        unfinished: "operations",
+    };
     loop {
         let done = programs.iter().all(|ports| {
             ports
                 .iter()
                 .all(|p| !p.alive || (p.operations_left == 0 && p.outstanding.is_none()))
         });
-        if done {
-            break;
-        }
-        let Some(happening) = world.next_happening() else {
-            return Err(fail(
-                "the world went quiet with operations unfinished".into(),
-            ));
+        let stuck = || {
+            programs
+                .iter()
+                .enumerate()
+                .flat_map(|(n, ports)| {
+                    ports
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, p)| p.alive)
+                        .map(move |(i, p)| {
+                            format!(
+                                "node {n} port {i}: {} operations left, {} outstanding",
+                                p.operations_left,
+                                usize::from(p.outstanding.is_some())
+                            )
+                        })
+                })
+                .take(5)
+                .collect()
         };
-        if world.steps > MAX_STEPS || world.now().as_nanos() > deadline.as_nanos() as u64 {
-            return Err(fail(format!(
-                "no progress bound hit at {:?} virtual after {} steps",
-                world.now().saturating_since(firmware::Instant::ZERO),
-                world.steps
-            )));
-        }
+        let Some(happening) = drive.next(done, &mut world, stuck).map_err(fail)? else {
+            break;
+        };
         match happening {
             Happening::Arrive { node, bytes } => world.arrive(node, &bytes),
             Happening::Poll { node } => world.poll(node),

@@ -8,7 +8,7 @@ use std::time::Duration;
 use firmware::{Config, Hal};
 use nicbar_schedule::{Algorithm, compile};
 use nicbar_sim::cost::engine::{Mode, simulate, simulate_traced};
-use nicbar_sim::cost::paper;
+use nicbar_sim::cost::figures;
 use nicbar_sim::cost::params::{CostParams, FitAssumptions, fit};
 use nicbar_sim::cost::schedules::{
     CompiledSchedules, FormulaSchedules, SchedulePolicy, ScheduleSource, group,
@@ -465,16 +465,16 @@ fn the_simulator_reproduces_the_three_fitted_figures() {
     };
     let lanai72 = eight(fit.lanai72);
     assert!(
-        close(lanai72.nic.latency, paper::LANAI72_PE8_NIC_US),
+        close(lanai72.nic.latency, figures::LANAI72_PE8_NIC_US),
         "{lanai72:?}"
     );
     assert!(
-        close(lanai72.host.latency, paper::LANAI72_PE8_HOST_US),
+        close(lanai72.host.latency, figures::LANAI72_PE8_HOST_US),
         "{lanai72:?}"
     );
     let lanai43 = eight(fit.lanai43);
     assert!(
-        close(lanai43.factor(), paper::LANAI43_PE8_FACTOR),
+        close(lanai43.factor(), figures::LANAI43_PE8_FACTOR),
         "{lanai43:?}"
     );
 }

@@ -3,6 +3,8 @@
 //! Parses the command line and hands each subcommand to its module in `host_driver::cli`. A new
 //! subcommand is one variant of [`Command`], one match arm in `main`, and its module.
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};

@@ -15,10 +15,13 @@ use nicbar::{
     AtomicOp, DmaBuffer, Error as PortError, Event, Group, MemoryRegion, NodeId, Port, PortId,
     Priority, RemotePointer, Status,
 };
+use rand_core::{RngCore, SeedableRng};
+use rand_xoshiro::SplitMix64;
 
 use crate::config::Config;
 use crate::error::ArmciError;
 use crate::launch::{self, MAX_RANKS, Placement};
+use crate::lock_state::{LockState, Mutexes};
 
 /// Bytes of the staging area: where a put's source is copied (so the call returns at once, ARMCI's
 /// local completion) and where a get lands before it is copied out.
@@ -179,8 +182,8 @@ pub struct Armci {
     pub(crate) control_keys: Vec<u32>,
     pub(crate) staging: Staging,
     pub(crate) allocations: Vec<Allocation>,
-    pub(crate) mutexes: Option<crate::lock::Mutexes>,
-    pub(crate) locks: crate::lock::LockState,
+    pub(crate) mutexes: Option<Mutexes>,
+    pub(crate) locks: LockState,
     pending: HashMap<u64, Pending>,
     finished: HashMap<u64, Outcome>,
     next_context: u64,
@@ -199,7 +202,9 @@ pub struct Armci {
     receive_size: u8,
     /// A failure of an operation nobody waited for, kept for the next fence or barrier.
     pub(crate) failure: Option<ArmciError>,
-    pub(crate) random: u64,
+    /// This rank's generator (SplitMix64 from the configured seed and the rank): the order in
+    /// which a fence asks its servers.
+    random: SplitMix64,
 }
 
 impl Armci {
@@ -291,7 +296,7 @@ impl Armci {
             staging,
             allocations: Vec::new(),
             mutexes: None,
-            locks: crate::lock::LockState::default(),
+            locks: LockState::default(),
             pending: HashMap::new(),
             finished: HashMap::new(),
             next_context: 0,
@@ -303,7 +308,9 @@ impl Armci {
             sequence: 0,
             receive_size,
             failure: None,
-            random: config.seed ^ (rank as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            random: SplitMix64::seed_from_u64(
+                config.seed ^ (rank as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            ),
         })
     }
 
@@ -384,13 +391,9 @@ impl Armci {
         }
     }
 
-    /// A number from the process's generator (splitmix64).
+    /// A number from the process's generator.
     pub(crate) fn next_random(&mut self) -> u64 {
-        self.random = self.random.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.random;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.random.next_u64()
     }
 
     // ---- progress -------------------------------------------------------------------------

@@ -32,6 +32,7 @@ mod error;
 pub mod ffi;
 pub mod launch;
 mod lock;
+mod lock_state;
 mod ops;
 mod sync;
 

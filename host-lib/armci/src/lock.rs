@@ -14,23 +14,14 @@
 //! from 1 to 0 in its first byte, and `next` holds a rank in three bytes that each go from 0 to a
 //! value with the top bit set — a reader takes `next` as written only once all three are.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use nicbar::{AtomicOp, MemoryRegion, RemotePointer, SharedBytes};
+use nicbar::{AtomicOp, RemotePointer, SharedBytes};
 
 use crate::config::LockMode;
 use crate::core::{Armci, control, message, read_u32, read_u64};
 use crate::error::ArmciError;
-
-/// Which lock.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum LockName {
-    /// The lock that serialises accumulates into `rank`'s memory.
-    Accumulate(usize),
-    /// Mutex `mutex` of `rank`.
-    Mutex { mutex: usize, rank: usize },
-}
+use crate::lock_state::{LockName, Mutexes};
 
 /// The place a lock was granted in: what a test checks FIFO order with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,23 +36,6 @@ pub enum Grant {
         /// The acquisition ahead of it in the queue.
         predecessor: Option<(usize, u64)>,
     },
-}
-
-/// The mutexes of [`Armci::create_mutexes`]: this rank's region and every rank's key and count.
-#[derive(Debug)]
-pub(crate) struct Mutexes {
-    region: MemoryRegion,
-    keys: Vec<u32>,
-    counts: Vec<usize>,
-    /// The global number of each rank's first mutex.
-    first: Vec<usize>,
-}
-
-/// The locks this rank holds and its count of acquisitions.
-#[derive(Debug, Default)]
-pub(crate) struct LockState {
-    held: HashMap<LockName, u64>,
-    sequence: u64,
 }
 
 /// How often a releasing rank looks for its successor's link while it waits for it.

@@ -18,7 +18,7 @@ use nicbar::{AtomicOp, RemotePointer};
 
 use crate::core::{Armci, PIECE};
 use crate::error::ArmciError;
-use crate::lock::LockName;
+use crate::lock_state::LockName;
 
 /// The element type of an accumulate and its scale: `dst[i] += scale × src[i]`.
 #[derive(Clone, Copy, Debug, PartialEq)]

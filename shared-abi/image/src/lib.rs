@@ -4,7 +4,7 @@
 //! writes a verified image to a flash device and reads it back. `nicctl image`, `nicctl flash`,
 //! the QEMU NICs (which boot from a flashed device) and `cargo xtask image` stand on it. Progress
 //! is reported through [`flash::Progress`]; drawing it is the caller's business.
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 pub mod flash;
 pub mod image;

@@ -12,6 +12,8 @@ use std::vec;
 use std::vec::Vec;
 
 use proptest::prelude::*;
+use rand_core::{RngCore, SeedableRng};
+use rand_xoshiro::SplitMix64;
 
 use super::*;
 use shared_abi::ids::{NodeId, PORTS_PER_NIC, PortId};
@@ -100,16 +102,15 @@ fn check_static(algorithm: Algorithm, members: &[Member], schedules: &[Vec<Step>
     );
 }
 
-/// splitmix64: a seeded, dependency-free source of interleavings.
-struct Rng(u64);
+/// SplitMix64: a seeded source of interleavings.
+struct Rng(SplitMix64);
 
 impl Rng {
+    fn new(seed: u64) -> Self {
+        Self(SplitMix64::seed_from_u64(seed))
+    }
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     fn below(&mut self, bound: usize) -> usize {
@@ -219,7 +220,7 @@ impl<'a> Simulation<'a> {
             })
             .collect();
         let count = members.len();
-        let mut rng = Rng(seed ^ 0x5eed);
+        let mut rng = Rng::new(seed ^ 0x5eed);
         Self {
             schedules,
             peers,
@@ -357,7 +358,7 @@ impl<'a> Simulation<'a> {
     }
 
     fn run(mut self, seed: u64) -> Result<Outcome, String> {
-        let mut rng = Rng(seed);
+        let mut rng = Rng::new(seed);
         // How eagerly the network delivers, and how strongly the favoured ranks run ahead.
         let delivery_percent = [10, 50, 90][rng.below(3)];
         let favour_percent = [0, 50, 95][rng.below(3)];

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use nicbar::tuning::Tuning;
 use nicbar::{Algorithm, BarrierOptions, Group, Member, NodeId, Port, PortId, WaitMode};
 use nicbar_emulator::{Emulator, EmulatorConfig, IdlePolicy};
-use nicbar_system::cpu_model;
+use nicbar_system::{cores, cpu_model, scratch_dir};
 
 type Result<T = (), E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
 
@@ -97,7 +97,7 @@ impl Engine {
     /// The NIC threads that run `n` processes' NICs (one per NIC at most).
     fn threads_at(&self, n: usize) -> usize {
         self.threads.map_or_else(
-            || nicbar_emulator::default_threads(n, nicbar_system::cores()),
+            || nicbar_emulator::default_threads(n, cores()),
             |threads| threads.min(n),
         )
     }
@@ -231,13 +231,8 @@ fn orchestrate(args: &[String]) -> Result {
         return Err("sizes must be between 2 and 64 processes".into());
     }
     std::fs::create_dir_all(&out)?;
-    let dir = std::env::temp_dir().join(format!("nicbar-bench-barrier-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    println!(
-        "machine: {} cores, {}",
-        std::thread::available_parallelism().map_or(1, usize::from),
-        cpu_model()
-    );
+    let dir = scratch_dir("bench-barrier")?;
+    println!("machine: {} cores, {}", cores(), cpu_model());
     println!(
         "{barriers} timed barriers per measurement, processes {}\n",
         if wait == "spin" {

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use nicbar::{FastPath, FastPathConfig, LockMode, NodeId, Port, PortId, Route, WaitMode};
 use nicbar_emulator::{Emulator, EmulatorConfig};
-use nicbar_system::{cores, cpu_model};
+use nicbar_system::{cores, cpu_model, free_udp_port, median, scratch_dir};
 
 type Result<T = (), E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
 
@@ -162,11 +162,6 @@ impl Side {
     }
 }
 
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
 /// (measurement, variant, bytes) -> each round's (p50, p99) in µs.
 type Results = Vec<((String, String, usize), Vec<(f64, f64)>)>;
 
@@ -183,15 +178,11 @@ fn orchestrate(options: &Options) -> Result {
         "{} rounds; {} round trips per length and path per round; {} lock+unlock pairs per variant per round; target compute chunk {} µs",
         options.rounds, options.round_trips, options.lock_pairs, options.compute_us
     );
-    let dir = std::env::temp_dir().join(format!("nicbar-bench-fastpath-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
+    let dir = scratch_dir("bench-fastpath")?;
     let socket = dir.join("control.sock");
     let daemon = Emulator::spawn(EmulatorConfig::in_process(&socket, 4))?;
     let s = socket.display().to_string();
-    let udp = UdpSocket::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port()
-        .to_string();
+    let udp = free_udp_port("127.0.0.1")?.to_string();
     let sizes: Vec<String> = options.sizes.iter().map(usize::to_string).collect();
     let sizes = sizes.join(",");
     let trips = options.round_trips.to_string();
@@ -287,7 +278,10 @@ fn orchestrate(options: &Options) -> Result {
     for ((measurement, variant, bytes), values) in &results {
         let mut p50s: Vec<f64> = values.iter().map(|v| v.0).collect();
         let mut p99s: Vec<f64> = values.iter().map(|v| v.1).collect();
-        let (p50, p99) = (median(&mut p50s), median(&mut p99s));
+        let (p50, p99) = (
+            median(&mut p50s).unwrap_or(f64::NAN),
+            median(&mut p99s).unwrap_or(f64::NAN),
+        );
         println!("{measurement:<8} {variant:<38} {bytes:>6} {p50:>10.2} {p99:>10.2}");
         text.push_str(&format!(
             "{measurement},{variant},{bytes},{p50:.3},{p99:.3}\n"

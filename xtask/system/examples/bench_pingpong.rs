@@ -7,10 +7,7 @@
 //! except for the GM C programs' pair (`--c-pingpong`), which run against `nicctl emulate
 //! --units 2` with its default settings, waiting with gm_blocking_receive and then polling
 //! gm_receive.
-#![allow(
-    unsafe_code,
-    reason = "the shared-memory reference maps a file and spins on atomics in it"
-)]
+#![deny(unsafe_code)]
 
 use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
@@ -21,7 +18,7 @@ use std::time::{Duration, Instant};
 use nicbar::{DmaBuffer, Event, NodeId, Port, PortId, Priority, Status, WaitMode};
 use nicbar_emulator::fabric::FabricMap;
 use nicbar_emulator::{Emulator, EmulatorConfig, FabricKey};
-use nicbar_system::{cores, cpu_model, wait_with_timeout};
+use nicbar_system::{cores, cpu_model, free_udp_port, scratch_dir, wait_output, wait_with_timeout};
 
 type Result<T = (), E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
 
@@ -101,7 +98,7 @@ fn orchestrate(args: &[String]) -> Result {
             other => return Err(format!("unknown argument {other:?}; see --help").into()),
         }
     }
-    let dir = tempdir()?;
+    let dir = scratch_dir("bench-pingpong")?;
     println!("machine: {} cores, {}", cores(), cpu_model());
     println!(
         "{round_trips} round trips of {LENGTH}-byte messages per measurement; each side a separate process\n"
@@ -120,7 +117,7 @@ fn orchestrate(args: &[String]) -> Result {
     )?);
 
     println!("[2/6] raw UDP on loopback (blocking sockets)");
-    let port = free_udp_port()?.to_string();
+    let port = free_udp_port("127.0.0.1")?.to_string();
     let trips = round_trips.to_string();
     results.push(pair(
         "raw UDP loopback",
@@ -180,11 +177,11 @@ fn orchestrate(args: &[String]) -> Result {
         let mut fabric = FabricMap::new();
         fabric.insert(
             NodeId::new(0),
-            format!("127.0.0.1:{}", free_udp_port()?).parse()?,
+            format!("127.0.0.1:{}", free_udp_port("127.0.0.1")?).parse()?,
         );
         fabric.insert(
             NodeId::new(1),
-            format!("127.0.0.1:{}", free_udp_port()?).parse()?,
+            format!("127.0.0.1:{}", free_udp_port("127.0.0.1")?).parse()?,
         );
         let (s0, s1) = (
             dir.join(format!("udp0-{mode}-{authenticate}.sock")),
@@ -431,17 +428,6 @@ fn c_pair(
     Ok(Measured { name, one_way_ns })
 }
 
-fn wait_output(mut child: Child, limit: Duration) -> Result<Vec<u8>> {
-    use std::io::Read;
-    let mut stdout = child.stdout.take().ok_or("no stdout")?;
-    let reader = std::thread::spawn(move || {
-        let mut bytes = Vec::new();
-        stdout.read_to_end(&mut bytes).map(|_| bytes)
-    });
-    wait_with_timeout(&mut child, limit)?;
-    Ok(reader.join().map_err(|_| "reader panicked")??)
-}
-
 fn child(args: &[String]) -> Result {
     let arg = |i: usize| {
         args.get(i)
@@ -468,6 +454,10 @@ fn warm_up(round_trips: usize) -> usize {
 }
 
 /// The shared-memory reference: two flags on separate cache lines of a file both processes map.
+#[allow(
+    unsafe_code,
+    reason = "the shared-memory reference maps a file and spins on atomics in it"
+)]
 fn shm(role: &str, path: &Path, round_trips: usize) -> Result {
     let file = std::fs::OpenOptions::new()
         .read(true)
@@ -655,14 +645,4 @@ fn send(port: &mut Port, spare: &mut Vec<DmaBuffer>, to: NodeId) -> Result {
     port.send(buffer, LENGTH, SIZE, Priority::LOW, to, PortId(1), 0)
         .map_err(|e| e.error)?;
     Ok(())
-}
-
-fn free_udp_port() -> Result<u16> {
-    Ok(UdpSocket::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-fn tempdir() -> Result<PathBuf> {
-    let dir = std::env::temp_dir().join(format!("nicbar-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    Ok(dir)
 }

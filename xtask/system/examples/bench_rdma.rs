@@ -33,7 +33,11 @@ use std::time::{Duration, Instant};
 use nicbar::{AtomicOp, Event, MemoryRegion, NodeId, Port, PortId, Status, WaitMode};
 use nicbar_emulator::fabric::FabricMap;
 use nicbar_emulator::{Emulator, EmulatorConfig, FabricKey};
-use nicbar_system::{cores, cpu_model, wait_with_timeout};
+use nicbar_system::{
+    cores, cpu_model, free_udp_port, median, scratch_dir, shuffle, wait_with_timeout,
+};
+use rand_core::SeedableRng;
+use rand_xoshiro::Xoshiro256StarStar;
 use shared_abi::packet::{MAX_PACKET_LEN, MAX_WIRE_LEN};
 use shared_abi::rdma::RDMA_SEGMENT;
 
@@ -127,7 +131,7 @@ fn orchestrate(args: &[String]) -> Result {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |d| d.as_nanos() as u64)
     });
-    let dir = tempdir()?;
+    let dir = scratch_dir("bench-rdma")?;
     println!("machine: {} cores, {}", cores(), cpu_model());
     mac_cost();
     println!(
@@ -146,7 +150,7 @@ fn orchestrate(args: &[String]) -> Result {
     for node in 0..2 {
         fabric.insert(
             NodeId::new(node),
-            format!("127.0.0.1:{}", free_udp_port()?).parse()?,
+            format!("127.0.0.1:{}", free_udp_port("127.0.0.1")?).parse()?,
         );
     }
     let (udp0, udp1) = (dir.join("udp0.sock"), dir.join("udp1.sock"));
@@ -325,14 +329,6 @@ fn print_counters(path: &str, socket: &Path) {
             );
         }
     }
-}
-
-fn median(values: &mut [f64]) -> Option<f64> {
-    if values.is_empty() {
-        return None;
-    }
-    values.sort_by(f64::total_cmp);
-    Some(values[values.len() / 2])
 }
 
 /// The tables and the ratios the targets name.
@@ -617,7 +613,7 @@ fn initiator(
         items.push(Item::Stream(bytes));
     }
     // A first pass of every item warms caches, connections and page tables; not reported.
-    let mut rng = seed | 1;
+    let mut rng = Xoshiro256StarStar::seed_from_u64(seed);
     let mut out = String::new();
     let mut burst = 0u32;
     for round in 0..=rounds {
@@ -804,25 +800,4 @@ fn udp_stream(
             return Err("the raw UDP stream's receiver did not answer".into());
         }
     }
-}
-
-/// Fisher-Yates with xorshift64: the order of a round, reproducible from the seed.
-fn shuffle<T>(items: &mut [T], state: &mut u64) {
-    for i in (1..items.len()).rev() {
-        *state ^= *state << 13;
-        *state ^= *state >> 7;
-        *state ^= *state << 17;
-        let j = (*state % (i as u64 + 1)) as usize;
-        items.swap(i, j);
-    }
-}
-
-fn free_udp_port() -> Result<u16> {
-    Ok(UdpSocket::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-fn tempdir() -> Result<PathBuf> {
-    let dir = std::env::temp_dir().join(format!("nicbar-bench-rdma-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    Ok(dir)
 }

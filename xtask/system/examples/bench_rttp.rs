@@ -13,7 +13,6 @@
 //! leaves behind for the next, touch every `P` alike.
 
 use std::fmt::Write as _;
-use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -23,7 +22,11 @@ use nicbar::{DmaBuffer, Event, NodeId, Port, PortId, Priority, Status, WaitMode}
 use nicbar_emulator::fabric::FabricMap;
 use nicbar_emulator::{Emulator, EmulatorConfig, FabricKey};
 use nicbar_sim::cost::lop::{LopFit, RttPoint, fit_line, fit_lop};
-use nicbar_system::{cpu_model, wait_with_timeout};
+use nicbar_system::{
+    cores, cpu_model, free_udp_port, scratch_dir, shuffle, stop_all, wait_output, wait_with_timeout,
+};
+use rand_core::SeedableRng;
+use rand_xoshiro::Xoshiro256StarStar;
 
 type Result<T = (), E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
 
@@ -111,13 +114,8 @@ fn orchestrate(args: &[String]) -> Result {
     if round_trips == 0 {
         return Err("--round-trips must be at least 1".into());
     }
-    let dir = std::env::temp_dir().join(format!("nicbar-bench-rttp-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    println!(
-        "machine: {} cores, {}",
-        std::thread::available_parallelism().map_or(1, usize::from),
-        cpu_model()
-    );
+    let dir = scratch_dir("bench-rttp")?;
+    println!("machine: {} cores, {}", cores(), cpu_model());
     let wire = if udp {
         "two daemons over UDP on loopback (initiator on one, peers on the other)"
     } else {
@@ -241,7 +239,7 @@ fn run_udp(
     for node in 0..=max_peers {
         fabric.insert(
             NodeId::new(node as u16),
-            format!("127.0.0.1:{}", free_udp_port()?).parse()?,
+            format!("127.0.0.1:{}", free_udp_port("127.0.0.1")?).parse()?,
         );
     }
     let (s0, s1) = (dir.join("udp0.sock"), dir.join("udp1.sock"));
@@ -323,24 +321,6 @@ fn run_processes(
         Some(why) => Err(why.into()),
         None => Ok(String::from_utf8(output?)?),
     }
-}
-
-fn stop_all(children: &mut [Child]) {
-    for child in children {
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-}
-
-fn wait_output(mut child: Child, limit: Duration) -> Result<Vec<u8>> {
-    use std::io::Read;
-    let mut stdout = child.stdout.take().ok_or("no stdout")?;
-    let reader = std::thread::spawn(move || {
-        let mut bytes = Vec::new();
-        stdout.read_to_end(&mut bytes).map(|_| bytes)
-    });
-    wait_with_timeout(&mut child, limit)?;
-    Ok(reader.join().map_err(|_| "reader panicked")??)
 }
 
 fn child(args: &[String]) -> Result {
@@ -436,18 +416,13 @@ fn initiator(
     }
     let warm_up = round_trips / 10;
     let mut out = String::with_capacity(round_trips * max_peers * 12);
-    let mut random = seed | 1;
+    let mut rng = Xoshiro256StarStar::seed_from_u64(seed);
     let mut order: Vec<usize> = (1..=max_peers).collect();
     for round in 0..warm_up + round_trips {
         // A fresh order every round (Fisher-Yates): whatever a burst leaves behind (its peers
         // waking again for their replies' completions) falls on a random next P, not always on
         // P + 1.
-        for i in (1..order.len()).rev() {
-            random ^= random << 13;
-            random ^= random >> 7;
-            random ^= random << 17;
-            order.swap(i, (random % (i as u64 + 1)) as usize);
-        }
+        shuffle(&mut order, &mut rng);
         for &peers in &order {
             let start = Instant::now();
             for node in 1..=peers {
@@ -676,8 +651,4 @@ fn tuned_csv(lop: &LopFit) -> String {
         }
     }
     text
-}
-
-fn free_udp_port() -> Result<u16> {
-    Ok(UdpSocket::bind("127.0.0.1:0")?.local_addr()?.port())
 }

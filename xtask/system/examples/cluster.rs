@@ -8,8 +8,9 @@
 //! 1. ranks 0 and 1 ping-pong 64-byte messages; rank 0 prints the one-way latency (half the round
 //!    trip), p50;
 //! 2. all ranks run barriers — in the NIC and on the host, with pairwise exchange,
-//!    gather-broadcast (tree dimension 2) and dissemination (n = 1) — and rank 0 prints the mean
-//!    and p50 latency of each, and the NIC/host ratio of the means.
+//!    gather-broadcast (tree dimension 2, or 1 between two processes, where a node has at most one
+//!    child) and dissemination (n = 1) — and rank 0 prints the mean and p50 latency of each, and
+//!    the NIC/host ratio of the means.
 //!
 //! Latencies are measured at rank 0 over back-to-back barriers (each one timed from its entry to
 //! its exit), as the paper's §6 did.
@@ -175,16 +176,17 @@ fn run(options: &Options) -> Result {
     }
     port.barrier(&world)?;
 
+    let dimension = tree_dimension(options.nodes);
     let algorithms = [
-        ("pairwise exchange", Algorithm::PairwiseExchange),
+        ("pairwise exchange".to_owned(), Algorithm::PairwiseExchange),
         (
-            "gather-broadcast, dimension 2",
-            Algorithm::GatherBroadcast {
-                dimension: 2,
-                root: 0,
-            },
+            format!("gather-broadcast, dimension {dimension}"),
+            Algorithm::GatherBroadcast { dimension, root: 0 },
         ),
-        ("dissemination, n = 1", Algorithm::Dissemination { n: 1 }),
+        (
+            "dissemination, n = 1".to_owned(),
+            Algorithm::Dissemination { n: 1 },
+        ),
     ];
     let mut rows = Vec::new();
     for (name, algorithm) in algorithms {
@@ -226,6 +228,12 @@ fn run(options: &Options) -> Result {
     }
     // The port closes in order as it drops: what it posted last still reaches the others.
     Ok(())
+}
+
+/// The gather-broadcast tree's dimension among `nodes` processes: 2, within the `1..=nodes - 1`
+/// children a node can have.
+fn tree_dimension(nodes: usize) -> usize {
+    nodes.saturating_sub(1).clamp(1, 2)
 }
 
 fn micros(duration: Duration) -> String {

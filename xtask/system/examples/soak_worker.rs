@@ -23,6 +23,8 @@ use nicbar::{
     Algorithm, BarrierError, BarrierOptions, Event, Group, Member, NodeId, Port, PortId, Priority,
     max_length_for_size,
 };
+use rand_core::{RngCore, SeedableRng};
+use rand_xoshiro::SplitMix64;
 
 const PORT: u8 = 1;
 const SIZE: u8 = 9;
@@ -64,16 +66,15 @@ fn parse() -> Result<Args, String> {
     })
 }
 
-/// splitmix64: the plan's randomness, the same in every process.
-struct Rng(u64);
+/// The plan's randomness (SplitMix64), the same in every process.
+struct Rng(SplitMix64);
 
 impl Rng {
+    fn new(seed: u64) -> Self {
+        Self(SplitMix64::seed_from_u64(seed))
+    }
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
@@ -97,7 +98,7 @@ struct Round {
 }
 
 fn plan(seed: u64, epoch: u64, round: u64, ranks: usize) -> Round {
-    let mut rng = Rng(seed ^ epoch.wrapping_mul(0x1_0000_0001) ^ round.wrapping_mul(0x9e37));
+    let mut rng = Rng::new(seed ^ epoch.wrapping_mul(0x1_0000_0001) ^ round.wrapping_mul(0x9e37));
     let mut members: Vec<usize> = if rng.below(10) < 4 || ranks <= 2 {
         (0..ranks).collect()
     } else {
@@ -134,7 +135,7 @@ fn plan(seed: u64, epoch: u64, round: u64, ranks: usize) -> Round {
 
 fn message(epoch: u64, round: u64, sender: usize, index: u64) -> Vec<u8> {
     let max = max_length_for_size(SIZE) as u64;
-    let mut rng = Rng(epoch ^ round << 16 ^ (sender as u64) << 40 ^ index << 56);
+    let mut rng = Rng::new(epoch ^ round << 16 ^ (sender as u64) << 40 ^ index << 56);
     let length = 24 + rng.below(max - 24) as usize;
     let mut bytes = vec![0u8; length];
     bytes[..8].copy_from_slice(&round.to_le_bytes());

@@ -1,14 +1,26 @@
 //! nicbar-system: the whole system under test, as users run it.
 //!
-//! This crate holds no library code but the few helpers its benchmark programs share. Its tests
+//! This crate holds no library code but the few helpers its benchmark programs and tests share
+//! (scratch directories, free UDP ports, child processes with a time limit, medians, seeded
+//! shuffles). Its tests
 //! (`tests/`) run real processes on the `nicbar`
 //! library over real NICs — the emulated daemon, in-process or as `nicctl emulate`, over the
 //! in-process wire or UDP, and QEMU NICs booted from the firmware image — and its examples
 //! (`examples/`) are the programs `cargo xtask demo` and `cargo xtask bench` drive. It stands
 //! apart so that no library or backend needs another as a dev-dependency.
 
+#![forbid(unsafe_code)]
+
+use std::io::Read;
+use std::net::UdpSocket;
+use std::path::PathBuf;
 use std::process::Child;
 use std::time::{Duration, Instant};
+
+use rand_core::RngCore;
+
+/// What a benchmark's helpers fail with.
+pub type Error = Box<dyn std::error::Error>;
 
 /// The cores this process may run on (what a benchmark reports beside its figures).
 pub fn cores() -> usize {
@@ -32,10 +44,7 @@ pub fn cpu_model() -> String {
 ///
 /// # Errors
 /// The child failed, or did not finish within `limit`.
-pub fn wait_with_timeout(
-    child: &mut Child,
-    limit: Duration,
-) -> Result<(), Box<dyn std::error::Error>> {
+pub fn wait_with_timeout(child: &mut Child, limit: Duration) -> Result<(), Error> {
     let deadline = Instant::now() + limit;
     loop {
         if let Some(status) = child.try_wait()? {
@@ -51,5 +60,107 @@ pub fn wait_with_timeout(
             return Err(format!("a benchmark process did not finish within {limit:?}").into());
         }
         std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Waits for a child whose standard output was piped, killing it past `limit`, and returns
+/// everything it wrote there.
+///
+/// # Errors
+/// The child's standard output was not piped, reading it failed, or the child failed or did not
+/// finish within `limit`.
+pub fn wait_output(mut child: Child, limit: Duration) -> Result<Vec<u8>, Error> {
+    let mut stdout = child
+        .stdout
+        .take()
+        .ok_or("the child's standard output was not piped")?;
+    // Read while waiting: a child that fills the pipe would otherwise never finish.
+    let reader = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        stdout.read_to_end(&mut bytes).map(|_| bytes)
+    });
+    wait_with_timeout(&mut child, limit)?;
+    Ok(reader
+        .join()
+        .map_err(|_| "the thread reading the child's output panicked")??)
+}
+
+/// Kills and reaps every child (what a benchmark does when one of its processes failed).
+pub fn stop_all(children: &mut [Child]) {
+    for child in children {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+/// A directory for this process's sockets and files, `nicbar-<name>-<process id>` under the
+/// system's temporary directory, created if need be.
+///
+/// # Errors
+/// The directory could not be created.
+pub fn scratch_dir(name: &str) -> std::io::Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("nicbar-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+/// A UDP port free on `ip` right now (another process may take it before it is used).
+///
+/// # Errors
+/// No socket could be bound on `ip`.
+pub fn free_udp_port(ip: &str) -> std::io::Result<u16> {
+    Ok(UdpSocket::bind((ip, 0))?.local_addr()?.port())
+}
+
+/// The median of `values` (the upper one of an even count), sorting them; `None` if empty.
+pub fn median(values: &mut [f64]) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    Some(values[values.len() / 2])
+}
+
+/// Shuffles `items` (Fisher-Yates) with draws from `rng`: a benchmark's order of measurements,
+/// the same for the same seed.
+pub fn shuffle<T>(items: &mut [T], rng: &mut impl RngCore) {
+    for i in (1..items.len()).rev() {
+        let j = (rng.next_u64() % (i as u64 + 1)) as usize;
+        items.swap(i, j);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_median_is_the_middle_value_and_none_of_nothing() {
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), Some(3.0));
+        assert_eq!(median(&mut []), None);
+    }
+
+    #[test]
+    fn a_shuffle_is_a_permutation_fixed_by_the_seed() {
+        use rand_core::SeedableRng;
+        let shuffled = |seed| {
+            let mut items: Vec<u32> = (0..20).collect();
+            shuffle(
+                &mut items,
+                &mut rand_xoshiro::Xoshiro256StarStar::seed_from_u64(seed),
+            );
+            items
+        };
+        let mut sorted = shuffled(7);
+        assert_eq!(shuffled(7), sorted);
+        assert_ne!(shuffled(8), sorted);
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..20).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_free_port_is_a_real_port() {
+        assert_ne!(free_udp_port("127.0.0.1").unwrap(), 0);
     }
 }

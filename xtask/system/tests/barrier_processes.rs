@@ -27,7 +27,8 @@ use nicbar_emulator::fault::Rng;
 use nicbar_emulator::{Emulator, EmulatorConfig, EmulatorHandle, FaultConfig};
 
 mod common;
-use common::{ChildProcess, ROLE, STAGE, free_udp_port, hear, say, terminate, var};
+use common::{ChildProcess, ROLE, STAGE, hear, say, terminate, var};
+use nicbar_system::free_udp_port;
 
 fn seed() -> u64 {
     common::seed(0xba77_1e55)
@@ -690,10 +691,10 @@ fn four_processes_on_two_daemons_run_barriers_over_udp_through_faults() {
             "# two daemons of two NICs each on one host\n\
              node 10 127.0.0.1:{}\nnode 11 127.0.0.1:{}\n\
              node 12 127.0.0.2:{}\nnode 13 127.0.0.2:{}\n",
-            free_udp_port("127.0.0.1"),
-            free_udp_port("127.0.0.1"),
-            free_udp_port("127.0.0.2"),
-            free_udp_port("127.0.0.2"),
+            free_udp_port("127.0.0.1").unwrap(),
+            free_udp_port("127.0.0.1").unwrap(),
+            free_udp_port("127.0.0.2").unwrap(),
+            free_udp_port("127.0.0.2").unwrap(),
         ),
     )
     .unwrap();

@@ -47,9 +47,7 @@ impl Drop for Setup {
 }
 
 fn directory(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("nicbar-close-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    nicbar_system::scratch_dir(&format!("close-{name}")).unwrap()
 }
 
 /// One daemon, two units: packets take the in-process path.

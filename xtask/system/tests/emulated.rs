@@ -17,7 +17,8 @@ use nicbar_emulator::fault::Rng;
 use nicbar_emulator::{Emulator, EmulatorConfig, EmulatorHandle, FaultConfig};
 
 mod common;
-use common::{ChildProcess, ROLE, STAGE, free_udp_port, hear, say, terminate, var};
+use common::{ChildProcess, ROLE, STAGE, hear, say, terminate, var};
+use nicbar_system::free_udp_port;
 
 fn seed() -> u64 {
     common::seed(0x5eed_2026)
@@ -883,8 +884,8 @@ fn two_node_map(dir: &Path) -> PathBuf {
         &map,
         format!(
             "# two daemons on one host\nnode 10 127.0.0.1:{}\nnode 11 127.0.0.2:{}\n",
-            free_udp_port("127.0.0.1"),
-            free_udp_port("127.0.0.2")
+            free_udp_port("127.0.0.1").unwrap(),
+            free_udp_port("127.0.0.2").unwrap()
         ),
     )
     .unwrap();

@@ -18,6 +18,9 @@ use core::fmt;
 use std::collections::{BinaryHeap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 
+use rand_core::{RngCore, SeedableRng};
+use rand_xoshiro::SplitMix64;
+
 use super::params::CostParams;
 use super::schedules::{ModelStep, ScheduleSource, StepKind};
 
@@ -220,10 +223,9 @@ impl Hasher for KeyHasher {
     }
 
     fn write_u64(&mut self, value: u64) {
-        let mut z = value.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        self.0 = z ^ (z >> 31);
+        // SplitMix64's first output from state `value` is its finalizer over `value` plus the
+        // golden-ratio increment.
+        self.0 = SplitMix64::seed_from_u64(value).next_u64();
     }
 }
 

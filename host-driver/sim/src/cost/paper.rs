@@ -1,7 +1,6 @@
-//! The paper's figures (§6 and the abstract), which of them the fit uses and which it predicts, and
-//! the model's numbers beside them.
+//! The paper's figures (§6 and the abstract, stated in [`super::figures`]), which of them the fit
+//! uses and which it predicts, and the model's numbers beside them.
 //!
-//! Only numbers the text states are here; Figure 5's curves are not legible in the project's copy.
 //! Host-based latencies the text does not state but implies (NIC-based latency times the factor)
 //! are marked as derived.
 
@@ -9,24 +8,13 @@ use core::fmt;
 
 use nicbar_schedule::Algorithm;
 
+use super::figures::{
+    LANAI43_GB16_FACTOR, LANAI43_GB16_NIC_US, LANAI43_PE8_FACTOR, LANAI43_PE16_FACTOR,
+    LANAI43_PE16_NIC_US, LANAI72_PE8_HOST_US, LANAI72_PE8_NIC_US,
+};
 use super::params::{CostParams, Fit, FitAssumptions, FitError, fit};
 use super::schedules::SchedulePolicy;
 use super::sweep::{Pair, SweepError, run_algorithm, run_gather_broadcast};
-
-/// §6: LANai 7.2, eight nodes, NIC-based pairwise exchange, µs. Fitted.
-pub const LANAI72_PE8_NIC_US: f64 = 49.25;
-/// §6: LANai 7.2, eight nodes, host-based pairwise exchange, µs. Fitted.
-pub const LANAI72_PE8_HOST_US: f64 = 90.24;
-/// §6: LANai 4.3, eight nodes, pairwise exchange factor of improvement. Fitted.
-pub const LANAI43_PE8_FACTOR: f64 = 1.66;
-/// Abstract, §1, §6: LANai 4.3, 16 nodes, NIC-based pairwise exchange, µs. Predicted.
-pub const LANAI43_PE16_NIC_US: f64 = 102.14;
-/// Abstract, §6: LANai 4.3, 16 nodes, pairwise exchange factor. Predicted.
-pub const LANAI43_PE16_FACTOR: f64 = 1.78;
-/// §6: LANai 4.3, 16 nodes, NIC-based gather-broadcast (best dimension), µs. Predicted.
-pub const LANAI43_GB16_NIC_US: f64 = 152.27;
-/// §6: LANai 4.3, 16 nodes, gather-broadcast factor. Predicted.
-pub const LANAI43_GB16_FACTOR: f64 = 1.46;
 
 /// The sizes the paper measured (§6): 2, 4, 8 nodes on both cards, 16 on the LANai 4.3.
 pub const PAPER_SIZES: [usize; 4] = [2, 4, 8, 16];

@@ -45,7 +45,7 @@
 
 use core::fmt;
 
-use super::paper;
+use super::figures;
 
 /// The costs of one NIC and host, in microseconds. Every cost is time a resource is busy
 /// (see the module docs of [`super`] for which resource), except `network`, which is a delay.
@@ -245,10 +245,10 @@ fn residuals(unknowns: [f64; 3], assumptions: &FitAssumptions) -> [f64; 3] {
     let lanai72 = card(unknowns, 1.0, assumptions);
     let lanai43 = card(unknowns, assumptions.clock_ratio, assumptions);
     [
-        lanai72.equation_2(EIGHT_NODE_ROUNDS) - paper::LANAI72_PE8_NIC_US,
-        lanai72.equation_1(EIGHT_NODE_ROUNDS) - paper::LANAI72_PE8_HOST_US,
+        lanai72.equation_2(EIGHT_NODE_ROUNDS) - figures::LANAI72_PE8_NIC_US,
+        lanai72.equation_1(EIGHT_NODE_ROUNDS) - figures::LANAI72_PE8_HOST_US,
         lanai43.equation_1(EIGHT_NODE_ROUNDS)
-            - paper::LANAI43_PE8_FACTOR * lanai43.equation_2(EIGHT_NODE_ROUNDS),
+            - figures::LANAI43_PE8_FACTOR * lanai43.equation_2(EIGHT_NODE_ROUNDS),
     ]
 }
 

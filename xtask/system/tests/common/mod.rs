@@ -6,7 +6,6 @@ pub(crate) mod one_sided;
 pub(crate) mod qemu_fabric;
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{OnceLock, mpsc};
@@ -92,15 +91,6 @@ pub(crate) fn hear() -> String {
     let mut line = String::new();
     std::io::stdin().read_line(&mut line).unwrap();
     line.trim().to_owned()
-}
-
-/// A UDP port free on `ip` right now.
-pub(crate) fn free_udp_port(ip: &str) -> u16 {
-    UdpSocket::bind((ip, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Stops a daemon with SIGTERM and expects it to exit cleanly.
