@@ -222,6 +222,11 @@ impl NicThread {
                 if idle_passes > 0 {
                     if idle_passes % POLL_DESCRIPTORS_EVERY == 0 {
                         self.look_at_descriptors(&mut events, EpollTimeout::ZERO, &mut woken);
+                        // A unit with nothing open, queued or due costs a polling thread
+                        // nothing until a command or a packet comes for it.
+                        for unit in self.units.iter_mut().filter(|unit| unit.runs()) {
+                            unit.dormant = unit.idle() && unit.nic_is_idle();
+                        }
                     }
                     std::hint::spin_loop();
                 }

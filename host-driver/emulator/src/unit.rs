@@ -335,6 +335,11 @@ impl UnitLoop {
             && self.inbox.is_empty()
     }
 
+    /// Whether neither the firmware nor the wire has anything due, ever (no deadline).
+    pub(crate) fn nic_is_idle(&self) -> bool {
+        self.nic.poll_at().is_none() && self.nic.hal().wire.next_release().is_none()
+    }
+
     /// Closes every open port (the daemon stops) and runs no more.
     pub(crate) fn stop(&mut self) {
         let now = self.now();
