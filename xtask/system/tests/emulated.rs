@@ -1116,3 +1116,99 @@ fn a_waiting_process_learns_that_the_daemon_is_gone() {
         other => panic!("a wait on a port whose daemon stopped: {other:?}"),
     }
 }
+
+/// `nicctl emulate --threads 2 --idle poll` spreads four NICs over two threads, unit u on thread
+/// u mod 2; `nicctl status` shows each thread's units, its policy and the CPU it used, in the
+/// table and in JSON; a thread count the units cannot fill is refused before anything starts.
+#[test]
+fn nic_threads_and_their_idle_policy_show_in_the_status() {
+    let dir = temp_dir();
+    let socket = dir.path().join("control.sock");
+    let mut command = nicctl();
+    command
+        .arg("emulate")
+        .arg("--socket")
+        .arg(&socket)
+        .args(["--units", "4", "--threads", "2", "--idle", "poll"])
+        .stdout(Stdio::piped());
+    let mut daemon = ChildProcess::start("daemon of 4 units on 2 threads", command);
+    daemon.expect("nicctl emulate: listening on", STAGE);
+    // Messages between units of different threads (0 and 1) and of one thread (1 and 3).
+    let mut ports: Vec<Port> = [0, 1, 3]
+        .into_iter()
+        .map(|unit| Port::open_at(&socket, unit, 1).unwrap())
+        .collect();
+    for (from, to) in [(0, 1), (1, 2), (2, 0)] {
+        let buffer = ports[to].dma_alloc(1024).unwrap();
+        ports[to]
+            .provide_receive_buffer(buffer, SIZE, Priority::LOW, 0)
+            .unwrap();
+        let target = (ports[to].node_id(), ports[to].port_id());
+        let mut message = ports[from].dma_alloc(64).unwrap();
+        message[..14].copy_from_slice(b"across threads");
+        ports[from]
+            .send(message, 14, SIZE, Priority::LOW, target.0, target.1, 0)
+            .unwrap();
+    }
+    for port in ports.iter_mut() {
+        let mut got = 0;
+        while got < 2 {
+            match port.receive_timeout(STAGE).unwrap() {
+                Some(Event::Received { length, .. }) => {
+                    assert_eq!(length, 14);
+                    got += 1;
+                }
+                Some(Event::Sent { status, .. }) => {
+                    assert_eq!(status, Status::SUCCESS);
+                    got += 1;
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+    let table = nicctl()
+        .arg("status")
+        .arg("--socket")
+        .arg(&socket)
+        .output()
+        .unwrap();
+    assert!(table.status.success(), "{table:?}");
+    let table = String::from_utf8(table.stdout).unwrap();
+    assert!(table.contains("NIC threads"), "{table}");
+    assert!(table.contains("\n0       0,2    poll"), "{table}");
+    assert!(table.contains("\n1       1,3    poll"), "{table}");
+    let json = nicctl()
+        .arg("status")
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--json")
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let threads: Vec<u64> = report["units"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|unit| unit["thread"].as_u64().unwrap())
+        .collect();
+    assert_eq!(threads, [0, 1, 0, 1]);
+    // A polling thread spends CPU whether or not there is work.
+    assert!(
+        report["units"][0]["thread_cpu_ns"].as_u64().unwrap() > 0,
+        "{report}"
+    );
+    drop(ports);
+    terminate(&mut daemon);
+
+    let refused = nicctl()
+        .arg("emulate")
+        .arg("--socket")
+        .arg(dir.path().join("other.sock"))
+        .args(["--units", "2", "--threads", "3"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("3 NIC threads for 2 units"), "{said}");
+    assert!(!dir.path().join("other.sock").exists(), "nothing started");
+}
