@@ -1,6 +1,5 @@
 //! Barrier groups: the members of a barrier by rank, and the options its barrier runs with.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,6 +7,11 @@ use nicbar_schedule::{self, Algorithm, Member};
 use shared_abi::ids::{BarrierId, NodeId, PortId};
 
 use crate::failure::BarrierError;
+
+/// Why a [`Group`] could not be built: the schedule crate's check of a member list
+/// ([`nicbar_schedule::check_members`]), which every schedule compiler runs too, and
+/// [`GroupError::RankOutOfRange`] for [`Group::subgroup`].
+pub use nicbar_schedule::GroupError;
 
 /// How a group's barrier runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,25 +85,7 @@ impl Group {
     /// [`GroupError`]: no members, a port out of range, or a member named twice.
     pub fn new(members: impl IntoIterator<Item = Member>) -> Result<Self, GroupError> {
         let members: Arc<[Member]> = members.into_iter().collect();
-        if members.is_empty() {
-            return Err(GroupError::Empty);
-        }
-        let mut seen = HashMap::with_capacity(members.len());
-        for (rank, member) in members.iter().enumerate() {
-            if member.port.index().is_none() {
-                return Err(GroupError::PortOutOfRange {
-                    rank,
-                    port: member.port,
-                });
-            }
-            if let Some(first) = seen.insert(*member, rank) {
-                return Err(GroupError::DuplicateMember {
-                    first,
-                    second: rank,
-                    member: *member,
-                });
-            }
-        }
+        nicbar_schedule::check_members(&members)?;
         // The tuning file's dissemination n, where the user measured one (crate::tuning).
         let options = BarrierOptions {
             algorithm: crate::tuning::default_algorithm(members.len()),
@@ -267,59 +253,6 @@ fn job_from_env() -> u32 {
             .unwrap_or(0)
     })
 }
-
-/// Why a [`Group`] could not be built.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum GroupError {
-    /// No members.
-    Empty,
-    /// A member's port is not a port of a NIC.
-    PortOutOfRange {
-        /// The member's rank.
-        rank: usize,
-        /// Its port.
-        port: PortId,
-    },
-    /// A member named twice: one port takes part in a barrier once.
-    DuplicateMember {
-        /// The first rank naming it.
-        first: usize,
-        /// The second.
-        second: usize,
-        /// The member.
-        member: Member,
-    },
-    /// A rank given to [`Group::subgroup`] is not a rank of the group.
-    RankOutOfRange {
-        /// The rank.
-        rank: usize,
-        /// The group's size.
-        members: usize,
-    },
-}
-
-impl std::fmt::Display for GroupError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Empty => f.write_str("a barrier group needs at least one member"),
-            Self::PortOutOfRange { rank, port } => write!(
-                f,
-                "rank {rank} names {port}, but a NIC has ports 0..{}",
-                shared_abi::ids::PORTS_PER_NIC
-            ),
-            Self::DuplicateMember {
-                first,
-                second,
-                member,
-            } => write!(f, "ranks {first} and {second} are both {member}"),
-            Self::RankOutOfRange { rank, members } => {
-                write!(f, "rank {rank} is not in a group of {members} members")
-            }
-        }
-    }
-}
-
-impl std::error::Error for GroupError {}
 
 #[cfg(test)]
 mod tests {

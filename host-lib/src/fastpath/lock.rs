@@ -23,7 +23,9 @@ use std::time::{Duration, Instant};
 
 use shared_abi::rdma::AtomicOp;
 
-use super::{FastPath, PeerId, kind, u64_at};
+use super::FastPath;
+use super::layout::{kind, u64_at};
+use super::message::PeerId;
 use crate::error::Error;
 
 /// The exclusive bit of a passive lock word.
@@ -212,5 +214,10 @@ impl FastPath {
             }
             _ => Ok(()),
         }
+    }
+
+    /// This process's identity in lock words: its node and port, never 0.
+    fn lock_owner(&self) -> u64 {
+        (u64::from(self.port.node_id().get()) << 8 | u64::from(self.port.port_id().0)) + 1
     }
 }

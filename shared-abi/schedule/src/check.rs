@@ -3,13 +3,13 @@
 use shared_abi::ids::PORTS_PER_NIC;
 
 use crate::arith::{dissemination_rounds, distinct_offsets, floor_log2};
-use crate::{Algorithm, MAX_ROUNDS, Member, ScheduleError};
+use crate::{Algorithm, GroupError, MAX_ROUNDS, Member, ScheduleError};
 
 /// How many round numbers `algorithm` uses for a group of `members` (its rounds are numbered
 /// `0..rounds`).
 ///
 /// # Errors
-/// The group size or the algorithm's parameters are out of range (as for [`compile`]), or the
+/// The group size or the algorithm's parameters are out of range (as for [`crate::compile`]), or the
 /// rounds do not fit in [`MAX_ROUNDS`].
 pub fn rounds_needed(algorithm: Algorithm, members: usize) -> Result<usize, ScheduleError> {
     check_parameters(algorithm, members)?;
@@ -38,7 +38,7 @@ fn pairwise_exchange_rounds(members: usize) -> usize {
 /// The length of the longest schedule `algorithm` compiles to for any rank of a group of
 /// `members`: an output buffer this long fits every rank's schedule.
 ///
-/// The value may exceed [`MAX_SCHEDULE_STEPS`]; [`compile`] then refuses the group with
+/// The value may exceed [`crate::MAX_SCHEDULE_STEPS`]; [`crate::compile`] then refuses the group with
 /// [`ScheduleError::TooManySteps`].
 ///
 /// # Errors
@@ -84,23 +84,37 @@ pub(crate) fn check_group(members: &[Member], rank: usize) -> Result<usize, Sche
             members: count,
         });
     }
-    for (rank, member) in members.iter().enumerate() {
-        if member.port.index().is_none() {
-            return Err(ScheduleError::PortOutOfRange {
-                rank,
-                port: member.port,
-            });
-        }
-    }
-    check_distinct(members)?;
+    check_members(members)?;
     if count == 1 {
         return Err(ScheduleError::TrivialGroup);
     }
     Ok(count)
 }
 
+/// Checks that `members` can be a barrier group: at least one member, every port a port of a
+/// NIC, no member named twice. A group of one passes (its barrier needs no NIC: see
+/// [`ScheduleError::TrivialGroup`]).
+///
+/// # Errors
+/// [`GroupError::Empty`]; [`GroupError::PortOutOfRange`] for the lowest rank whose port is out
+/// of range; else [`GroupError::DuplicateMember`] for the first member named again.
+pub fn check_members(members: &[Member]) -> Result<(), GroupError> {
+    if members.is_empty() {
+        return Err(GroupError::Empty);
+    }
+    for (rank, member) in members.iter().enumerate() {
+        if member.port.index().is_none() {
+            return Err(GroupError::PortOutOfRange {
+                rank,
+                port: member.port,
+            });
+        }
+    }
+    check_distinct(members)
+}
+
 /// Finds a member named twice. Ports are checked to be in range first.
-fn check_distinct(members: &[Member]) -> Result<(), ScheduleError> {
+fn check_distinct(members: &[Member]) -> Result<(), GroupError> {
     const KEYS: usize = (u16::MAX as usize + 1) * PORTS_PER_NIC;
     // One bit per possible member: linear time for any group, where comparing pairs would take
     // minutes on the largest groups pairwise exchange serves. 64 KiB of stack, on the host.
@@ -119,7 +133,7 @@ fn check_distinct(members: &[Member]) -> Result<(), ScheduleError> {
                 .iter()
                 .position(|other| other == member)
                 .unwrap_or(second);
-            return Err(ScheduleError::DuplicateMember {
+            return Err(GroupError::DuplicateMember {
                 first,
                 second,
                 member: *member,

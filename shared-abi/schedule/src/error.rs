@@ -1,10 +1,63 @@
-//! Why a schedule could not be compiled.
+//! Why a group is not a barrier group, and why a schedule could not be compiled.
 
 use core::fmt;
 
 use shared_abi::ids::{PORTS_PER_NIC, PortId};
 
 use crate::{MAX_ROUNDS, MAX_SCHEDULE_STEPS, Member};
+
+/// Why a list of members is not a barrier group ([`crate::check_members`]), or a rank not one of
+/// its ranks. The user library's `Group` reports these as they are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GroupError {
+    /// No members.
+    Empty,
+    /// A member's port is not a port of a NIC (`>= PORTS_PER_NIC`).
+    PortOutOfRange {
+        /// The member's rank.
+        rank: usize,
+        /// Its port.
+        port: PortId,
+    },
+    /// A member named twice: one port takes part in a barrier once.
+    DuplicateMember {
+        /// The first rank naming it.
+        first: usize,
+        /// The second.
+        second: usize,
+        /// The member.
+        member: Member,
+    },
+    /// A rank is not a rank of the group.
+    RankOutOfRange {
+        /// The rank.
+        rank: usize,
+        /// The group's size.
+        members: usize,
+    },
+}
+
+impl fmt::Display for GroupError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Empty => f.write_str("a barrier group needs at least one member"),
+            Self::PortOutOfRange { rank, port } => write!(
+                f,
+                "rank {rank} names {port}, but a NIC has ports 0..{PORTS_PER_NIC}"
+            ),
+            Self::DuplicateMember {
+                first,
+                second,
+                member,
+            } => write!(f, "ranks {first} and {second} are both {member}"),
+            Self::RankOutOfRange { rank, members } => {
+                write!(f, "rank {rank} is not in a group of {members} members")
+            }
+        }
+    }
+}
+
+impl core::error::Error for GroupError {}
 
 /// Why a schedule could not be compiled.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -84,18 +137,26 @@ impl fmt::Display for ScheduleError {
             Self::TrivialGroup => f.write_str(
                 "the barrier group has one member: complete the barrier at once, without the NIC",
             ),
-            Self::RankOutOfRange { rank, members } => {
-                write!(f, "rank {rank} is not in a group of {members} members")
+            Self::RankOutOfRange { rank, members } => GroupError::RankOutOfRange {
+                rank: *rank,
+                members: *members,
             }
-            Self::PortOutOfRange { rank, port } => write!(
-                f,
-                "rank {rank} names {port}, but a NIC has ports 0..{PORTS_PER_NIC}"
-            ),
+            .fmt(f),
+            Self::PortOutOfRange { rank, port } => GroupError::PortOutOfRange {
+                rank: *rank,
+                port: *port,
+            }
+            .fmt(f),
             Self::DuplicateMember {
                 first,
                 second,
                 member,
-            } => write!(f, "ranks {first} and {second} are both {member}"),
+            } => GroupError::DuplicateMember {
+                first: *first,
+                second: *second,
+                member: *member,
+            }
+            .fmt(f),
             Self::DimensionOutOfRange { dimension, members } => write!(
                 f,
                 "gather-broadcast dimension {dimension} is outside 1..={} for {members} members",
@@ -128,3 +189,22 @@ impl fmt::Display for ScheduleError {
 }
 
 impl core::error::Error for ScheduleError {}
+
+impl From<GroupError> for ScheduleError {
+    fn from(error: GroupError) -> Self {
+        match error {
+            GroupError::Empty => Self::EmptyGroup,
+            GroupError::PortOutOfRange { rank, port } => Self::PortOutOfRange { rank, port },
+            GroupError::DuplicateMember {
+                first,
+                second,
+                member,
+            } => Self::DuplicateMember {
+                first,
+                second,
+                member,
+            },
+            GroupError::RankOutOfRange { rank, members } => Self::RankOutOfRange { rank, members },
+        }
+    }
+}

@@ -25,6 +25,10 @@
 //! A group of one member has nothing to wait for, and the NIC refuses an empty schedule: the
 //! compilers return [`ScheduleError::TrivialGroup`], and the caller completes that barrier at once
 //!
+//! [`check_members`] is the one check of what a group may be (members, ports, duplicates), with
+//! its [`GroupError`]: the user library's `Group` runs it when a group is built, and every
+//! compiler runs it again before it reads the members.
+//!
 //! This crate is host logic in the shared row of the layers: the user library compiles a group's
 //! schedule with it, and the simulator's cost model and the firmware's tests use the very same
 //! code, so there is one copy of the algorithms and of their modular arithmetic ([`arith`]). The
@@ -38,11 +42,11 @@ mod check;
 mod compile;
 mod error;
 
-pub use check::{rounds_needed, steps_needed};
+pub use check::{check_members, rounds_needed, steps_needed};
 pub use compile::{
     compile, dissemination, gather_broadcast, gather_broadcast_steps, pairwise_exchange,
 };
-pub use error::ScheduleError;
+pub use error::{GroupError, ScheduleError};
 pub use shared_abi::schedule::{MAX_ROUNDS, MAX_SCHEDULE_STEPS, Step, StepOp};
 
 use core::fmt;

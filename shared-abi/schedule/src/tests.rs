@@ -744,6 +744,17 @@ fn a_group_of_one_and_bad_input() {
             member: members[1]
         })
     );
+    // The same check alone, as the user library's group runs it: a group of one is a group.
+    assert_eq!(check_members(&[]), Err(GroupError::Empty));
+    assert_eq!(check_members(&members[..1]), Ok(()));
+    assert_eq!(
+        check_members(&twice),
+        Err(GroupError::DuplicateMember {
+            first: 1,
+            second: 4,
+            member: members[1]
+        })
+    );
     for dimension in [0, 5] {
         assert_eq!(
             gather_broadcast(&members, 0, dimension, 0, &mut out),
