@@ -5,21 +5,23 @@
 //! ([`super::layout`]). The switch moves a packet from one NIC's transmit ring into the receive
 //! ring of the NIC its slot names.
 //!
-//! A ring is the port rings' [`RingIndexes`] block (same words, same publication rules: the
-//! producer writes the slot, then stores `tail` with release ordering; the consumer loads `tail`
-//! with acquire ordering, copies the slot out, then stores `head` with release ordering) followed
-//! by `entries` slots of [`SLOT_STRIDE`] bytes: a [`SlotHeader`] and up to
-//! [`MAX_WIRE_LEN`] packet bytes. Unlike a port ring's fixed-size entries, only the header and
-//! the packet's own bytes are copied. Each side keeps its own index and checks the other's: a
-//! tail more than a ring ahead is [`RingError::Corrupt`], a slot claiming more than
-//! [`MAX_WIRE_LEN`] bytes is [`WireError::BadLength`] (and is skipped), never an out-of-bounds
-//! copy.
+//! A ring is the port rings' [`RingIndexes`](crate::ring::RingIndexes) block followed by `entries` slots of
+//! [`SLOT_STRIDE`] bytes: a [`SlotHeader`] and up to [`MAX_WIRE_LEN`] packet bytes. Its indexes
+//! move by the port rings' protocol, the same code ([`ProducerCursor`], [`ConsumerCursor`]):
+//! the producer writes the slot, then publishes `tail` with release ordering; the consumer loads
+//! `tail` with acquire ordering, copies the slot out, then releases it by storing `head`; a tail
+//! more than a ring ahead is [`RingError::Corrupt`]. Unlike a port ring's fixed-size entries,
+//! only the header and the packet's own bytes are copied, and the header is the other side's
+//! word too: a slot claiming more than [`MAX_WIRE_LEN`] bytes is [`WireError::BadLength`] (and
+//! is skipped), never an out-of-bounds copy.
 
-use core::mem::{offset_of, size_of};
+use core::mem::size_of;
 
 use crate::ids::NodeId;
 use crate::packet::MAX_WIRE_LEN;
-use crate::ring::{OutOfBounds, RingError, RingIndexes, SharedMemory};
+use crate::ring::{
+    ConsumerCursor, OutOfBounds, ProducerCursor, RingError, RingShape, SharedMemory,
+};
 use zerocopy::little_endian::{U16, U32};
 use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout, Unaligned};
 
@@ -42,14 +44,10 @@ const _: () = assert!(size_of::<SlotHeader>() == 16);
 /// line.
 pub const SLOT_STRIDE: usize = (size_of::<SlotHeader>() + MAX_WIRE_LEN + 63) & !63;
 
-const TAIL: usize = offset_of!(RingIndexes, tail);
-const HEAD: usize = offset_of!(RingIndexes, head);
-const SLEEPING: usize = offset_of!(RingIndexes, consumer_sleeping);
-
 /// Where a packet ring lives in its memory.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct PacketRingLayout {
-    /// Offset of the ring's [`RingIndexes`] (64-aligned).
+    /// Offset of the ring's [`RingIndexes`](crate::ring::RingIndexes) (64-aligned).
     pub offset: usize,
     /// Number of slots, a power of two.
     pub entries: u32,
@@ -58,12 +56,16 @@ pub struct PacketRingLayout {
 impl PacketRingLayout {
     /// Bytes a ring of `entries` slots occupies.
     pub const fn bytes(entries: u32) -> usize {
-        size_of::<RingIndexes>() + entries as usize * SLOT_STRIDE
+        RingShape::bytes(entries, SLOT_STRIDE)
     }
 
-    fn slot(&self, index: u32) -> usize {
-        let slot = (index & (self.entries - 1)) as usize;
-        self.offset + size_of::<RingIndexes>() + slot * SLOT_STRIDE
+    /// The ring's shape: slots of [`SLOT_STRIDE`] bytes.
+    pub const fn shape(&self) -> RingShape {
+        RingShape {
+            offset: self.offset,
+            entries: self.entries,
+            stride: SLOT_STRIDE,
+        }
     }
 
     /// Checks the layout against memory of `len` bytes.
@@ -72,14 +74,7 @@ impl PacketRingLayout {
     /// [`RingError::BadLayout`] if `entries` is not a power of two, the offset is not 64-aligned,
     /// or the ring does not fit.
     pub fn validate(&self, len: usize) -> Result<(), RingError> {
-        let fits = self
-            .offset
-            .checked_add(Self::bytes(self.entries))
-            .is_some_and(|end| end <= len);
-        if !self.entries.is_power_of_two() || self.offset % 64 != 0 || !fits {
-            return Err(RingError::BadLayout);
-        }
-        Ok(())
+        self.shape().validate(len)
     }
 }
 
@@ -107,17 +102,19 @@ impl From<OutOfBounds> for WireError {
     }
 }
 
-/// The producer side of a packet ring. Holds its own `tail`; never reads it back.
+/// The producer side of a packet ring: a [`ProducerCursor`] whose slots are a [`SlotHeader`]
+/// and a packet.
 #[derive(Debug)]
 pub struct PacketProducer {
-    layout: PacketRingLayout,
-    tail: u32,
+    cursor: ProducerCursor,
 }
 
 impl PacketProducer {
     /// A producer for a fresh ring (both indexes zero) at `layout`.
     pub const fn new(layout: PacketRingLayout) -> Self {
-        Self { layout, tail: 0 }
+        Self {
+            cursor: ProducerCursor::new(layout.shape(), 0),
+        }
     }
 
     /// Copies `packet` into the next slot, marked with `node`, and publishes it.
@@ -138,18 +135,7 @@ impl PacketProducer {
                 len: packet.len(),
             }));
         }
-        let head = memory.load_acquire(self.layout.offset + HEAD)?;
-        let used = self.tail.wrapping_sub(head);
-        if used > self.layout.entries {
-            return Err(RingError::Corrupt {
-                head,
-                tail: self.tail,
-            });
-        }
-        if used == self.layout.entries {
-            return Err(RingError::Full);
-        }
-        let slot = self.layout.slot(self.tail);
+        let slot = self.cursor.reserve(memory)?;
         let header = SlotHeader {
             length: U32::new(packet.len() as u32),
             node,
@@ -157,10 +143,7 @@ impl PacketProducer {
         };
         memory.write(slot, header.as_bytes())?;
         memory.write(slot + size_of::<SlotHeader>(), packet)?;
-        self.tail = self.tail.wrapping_add(1);
-        // Release: the slot's bytes above must be visible before the consumer can observe the new
-        // tail, or it would copy a half-written packet.
-        memory.store_release(self.layout.offset + TAIL, self.tail)?;
+        self.cursor.publish(memory)?;
         Ok(())
     }
 
@@ -174,8 +157,7 @@ impl PacketProducer {
         &self,
         memory: &M,
     ) -> Result<bool, OutOfBounds> {
-        memory.fence();
-        Ok(memory.load_acquire(self.layout.offset + SLEEPING)? != 0)
+        self.cursor.consumer_wants_doorbell(memory)
     }
 }
 
@@ -188,17 +170,19 @@ pub struct Taken {
     pub length: usize,
 }
 
-/// The consumer side of a packet ring. Holds its own `head`; never reads it back.
+/// The consumer side of a packet ring: a [`ConsumerCursor`] whose slots are a [`SlotHeader`]
+/// and a packet.
 #[derive(Debug)]
 pub struct PacketConsumer {
-    layout: PacketRingLayout,
-    head: u32,
+    cursor: ConsumerCursor,
 }
 
 impl PacketConsumer {
     /// A consumer for a fresh ring (both indexes zero) at `layout`.
     pub const fn new(layout: PacketRingLayout) -> Self {
-        Self { layout, head: 0 }
+        Self {
+            cursor: ConsumerCursor::new(layout.shape(), 0),
+        }
     }
 
     /// Packets published and not yet taken.
@@ -206,15 +190,7 @@ impl PacketConsumer {
     /// # Errors
     /// [`RingError::Corrupt`] if the producer's tail is more than a ring ahead of our head.
     pub fn available<M: SharedMemory + ?Sized>(&self, memory: &M) -> Result<u32, RingError> {
-        let tail = memory.load_acquire(self.layout.offset + TAIL)?;
-        let filled = tail.wrapping_sub(self.head);
-        if filled > self.layout.entries {
-            return Err(RingError::Corrupt {
-                head: self.head,
-                tail,
-            });
-        }
-        Ok(filled)
+        self.cursor.available(memory)
     }
 
     /// Copies the next packet into `out` and frees its slot.
@@ -228,14 +204,13 @@ impl PacketConsumer {
         memory: &M,
         out: &mut [u8; MAX_WIRE_LEN],
     ) -> Result<Option<Taken>, WireError> {
-        if self.available(memory)? == 0 {
+        let Some(slot) = self.cursor.peek(memory)? else {
             return Ok(None);
-        }
-        let slot = self.layout.slot(self.head);
+        };
         let mut header = SlotHeader::new_zeroed();
-        // The acquire load of `tail` in `available` orders these reads after the producer's
-        // writes.
         memory.read(slot, header.as_mut_bytes())?;
+        // The length is the producer's word: checked against `out` before any packet byte is
+        // copied.
         let length = header.length.get();
         let taken = match out.get_mut(..length as usize) {
             Some(bytes) => {
@@ -247,9 +222,7 @@ impl PacketConsumer {
             }
             None => Err(WireError::BadLength { length }),
         };
-        self.head = self.head.wrapping_add(1);
-        // Release: our copy of the slot completes before the producer may reuse it.
-        memory.store_release(self.layout.offset + HEAD, self.head)?;
+        self.cursor.release(memory)?;
         taken
     }
 
@@ -261,9 +234,7 @@ impl PacketConsumer {
         &mut self,
         memory: &M,
     ) -> Result<u32, OutOfBounds> {
-        self.head = memory.load_acquire(self.layout.offset + TAIL)?;
-        memory.store_release(self.layout.offset + HEAD, self.head)?;
-        Ok(self.head)
+        self.cursor.resynchronise(memory)
     }
 
     /// Says whether this consumer is about to sleep and wants a doorbell on the next push. After
@@ -276,9 +247,7 @@ impl PacketConsumer {
         memory: &M,
         sleeping: bool,
     ) -> Result<(), OutOfBounds> {
-        memory.store_release(self.layout.offset + SLEEPING, u32::from(sleeping))?;
-        memory.fence();
-        Ok(())
+        self.cursor.set_sleeping(memory, sleeping)
     }
 }
 
@@ -287,6 +256,7 @@ mod tests {
     extern crate std;
 
     use super::*;
+    use crate::ring::cursor::{HEAD_OFFSET as HEAD, TAIL_OFFSET as TAIL};
     use core::cell::RefCell;
 
     /// Plain memory standing in for the shared area.
@@ -385,9 +355,9 @@ mod tests {
         assert_eq!(consumer.resynchronise(&memory), Ok(5));
         assert_eq!(consumer.pop(&memory, &mut out), Ok(None));
         // A slot claiming more than a packet: skipped, and the next one is still read.
-        let slot = LAYOUT.slot(5);
+        let slot = LAYOUT.shape().slot_offset(5);
         memory.write(slot, &u32::MAX.to_le_bytes()).unwrap();
-        let next = LAYOUT.slot(6);
+        let next = LAYOUT.shape().slot_offset(6);
         memory.write(next, &3u32.to_le_bytes()).unwrap();
         memory.store_release(LAYOUT.offset + TAIL, 7).unwrap();
         assert_eq!(

@@ -1,20 +1,25 @@
 //! Single-producer/single-consumer rings over memory shared with the other side.
 //!
-//! A ring is a [`RingIndexes`] block followed by `entries` fixed-size slots, `entries` a power of
-//! two. Indexes run free and wrap: slot = `index & (entries - 1)`, fill = `tail - head` in
-//! wrapping arithmetic (the io_uring SQ/CQ and virtio split-ring shape).
+//! A ring is a [`RingIndexes`] block followed by `entries` slots, `entries` a power of two.
+//! Indexes run free and wrap: slot = `index & (entries - 1)`, fill = `tail - head` in wrapping
+//! arithmetic (the io_uring SQ/CQ and virtio split-ring shape). The producer writes a slot, then
+//! publishes `tail` with release ordering; the consumer loads `tail` with acquire ordering
+//! before it reads the slot, and stores `head` with release ordering only after it has copied
+//! the slot out. Each side keeps its own index and checks the other's: a `tail` more than
+//! `entries` ahead of `head` is [`RingError::Corrupt`], never an out-of-bounds read.
 //!
-//! Publication: the producer writes the entry, then stores its `tail` with release ordering; the
-//! consumer loads `tail` with acquire ordering before it reads the entry, and stores `head` with
-//! release ordering only after it has copied the entry out. Each side keeps its own index in
-//! private memory and never reads it back from the shared block, and checks the other side's
-//! index before trusting it: a `tail` that runs more than `entries` ahead of `head` is
-//! [`RingError::Corrupt`], never an out-of-bounds read.
+//! That index protocol is written once, in [`cursor`] ([`ProducerCursor`], [`ConsumerCursor`]),
+//! and knows nothing of what a slot holds. Two kinds of ring run over it: the port rings here
+//! ([`Producer`], [`Consumer`]: one fixed-size entry per slot) and the QEMU NICs' packet rings
+//! ([`crate::qemu::wire`]: a header and the packet's bytes per slot).
 //!
-//! The protocol here is safe code over the [`SharedMemory`] trait; the one implementation over a
-//! raw mapping, with its `unsafe`, is [`raw::RawMemory`].
+//! All of it is safe code over the [`SharedMemory`] trait; the one implementation over a raw
+//! mapping, with its `unsafe`, is [`raw::RawMemory`].
 
+pub mod cursor;
 pub mod raw;
+
+pub use cursor::{ConsumerCursor, ProducerCursor, RingShape};
 
 use core::marker::PhantomData;
 
@@ -104,10 +109,6 @@ impl Default for RingIndexes {
     }
 }
 
-const TAIL_OFFSET: usize = 0;
-const HEAD_OFFSET: usize = 64;
-const SLEEPING_OFFSET: usize = 68;
-
 /// Where a ring lives in a region and how it is shaped.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct RingLayout {
@@ -120,12 +121,16 @@ pub struct RingLayout {
 impl RingLayout {
     /// Bytes the ring occupies for entries of type `T`.
     pub const fn bytes<T>(entries: u32) -> usize {
-        core::mem::size_of::<RingIndexes>() + entries as usize * core::mem::size_of::<T>()
+        RingShape::bytes(entries, core::mem::size_of::<T>())
     }
 
-    fn slot_offset<T>(&self, index: u32) -> usize {
-        let slot = (index & (self.entries - 1)) as usize;
-        self.offset + core::mem::size_of::<RingIndexes>() + slot * core::mem::size_of::<T>()
+    /// The ring's shape for entries of type `T`: one entry per slot.
+    pub const fn shape<T>(&self) -> RingShape {
+        RingShape {
+            offset: self.offset,
+            entries: self.entries,
+            stride: core::mem::size_of::<T>(),
+        }
     }
 
     /// Checks the layout against a region of `region_len` bytes for entries of type `T`.
@@ -134,14 +139,7 @@ impl RingLayout {
     /// [`RingError::BadLayout`] if `entries` is zero or not a power of two, the offset is not
     /// 64-aligned, or the ring does not fit.
     pub fn validate<T>(&self, region_len: usize) -> Result<(), RingError> {
-        let fits = self
-            .offset
-            .checked_add(Self::bytes::<T>(self.entries))
-            .is_some_and(|end| end <= region_len);
-        if !self.entries.is_power_of_two() || self.offset % 64 != 0 || !fits {
-            return Err(RingError::BadLayout);
-        }
-        Ok(())
+        self.shape::<T>().validate(region_len)
     }
 }
 
@@ -191,11 +189,10 @@ impl core::fmt::Display for RingError {
     }
 }
 
-/// The producer side of a ring. Holds its own `tail`; never reads it back.
+/// The producer side of a ring of `T` entries: a [`ProducerCursor`] whose slots are one `T`.
 #[derive(Debug)]
 pub struct Producer<T> {
-    layout: RingLayout,
-    tail: u32,
+    cursor: ProducerCursor,
     _entry: PhantomData<fn(T)>,
 }
 
@@ -203,15 +200,18 @@ impl<T: IntoBytes + Immutable> Producer<T> {
     /// A producer for the ring at `layout`, starting at index `tail` (0 for a fresh ring).
     pub const fn new(layout: RingLayout, tail: u32) -> Self {
         Self {
-            layout,
-            tail,
+            cursor: ProducerCursor::new(layout.shape::<T>(), tail),
             _entry: PhantomData,
         }
     }
 
     /// The ring's layout.
     pub const fn layout(&self) -> RingLayout {
-        self.layout
+        let shape = self.cursor.shape();
+        RingLayout {
+            offset: shape.offset,
+            entries: shape.entries,
+        }
     }
 
     /// Free slots, as far as the consumer's published head says.
@@ -220,15 +220,7 @@ impl<T: IntoBytes + Immutable> Producer<T> {
     /// [`RingError::Corrupt`] if the consumer's head is ahead of our tail or more than a ring
     /// behind it.
     pub fn free<M: SharedMemory + ?Sized>(&self, memory: &M) -> Result<u32, RingError> {
-        let head = memory.load_acquire(self.layout.offset + HEAD_OFFSET)?;
-        let used = self.tail.wrapping_sub(head);
-        if used > self.layout.entries {
-            return Err(RingError::Corrupt {
-                head,
-                tail: self.tail,
-            });
-        }
-        Ok(self.layout.entries - used)
+        self.cursor.free(memory)
     }
 
     /// Writes `entry` into the next slot and publishes it.
@@ -241,14 +233,9 @@ impl<T: IntoBytes + Immutable> Producer<T> {
         memory: &M,
         entry: &T,
     ) -> Result<(), RingError> {
-        if self.free(memory)? == 0 {
-            return Err(RingError::Full);
-        }
-        memory.write(self.layout.slot_offset::<T>(self.tail), entry.as_bytes())?;
-        self.tail = self.tail.wrapping_add(1);
-        // Release: the entry's bytes above must be visible before the consumer can observe the
-        // new tail, or it would read a half-written slot.
-        memory.store_release(self.layout.offset + TAIL_OFFSET, self.tail)?;
+        let slot = self.cursor.reserve(memory)?;
+        memory.write(slot, entry.as_bytes())?;
+        self.cursor.publish(memory)?;
         Ok(())
     }
 
@@ -262,16 +249,14 @@ impl<T: IntoBytes + Immutable> Producer<T> {
         &self,
         memory: &M,
     ) -> Result<bool, OutOfBounds> {
-        memory.fence();
-        Ok(memory.load_acquire(self.layout.offset + SLEEPING_OFFSET)? != 0)
+        self.cursor.consumer_wants_doorbell(memory)
     }
 }
 
-/// The consumer side of a ring. Holds its own `head`; never reads it back.
+/// The consumer side of a ring of `T` entries: a [`ConsumerCursor`] whose slots are one `T`.
 #[derive(Debug)]
 pub struct Consumer<T> {
-    layout: RingLayout,
-    head: u32,
+    cursor: ConsumerCursor,
     _entry: PhantomData<fn() -> T>,
 }
 
@@ -279,15 +264,18 @@ impl<T: FromBytes + IntoBytes> Consumer<T> {
     /// A consumer for the ring at `layout`, starting at index `head` (0 for a fresh ring).
     pub const fn new(layout: RingLayout, head: u32) -> Self {
         Self {
-            layout,
-            head,
+            cursor: ConsumerCursor::new(layout.shape::<T>(), head),
             _entry: PhantomData,
         }
     }
 
     /// The ring's layout.
     pub const fn layout(&self) -> RingLayout {
-        self.layout
+        let shape = self.cursor.shape();
+        RingLayout {
+            offset: shape.offset,
+            entries: shape.entries,
+        }
     }
 
     /// Entries published and not yet consumed.
@@ -295,15 +283,7 @@ impl<T: FromBytes + IntoBytes> Consumer<T> {
     /// # Errors
     /// [`RingError::Corrupt`] if the producer's tail is more than a ring ahead of our head.
     pub fn available<M: SharedMemory + ?Sized>(&self, memory: &M) -> Result<u32, RingError> {
-        let tail = memory.load_acquire(self.layout.offset + TAIL_OFFSET)?;
-        let filled = tail.wrapping_sub(self.head);
-        if filled > self.layout.entries {
-            return Err(RingError::Corrupt {
-                head: self.head,
-                tail,
-            });
-        }
-        Ok(filled)
+        self.cursor.available(memory)
     }
 
     /// Reads the next entry, if any, without consuming it (the slot stays the producer's to
@@ -312,15 +292,11 @@ impl<T: FromBytes + IntoBytes> Consumer<T> {
     /// # Errors
     /// [`RingError::Corrupt`] if the producer's tail is impossible.
     pub fn peek<M: SharedMemory + ?Sized>(&self, memory: &M) -> Result<Option<T>, RingError> {
-        if self.available(memory)? == 0 {
+        let Some(slot) = self.cursor.peek(memory)? else {
             return Ok(None);
-        }
+        };
         let mut entry = T::new_zeroed();
-        // The acquire load of `tail` in `available` orders this read after the producer's write.
-        memory.read(
-            self.layout.slot_offset::<T>(self.head),
-            entry.as_mut_bytes(),
-        )?;
+        memory.read(slot, entry.as_mut_bytes())?;
         Ok(Some(entry))
     }
 
@@ -329,9 +305,7 @@ impl<T: FromBytes + IntoBytes> Consumer<T> {
     /// # Errors
     /// [`OutOfBounds`] if the ring lies outside the memory.
     pub fn skip<M: SharedMemory + ?Sized>(&mut self, memory: &M) -> Result<(), OutOfBounds> {
-        self.head = self.head.wrapping_add(1);
-        // Release: our copy of the slot (in `peek`) completes before the producer may reuse it.
-        memory.store_release(self.layout.offset + HEAD_OFFSET, self.head)
+        self.cursor.release(memory)
     }
 
     /// Takes the next entry, if any, and frees its slot.
@@ -339,19 +313,11 @@ impl<T: FromBytes + IntoBytes> Consumer<T> {
     /// # Errors
     /// [`RingError::Corrupt`] if the producer's tail is impossible; nothing is consumed then.
     pub fn pop<M: SharedMemory + ?Sized>(&mut self, memory: &M) -> Result<Option<T>, RingError> {
-        if self.available(memory)? == 0 {
-            return Ok(None);
+        let entry = self.peek(memory)?;
+        if entry.is_some() {
+            self.cursor.release(memory)?;
         }
-        let mut entry = T::new_zeroed();
-        // The acquire load of `tail` in `available` orders this read after the producer's write.
-        memory.read(
-            self.layout.slot_offset::<T>(self.head),
-            entry.as_mut_bytes(),
-        )?;
-        self.head = self.head.wrapping_add(1);
-        // Release: our copy of the slot above completes before the producer may reuse it.
-        memory.store_release(self.layout.offset + HEAD_OFFSET, self.head)?;
-        Ok(Some(entry))
+        Ok(entry)
     }
 
     /// Skips everything published so far (after [`RingError::Corrupt`], to resynchronise with a
@@ -363,9 +329,7 @@ impl<T: FromBytes + IntoBytes> Consumer<T> {
         &mut self,
         memory: &M,
     ) -> Result<u32, OutOfBounds> {
-        self.head = memory.load_acquire(self.layout.offset + TAIL_OFFSET)?;
-        memory.store_release(self.layout.offset + HEAD_OFFSET, self.head)?;
-        Ok(self.head)
+        self.cursor.resynchronise(memory)
     }
 
     /// Says whether this consumer is about to sleep and wants a doorbell on the next push.
@@ -379,9 +343,7 @@ impl<T: FromBytes + IntoBytes> Consumer<T> {
         memory: &M,
         sleeping: bool,
     ) -> Result<(), OutOfBounds> {
-        memory.store_release(self.layout.offset + SLEEPING_OFFSET, u32::from(sleeping))?;
-        memory.fence();
-        Ok(())
+        self.cursor.set_sleeping(memory, sleeping)
     }
 }
 
