@@ -61,3 +61,20 @@ pub(crate) fn show(command: &Command) -> String {
     }
     shown
 }
+
+/// CPU time the threads of process `pid` have used, in nanoseconds (their scheduler statistics),
+/// counting only threads whose name starts with `prefix` (all with ""); 0 where none can be read.
+pub(crate) fn threads_cpu_ns(pid: u32, prefix: &str) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter(|task| {
+            std::fs::read_to_string(task.path().join("comm"))
+                .is_ok_and(|name| name.starts_with(prefix))
+        })
+        .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
+        .filter_map(|stat| stat.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args as ClapArgs;
 
-use crate::command::{cargo, run};
+use crate::command::{cargo, run, threads_cpu_ns};
 use crate::{Result, target_dir, workspace_root};
 
 /// How long the daemon may take to listen on its socket.
@@ -164,17 +164,9 @@ struct Daemon {
 }
 
 impl Daemon {
-    /// CPU time all of the daemon's threads have used, in nanoseconds (their scheduler
-    /// statistics; 0 where they cannot be read).
+    /// CPU time all of the daemon's threads have used, in nanoseconds.
     fn cpu_ns(&self) -> u64 {
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{}/task", self.child.id())) else {
-            return 0;
-        };
-        tasks
-            .flatten()
-            .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
-            .filter_map(|stat| stat.split_whitespace().next()?.parse::<u64>().ok())
-            .sum()
+        threads_cpu_ns(self.child.id(), "")
     }
 
     /// Starts the daemon and waits, at most [`DAEMON_START`], until it listens on `socket`.

@@ -380,21 +380,9 @@ impl Daemon {
 }
 
 impl Daemon {
-    /// CPU time the daemon's NIC threads have used, in nanoseconds (their scheduler statistics).
+    /// CPU time the daemon's NIC threads have used, in nanoseconds.
     fn nic_cpu_ns(&self) -> u64 {
-        let tasks = format!("/proc/{}/task", self.child.id());
-        let Ok(entries) = std::fs::read_dir(tasks) else {
-            return 0;
-        };
-        entries
-            .flatten()
-            .filter(|task| {
-                std::fs::read_to_string(task.path().join("comm"))
-                    .is_ok_and(|name| name.starts_with("nic-thread"))
-            })
-            .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
-            .filter_map(|stat| stat.split_whitespace().next()?.parse::<u64>().ok())
-            .sum()
+        crate::command::threads_cpu_ns(self.child.id(), "nic-thread")
     }
 }
 
