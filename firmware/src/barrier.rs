@@ -461,6 +461,15 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             let Some(open) = self.ports.open_mut(port) else {
                 continue;
             };
+            // Nothing expired and nothing due (a destination's retries are due only once its
+            // first one is): the common case, without copying the list.
+            if open
+                .barrier_retries
+                .iter()
+                .all(|retry| retry.until > now && retry.at > now)
+            {
+                continue;
+            }
             open.barrier_retries.retain(|retry| retry.until > now);
             // A destination's retries go out together, in order, once its first one is due.
             let mut due: Vec<Retry, RETRIES> = Vec::new();

@@ -164,7 +164,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                     .ports
                     .open(usize::from(port))
                     .filter(|open| open.generation == generation)
-                    .and_then(|open| open.sends.get(usize::from(slot)).copied().flatten());
+                    .and_then(|open| open.held_send(usize::from(slot)).copied());
                 if let Some(held) = held {
                     header.kind = PacketKind::DATA;
                     header.attempt = connection
@@ -450,7 +450,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         let Some(open) = self.ports.open_mut(port) else {
             return;
         };
-        let Some(held) = open.sends.get_mut(slot).and_then(Option::take) else {
+        let Some(held) = open.release(slot) else {
             return;
         };
         let event = Event {
