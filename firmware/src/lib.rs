@@ -699,12 +699,14 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
 #[cfg(test)]
 impl<H: Hal, const C: usize> Nic<H, C> {
     /// Whether every set that stands for a scan names what the scan would find: each port's held
-    /// and operation slots, and (as a superset) the ports with events they can still write.
+    /// and operation slots, and (as a superset) the ports with events they can still write; and
+    /// no barrier the engine passed over could have moved.
     pub(crate) fn work_sets_agree(&self) -> bool {
         (0..PORTS_PER_NIC).all(|index| {
             self.ports.open(index).is_none_or(|open| {
                 let can_flush = open.faulted.is_none() && open.closing.is_none();
                 open.slot_sets_agree()
+                    && !self.barrier_could_advance(index)
                     && (!can_flush
                         || open.pending_events.is_empty()
                         || self.events_waiting & port_bit(index) != 0)

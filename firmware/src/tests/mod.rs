@@ -336,7 +336,7 @@ impl Node {
         let busy = self.nic.poll(now);
         assert!(
             self.nic.work_sets_agree(),
-            "{}: a set of slots or ports with work disagrees with what they hold",
+            "{}: a work set disagrees with the work it stands for (`Nic::work_sets_agree`)",
             self.id()
         );
         let at = self.nic.poll_at();
