@@ -536,6 +536,22 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         busy
     }
 
+    /// Runs the barrier timers again while they find work: a barrier that fails (a give-up, an
+    /// abort) owes aborts due at once, and an abort delivered to a local port may fail that
+    /// port's barrier in turn, owing more. Each pass that finds nothing due ends it; the bound
+    /// (a pass per port, and one more) only makes the end obvious. Returns whether any pass did
+    /// anything.
+    pub(crate) fn run_due_barrier_retries(&mut self, now: Instant) -> bool {
+        let mut busy = false;
+        for _ in 0..=PORTS_PER_NIC {
+            if !self.run_barrier_timers(now) {
+                break;
+            }
+            busy = true;
+        }
+        busy
+    }
+
     /// An in-order barrier packet of `barrier` arrived from `peer`: record it for its port and
     /// wake that port's engine.
     ///

@@ -549,6 +549,9 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
         busy |= self.feed_operations(now);
         busy |= self.feed_messages(now);
         self.advance_all_barriers(now);
+        // A barrier that failed since its timers ran (a give-up above, an abort its engine
+        // found) owes its other members aborts due at once: they go in this poll.
+        busy |= self.run_due_barrier_retries(now);
         busy |= self.transmit_all(now);
         let mut waiting = self.events_waiting;
         while waiting != 0 {
@@ -557,8 +560,10 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
             self.flush_events(index);
         }
         if self.finish_closes(now) {
-            // A close queued its notices and may have emptied queue places that parked messages
-            // are due to take: send now what that made due, so nothing due is left behind.
+            // A close queued its notices, may have failed local barriers (whose aborts are due
+            // at once), and may have emptied queue places that parked messages are due to take:
+            // send now what that made due, so nothing due is left behind.
+            busy |= self.run_due_barrier_retries(now);
             busy |= self.transmit_all(now);
         }
         busy

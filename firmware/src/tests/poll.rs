@@ -148,3 +148,34 @@ fn held_sends_are_counted_as_tokens_are_taken_and_completed() {
     assert_eq!(held(&net), 0);
     assert_eq!(of_kind(&net[0].events(1), EventKind::SENT).len(), 3);
 }
+
+#[test]
+fn the_aborts_of_a_barrier_failed_by_a_give_up_go_in_the_same_poll() {
+    // Node 0's barrier exchanges with node 1, then with node 2. Node 1 is silent: the give-up
+    // (a connection timer, which runs after the barrier timers) fails the barrier, and node 2,
+    // still owed a packet, is owed an abort at once. It goes in that poll; before, it waited
+    // for the next one with `poll_at` naming time zero.
+    let mut net = Net::new(3);
+    net[1].silent = true;
+    let config = *net[0].nic.config();
+    net.open(0, 1);
+    net.open(2, 1);
+    net[0].start_barrier(1, &[exchange(1, 1, 0), exchange(2, 1, 1)], 0xab, 0);
+
+    let carried = net.run_for(config.give_up_after + config.retransmit_timeout * 32);
+
+    assert_eq!(
+        summary(&net[0].events(1)),
+        [(
+            EventKind::BARRIER_FAILED,
+            Status::TARGET_NODE_UNREACHABLE,
+            0xab
+        )]
+    );
+    assert!(
+        carried
+            .iter()
+            .any(|p| p.to == NodeId::new(2) && p.kind() == PacketKind::BARRIER),
+        "node 2 is told the barrier failed"
+    );
+}
