@@ -156,15 +156,48 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         Ok(())
     }
 
-    /// Runs every running barrier's engine as far as it can go (after packets arrived, or to
-    /// retry a send that found no room).
+    /// Runs the barrier engines that may move: those marked in `advance_pending`, and those whose
+    /// current send found no room (tried again on every poll, as room may have appeared).
+    ///
+    /// A barrier that waits for a packet is not looked at: it can move only once a packet is
+    /// recorded for its port, and every place that records one (`deliver_barrier_packet`, the
+    /// local path of `put_barrier_packet`) marks the port in `advance_pending`, as starting a
+    /// barrier does.
     pub(crate) fn advance_all_barriers(&mut self, now: Instant) {
         for port in 0..PORTS_PER_NIC {
-            if self.ports.open(port).is_some_and(|o| o.barrier.is_some()) {
+            let stalled = self
+                .ports
+                .open(port)
+                .and_then(|open| open.barrier.as_ref())
+                .is_some_and(|run| run.stalled_until.is_some());
+            if stalled {
                 self.advance_pending |= 1 << port;
             }
         }
         self.run_pending_advances(now);
+    }
+
+    /// Whether `port`'s barrier could move if its engine ran now (checked by the tests after each
+    /// poll: a barrier `advance_all_barriers` passed over must have nothing to move on).
+    #[cfg(test)]
+    pub(crate) fn barrier_could_advance(&self, port: usize) -> bool {
+        let Some(run) = self.ports.open(port).and_then(|open| open.barrier.as_ref()) else {
+            return false;
+        };
+        let Some(step) = run.steps.get(run.index) else {
+            return true;
+        };
+        if step.op == StepOp::SEND || (step.op == StepOp::EXCHANGE && !run.sent_current) {
+            // Tried on every poll while it finds no room.
+            return run.stalled_until.is_none();
+        }
+        let source = usize::from(step.port.0);
+        if step.node == self.node {
+            return self.local_record.has(port, source, run.barrier, step.round);
+        }
+        self.connection_index(step.node)
+            .and_then(|index| self.connections.get(index))
+            .is_some_and(|connection| connection.record.has(port, source, run.barrier, step.round))
     }
 
     /// Runs the engines of the ports marked in `advance_pending` until none is left (a local
@@ -461,6 +494,15 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             let Some(open) = self.ports.open_mut(port) else {
                 continue;
             };
+            // Nothing expired and nothing due (a destination's retries are due only once its
+            // first one is): the common case, without copying the list.
+            if open
+                .barrier_retries
+                .iter()
+                .all(|retry| retry.until > now && retry.at > now)
+            {
+                continue;
+            }
             open.barrier_retries.retain(|retry| retry.until > now);
             // A destination's retries go out together, in order, once its first one is due.
             let mut due: Vec<Retry, RETRIES> = Vec::new();
@@ -490,6 +532,22 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                     self.schedule_retry(port, retry.step, retry.barrier, retry.failed, now);
                 }
             }
+        }
+        busy
+    }
+
+    /// Runs the barrier timers again while they find work: a barrier that fails (a give-up, an
+    /// abort) owes aborts due at once, and an abort delivered to a local port may fail that
+    /// port's barrier in turn, owing more. Each pass that finds nothing due ends it; the bound
+    /// (a pass per port, and one more) only makes the end obvious. Returns whether any pass did
+    /// anything.
+    pub(crate) fn run_due_barrier_retries(&mut self, now: Instant) -> bool {
+        let mut busy = false;
+        for _ in 0..=PORTS_PER_NIC {
+            if !self.run_barrier_timers(now) {
+                break;
+            }
+            busy = true;
         }
         busy
     }

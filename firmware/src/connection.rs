@@ -546,6 +546,36 @@ impl Connection {
         }
     }
 
+    /// When the next parked message may go back into the queue, if one waits for a time at all:
+    /// the first one of each flow, as [`Connection::unpark_due`] takes them (a later one of its
+    /// flow goes only after it, whatever its own time says). `None` while the queue is full: it
+    /// drains as the window opens, which acks and the retransmit timer bring.
+    pub(crate) fn next_unpark_at(&self) -> Option<Instant> {
+        if self.queue.is_full() {
+            return None;
+        }
+        let mut waiting = Waiting::new();
+        let mut at = None;
+        for parked in self.parked.iter() {
+            if flow_of(&parked.body).is_some() && !waiting.holds(&parked.body) {
+                at = crate::time::earliest(at, Some(parked.at));
+            }
+            waiting.add(&parked.body);
+        }
+        at
+    }
+
+    /// When the sent list may transmit next, if it holds a packet back: the first packet due for
+    /// (re)transmission waits for its `not_before`, and go-back-N sends nothing after it before
+    /// it, so only its time counts (a later packet's own, earlier time would name an instant at
+    /// which there is nothing to send).
+    pub(crate) fn next_transmit_at(&self) -> Option<Instant> {
+        self.sent
+            .iter()
+            .find(|descriptor| descriptor.needs_transmit)
+            .and_then(|descriptor| descriptor.not_before)
+    }
+
     /// Marks every descriptor from `seq` on for retransmission (go-back-N).
     pub(crate) fn go_back_to(&mut self, seq: Seq) {
         for descriptor in self.sent.iter_mut() {

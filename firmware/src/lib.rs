@@ -201,6 +201,11 @@ pub struct Nic<H: Hal, const CONNECTIONS: usize = DEFAULT_CONNECTIONS> {
     advance_pending: u8,
     /// Ports whose orderly close finished since the board last asked (bit per port).
     finished_closes: u8,
+    /// Ports that may have events waiting for room in their event ring (bit per port): set by
+    /// [`Nic::emit`] whenever it queues one, cleared by [`Nic::flush_events`] only when it finds
+    /// none the port can still take. A port without its bit has nothing to flush, so `poll`
+    /// looks at no other port's events.
+    events_waiting: u8,
     epoch_counter: u32,
     counters: NicCounters,
     scratch: [u8; shared_abi::packet::MAX_WIRE_LEN],
@@ -224,6 +229,7 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
             local_record: UnexpectedBarrierRecord::default(),
             advance_pending: 0,
             finished_closes: 0,
+            events_waiting: 0,
             // 4 ms of boot time per 4096 epochs: a boot started 4 ms or more after another begins
             // past every epoch the other used, unless it made over 4096 connections per 4 ms.
             epoch_counter: (boot_stamp >> 2) << 12,
@@ -474,8 +480,10 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
         Some(open.memory.count())
     }
 
-    /// Closes every closing port that has finished (or whose close deadline passed).
-    fn finish_closes(&mut self, now: Instant) {
+    /// Closes every closing port that has finished (or whose close deadline passed). Returns
+    /// whether it closed any.
+    fn finish_closes(&mut self, now: Instant) -> bool {
+        let mut closed = false;
         for index in 0..PORTS_PER_NIC {
             let Some(open) = self.ports.open(index) else {
                 continue;
@@ -502,8 +510,10 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
                 && !barrier_packets_out;
             if drained || now >= deadline {
                 self.close_port(PortId(index as u8), now);
+                closed = true;
             }
         }
+        closed
     }
 
     fn forget_records_for(&mut self, port: usize) {
@@ -517,6 +527,16 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
     /// tokens for RDMA), runs barrier engines and timers, transmits (SEND), and flushes events.
     /// Call it after [`Nic::on_packet`], when a doorbell rings, and no later than
     /// [`Nic::poll_at`]. Returns whether it did anything.
+    ///
+    /// Once it returns, nothing is left due at `now`: [`Nic::poll_at`] is `None` or after `now`
+    /// (provided the configured intervals are longer than zero, as the defaults are; a zero
+    /// retry interval names `now` itself). A caller may therefore sleep until `poll_at` without
+    /// guarding against a deadline already past.
+    ///
+    /// What it costs follows what there is to do: the rings of open ports are read (their
+    /// processes publish without telling), while events, operations and held sends are found
+    /// from per-port sets of the slots and ports that hold them, and an idle connection or a
+    /// port without barrier retries is passed over after a test or two.
     pub fn poll(&mut self, now: Instant) -> bool {
         let mut busy = false;
         for index in 0..PORTS_PER_NIC {
@@ -529,30 +549,36 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
         busy |= self.feed_operations(now);
         busy |= self.feed_messages(now);
         self.advance_all_barriers(now);
+        // A barrier that failed since its timers ran (a give-up above, an abort its engine
+        // found) owes its other members aborts due at once: they go in this poll.
+        busy |= self.run_due_barrier_retries(now);
         busy |= self.transmit_all(now);
-        for index in 0..PORTS_PER_NIC {
+        let mut waiting = self.events_waiting;
+        while waiting != 0 {
+            let index = waiting.trailing_zeros() as usize;
+            waiting &= waiting - 1;
             self.flush_events(index);
         }
-        self.finish_closes(now);
+        if self.finish_closes(now) {
+            // A close queued its notices, may have failed local barriers (whose aborts are due
+            // at once), and may have emptied queue places that parked messages are due to take:
+            // send now what that made due, so nothing due is left behind.
+            busy |= self.run_due_barrier_retries(now);
+            busy |= self.transmit_all(now);
+        }
         busy
     }
 
     /// When [`Nic::poll`] must run next at the latest if nothing else happens, or `None` if the
-    /// NIC is idle until a packet or a doorbell.
+    /// NIC is idle until a packet or a doorbell. Each time it names is one at which `poll` has
+    /// something to do (a timer, a held packet, a parked message that may go), never one of work
+    /// that waits behind other work; so right after `poll(now)` it is `None` or after `now`.
     pub fn poll_at(&self) -> Option<Instant> {
         let mut at = None;
         for connection in self.connections.iter() {
             at = time::earliest(at, connection.retransmit_at);
-            for descriptor in connection.sent.iter() {
-                at = time::earliest(at, descriptor.not_before);
-            }
-            // A parked message can go back into a queue with room; a full queue drains as the
-            // window opens, which acks and the retransmit timer (above) bring.
-            if !connection.queue.is_full() {
-                for parked in connection.parked.iter() {
-                    at = time::earliest(at, Some(parked.at));
-                }
-            }
+            at = time::earliest(at, connection.next_transmit_at());
+            at = time::earliest(at, connection.next_unpark_at());
         }
         for open in self.ports.open_ports() {
             if let Some(run) = open.barrier.as_ref() {
@@ -617,21 +643,26 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
             // held token. Count it rather than crash if the accounting is ever wrong.
             self.counters.tokens_rejected += 1;
         }
+        self.events_waiting |= port_bit(port);
         self.flush_events(port);
     }
 
     /// Moves waiting events into the port's event ring while it has room, then rings the doorbell
     /// if the host sleeps.
     fn flush_events(&mut self, port: usize) {
+        let Some(open) = self.ports.open_mut(port) else {
+            self.events_waiting &= !port_bit(port);
+            return;
+        };
+        if open.faulted.is_some() || open.closing.is_some() || open.pending_events.is_empty() {
+            // Nothing it can write (a broken or closing port takes no more events): `emit`
+            // marks the port again when it queues one.
+            self.events_waiting &= !port_bit(port);
+            return;
+        }
         let Some(memory) = self.hal.port_memory(port) else {
             return;
         };
-        let Some(open) = self.ports.open_mut(port) else {
-            return;
-        };
-        if open.faulted.is_some() || open.closing.is_some() {
-            return;
-        }
         let mut wrote = false;
         while let Some(event) = open.pending_events.front() {
             match open.event_ring.push(memory, event) {
@@ -647,6 +678,9 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
                     break;
                 }
             }
+        }
+        if open.pending_events.is_empty() {
+            self.events_waiting &= !port_bit(port);
         }
         if wrote
             && open
@@ -665,6 +699,33 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
             ..Event::default()
         }
     }
+}
+
+#[cfg(test)]
+impl<H: Hal, const C: usize> Nic<H, C> {
+    /// Whether every set that stands for a scan names what the scan would find: each port's held
+    /// and operation slots, and (as a superset) the ports with events they can still write; and
+    /// no barrier the engine passed over could have moved.
+    pub(crate) fn work_sets_agree(&self) -> bool {
+        (0..PORTS_PER_NIC).all(|index| {
+            self.ports.open(index).is_none_or(|open| {
+                let can_flush = open.faulted.is_none() && open.closing.is_none();
+                open.slot_sets_agree()
+                    && !self.barrier_could_advance(index)
+                    && (!can_flush
+                        || open.pending_events.is_empty()
+                        || self.events_waiting & port_bit(index) != 0)
+            })
+        })
+    }
+}
+
+/// The bit of `port` in a set of ports (none past the last port).
+fn port_bit(port: usize) -> u8 {
+    u32::try_from(port)
+        .ok()
+        .and_then(|port| 1u8.checked_shl(port))
+        .unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -20,10 +20,11 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     pub(crate) fn poll_receive_ring(&mut self, port: usize) -> bool {
         let mut busy = false;
         loop {
-            let Some(memory) = self.hal.port_memory(port) else {
+            // A closed port costs this test, not a look at the board's memory.
+            let Some(open) = self.ports.open_mut(port) else {
                 return busy;
             };
-            let Some(open) = self.ports.open_mut(port) else {
+            let Some(memory) = self.hal.port_memory(port) else {
                 return busy;
             };
             if !open.can_take_token() {

@@ -242,8 +242,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 let since = self
                     .ports
                     .open_mut(usize::from(port))
-                    .and_then(|open| open.sends.get_mut(usize::from(slot)))
-                    .and_then(Option::as_mut)
+                    .and_then(|open| open.held_send_mut(usize::from(slot)))
                     .filter(|held| held.serial == serial)
                     .map(|held| *held.refused_since.get_or_insert(now));
                 if since.is_none_or(|since| {
@@ -294,8 +293,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 let since = self
                     .ports
                     .open_mut(usize::from(port))
-                    .and_then(|open| open.sends.get_mut(usize::from(slot)))
-                    .and_then(Option::as_mut)
+                    .and_then(|open| open.held_send_mut(usize::from(slot)))
                     .map(|held| *held.refused_since.get_or_insert(now));
                 if since.is_none_or(|since| {
                     now.saturating_since(since) >= config.receiver_not_ready_timeout
@@ -425,8 +423,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             // rewound.
             let feeding = refused.as_ref().and_then(flow_of).and_then(|(port, _, _)| {
                 let open = self.ports.open(usize::from(port))?;
-                open.sends.iter().enumerate().find_map(|(slot, held)| {
-                    let held = held.as_ref()?;
+                open.held_sends_by_slot().find_map(|(slot, held)| {
                     (held.is_feeding() && held.token.target_node == connection.peer)
                         .then_some((slot as u8, held.serial))
                 })
@@ -440,8 +437,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                     && let Some(held) = self
                         .ports
                         .open_mut(usize::from(port))
-                        .and_then(|open| open.sends.get_mut(usize::from(slot)))
-                        .and_then(Option::as_mut)
+                        .and_then(|open| open.held_send_mut(usize::from(slot)))
                         .filter(|held| held.serial == serial)
                 {
                     // Its feeder resumes after the parked segment once that is queued again.

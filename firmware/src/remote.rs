@@ -41,7 +41,7 @@ use zerocopy::FromBytes;
 use zerocopy::IntoBytes;
 
 use crate::connection::{Body, RDMA_OPS, ReadStream, Reply};
-use crate::port::{Disposition, HeldSend, Operation, SEND_TOKENS};
+use crate::port::{Disposition, HeldSend, OpenPort, Operation};
 use crate::time::Instant;
 use crate::{Hal, Nic};
 
@@ -137,17 +137,17 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         if connection.queue.push_back(body).is_err() {
             return Disposition::Wait;
         }
-        if let Some(open) = self.ports.open_mut(port)
-            && let (Some(held), Some(state)) =
-                (open.sends.get_mut(slot), open.operations.get_mut(slot))
-        {
-            *held = Some(HeldSend::new(*token, 0));
-            *state = Some(Operation {
-                serial: operation,
-                segments,
-                queued: 1,
-                last_activity: now,
-            });
+        if let Some(open) = self.ports.open_mut(port) {
+            open.hold(slot, HeldSend::new(*token, 0));
+            open.start_operation(
+                slot,
+                Operation {
+                    serial: operation,
+                    segments,
+                    queued: 1,
+                    last_activity: now,
+                },
+            );
         }
         Disposition::Taken
     }
@@ -157,11 +157,9 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     /// segments of a long message follow one another with nothing of the port between them).
     pub(crate) fn port_is_feeding(&self, port: usize) -> bool {
         self.ports.open(port).is_some_and(|open| {
-            open.operations
-                .iter()
-                .flatten()
-                .any(|operation| operation.queued < operation.segments)
-                || open.sends.iter().flatten().any(HeldSend::is_feeding)
+            open.operations_by_slot()
+                .any(|(_, operation)| operation.queued < operation.segments)
+                || open.held_sends_by_slot().any(|(_, held)| held.is_feeding())
         })
     }
 
@@ -170,12 +168,10 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         self.ports
             .open_ports()
             .map(|open| {
-                open.operations
-                    .iter()
-                    .zip(open.sends.iter())
-                    .filter(|(operation, held)| {
-                        operation.is_some()
-                            && held.is_some_and(|held| held.token.target_node == node)
+                open.operations_by_slot()
+                    .filter(|(slot, _)| {
+                        open.held_send(*slot)
+                            .is_some_and(|held| held.token.target_node == node)
                     })
                     .count()
             })
@@ -187,12 +183,14 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     pub(crate) fn feed_operations(&mut self, now: Instant) -> bool {
         let mut busy = false;
         for port in 0..PORTS_PER_NIC {
-            for slot in 0..SEND_TOKENS {
+            let Some(slots) = self.ports.open(port).map(OpenPort::operation_slots) else {
+                continue;
+            };
+            for slot in slots.iter() {
                 let Some(open) = self.ports.open(port) else {
                     break;
                 };
-                let (Some(Some(operation)), Some(Some(held))) =
-                    (open.operations.get(slot), open.sends.get(slot))
+                let (Some(operation), Some(held)) = (open.operation(slot), open.held_send(slot))
                 else {
                     continue;
                 };
@@ -219,10 +217,10 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                     queued += 1;
                 }
                 if queued != operation.queued
-                    && let Some(Some(state)) = self
+                    && let Some(state) = self
                         .ports
                         .open_mut(port)
-                        .and_then(|open| open.operations.get_mut(slot))
+                        .and_then(|open| open.operation_mut(slot))
                 {
                     state.queued = queued;
                     state.last_activity = now;
@@ -258,11 +256,14 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         let limit = self.operation_limit();
         let mut busy = false;
         for port in 0..PORTS_PER_NIC {
-            for slot in 0..SEND_TOKENS {
+            let Some(slots) = self.ports.open(port).map(OpenPort::operation_slots) else {
+                continue;
+            };
+            for slot in slots.iter() {
                 let expired = self
                     .ports
                     .open(port)
-                    .and_then(|open| open.operations.get(slot).copied().flatten())
+                    .and_then(|open| open.operation(slot).copied())
                     .is_some_and(|op| now.saturating_since(op.last_activity) >= limit);
                 if expired {
                     self.complete_operation(port, slot, Status::SEND_TIMED_OUT, 0);
@@ -278,8 +279,8 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         let limit = self.operation_limit();
         self.ports
             .open_ports()
-            .flat_map(|open| open.operations.iter().flatten())
-            .map(|op| op.last_activity.saturating_add(limit))
+            .flat_map(OpenPort::operations_by_slot)
+            .map(|(_, op)| op.last_activity.saturating_add(limit))
             .min()
     }
 
@@ -300,12 +301,15 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             connection.reads.clear();
         }
         for port in 0..PORTS_PER_NIC {
-            for slot in 0..SEND_TOKENS {
+            let Some(slots) = self.ports.open(port).map(OpenPort::operation_slots) else {
+                continue;
+            };
+            for slot in slots.iter() {
                 let toward_peer = self
                     .ports
                     .open(port)
-                    .filter(|open| open.operations.get(slot).is_some_and(Option::is_some))
-                    .and_then(|open| open.sends.get(slot).copied().flatten())
+                    .filter(|open| open.operation(slot).is_some())
+                    .and_then(|open| open.held_send(slot).copied())
                     .is_some_and(|held| held.token.target_node == peer);
                 if toward_peer {
                     self.complete_operation(port, slot, Status::TARGET_NODE_UNREACHABLE, 0);
@@ -326,10 +330,8 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         let Some(open) = self.ports.open_mut(port) else {
             return;
         };
-        if let Some(state) = open.operations.get_mut(slot) {
-            *state = None;
-        }
-        let Some(held) = open.sends.get_mut(slot).and_then(Option::take) else {
+        open.end_operation(slot);
+        let Some(held) = open.release(slot) else {
             return;
         };
         let event = Event {
@@ -357,8 +359,8 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         if generation.is_some_and(|g| g != open.generation) {
             return None;
         }
-        let operation = open.operations.get(slot).copied().flatten()?;
-        let held = open.sends.get(slot).copied().flatten()?;
+        let operation = *open.operation(slot)?;
+        let held = *open.held_send(slot)?;
         (operation.serial == serial).then_some((held.token, operation))
     }
 
@@ -791,10 +793,10 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         }
         if rdma.flags.contains(RdmaFlags::LAST) {
             self.complete_operation(port, slot, Status::SUCCESS, 0);
-        } else if let Some(Some(state)) = self
+        } else if let Some(state) = self
             .ports
             .open_mut(port)
-            .and_then(|open| open.operations.get_mut(slot))
+            .and_then(|open| open.operation_mut(slot))
         {
             state.last_activity = now;
         }

@@ -140,14 +140,15 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             if !queued {
                 return Disposition::Wait;
             }
-            if let Some(open) = self.ports.open_mut(port)
-                && let Some(held) = open.sends.get_mut(slot)
-            {
-                *held = Some(HeldSend {
-                    serial,
-                    queued_segments: 1,
-                    ..HeldSend::new(*token, payload_offset)
-                });
+            if let Some(open) = self.ports.open_mut(port) {
+                open.hold(
+                    slot,
+                    HeldSend {
+                        serial,
+                        queued_segments: 1,
+                        ..HeldSend::new(*token, payload_offset)
+                    },
+                );
             }
             return Disposition::Taken;
         }
@@ -172,10 +173,8 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         if !queued {
             return Disposition::Wait;
         }
-        if let Some(open) = self.ports.open_mut(port)
-            && let Some(held) = open.sends.get_mut(slot)
-        {
-            *held = Some(HeldSend::new(*token, payload_offset));
+        if let Some(open) = self.ports.open_mut(port) {
+            open.hold(slot, HeldSend::new(*token, payload_offset));
         }
         Disposition::Taken
     }

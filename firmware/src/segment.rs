@@ -40,7 +40,7 @@ use shared_abi::token::Priority;
 use zerocopy::{FromBytes, IntoBytes};
 
 use crate::connection::{Assembly, Body};
-use crate::port::SEND_TOKENS;
+use crate::port::OpenPort;
 use crate::time::Instant;
 use crate::{Hal, Nic};
 
@@ -53,11 +53,14 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     pub(crate) fn feed_messages(&mut self, now: Instant) -> bool {
         let mut busy = false;
         for port in 0..PORTS_PER_NIC {
-            for slot in 0..SEND_TOKENS {
+            let Some(slots) = self.ports.open(port).map(OpenPort::held_slots) else {
+                continue;
+            };
+            for slot in slots.iter() {
                 let Some(open) = self.ports.open(port) else {
                     break;
                 };
-                let Some(Some(held)) = open.sends.get(slot) else {
+                let Some(held) = open.held_send(slot) else {
                     continue;
                 };
                 if !held.is_feeding() || held.refused_since.is_some() {
@@ -95,10 +98,10 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                     queued += 1;
                 }
                 if queued != held.queued_segments
-                    && let Some(Some(state)) = self
+                    && let Some(state) = self
                         .ports
                         .open_mut(port)
-                        .and_then(|open| open.sends.get_mut(slot))
+                        .and_then(|open| open.held_send_mut(slot))
                 {
                     state.queued_segments = queued;
                     busy = true;
@@ -129,7 +132,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             .ports
             .open(usize::from(port))
             .filter(|open| open.generation == generation)
-            .and_then(|open| open.sends.get(usize::from(slot)).copied().flatten())
+            .and_then(|open| open.held_send(usize::from(slot)).copied())
             .filter(|held| held.serial == serial && held.segments() > 0)
         else {
             return 0;
@@ -172,8 +175,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         let Some(held) = self
             .ports
             .open_mut(usize::from(port))
-            .and_then(|open| open.sends.get_mut(usize::from(slot)))
-            .and_then(Option::as_mut)
+            .and_then(|open| open.held_send_mut(usize::from(slot)))
             .filter(|held| held.serial == serial)
         else {
             return;
@@ -224,7 +226,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         let current = self
             .ports
             .open(usize::from(port))
-            .and_then(|open| open.sends.get(usize::from(slot)).copied().flatten())
+            .and_then(|open| open.held_send(usize::from(slot)).copied())
             .is_some_and(|held| held.serial == serial && held.segments() > 0);
         if current {
             self.complete_send(usize::from(port), usize::from(slot), status);
@@ -235,11 +237,14 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     /// queued would otherwise go into a stream the peer no longer assembles).
     pub(crate) fn give_up_messages(&mut self, peer: NodeId) {
         for port in 0..PORTS_PER_NIC {
-            for slot in 0..SEND_TOKENS {
+            let Some(slots) = self.ports.open(port).map(OpenPort::held_slots) else {
+                continue;
+            };
+            for slot in slots.iter() {
                 let toward_peer = self
                     .ports
                     .open(port)
-                    .and_then(|open| open.sends.get(slot).copied().flatten())
+                    .and_then(|open| open.held_send(slot).copied())
                     .is_some_and(|held| held.segments() > 0 && held.token.target_node == peer);
                 if toward_peer {
                     self.complete_send(port, slot, Status::TARGET_NODE_UNREACHABLE);

@@ -33,6 +33,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             return false;
         };
         connection.unpark_due(now);
+        let queue_was_full = connection.queue.is_full();
         // Give queued packets (and port-closed notices, after them) sequence numbers as the window
         // allows.
         while !connection.sent.is_full() {
@@ -61,26 +62,29 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             // Cannot fail: the loop checks `is_full`.
             let _ = connection.sent.push_back(descriptor);
         }
+        if queue_was_full && !connection.queue.is_full() {
+            // The window took from a queue that was full when the due parked messages looked for
+            // room: they take the room now, rather than stay due with room for them (which would
+            // leave `poll_at` naming a time already past).
+            connection.unpark_due(now);
+        }
         let mut busy = false;
         let mut position = 0;
         loop {
             let Some(connection) = self.connections.get(index) else {
                 return busy;
             };
-            let Some(descriptor) = connection
+            let Some((found, descriptor)) = connection
                 .sent
                 .iter()
+                .enumerate()
                 .skip(position)
-                .find(|d| d.needs_transmit)
-                .copied()
+                .find(|(_, d)| d.needs_transmit)
+                .map(|(found, d)| (found, *d))
             else {
                 break;
             };
-            position = connection
-                .sent
-                .iter()
-                .position(|d| d.seq == descriptor.seq)
-                .unwrap_or(usize::MAX);
+            position = found;
             if descriptor.not_before.is_some_and(|at| at > now) {
                 // Go-back-N keeps order: nothing after a held packet goes before it.
                 break;
@@ -164,7 +168,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                     .ports
                     .open(usize::from(port))
                     .filter(|open| open.generation == generation)
-                    .and_then(|open| open.sends.get(usize::from(slot)).copied().flatten());
+                    .and_then(|open| open.held_send(usize::from(slot)).copied());
                 if let Some(held) = held {
                     header.kind = PacketKind::DATA;
                     header.attempt = connection
@@ -359,7 +363,8 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     /// Retransmission timeouts and give-ups of every connection.
     pub(crate) fn run_connection_timers(&mut self, now: Instant) -> bool {
         let mut busy = false;
-        let mut failed: heapless::Vec<NodeId, 8> = heapless::Vec::new();
+        // Room for every connection: a connection left due here would keep `poll_at` in the past.
+        let mut failed: heapless::Vec<NodeId, C> = heapless::Vec::new();
         for connection in self.connections.iter_mut() {
             let Some(at) = connection.retransmit_at else {
                 continue;
@@ -450,7 +455,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         let Some(open) = self.ports.open_mut(port) else {
             return;
         };
-        let Some(held) = open.sends.get_mut(slot).and_then(Option::take) else {
+        let Some(held) = open.release(slot) else {
             return;
         };
         let event = Event {

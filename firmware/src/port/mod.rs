@@ -112,7 +112,12 @@ pub(crate) struct OpenPort {
     pub(crate) send_ring: Consumer<SendToken>,
     pub(crate) receive_ring: Consumer<ReceiveToken>,
     pub(crate) event_ring: Producer<Event>,
-    pub(crate) sends: [Option<HeldSend>; SEND_TOKENS],
+    /// The send tokens held, by slot. Only [`OpenPort::hold`] and [`OpenPort::release`] fill and
+    /// empty a slot, so that `held` always names the full ones.
+    sends: [Option<HeldSend>; SEND_TOKENS],
+    /// The slots of `sends` that hold a token (bit per slot): what the engines walk, and what
+    /// counts the tokens, instead of scanning every slot on every poll.
+    held: SlotSet,
     pub(crate) receive_buffers: Vec<ReceiveToken, RECEIVE_BUFFERS>,
     pub(crate) barrier_buffers: u8,
     pub(crate) pending_events: Deque<Event, PENDING_EVENTS>,
@@ -131,8 +136,11 @@ pub(crate) struct OpenPort {
     pub(crate) job: u32,
     /// The process memory the port registered ([`crate::memory`]).
     pub(crate) memory: crate::memory::MemoryRegions,
-    /// The one-sided operation held in each send slot, beside its token in `sends`.
-    pub(crate) operations: [Option<Operation>; SEND_TOKENS],
+    /// The one-sided operation held in each send slot, beside its token in `sends`. Only
+    /// [`OpenPort::start_operation`] and [`OpenPort::end_operation`] fill and empty a slot.
+    operations: [Option<Operation>; SEND_TOKENS],
+    /// The slots of `operations` that hold one (bit per slot).
+    operating: SlotSet,
     /// Receive buffers of this port that long messages arriving are filling (in connections'
     /// assemblies): each still owes its event.
     pub(crate) assembling: u8,
@@ -147,6 +155,7 @@ impl OpenPort {
             receive_ring: Consumer::new(layout.receive_ring, 0),
             event_ring: Producer::new(layout.event_ring, 0),
             sends: [None; SEND_TOKENS],
+            held: SlotSet::EMPTY,
             receive_buffers: Vec::new(),
             barrier_buffers: 0,
             pending_events: Deque::new(),
@@ -157,12 +166,89 @@ impl OpenPort {
             job: 0,
             memory: Default::default(),
             operations: [None; SEND_TOKENS],
+            operating: SlotSet::EMPTY,
             assembling: 0,
         }
     }
 
+    /// How many send tokens the port holds.
     pub(crate) fn held_sends(&self) -> usize {
-        self.sends.iter().filter(|slot| slot.is_some()).count()
+        self.held.len()
+    }
+
+    /// The send token held in `slot`, if any.
+    pub(crate) fn held_send(&self, slot: usize) -> Option<&HeldSend> {
+        self.sends.get(slot)?.as_ref()
+    }
+
+    /// The send token held in `slot`, mutably (to follow its progress; [`OpenPort::release`]
+    /// empties the slot).
+    pub(crate) fn held_send_mut(&mut self, slot: usize) -> Option<&mut HeldSend> {
+        self.sends.get_mut(slot)?.as_mut()
+    }
+
+    /// The slots that hold a send token.
+    pub(crate) fn held_slots(&self) -> SlotSet {
+        self.held
+    }
+
+    /// The held send tokens with their slots, in slot order.
+    pub(crate) fn held_sends_by_slot(&self) -> impl Iterator<Item = (usize, &HeldSend)> {
+        self.held
+            .iter()
+            .filter_map(|slot| Some((slot, self.held_send(slot)?)))
+    }
+
+    /// Holds `held` in `slot` (a free one, from [`OpenPort::free_send_slot`]).
+    pub(crate) fn hold(&mut self, slot: usize, held: HeldSend) {
+        if let Some(entry) = self.sends.get_mut(slot) {
+            *entry = Some(held);
+            self.held.insert(slot);
+        }
+    }
+
+    /// Empties `slot`, returning the token it held.
+    pub(crate) fn release(&mut self, slot: usize) -> Option<HeldSend> {
+        self.held.remove(slot);
+        self.sends.get_mut(slot)?.take()
+    }
+
+    /// The one-sided operation held in `slot`, if any.
+    pub(crate) fn operation(&self, slot: usize) -> Option<&Operation> {
+        self.operations.get(slot)?.as_ref()
+    }
+
+    /// The one-sided operation held in `slot`, mutably.
+    pub(crate) fn operation_mut(&mut self, slot: usize) -> Option<&mut Operation> {
+        self.operations.get_mut(slot)?.as_mut()
+    }
+
+    /// The slots that hold a one-sided operation.
+    pub(crate) fn operation_slots(&self) -> SlotSet {
+        self.operating
+    }
+
+    /// The one-sided operations held, with their slots, in slot order.
+    pub(crate) fn operations_by_slot(&self) -> impl Iterator<Item = (usize, &Operation)> {
+        self.operating
+            .iter()
+            .filter_map(|slot| Some((slot, self.operation(slot)?)))
+    }
+
+    /// Records `operation` as held in `slot` (beside its token).
+    pub(crate) fn start_operation(&mut self, slot: usize, operation: Operation) {
+        if let Some(entry) = self.operations.get_mut(slot) {
+            *entry = Some(operation);
+            self.operating.insert(slot);
+        }
+    }
+
+    /// Forgets the operation held in `slot`, if any.
+    pub(crate) fn end_operation(&mut self, slot: usize) {
+        self.operating.remove(slot);
+        if let Some(entry) = self.operations.get_mut(slot) {
+            *entry = None;
+        }
     }
 
     /// Events already promised: one per held token, one per running barrier, plus those pending.
@@ -192,8 +278,63 @@ impl OpenPort {
         }
     }
 
+    /// Whether the slot sets name exactly the full slots (checked by the tests after each poll).
+    #[cfg(test)]
+    pub(crate) fn slot_sets_agree(&self) -> bool {
+        (0..SEND_TOKENS).all(|slot| {
+            let held = self.held.0 & (1 << slot) != 0;
+            let operating = self.operating.0 & (1 << slot) != 0;
+            held == self.sends[slot].is_some() && operating == self.operations[slot].is_some()
+        })
+    }
+
     pub(crate) fn free_send_slot(&self) -> Option<usize> {
-        self.sends.iter().position(Option::is_none)
+        self.held.first_free()
+    }
+}
+
+/// A set of send slots, a bit per slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SlotSet(u32);
+
+// A slot is a bit of the word.
+const _: () = assert!(SEND_TOKENS <= u32::BITS as usize);
+
+impl SlotSet {
+    const EMPTY: Self = Self(0);
+
+    fn insert(&mut self, slot: usize) {
+        if slot < SEND_TOKENS {
+            self.0 |= 1 << slot;
+        }
+    }
+
+    fn remove(&mut self, slot: usize) {
+        if slot < SEND_TOKENS {
+            self.0 &= !(1 << slot);
+        }
+    }
+
+    fn len(self) -> usize {
+        self.0.count_ones() as usize
+    }
+
+    fn first_free(self) -> Option<usize> {
+        let slot = (!self.0).trailing_zeros() as usize;
+        (slot < SEND_TOKENS).then_some(slot)
+    }
+
+    /// The slots in the set, lowest first.
+    pub(crate) fn iter(self) -> impl Iterator<Item = usize> {
+        let mut bits = self.0;
+        core::iter::from_fn(move || {
+            if bits == 0 {
+                return None;
+            }
+            let slot = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            Some(slot)
+        })
     }
 }
 

@@ -14,6 +14,7 @@ extern crate std;
 
 mod barrier;
 mod broadcast;
+mod poll;
 mod ports;
 mod properties;
 mod rdma;
@@ -327,6 +328,24 @@ impl Node {
 
     pub(crate) fn id(&self) -> NodeId {
         self.nic.node()
+    }
+
+    /// Polls the NIC at `now` and checks what [`Nic::poll`] promises: once it returns, whatever
+    /// was due at `now` is done, so [`Nic::poll_at`] names no instant that is not after `now`.
+    pub(crate) fn poll(&mut self, now: Instant) -> bool {
+        let busy = self.nic.poll(now);
+        assert!(
+            self.nic.work_sets_agree(),
+            "{}: a work set disagrees with the work it stands for (`Nic::work_sets_agree`)",
+            self.id()
+        );
+        let at = self.nic.poll_at();
+        assert!(
+            at.is_none_or(|at| at > now),
+            "{}: after poll({now:?}) the NIC asks to be polled at {at:?}, which is not after now",
+            self.id()
+        );
+        busy
     }
 
     pub(crate) fn wire(&mut self) -> &mut FakeWire {
@@ -666,7 +685,7 @@ impl Net {
     /// Polls `node` now and takes what it transmitted.
     pub(crate) fn poll(&mut self, node: u16) -> Vec<WirePacket> {
         let now = self.now;
-        self[node].nic.poll(now);
+        self[node].poll(now);
         self[node].take_outbox()
     }
 
@@ -682,21 +701,21 @@ impl Net {
             return;
         }
         node.nic.on_packet(&packet.bytes, now);
-        node.nic.poll(now);
+        node.poll(now);
     }
 
     /// Rings `node`'s doorbell: the NIC polls now (takes the tokens just posted). What it
     /// transmits stays in its outbox.
     pub(crate) fn doorbell(&mut self, node: u16) {
         let now = self.now;
-        self[node].nic.poll(now);
+        self[node].poll(now);
     }
 
     /// Hands raw bytes to `node`.
     pub(crate) fn inject(&mut self, node: u16, bytes: &[u8]) {
         let now = self.now;
         self[node].nic.on_packet(bytes, now);
-        self[node].nic.poll(now);
+        self[node].poll(now);
     }
 
     /// Polls every node and delivers everything they transmit, until the wire is quiet at this

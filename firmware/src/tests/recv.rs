@@ -321,7 +321,7 @@ fn a_local_route_carries_no_code_and_only_the_local_entry_takes_its_packets() {
     // Over the local route it is taken.
     let now = net.now;
     net[1].nic.on_local_packet(&sent[0].bytes, now);
-    net[1].nic.poll(now);
+    net[1].poll(now);
     let received = of_kind(&net[1].events(2), EventKind::RECEIVED);
     assert_eq!(received.len(), 1);
     assert_eq!(
