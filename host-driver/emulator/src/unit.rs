@@ -32,9 +32,6 @@ use nicbar_control::{BarrierReport, ConnectionReport, NicReport, PortReport, Uni
 /// the NIC doorbell when it frees room in a ring it saw full; this bounds the wait if it could not
 /// see that (the ring ABI has no "producer waiting" flag).
 const PENDING_EVENTS_RECHECK: Duration = Duration::from_millis(5);
-/// Rounds in a row the firmware may ask to be polled at once while having nothing to do before
-/// the loop takes the deadline as stale and sleeps a millisecond instead of spinning.
-const STALE_DEADLINE_ROUNDS: u32 = 8;
 
 /// A request from the control thread.
 #[derive(Debug)]
@@ -173,8 +170,6 @@ impl UnitParts {
             accepted: Vec::with_capacity(udp::BATCH),
             closing: Default::default(),
             waiting_opens: Default::default(),
-            stale_rounds: 0,
-            stale_reported: false,
             stopped: false,
             dormant: false,
             thread: self.thread,
@@ -290,8 +285,6 @@ pub(crate) struct UnitLoop {
     incoming: Option<ReceiveBatch>,
     /// Which datagrams of the last batch go to the NIC.
     accepted: Vec<usize>,
-    stale_rounds: u32,
-    stale_reported: bool,
     /// Told to stop: its ports are closed and it runs no more.
     pub(crate) stopped: bool,
     /// No port open, nothing due and nothing queued: the loop skips it until its eventfd or
@@ -613,12 +606,13 @@ impl UnitLoop {
     }
 
     /// How long the unit may sleep: until the firmware's or the wire's next deadline, `None` for
-    /// as long as nothing arrives.
+    /// as long as nothing arrives. Zero only when a deadline came due since the last round's poll
+    /// (after a poll the firmware names no deadline in the past: `Nic::poll_at`).
     pub(crate) fn sleep_timeout(&mut self) -> Option<Duration> {
         let now = self.now();
         let wire = &self.nic.hal().wire;
         let deadline = firmware::time::earliest(self.nic.poll_at(), wire.next_release());
-        let mut timeout =
+        let timeout =
             deadline.map(|at| Duration::from_nanos(at.as_nanos().saturating_sub(now.as_nanos())));
         let mut recheck = None;
         if wire.blocked {
@@ -631,24 +625,6 @@ impl UnitLoop {
             recheck = Some(recheck.map_or(PENDING_EVENTS_RECHECK, |r: Duration| {
                 r.min(PENDING_EVENTS_RECHECK)
             }));
-        }
-        if timeout == Some(Duration::ZERO) {
-            // `work` just found nothing to do; a deadline that is still due at once after that,
-            // round after round, is one the firmware will not clear. Sleep briefly rather than spin.
-            self.stale_rounds += 1;
-            if self.stale_rounds >= STALE_DEADLINE_ROUNDS {
-                if !self.stale_reported {
-                    self.stale_reported = true;
-                    eprintln!(
-                        "nicctl emulate: unit {}: the firmware keeps asking to be polled at {:?} \
-                         (now {:?}) with nothing to do; sleeping 1 ms per round instead",
-                        self.unit, deadline, now
-                    );
-                }
-                timeout = Some(Duration::from_millis(1));
-            }
-        } else {
-            self.stale_rounds = 0;
         }
         match (timeout, recheck) {
             (Some(t), Some(r)) => Some(t.min(r)),
