@@ -15,11 +15,11 @@ pub enum IdlePolicy {
     /// processes sleep too), and let processes ring the doorbell: right when the NIC shares its
     /// cores with the processes.
     Sleep,
-    /// Poll while the host has a core to spare for every NIC thread beside one for each process
-    /// with a port open on this daemon — the rule the Open MPI component uses to choose whether
-    /// ranks spin — and no task of the host waits for a core ([`HostLoad`]: other daemons,
-    /// spinning processes); sleep otherwise. Decided again as ports open and close and as the
-    /// host's load changes.
+    /// Poll while a port is open and the host has a core to spare for every NIC thread beside
+    /// one for each process with a port open on this daemon — the rule the Open MPI component
+    /// uses to choose whether ranks spin — and no task of the host waits for a core
+    /// ([`HostLoad`]: other daemons, spinning processes); sleep otherwise (a daemon nobody uses
+    /// costs nothing). Decided again as ports open and close and as the host's load changes.
     #[default]
     Adaptive,
 }
@@ -38,7 +38,9 @@ impl IdlePolicy {
         match self {
             Self::Poll => true,
             Self::Sleep => false,
-            Self::Adaptive => open_ports.saturating_add(threads) <= cores && host_idle_core(),
+            Self::Adaptive => {
+                open_ports > 0 && open_ports.saturating_add(threads) <= cores && host_idle_core()
+            }
         }
     }
 }
@@ -138,6 +140,10 @@ mod tests {
         assert!(IdlePolicy::Adaptive.polls(14, 2, 16, idle));
         assert!(!IdlePolicy::Adaptive.polls(16, 1, 16, idle));
         assert!(!IdlePolicy::Adaptive.polls(1, 1, 16, || false));
+        assert!(
+            !IdlePolicy::Adaptive.polls(0, 1, 16, idle),
+            "nothing open: sleep"
+        );
         assert!(IdlePolicy::Poll.polls(64, 4, 2, || false));
         assert!(!IdlePolicy::Sleep.polls(0, 1, 64, idle));
     }

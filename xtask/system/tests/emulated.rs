@@ -1064,7 +1064,16 @@ fn sixteen_idle_nics_with_open_ports_sleep() {
         daemon_ticks <= 5,
         "the idle daemon used {daemon_ticks} ticks in {elapsed:?}"
     );
+    // Nobody left: with no port open the adaptive NIC thread (1 port + 1 thread would fit two
+    // cores) has nothing to poll for and sleeps too.
     drop(ports);
+    let before = cpu_ticks(daemon.pid());
+    std::thread::sleep(Duration::from_secs(1));
+    let unused_ticks = cpu_ticks(daemon.pid()) - before;
+    assert!(
+        unused_ticks <= 5,
+        "the daemon with no port open used {unused_ticks} ticks in a second"
+    );
     terminate(&mut daemon);
 }
 
