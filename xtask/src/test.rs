@@ -8,6 +8,8 @@
 //! image and runs it as NICs under QEMU (which prints its section sizes).
 
 use clap::Args as ClapArgs;
+use std::sync::OnceLock;
+use std::time::Instant;
 
 use crate::command::{cargo, ensure_rust_target, run};
 use crate::image::FIRMWARE_TARGET;
@@ -104,6 +106,7 @@ pub(crate) fn run_tests(args: Args) -> Result<()> {
         section("Open MPI: the coll/nicbar component");
         crate::mpi::run_tests(&crate::mpi::TestArgs::for_ci())?;
     }
+    section("done");
     Ok(())
 }
 
@@ -210,6 +213,15 @@ fn fuzz(root: &std::path::Path, seconds: u64) -> Result<()> {
     Ok(())
 }
 
+/// Starts a section of the output, saying how far into the run it starts (so that a slow stage
+/// shows in CI's log).
 fn section(name: &str) {
-    println!("\n== {name} ==");
+    let started = *RUN_STARTED.get_or_init(Instant::now);
+    println!(
+        "\n== {name} == ({:.0} s into the run)",
+        started.elapsed().as_secs_f64()
+    );
 }
+
+/// When `cargo xtask test` began (its first section).
+static RUN_STARTED: OnceLock<Instant> = OnceLock::new();
