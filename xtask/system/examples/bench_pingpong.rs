@@ -64,11 +64,10 @@ struct Measured {
 
 impl Measured {
     fn quantile(&self, q: f64) -> f64 {
-        let index = ((self.one_way_ns.len() - 1) as f64 * q).round() as usize;
-        self.one_way_ns[index]
+        nicbar_system::quantile(&self.one_way_ns, q)
     }
     fn mean(&self) -> f64 {
-        self.one_way_ns.iter().sum::<f64>() / self.one_way_ns.len() as f64
+        nicbar_system::mean(&self.one_way_ns)
     }
 }
 

@@ -77,11 +77,10 @@ struct Measured {
 
 impl Measured {
     fn quantile(&self, q: f64) -> f64 {
-        let index = ((self.rtt_us.len() - 1) as f64 * q).round() as usize;
-        self.rtt_us[index]
+        nicbar_system::quantile(&self.rtt_us, q)
     }
     fn mean(&self) -> f64 {
-        self.rtt_us.iter().sum::<f64>() / self.rtt_us.len() as f64
+        nicbar_system::mean(&self.rtt_us)
     }
 }
 

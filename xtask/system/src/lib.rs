@@ -121,6 +121,21 @@ pub fn median(values: &mut [f64]) -> Option<f64> {
     Some(values[values.len() / 2])
 }
 
+/// The `q`-quantile (0 to 1) of `sorted` (ascending): the sample nearest rank `q * (len - 1)`;
+/// NaN for no samples.
+pub fn quantile(sorted: &[f64], q: f64) -> f64 {
+    let Some(last) = sorted.len().checked_sub(1) else {
+        return f64::NAN;
+    };
+    let index = (last as f64 * q.clamp(0.0, 1.0)).round() as usize;
+    sorted[index.min(last)]
+}
+
+/// The mean of `values`; NaN for none.
+pub fn mean(values: &[f64]) -> f64 {
+    values.iter().sum::<f64>() / values.len() as f64
+}
+
 /// Shuffles `items` (Fisher-Yates) with draws from `rng`: a benchmark's order of measurements,
 /// the same for the same seed.
 pub fn shuffle<T>(items: &mut [T], rng: &mut impl RngCore) {
@@ -139,6 +154,17 @@ mod tests {
         assert_eq!(median(&mut [3.0, 1.0, 2.0]), Some(2.0));
         assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), Some(3.0));
         assert_eq!(median(&mut []), None);
+    }
+
+    #[test]
+    fn quantiles_and_means_of_samples_and_of_none() {
+        let sorted = [1.0, 2.0, 3.0, 4.0, 5.0];
+        assert_eq!(quantile(&sorted, 0.5), 3.0);
+        assert_eq!(quantile(&sorted, 0.99), 5.0);
+        assert_eq!(quantile(&sorted, 0.0), 1.0);
+        assert!(quantile(&[], 0.5).is_nan());
+        assert_eq!(mean(&sorted), 3.0);
+        assert!(mean(&[]).is_nan());
     }
 
     #[test]
