@@ -320,7 +320,10 @@ pub(crate) struct Connection {
     // Receive side.
     pub(crate) rx_epoch: Option<u32>,
     pub(crate) expected: Seq,
-    pub(crate) ack_pending: bool,
+    /// When the acknowledgement we owe the peer must go on its own at the latest, if we owe one.
+    /// Until then it rides on the next packet we send the peer anyway (delayed acks: a barrier's
+    /// packets are acknowledged by the next barrier's, not each by a packet of its own).
+    pub(crate) ack_due: Option<Instant>,
     /// A NACK to send, for the given epoch of the peer.
     pub(crate) nack_pending: Option<u32>,
     pub(crate) last_nack: Option<Instant>,
@@ -375,7 +378,7 @@ impl Connection {
             last_go_back: None,
             rx_epoch: None,
             expected: Seq(0),
-            ack_pending: false,
+            ack_due: None,
             nack_pending: None,
             last_nack: None,
             rejects: Deque::new(),
@@ -398,7 +401,7 @@ impl Connection {
             && self.closed_notices.is_empty()
             && self.replies.is_empty()
             && self.reads.is_empty()
-            && !self.ack_pending
+            && self.ack_due.is_none()
             && self.nack_pending.is_none()
             && self.rejects.is_empty()
             && self.record.is_empty()
@@ -574,6 +577,12 @@ impl Connection {
             .iter()
             .find(|descriptor| descriptor.needs_transmit)
             .and_then(|descriptor| descriptor.not_before)
+    }
+
+    /// Owes the peer an acknowledgement due alone at `at` at the latest (an earlier debt keeps its
+    /// time).
+    pub(crate) fn owe_ack(&mut self, at: Instant) {
+        self.ack_due = crate::time::earliest(self.ack_due, Some(at));
     }
 
     /// Marks every descriptor from `seq` on for retransmission (go-back-N).

@@ -89,6 +89,14 @@ pub struct Config {
     pub fabric_key: Option<auth::FabricKey>,
 }
 
+impl Config {
+    /// How long an acknowledgement may wait for a packet to ride on: an eighth of the
+    /// retransmission timeout, so the sender never retransmits for want of it.
+    pub fn ack_delay(&self) -> Duration {
+        self.retransmit_timeout / 8
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Self {
@@ -579,6 +587,7 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
             at = time::earliest(at, connection.retransmit_at);
             at = time::earliest(at, connection.next_transmit_at());
             at = time::earliest(at, connection.next_unpark_at());
+            at = time::earliest(at, connection.ack_due);
         }
         for open in self.ports.open_ports() {
             if let Some(run) = open.barrier.as_ref() {

@@ -3,6 +3,8 @@
 //! arrive in order to RDMA (data), the barrier engine (barrier packets) or the port table
 //! (port-closed notices) (paper §4.1, §3.3).
 
+use core::time::Duration;
+
 use shared_abi::event::Status;
 use shared_abi::packet::{Packet, PacketFlags, PacketHeader, PacketKind, RejectReason};
 
@@ -525,9 +527,10 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             return;
         };
         if seq.precedes(connection.expected) {
-            // A duplicate: we have it. Ack again, in case our ack was lost.
+            // A duplicate: we have it. Ack again at once, in case our ack was lost: the sender
+            // is retransmitting.
             connection.counters.drops += 1;
-            connection.ack_pending = true;
+            connection.owe_ack(now);
             return;
         }
         if seq != connection.expected {
@@ -592,7 +595,15 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 connection.refused_closed = None;
                 connection.expected = connection.expected.next();
                 connection.counters.received += 1;
-                connection.ack_pending = true;
+                // The sender asks for the ack at once when something waits on it (the last
+                // packet of a burst of messages, a half-full window); else it may wait for a
+                // packet of ours to ride on.
+                let delay = if header.flags.contains(PacketFlags::ACK_REQUEST) {
+                    Duration::ZERO
+                } else {
+                    self.config.ack_delay()
+                };
+                connection.owe_ack(now.saturating_add(delay));
             }
             Err(reason) => {
                 if reason == RejectReason::PORT_CLOSED && is_data {

@@ -9,7 +9,7 @@ use shared_abi::packet::{MAC_LEN, PacketFlags, PacketHeader, PacketKind};
 use shared_abi::ring::SharedMemory;
 use zerocopy::little_endian::U32;
 
-use crate::connection::{Body, Descriptor};
+use crate::connection::{Body, Connection, Descriptor, WINDOW};
 use crate::hal::TransmitError;
 use crate::seq::Seq;
 use crate::time::Instant;
@@ -94,12 +94,16 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 Err(TransmitError::WouldBlock) => {
                     // The wire is full: try this packet again shortly (`poll_at` reports it).
                     let retry = now.saturating_add(self.config.retry_interval);
-                    if let Some(blocked) = self
-                        .connections
-                        .get_mut(index)
-                        .and_then(|c| c.sent.iter_mut().find(|d| d.seq == descriptor.seq))
-                    {
-                        blocked.not_before = Some(retry);
+                    if let Some(connection) = self.connections.get_mut(index) {
+                        if let Some(blocked) =
+                            connection.sent.iter_mut().find(|d| d.seq == descriptor.seq)
+                        {
+                            blocked.not_before = Some(retry);
+                        }
+                        // An ack due now cannot go either: it goes with the retry.
+                        if connection.ack_due.is_some_and(|at| at <= now) {
+                            connection.ack_due = Some(retry);
+                        }
                     }
                     return busy;
                 }
@@ -150,7 +154,10 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             header.flags |= PacketFlags::ACK_VALID;
             header.ack = U32::new(connection.expected.0);
             header.ack_epoch = U32::new(epoch);
-            connection.ack_pending = false;
+            connection.ack_due = None;
+        }
+        if wants_ack_now(connection, descriptor) {
+            header.flags |= PacketFlags::ACK_REQUEST;
         }
         let mut payload_len = 0usize;
         let mut payload_from: Option<(usize, usize)> = None;
@@ -319,7 +326,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             let _ = packets.push(header);
             connection.counters.nacks_sent += 1;
             connection.last_nack = Some(now);
-            connection.ack_pending = false;
+            connection.ack_due = None;
         }
         while let Some((seq, reason, epoch, transmission)) = connection.rejects.pop_front() {
             let mut header = PacketHeader::new(PacketKind::REJECT, node, peer);
@@ -338,16 +345,16 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             let _ = packets.push(header);
             connection.counters.rejects_sent += 1;
         }
-        if connection.ack_pending
-            && let Some(epoch) = connection.rx_epoch
-        {
-            let mut header = PacketHeader::new(PacketKind::ACK, node, peer);
-            header.flags |= PacketFlags::ACK_VALID;
-            header.ack = U32::new(connection.expected.0);
-            header.ack_epoch = U32::new(epoch);
-            let _ = packets.push(header);
-            connection.counters.acks_sent += 1;
-            connection.ack_pending = false;
+        if connection.ack_due.is_some_and(|at| at <= now) {
+            connection.ack_due = None;
+            if let Some(epoch) = connection.rx_epoch {
+                let mut header = PacketHeader::new(PacketKind::ACK, node, peer);
+                header.flags |= PacketFlags::ACK_VALID;
+                header.ack = U32::new(connection.expected.0);
+                header.ack_epoch = U32::new(epoch);
+                let _ = packets.push(header);
+                connection.counters.acks_sent += 1;
+            }
         }
         let busy = !packets.is_empty();
         for header in packets.iter() {
@@ -467,4 +474,26 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         };
         self.emit(port, event);
     }
+}
+
+/// Whether the packet of `descriptor` asks its receiver to acknowledge it at once rather than after
+/// the delay ([`crate::Config::ack_delay`]): a retransmission (the first ack was lost, or is late);
+/// the last packet of a burst of anything but barrier packets (a send's completion, a one-sided
+/// operation, a close waits on its ack, and no packet of ours may follow to carry it); a window
+/// half full (the sender needs room more than the receiver needs to save an ack). Barrier packets
+/// wait on no ack: the next barrier's packets carry it.
+fn wants_ack_now(connection: &Connection, descriptor: &Descriptor) -> bool {
+    if descriptor.transmissions > 0 || connection.sent.len() >= WINDOW / 2 {
+        return true;
+    }
+    if matches!(descriptor.body, Body::Barrier { .. }) {
+        return false;
+    }
+    let more_to_send = !connection.queue.is_empty()
+        || !connection.replies.is_empty()
+        || connection
+            .sent
+            .iter()
+            .any(|later| later.needs_transmit && descriptor.seq.precedes(later.seq));
+    !more_to_send
 }

@@ -164,6 +164,8 @@ bitflags::bitflags! {
         const ACK_VALID = 0x01;
         /// The first packet of a connection epoch: the receiver may start a new epoch with it.
         const SYN = 0x02;
+        /// The sender waits on this packet's acknowledgement: send it at once, not delayed.
+        const ACK_REQUEST = 0x04;
     }
 }
 

@@ -62,10 +62,20 @@ fn a_lost_packet_is_retransmitted_after_the_timeout_with_everything_after_it() {
     let sent = net.poll(0);
     assert_eq!(sent.len(), 3);
     net.deliver(&sent[0]);
-    for ack in net[1].take_outbox() {
+    // More packets follow packet 0: its ack waits for a packet to ride on, then goes alone.
+    assert!(
+        net[1].take_outbox().is_empty(),
+        "the ack of packet 0 is delayed"
+    );
+    let ack_delay = net[1].nic.config().ack_delay();
+    net.advance(ack_delay);
+    let acks = net.poll(1);
+    assert_eq!(acks.len(), 1, "the delayed ack goes alone after the delay");
+    for ack in acks {
         net.deliver(&ack);
     }
-    // Packet 1 is lost; packet 2 arrives, and the NACK it causes is lost too.
+    // The ack restarted the retransmission timer. Packet 1 is lost; packet 2 arrives, and the
+    // NACK it causes is lost too.
     net.deliver(&sent[2]);
     assert_eq!(net[1].take_outbox().len(), 1, "the gap's NACK (lost)");
 
@@ -344,4 +354,71 @@ fn a_message_waiting_for_a_buffer_holds_up_only_its_own_flow() {
     let lengths: Vec<u32> = received.iter().map(|e| e.length.get()).collect();
     assert_eq!(lengths, [40, 41], "a flow stays in order");
     assert_eq!(of_kind(&net[0].events(1), EventKind::SENT).len(), 2);
+}
+
+#[test]
+fn back_to_back_barriers_carry_each_others_acks_and_the_last_one_is_acked_after_the_delay() {
+    let mut net = Net::new(2);
+    net.open(0, 1);
+    net.open(1, 1);
+    let acks = |packets: &[WirePacket]| {
+        packets
+            .iter()
+            .filter(|packet| packet.kind() == PacketKind::ACK)
+            .count()
+    };
+    let mut carried = Vec::new();
+    for round in 0..8u64 {
+        net[0].start_barrier(1, &[exchange(1, 1, 0)], round, 0);
+        net[1].start_barrier(1, &[exchange(0, 1, 0)], round, 0);
+        carried.extend(net.run());
+        for node in 0..2 {
+            let done = of_kind(&net[node].events(1), EventKind::BARRIER_COMPLETED);
+            assert_eq!(done.len(), 1, "node {node}, barrier {round}: {done:?}");
+        }
+    }
+    assert_eq!(
+        acks(&carried),
+        0,
+        "each barrier's packet carries the ack of the one before; none goes alone"
+    );
+
+    let ack_delay = net[0].nic.config().ack_delay();
+    let tail = net.run_for(ack_delay);
+    assert_eq!(
+        acks(&tail),
+        2,
+        "the last barrier's acks, one each way: {tail:?}"
+    );
+    let timeout = net[0].nic.config().retransmit_timeout;
+    let later = net.run_for(4 * timeout);
+    assert!(later.is_empty(), "nothing left to retransmit: {later:?}");
+}
+
+#[test]
+fn the_last_message_of_a_burst_asks_for_its_ack_at_once_and_its_send_completes() {
+    let mut net = Net::new(2);
+    net.open(0, 1);
+    net.open(1, 2);
+    provide_buffers(&mut net, (1, 2), 3);
+    for n in 0..3 {
+        send_message(&mut net, (0, 1), (1, 2), n, 40);
+    }
+    let sent = net.poll(0);
+    let asks: Vec<bool> = sent
+        .iter()
+        .map(|packet| packet.header().flags.contains(PacketFlags::ACK_REQUEST))
+        .collect();
+    assert_eq!(
+        asks,
+        [false, false, true],
+        "only the burst's last packet asks"
+    );
+    for packet in &sent {
+        net.deliver(packet);
+    }
+    let acks = net[1].take_outbox();
+    assert_eq!(acks.len(), 1, "one ack, at once, for the three: {acks:?}");
+    net.deliver(&acks[0]);
+    assert_eq!(of_kind(&net[0].events(1), EventKind::SENT).len(), 3);
 }
