@@ -85,10 +85,9 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     /// A cumulative ack: everything before `ack` arrived. Frees those descriptors and completes
     /// their send tokens.
     fn handle_ack(&mut self, index: usize, ack: Seq, epoch: u32, now: Instant) {
-        let mut completed: heapless::Vec<(u8, u8), { crate::connection::WINDOW }> =
-            heapless::Vec::new();
-        let mut segments: heapless::Vec<(u8, u8, u32, u32), { crate::connection::WINDOW }> =
-            heapless::Vec::new();
+        // What the ack covers, in sequence order: one ack may cover a long message's last
+        // segment and the message behind it, and their sends complete in that order.
+        let mut acked: heapless::Vec<Acked, { crate::connection::WINDOW }> = heapless::Vec::new();
         let Some(connection) = self.connections.get_mut(index) else {
             return;
         };
@@ -106,7 +105,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             }
             match front.body {
                 Body::Data { port, slot, .. } => {
-                    let _ = completed.push((port, slot));
+                    let _ = acked.push(Acked::Message { port, slot });
                 }
                 Body::DataSegment {
                     port,
@@ -115,7 +114,12 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                     segment,
                     ..
                 } => {
-                    let _ = segments.push((port, slot, serial, segment));
+                    let _ = acked.push(Acked::Segment {
+                        port,
+                        slot,
+                        serial,
+                        segment,
+                    });
                 }
                 _ => {}
             }
@@ -133,11 +137,18 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 Some(now.saturating_add(self.config.retransmit_timeout))
             };
         }
-        for (port, slot) in completed {
-            self.complete_send(usize::from(port), usize::from(slot), Status::SUCCESS);
-        }
-        for (port, slot, serial, segment) in segments {
-            self.segment_acknowledged(port, slot, serial, segment);
+        for acked in acked {
+            match acked {
+                Acked::Message { port, slot } => {
+                    self.complete_send(usize::from(port), usize::from(slot), Status::SUCCESS);
+                }
+                Acked::Segment {
+                    port,
+                    slot,
+                    serial,
+                    segment,
+                } => self.segment_acknowledged(port, slot, serial, segment),
+            }
         }
     }
 
@@ -698,4 +709,17 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         }
         outcome
     }
+}
+
+/// A packet of a send that an ack covered.
+enum Acked {
+    /// A message of one packet: its send is complete.
+    Message { port: u8, slot: u8 },
+    /// A segment of a message longer than a packet (its send completes with its last one).
+    Segment {
+        port: u8,
+        slot: u8,
+        serial: u32,
+        segment: u32,
+    },
 }

@@ -478,12 +478,15 @@ impl<H: Hal, const C: usize> Nic<H, C> {
 
 /// Whether the packet of `descriptor` asks its receiver to acknowledge it at once rather than after
 /// the delay ([`crate::Config::ack_delay`]): a retransmission (the first ack was lost, or is late);
-/// the last packet of a burst of anything but barrier packets (a send's completion, a one-sided
-/// operation, a close waits on its ack, and no packet of ours may follow to carry it); a window
-/// half full (the sender needs room more than the receiver needs to save an ack). Barrier packets
-/// wait on no ack: the next barrier's packets carry it.
+/// every quarter window's packet once the window is half full (acks then free room as fast as a
+/// stream uses it, one per quarter window rather than one per packet); the last packet of a burst
+/// of anything but barrier packets (a send's completion, a one-sided operation, a close waits on
+/// its ack, and no packet of ours may follow to carry it). Barrier packets wait on no ack: the next
+/// barrier's packets carry it.
 fn wants_ack_now(connection: &Connection, descriptor: &Descriptor) -> bool {
-    if descriptor.transmissions > 0 || connection.sent.len() >= WINDOW / 2 {
+    const EVERY: u32 = (WINDOW / 4) as u32;
+    let filling = connection.sent.len() >= WINDOW / 2 && descriptor.seq.0 % EVERY == 0;
+    if descriptor.transmissions > 0 || filling {
         return true;
     }
     if matches!(descriptor.body, Body::Barrier { .. }) {
