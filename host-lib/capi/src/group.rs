@@ -6,8 +6,8 @@ use core::ffi::c_uint;
 use std::time::{Duration, Instant};
 
 use nicbar_rs::{
-    Algorithm, BarrierError, Error, FailureReason, Group, Member, NodeId, PortId, ScheduleError,
-    Step, WaitMode,
+    Algorithm, BarrierError, BarrierId, Error, FailureReason, Group, Member, NodeId, PortId,
+    ScheduleError, Step, WaitMode,
 };
 
 use crate::barrier::{BarrierEnd, Waiter};
@@ -69,7 +69,12 @@ impl PortState {
             return self.end_barrier_locally(callback, context, status);
         }
         let waiter = Waiter::Program { callback, context };
-        if let Err(error) = self.barriers.start(&mut self.raw, &steps, waiter) {
+        // The paper's GM forms name no group: their barriers carry no identity (see
+        // gm_barrier_send_with_callback's doc).
+        if let Err(error) = self
+            .barriers
+            .start(&mut self.raw, &steps, BarrierId::NONE, waiter)
+        {
             let status = fail(from_error(&error), format!("{function}: {error}"));
             self.end_barrier_locally(callback, context, status);
         }
@@ -130,15 +135,25 @@ impl PortState {
             self.barriers.provide_buffer(&mut self.raw)?;
         }
         self.library_barrier_end = None;
+        // The group's identity, numbered as the Rust API's Port numbers it: a packet of an
+        // earlier barrier (one that failed, or another group's) cannot complete this one, and
+        // the job lets the NIC tell at once that a member's port closed for good.
+        let barrier = self.barriers.numbering.next_id(group);
         let name = self
             .barriers
-            .start(&mut self.raw, &steps, Waiter::Library)?;
+            .start(&mut self.raw, &steps, barrier, Waiter::Library)?;
+        self.barriers.numbering.count(barrier);
         let timeout = self.barriers.timeout;
         let report_by = timeout.map(|timeout| started + timeout + REPORT_GRACE);
         loop {
             if let Some(end) = self.library_barrier_end.take()
                 && end.name == name
             {
+                if end.refused {
+                    // The NIC never ran it: the members that did not see it number their next
+                    // barrier the same.
+                    self.barriers.numbering.give_back(end.barrier);
+                }
                 return outcome(group, &end);
             }
             match self.raw.next_event()? {
@@ -317,6 +332,7 @@ mod tests {
         let end = BarrierEnd {
             name: 1,
             waiter: Waiter::Library,
+            barrier: BarrierId::NONE,
             status: from_nic(Status::BARRIER_TIMED_OUT),
             waiting_for: Some((2, 2)),
             nic_status: Status::BARRIER_TIMED_OUT,
