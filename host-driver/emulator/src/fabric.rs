@@ -10,7 +10,7 @@
 //! ```
 //!
 //! `node <id> <ip>:<port> [<name>]`: the id is a decimal `u16`, the address an IPv4 or IPv6 socket
-//! address (`[::1]:7400`), the optional name the node's host name on the fabric (what GM's
+//! address (`[::1]:7400`) whose port is 1 to 65535, the optional name the node's host name on the fabric (what GM's
 //! `gm_host_name_to_node_id` looks up; up to 127 printable ASCII characters, no spaces; without
 //! one the node is called by its address: `nicbar_control::naming`). `#` starts a comment; blank
 //! lines are ignored. Node ids, addresses and names are unique. Every daemon of a fabric reads
@@ -142,6 +142,12 @@ impl FabricMap {
             let address: SocketAddr = address
                 .parse()
                 .map_err(|_| syntax(format!("`{address}` is not an <ip>:<port> address")))?;
+            if address.port() == 0 {
+                // Port 0 would bind whatever port the kernel picks, which no peer can know.
+                return Err(syntax(format!(
+                    "`{address}`: the port must be 1 to 65535, not 0"
+                )));
+            }
             if map.nodes.contains_key(&node) {
                 return Err(FabricError::DuplicateNode { line, node });
             }
@@ -248,6 +254,14 @@ mod tests {
         );
         assert!(matches!(
             FabricMap::parse("node 70000 127.0.0.1:1"),
+            Err(FabricError::Syntax { line: 1, .. })
+        ));
+        assert_eq!(
+            FabricMap::parse("node 1 127.0.0.1:0").unwrap_err().to_string(),
+            "fabric map line 1: `127.0.0.1:0`: the port must be 1 to 65535, not 0"
+        );
+        assert!(matches!(
+            FabricMap::parse("node 1 127.0.0.1:65536"),
             Err(FabricError::Syntax { line: 1, .. })
         ));
         assert!(matches!(
