@@ -365,12 +365,20 @@ mod tests {
         numbering.count(first);
         let second = numbering.next_id(&group);
         assert_eq!(second, BarrierId::new(7, group.id(), 1));
-        assert_eq!(numbering.next_id(&other).sequence.get(), 0, "groups count apart");
+        assert_eq!(
+            numbering.next_id(&other).sequence.get(),
+            0,
+            "groups count apart"
+        );
         numbering.count(second);
         numbering.give_back(second);
         assert_eq!(numbering.next_id(&group), second);
         numbering.give_back(first);
-        assert_eq!(numbering.next_id(&group), second, "only the last one counted");
+        assert_eq!(
+            numbering.next_id(&group),
+            second,
+            "only the last one counted"
+        );
         numbering.restart(&group);
         assert_eq!(numbering.next_id(&group), first);
     }

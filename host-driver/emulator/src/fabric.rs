@@ -257,7 +257,9 @@ mod tests {
             Err(FabricError::Syntax { line: 1, .. })
         ));
         assert_eq!(
-            FabricMap::parse("node 1 127.0.0.1:0").unwrap_err().to_string(),
+            FabricMap::parse("node 1 127.0.0.1:0")
+                .unwrap_err()
+                .to_string(),
             "fabric map line 1: `127.0.0.1:0`: the port must be 1 to 65535, not 0"
         );
         assert!(matches!(

@@ -179,7 +179,10 @@ mod tests {
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
         // No writer ever opens it: reading it would wait forever.
         let error = read_key(&fifo).unwrap_err().to_string();
-        assert!(error.contains("it is a FIFO, not a regular file"), "{error}");
+        assert!(
+            error.contains("it is a FIFO, not a regular file"),
+            "{error}"
+        );
         let error = read_key(dir.path()).unwrap_err().to_string();
         assert!(error.contains("it is a directory"), "{error}");
         let zero = dir.path().join("zero.key");
