@@ -325,6 +325,54 @@ mod tests {
         );
     }
 
+    /// A private directory for a daemon's socket (the daemon refuses one others may write).
+    fn private_dir(name: &str) -> std::path::PathBuf {
+        use std::os::unix::fs::DirBuilderExt;
+        let dir = std::env::temp_dir().join(format!("nicbar-capi-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::DirBuilder::new().mode(0o700).create(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_group_barrier_meets_only_the_same_groups_barrier_of_the_same_number() {
+        // Two ports run nicbar_barrier over the same two members: first the same group (they
+        // meet), then node 0 that group's next barrier while node 1 runs the group of the same
+        // members in the other order (another group id). Each barrier's packets carry its
+        // group's identity, so the second pair never meet and both fail at their timeout;
+        // without it the NIC could not tell them apart and both would complete.
+        let dir = private_dir("group-identity");
+        let socket = dir.join("control.sock");
+        let emulator = nicbar_emulator::Emulator::spawn(
+            nicbar_emulator::EmulatorConfig::in_process(&socket, 2),
+        )
+        .unwrap();
+        let forward = [peer(0, 2), peer(1, 2)];
+        let backward = [peer(1, 2), peer(0, 2)];
+        let run = |unit: u8, second: [gm_barrier_peer_t; 2]| {
+            let socket = socket.clone();
+            std::thread::spawn(move || {
+                let mut port =
+                    PortState::new(nicbar_rs::RawPort::open_at(&socket, unit, 2).unwrap());
+                port.barriers.timeout = Some(Duration::from_millis(500));
+                let first = port.group_barrier(&forward, NICBAR_BARRIER_DEFAULT, 0);
+                let second = port.group_barrier(&second, NICBAR_BARRIER_DEFAULT, 0);
+                (first, second)
+            })
+        };
+        let zero = run(0, forward);
+        let one = run(1, backward);
+        let (zero, one) = (zero.join().unwrap(), one.join().unwrap());
+        assert_eq!((zero.0, one.0), (GM_SUCCESS, GM_SUCCESS), "the same group meets");
+        assert_eq!(
+            (zero.1, one.1),
+            (GM_TIMED_OUT, GM_TIMED_OUT),
+            "another group's barrier over the same ports must not complete it"
+        );
+        drop(emulator);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn a_failed_end_names_the_member_and_maps_to_gms_status() {
         let members: Vec<_> = (0..3).map(|n| peer(n, 2)).collect();
