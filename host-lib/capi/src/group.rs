@@ -363,7 +363,11 @@ mod tests {
         let zero = run(0, forward);
         let one = run(1, backward);
         let (zero, one) = (zero.join().unwrap(), one.join().unwrap());
-        assert_eq!((zero.0, one.0), (GM_SUCCESS, GM_SUCCESS), "the same group meets");
+        assert_eq!(
+            (zero.0, one.0),
+            (GM_SUCCESS, GM_SUCCESS),
+            "the same group meets"
+        );
         assert_eq!(
             (zero.1, one.1),
             (GM_TIMED_OUT, GM_TIMED_OUT),

@@ -149,14 +149,12 @@ fn run_inside() {
     let mut fabric = FabricMap::new();
     fabric.insert(NodeId::new(0), SocketAddr::V4(a0));
     fabric.insert(NodeId::new(1), SocketAddr::V4(a1));
-    let key = Some(FabricKey::new(
-        nicbar_control::server::random_key().unwrap(),
-    ));
+    let key = FabricKey::new(nicbar_control::server::random_key().unwrap());
     let spawn = |name: &str, node: u16| {
         let socket = dir.path().join(name);
         let mut config =
             EmulatorConfig::on_fabric(&socket, fabric.clone(), &[NodeId::new(node)]).unwrap();
-        config.nic.fabric_key = key;
+        config.nic.fabric_key = Some(key);
         (Emulator::spawn(config).unwrap(), socket)
     };
     let (zero, zero_socket) = spawn("zero.sock", 0);
@@ -214,7 +212,7 @@ fn run_inside() {
                     let flood =
                         PacketHeader::new(PacketKind::DATA, NodeId::new(fake), NodeId::new(1));
                     forge(&raw, a0, a1, &forged(&flood, &[], 4));
-                    forge(&raw, a0, a1, &signed(&flood, &[], &key.unwrap()));
+                    forge(&raw, a0, a1, &signed(&flood, &[], &key));
                 }
                 forgeries.fetch_add(70, Ordering::Relaxed);
                 spoofed_nodes.fetch_add(70, Ordering::Relaxed);
