@@ -95,6 +95,15 @@ fn a_fabric_key_that_is_a_fifo_is_refused_at_once() {
 }
 
 #[test]
+fn a_fabric_map_that_is_a_fifo_is_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fabric.map");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let outcome = emulate(dir.path(), &["--fabric", path_str(&fifo), "--node", "0"]);
+    assert_refused(&outcome, 1, "not a regular file");
+}
+
+#[test]
 fn an_all_zero_fabric_key_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let key = private_file(dir.path(), "zero.key", &format!("{}\n", "0".repeat(64)));

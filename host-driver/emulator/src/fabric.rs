@@ -103,10 +103,33 @@ impl FabricMap {
     /// # Errors
     /// [`FabricError`] with the line at fault.
     pub fn read(path: &Path) -> Result<Self, FabricError> {
-        let text = std::fs::read_to_string(path).map_err(|source| FabricError::Read {
+        use std::io::Read;
+        use std::os::unix::fs::OpenOptionsExt;
+        let refuse = |source| FabricError::Read {
             path: path.display().to_string(),
             source,
-        })?;
+        };
+        let not_a_file = || {
+            refuse(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "not a regular file",
+            ))
+        };
+        // Look before opening (opening a FIFO to read waits for a writer, forever), open without
+        // blocking, and look again at what was opened.
+        if !std::fs::metadata(path).map_err(refuse)?.is_file() {
+            return Err(not_a_file());
+        }
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY)
+            .open(path)
+            .map_err(refuse)?;
+        if !file.metadata().map_err(refuse)?.is_file() {
+            return Err(not_a_file());
+        }
+        let mut text = String::new();
+        file.read_to_string(&mut text).map_err(refuse)?;
         Self::parse(&text)
     }
 
