@@ -1,5 +1,6 @@
 //! Barrier groups: the members of a barrier by rank, and the options its barrier runs with.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -230,6 +231,53 @@ impl Group {
     }
 }
 
+/// The numbers a port gives its barriers, per group: the sequence part of each barrier's
+/// identity (see [Identity](Group#identity)). [`crate::Port`] keeps one; a library that runs
+/// group barriers over a [`crate::RawPort`] (the C API's `nicbar_barrier`) keeps one per port
+/// the same way, so that its barriers carry the same identities the Rust API's do.
+#[derive(Clone, Debug, Default)]
+pub struct BarrierNumbering {
+    /// The number of the next barrier of each (job, group).
+    next: HashMap<(u32, u32), u32>,
+}
+
+impl BarrierNumbering {
+    /// No barrier numbered yet: every group's next barrier is number 0.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The identity of the next barrier of `group` (not yet counted: see
+    /// [`BarrierNumbering::count`]).
+    pub fn next_id(&self, group: &Group) -> BarrierId {
+        let sequence = self.next.get(&(group.job, group.id)).copied().unwrap_or(0);
+        group.barrier_id(sequence)
+    }
+
+    /// Counts barrier `barrier` as started: its group's next barrier is the one after it.
+    pub fn count(&mut self, barrier: BarrierId) {
+        self.next.insert(
+            (barrier.job.get(), barrier.group.get()),
+            barrier.sequence.get().wrapping_add(1),
+        );
+    }
+
+    /// Barrier `barrier`, the last one counted of its group, never ran (the NIC refused it, or
+    /// it could not be posted): its number is given back, so that the group's next barrier
+    /// takes it, as the members that did not see it run number theirs.
+    pub fn give_back(&mut self, barrier: BarrierId) {
+        let key = (barrier.job.get(), barrier.group.get());
+        if self.next.get(&key) == Some(&barrier.sequence.get().wrapping_add(1)) {
+            self.next.insert(key, barrier.sequence.get());
+        }
+    }
+
+    /// Starts `group`'s numbering afresh: its next barrier is number 0.
+    pub fn restart(&mut self, group: &Group) {
+        self.next.remove(&(group.job, group.id));
+    }
+}
+
 /// A hash of the member list (FNV-1a over each member's node and port): every member of a
 /// group computes the same.
 fn members_hash(members: &[Member]) -> u32 {
@@ -303,6 +351,37 @@ mod tests {
                 .to_string(),
             "ranks 0 and 2 are both node 0 port 1"
         );
+    }
+
+    #[test]
+    fn successive_barriers_of_a_group_take_successive_numbers_and_a_refused_one_gives_its_back() {
+        let group = Group::from_endpoints((0..2).map(|n| (NodeId::new(n), PortId(1))))
+            .unwrap()
+            .with_job(7);
+        let other = group.clone().with_id(group.id() ^ 1);
+        let mut numbering = BarrierNumbering::new();
+        let first = numbering.next_id(&group);
+        assert_eq!(first, BarrierId::new(7, group.id(), 0));
+        numbering.count(first);
+        let second = numbering.next_id(&group);
+        assert_eq!(second, BarrierId::new(7, group.id(), 1));
+        assert_eq!(
+            numbering.next_id(&other).sequence.get(),
+            0,
+            "groups count apart"
+        );
+        numbering.count(second);
+        numbering.give_back(second);
+        assert_eq!(numbering.next_id(&group), second);
+        numbering.count(second);
+        numbering.give_back(first);
+        assert_eq!(
+            numbering.next_id(&group).sequence.get(),
+            2,
+            "only the last one counted gives its number back"
+        );
+        numbering.restart(&group);
+        assert_eq!(numbering.next_id(&group), first);
     }
 
     #[test]

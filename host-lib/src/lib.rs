@@ -53,8 +53,9 @@ pub mod tuning;
 pub use raw::dma;
 
 pub use barrier::{
-    BarrierError, BarrierOptions, DEFAULT_HOST_TIMEOUT, FailureReason, Group, GroupError,
-    HOST_BARRIER_PRIORITY, HOST_BARRIER_SIZE, HOST_RETRY_INTERVAL, JOB_ENV, PendingBarrier,
+    BarrierError, BarrierNumbering, BarrierOptions, DEFAULT_HOST_TIMEOUT, FailureReason, Group,
+    GroupError, HOST_BARRIER_PRIORITY, HOST_BARRIER_SIZE, HOST_RETRY_INTERVAL, JOB_ENV,
+    PendingBarrier,
 };
 pub use dma::{BufferError, DmaBuffer};
 pub use error::Error;

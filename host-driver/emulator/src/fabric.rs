@@ -10,7 +10,7 @@
 //! ```
 //!
 //! `node <id> <ip>:<port> [<name>]`: the id is a decimal `u16`, the address an IPv4 or IPv6 socket
-//! address (`[::1]:7400`), the optional name the node's host name on the fabric (what GM's
+//! address (`[::1]:7400`) whose port is 1 to 65535, the optional name the node's host name on the fabric (what GM's
 //! `gm_host_name_to_node_id` looks up; up to 127 printable ASCII characters, no spaces; without
 //! one the node is called by its address: `nicbar_control::naming`). `#` starts a comment; blank
 //! lines are ignored. Node ids, addresses and names are unique. Every daemon of a fabric reads
@@ -103,10 +103,33 @@ impl FabricMap {
     /// # Errors
     /// [`FabricError`] with the line at fault.
     pub fn read(path: &Path) -> Result<Self, FabricError> {
-        let text = std::fs::read_to_string(path).map_err(|source| FabricError::Read {
+        use std::io::Read;
+        use std::os::unix::fs::OpenOptionsExt;
+        let refuse = |source| FabricError::Read {
             path: path.display().to_string(),
             source,
-        })?;
+        };
+        let not_a_file = || {
+            refuse(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "not a regular file",
+            ))
+        };
+        // Look before opening (opening a FIFO to read waits for a writer, forever), open without
+        // blocking, and look again at what was opened.
+        if !std::fs::metadata(path).map_err(refuse)?.is_file() {
+            return Err(not_a_file());
+        }
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY)
+            .open(path)
+            .map_err(refuse)?;
+        if !file.metadata().map_err(refuse)?.is_file() {
+            return Err(not_a_file());
+        }
+        let mut text = String::new();
+        file.read_to_string(&mut text).map_err(refuse)?;
         Self::parse(&text)
     }
 
@@ -142,6 +165,12 @@ impl FabricMap {
             let address: SocketAddr = address
                 .parse()
                 .map_err(|_| syntax(format!("`{address}` is not an <ip>:<port> address")))?;
+            if address.port() == 0 {
+                // Port 0 would bind whatever port the kernel picks, which no peer can know.
+                return Err(syntax(format!(
+                    "`{address}`: the port must be 1 to 65535, not 0"
+                )));
+            }
             if map.nodes.contains_key(&node) {
                 return Err(FabricError::DuplicateNode { line, node });
             }
@@ -248,6 +277,16 @@ mod tests {
         );
         assert!(matches!(
             FabricMap::parse("node 70000 127.0.0.1:1"),
+            Err(FabricError::Syntax { line: 1, .. })
+        ));
+        assert_eq!(
+            FabricMap::parse("node 1 127.0.0.1:0")
+                .unwrap_err()
+                .to_string(),
+            "fabric map line 1: `127.0.0.1:0`: the port must be 1 to 65535, not 0"
+        );
+        assert!(matches!(
+            FabricMap::parse("node 1 127.0.0.1:65536"),
             Err(FabricError::Syntax { line: 1, .. })
         ));
         assert!(matches!(

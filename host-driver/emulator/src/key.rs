@@ -6,8 +6,8 @@
 //! demands of a private key. `nicctl keygen FILE` makes one; whatever forms a fabric for a job
 //! (a launcher, the MPI component) may make one per job the same way and hand it to each daemon.
 
-use std::io::Write;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::io::{Read, Write};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 use firmware::auth::FabricKey;
@@ -29,35 +29,93 @@ impl std::fmt::Display for KeyFileError {
 
 impl std::error::Error for KeyFileError {}
 
+/// The most bytes a key file may hold: 64 digits, a newline, and some slack for a `\r`.
+const MAX_KEY_FILE_LEN: u64 = 128;
+
 /// Reads the key in `path`, refusing a file others may read or another user owns.
 ///
 /// # Errors
-/// The file cannot be read, is open to others, belongs to another user, or does not hold 64
-/// hexadecimal digits.
+/// The file cannot be read, is not a regular file (a FIFO, a device, a directory: refused at
+/// once, never waited on), is open to others, belongs to another user, does not hold 64
+/// hexadecimal digits, or holds the all-zero key.
 pub fn read_key(path: &Path) -> Result<FabricKey, KeyFileError> {
     let refuse = |problem: String| KeyFileError {
         path: path.display().to_string(),
         problem,
     };
+    // Look before opening: opening a FIFO for reading waits for a writer, forever.
     let metadata = std::fs::metadata(path).map_err(|error| refuse(error.to_string()))?;
+    check_metadata(&metadata, path).map_err(refuse)?;
+    // Opened without blocking, and checked again through the open file: the path may have been
+    // replaced between the look and the open.
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY)
+        .open(path)
+        .map_err(|error| refuse(error.to_string()))?;
+    let metadata = file.metadata().map_err(|error| refuse(error.to_string()))?;
+    check_metadata(&metadata, path).map_err(refuse)?;
+    if metadata.len() > MAX_KEY_FILE_LEN {
+        return Err(refuse(format!(
+            "it holds {} bytes; a key file holds 64 hexadecimal digits (make one with `nicctl keygen`)",
+            metadata.len()
+        )));
+    }
+    let mut text = String::new();
+    (&mut file)
+        .take(MAX_KEY_FILE_LEN)
+        .read_to_string(&mut text)
+        .map_err(|error| refuse(error.to_string()))?;
+    let bytes = parse_key(text.trim_end_matches('\n')).ok_or_else(|| {
+        refuse("it does not hold 64 hexadecimal digits (make one with `nicctl keygen`)".into())
+    })?;
+    if bytes == [0; 32] {
+        return Err(refuse(
+            "it holds the all-zero key, which anyone can guess (make one with `nicctl keygen`)"
+                .into(),
+        ));
+    }
+    Ok(FabricKey::new(bytes))
+}
+
+/// Refuses what is not a regular file of this user's that only this user may read.
+fn check_metadata(metadata: &std::fs::Metadata, path: &Path) -> Result<(), String> {
+    if !metadata.file_type().is_file() {
+        let what = file_kind(&metadata.file_type());
+        return Err(format!(
+            "it is {what}, not a regular file (make one with `nicctl keygen`)"
+        ));
+    }
     let uid = nix::unistd::geteuid().as_raw();
     if metadata.uid() != uid {
-        return Err(refuse(format!(
+        return Err(format!(
             "it belongs to uid {}, not to this user (uid {uid})",
             metadata.uid()
-        )));
+        ));
     }
     let mode = metadata.permissions().mode() & 0o777;
     if mode & 0o077 != 0 {
-        return Err(refuse(format!(
+        return Err(format!(
             "its mode {mode:04o} lets others read it: run `chmod 600 {}`",
             path.display()
-        )));
+        ));
     }
-    let text = std::fs::read_to_string(path).map_err(|error| refuse(error.to_string()))?;
-    parse_key(text.trim_end_matches('\n')).ok_or_else(|| {
-        refuse("it does not hold 64 hexadecimal digits (make one with `nicctl keygen`)".into())
-    })
+    Ok(())
+}
+
+/// What a file that is not a regular file is, in words.
+fn file_kind(kind: &std::fs::FileType) -> &'static str {
+    if kind.is_dir() {
+        "a directory"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_char_device() || kind.is_block_device() {
+        "a device"
+    } else {
+        "not a file"
+    }
 }
 
 /// Makes a new random key and writes it to `path` (which must not exist), mode 0600.
@@ -77,8 +135,8 @@ pub fn write_new_key(path: &Path) -> std::io::Result<FabricKey> {
     Ok(FabricKey::new(bytes))
 }
 
-/// The key written as 64 hexadecimal digits.
-fn parse_key(text: &str) -> Option<FabricKey> {
+/// The key's bytes, written as 64 hexadecimal digits.
+fn parse_key(text: &str) -> Option<[u8; 32]> {
     if text.len() != 64 || !text.is_ascii() {
         return None;
     }
@@ -86,7 +144,7 @@ fn parse_key(text: &str) -> Option<FabricKey> {
     for (index, byte) in key.iter_mut().enumerate() {
         *byte = u8::from_str_radix(text.get(2 * index..2 * index + 2)?, 16).ok()?;
     }
-    Some(FabricKey::new(key))
+    Some(key)
 }
 
 #[cfg(test)]
@@ -112,5 +170,30 @@ mod tests {
         let error = read_key(&short).unwrap_err().to_string();
         assert!(error.contains("64 hexadecimal digits"), "{error}");
         assert!(parse_key(&"zz".repeat(32)).is_none());
+    }
+
+    #[test]
+    fn a_fifo_a_directory_and_the_zero_key_are_refused_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo.key");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        // No writer ever opens it: reading it would wait forever.
+        let error = read_key(&fifo).unwrap_err().to_string();
+        assert!(
+            error.contains("it is a FIFO, not a regular file"),
+            "{error}"
+        );
+        let error = read_key(dir.path()).unwrap_err().to_string();
+        assert!(error.contains("it is a directory"), "{error}");
+        let zero = dir.path().join("zero.key");
+        std::fs::write(&zero, format!("{}\n", "0".repeat(64))).unwrap();
+        std::fs::set_permissions(&zero, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let error = read_key(&zero).unwrap_err().to_string();
+        assert!(error.contains("all-zero key"), "{error}");
+        let long = dir.path().join("long.key");
+        std::fs::write(&long, "a".repeat(4096)).unwrap();
+        std::fs::set_permissions(&long, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let error = read_key(&long).unwrap_err().to_string();
+        assert!(error.contains("holds 4096 bytes"), "{error}");
     }
 }

@@ -137,6 +137,51 @@ pub struct EmulatorConfig {
 }
 
 impl EmulatorConfig {
+    /// Checks what can be checked before anything is made: the number of units (1 to 256),
+    /// threads (1 to the units), node ids given twice, the fault injector's ranges, and the
+    /// firmware's timers (a retransmission timeout above zero, a give-up time longer than it).
+    /// [`Emulator::spawn`] runs it first; a front end runs it before it prints anything.
+    ///
+    /// # Errors
+    /// [`EmulatorError::UnitCount`], [`EmulatorError::ThreadCount`],
+    /// [`EmulatorError::DuplicateNode`], [`EmulatorError::Faults`], [`EmulatorError::Timers`].
+    pub fn validate(&self) -> Result<(), EmulatorError> {
+        if self.units.is_empty() || self.units.len() > 256 {
+            return Err(EmulatorError::UnitCount(self.units.len()));
+        }
+        if let Some(threads) = self.threads
+            && !(1..=self.units.len()).contains(&threads)
+        {
+            return Err(EmulatorError::ThreadCount {
+                threads,
+                units: self.units.len(),
+            });
+        }
+        for (index, unit) in self.units.iter().enumerate() {
+            if self.units[..index].iter().any(|u| u.node == unit.node) {
+                return Err(EmulatorError::DuplicateNode {
+                    node: unit.node.get(),
+                });
+            }
+        }
+        if let Some(faults) = self.faults.as_ref() {
+            faults.validate().map_err(EmulatorError::Faults)?;
+        }
+        let (retransmit, give_up) = (self.nic.retransmit_timeout, self.nic.give_up_after);
+        if retransmit.is_zero() {
+            return Err(EmulatorError::Timers(
+                "the retransmission timeout must be above zero".to_owned(),
+            ));
+        }
+        if give_up <= retransmit {
+            return Err(EmulatorError::Timers(format!(
+                "the give-up time {give_up:?} must be longer than the retransmission timeout \
+                 {retransmit:?}"
+            )));
+        }
+        Ok(())
+    }
+
     /// `units` NICs with node ids `0..units`, all in this daemon, listening on `socket`.
     pub fn in_process(socket: impl Into<PathBuf>, units: u16) -> Self {
         Self {
@@ -213,6 +258,9 @@ pub enum EmulatorError {
     },
     /// The fault injector's configuration is out of range.
     Faults(String),
+    /// The firmware's timers contradict each other (a zero retransmission timeout, or a give-up
+    /// time no longer than it).
+    Timers(String),
     /// Units on a UDP fabric, but no fabric key to authenticate their packets with.
     NoFabricKey,
     /// The control socket could not be set up, or another daemon answers on it.
@@ -244,6 +292,7 @@ impl std::fmt::Display for EmulatorError {
             Self::DuplicateNode { node } => write!(f, "node {node} is given to two units"),
             Self::NotOnFabric { node } => write!(f, "node {node} is not on the fabric map"),
             Self::Faults(reason) => write!(f, "fault injector: {reason}"),
+            Self::Timers(reason) => write!(f, "firmware timers: {reason}"),
             Self::NoFabricKey => write!(
                 f,
                 "a fabric over UDP needs a key its daemons share: make one with `nicctl keygen \
@@ -290,27 +339,7 @@ impl Emulator {
             let key = nicbar_control::server::random_key().map_err(EmulatorError::Resources)?;
             config.nic.fabric_key = Some(firmware::auth::FabricKey::new(key));
         }
-        if config.units.is_empty() || config.units.len() > 256 {
-            return Err(EmulatorError::UnitCount(config.units.len()));
-        }
-        if let Some(threads) = config.threads
-            && !(1..=config.units.len()).contains(&threads)
-        {
-            return Err(EmulatorError::ThreadCount {
-                threads,
-                units: config.units.len(),
-            });
-        }
-        for (index, unit) in config.units.iter().enumerate() {
-            if config.units[..index].iter().any(|u| u.node == unit.node) {
-                return Err(EmulatorError::DuplicateNode {
-                    node: unit.node.get(),
-                });
-            }
-        }
-        if let Some(faults) = config.faults.as_ref() {
-            faults.validate().map_err(EmulatorError::Faults)?;
-        }
+        config.validate()?;
         let mut sockets = Vec::new();
         for unit in &config.units {
             let udp = match unit.address {
@@ -550,5 +579,19 @@ mod tests {
             Emulator::spawn(EmulatorConfig::in_process(dir.path().join("x.sock"), 0)),
             Err(EmulatorError::UnitCount(0))
         ));
+        let mut zero_timer = EmulatorConfig::in_process(dir.path().join("y.sock"), 1);
+        zero_timer.nic.retransmit_timeout = Duration::ZERO;
+        assert!(matches!(
+            Emulator::spawn(zero_timer),
+            Err(EmulatorError::Timers(_))
+        ));
+        let mut short_give_up = EmulatorConfig::in_process(dir.path().join("z.sock"), 1);
+        short_give_up.nic.give_up_after = short_give_up.nic.retransmit_timeout;
+        let error = short_give_up.validate().unwrap_err().to_string();
+        assert!(
+            error.contains("must be longer than the retransmission timeout"),
+            "{error}"
+        );
+        assert!(!dir.path().join("y.sock").exists() && !dir.path().join("z.sock").exists());
     }
 }

@@ -100,7 +100,14 @@ impl UnitSetup {
             .faults
             .filter(FaultConfig::is_active)
             .map(|config| FaultInjector::new(config, u64::from(self.unit)));
-        let wire = Wire::new(self.node, self.local, self.udp, self.fabric, faults);
+        let wire = Wire::new(
+            self.node,
+            self.local,
+            self.udp,
+            self.fabric,
+            faults,
+            self.nic.fabric_key,
+        );
         let handle = UnitHandle {
             unit: self.unit,
             node: self.node,

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use crossbeam_queue::ArrayQueue;
 
+use firmware::auth::FabricKey;
 use firmware::{Instant, TransmitError};
 use shared_abi::ids::NodeId;
 use shared_abi::packet::PacketHeader;
@@ -167,6 +168,9 @@ pub(crate) struct Wire {
     /// Datagrams waiting for the end of the NIC's round ([`Wire::flush_udp`]), if the unit has
     /// a UDP socket.
     send_batch: Option<SendBatch>,
+    /// The fabric key the NIC checks packets from the UDP wire under; `None` without
+    /// authentication.
+    key: Option<FabricKey>,
 }
 
 impl Wire {
@@ -176,6 +180,7 @@ impl Wire {
         udp: Option<UdpSocket>,
         fabric: Arc<FabricMap>,
         faults: Option<FaultInjector>,
+        key: Option<FabricKey>,
     ) -> Self {
         let send_batch = udp.is_some().then(SendBatch::new);
         Self {
@@ -191,6 +196,7 @@ impl Wire {
             blocked: false,
             counters: WireCounters::default(),
             send_batch,
+            key,
         }
     }
 
@@ -337,10 +343,17 @@ impl Wire {
     }
 
     /// Takes the datagrams waiting on the UDP socket into `batch` (one system call) and lists
-    /// in `accepted` those to hand to the NIC, in order; returns whether any came. Drops, and
-    /// counts, datagrams from addresses that are not on the fabric map, those too long for a
-    /// packet, and those whose header names another node than the one at the address they came
-    /// from (a node is bound to its fabric address).
+    /// in `accepted` those to hand to the NIC ([`firmware::Nic::on_packet`], which checks each
+    /// one's authentication code before it parses anything), in order; returns whether any came.
+    ///
+    /// Drops, and counts, datagrams from addresses that are not on the fabric map and those
+    /// longer than any packet (`strangers`). A node is bound to its fabric address: a
+    /// datagram whose header names another node than the one at its address is dropped and
+    /// counted `spoofed` only once its code has been checked and found right (a holder of the key
+    /// sent it from the wrong address); with a wrong code it goes to the NIC like any forgery,
+    /// which drops it and counts it `unauthenticated`. A datagram too short to name a node (an
+    /// empty one included) goes to the NIC too, which counts it the same way (`malformed_packets`
+    /// without authentication). Nothing else of a datagram is looked at here.
     pub(crate) fn receive_udp(
         &mut self,
         batch: &mut ReceiveBatch,
@@ -364,10 +377,7 @@ impl Wire {
                 self.counters.strangers += 1;
                 continue;
             };
-            let claimed = PacketHeader::read_from_prefix(bytes)
-                .ok()
-                .map(|(header, _)| header.src_node);
-            if claimed != Some(node) {
+            if self.spoofed(bytes, node) {
                 self.counters.spoofed += 1;
                 continue;
             }
@@ -375,6 +385,25 @@ impl Wire {
         }
         self.counters.received += accepted.len() as u64;
         count > 0
+    }
+
+    /// Whether `bytes`, which came from `node`'s address, is a packet a holder of the key made
+    /// that names another node as its source. Its code is checked before the claim counts; one
+    /// with a wrong code is no one's packet (the NIC drops it as unauthenticated).
+    fn spoofed(&self, bytes: &[u8], node: NodeId) -> bool {
+        let claimed = PacketHeader::read_from_prefix(bytes)
+            .ok()
+            .map(|(header, _)| header.src_node);
+        match claimed {
+            Some(claimed) if claimed != node => match self.key {
+                Some(key) => key.open(bytes).is_some(),
+                // Without authentication anyone may write any header: the address is all
+                // there is to go by.
+                None => true,
+            },
+            // Names the node at its address, or names none: the NIC checks it.
+            _ => false,
+        }
     }
 }
 
@@ -393,3 +422,77 @@ pub(crate) fn bind_udp(address: SocketAddr) -> io::Result<UdpSocket> {
 
 /// How long to sleep at most while a UDP send is blocked.
 pub(crate) const BLOCKED_RETRY: Duration = Duration::from_millis(1);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shared_abi::packet::PacketKind;
+
+    /// A packet of `kind` from `source` to node 1, with the code `key` gives it (a made-up one
+    /// without a key).
+    fn packet(source: u16, key: Option<&FabricKey>) -> Vec<u8> {
+        let header = PacketHeader::new(PacketKind::DATA, NodeId::new(source), NodeId::new(1));
+        let mut out = vec![0u8; shared_abi::packet::MAX_WIRE_LEN];
+        let len = header.emit(&[], &mut out).unwrap();
+        out.truncate(len);
+        let tag = key.map_or([0x5a; firmware::auth::MAC_LEN], |key| key.tag(&out));
+        out.extend_from_slice(&tag);
+        out
+    }
+
+    #[test]
+    fn a_claim_of_another_node_counts_as_spoofed_only_with_a_right_code() {
+        let key = FabricKey::new([7; 32]);
+        let wire_socket = bind_udp("127.0.0.1:0".parse().unwrap()).unwrap();
+        let node_zero = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let stranger = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = wire_socket.local_addr().unwrap();
+        let mut fabric = FabricMap::new();
+        fabric.insert(NodeId::new(0), node_zero.local_addr().unwrap());
+        fabric.insert(NodeId::new(1), to);
+        let mut wire = Wire::new(
+            NodeId::new(1),
+            Arc::new(LocalFabric::default()),
+            Some(wire_socket),
+            Arc::new(fabric),
+            None,
+            Some(key),
+        );
+        let sent: [(&str, Vec<u8>); 5] = [
+            ("an empty datagram", Vec::new()),
+            ("node 5 claimed, made-up code", packet(5, None)),
+            ("node 5 claimed, right code", packet(5, Some(&key))),
+            ("node 0 from its own address", packet(0, Some(&key))),
+            ("too short for a header", vec![1, 2, 3]),
+        ];
+        for (_, datagram) in &sent {
+            node_zero.send_to(datagram, to).unwrap();
+        }
+        stranger.send_to(&packet(0, Some(&key)), to).unwrap();
+        let mut batch = ReceiveBatch::new(RECEIVE_BUFFER);
+        let mut accepted = Vec::new();
+        let mut handed = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let dropped = |wire: &Wire| (wire.counters.spoofed + wire.counters.strangers) as usize;
+        while handed.len() + dropped(&wire) < sent.len() + 1 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "datagrams missing: {:?}",
+                wire.counters
+            );
+            wire.receive_udp(&mut batch, &mut accepted);
+            for &index in &accepted {
+                handed.push(batch.datagram(index).unwrap().0.to_vec());
+            }
+        }
+        assert_eq!(wire.counters.spoofed, 1, "only the claim with a right code");
+        assert_eq!(wire.counters.strangers, 1);
+        assert_eq!(wire.counters.received, 4);
+        // The rest go to the NIC, whose check of the code drops all but node 0's packet
+        // (counted `unauthenticated`): an empty datagram is counted there too.
+        let expected: Vec<Vec<u8>> = [0, 1, 3, 4].iter().map(|&i| sent[i].1.clone()).collect();
+        assert_eq!(handed, expected);
+        let authentic = handed.iter().filter(|d| key.open(d).is_some()).count();
+        assert_eq!(authentic, 1);
+    }
+}

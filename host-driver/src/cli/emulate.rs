@@ -12,6 +12,18 @@ use nicbar_emulator::{
 
 use super::{CliResult, resolve_group};
 
+/// The longest fault-injector delay or reordering window `--delay-us` and `--reorder-window-us`
+/// take: 10 s.
+const MAX_FAULT_DELAY_US: u64 = 10_000_000;
+/// `--retransmit-us`'s range: 10 µs to 1 s.
+const MIN_RETRANSMIT_US: u64 = 10;
+const MAX_RETRANSMIT_US: u64 = 1_000_000;
+/// `--give-up-ms`'s range: 10 ms to an hour.
+const MIN_GIVE_UP_MS: u64 = 10;
+const MAX_GIVE_UP_MS: u64 = 3_600_000;
+/// `--linger-us`'s most: 1 s.
+const MAX_LINGER_US: u64 = 1_000_000;
+
 /// Arguments of `nicctl emulate`.
 #[derive(clap::Args, Debug)]
 pub struct EmulateArgs {
@@ -19,8 +31,8 @@ pub struct EmulateArgs {
     /// else /tmp/nicbar-<uid>/control.sock].
     #[arg(long)]
     pub socket: Option<PathBuf>,
-    /// How many NICs to run, with node ids from --first-node on (ignored with --node).
-    #[arg(long, default_value_t = 1)]
+    /// How many NICs to run, 1 to 256, with node ids from --first-node on (ignored with --node).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub units: u16,
     /// The node id of unit 0 when the units are given by --units.
     #[arg(long, default_value_t = 0)]
@@ -43,17 +55,19 @@ pub struct EmulateArgs {
     /// Fault injector: probability that a packet is held back (and overtaken).
     #[arg(long, default_value_t = 0.0)]
     pub reorder: f64,
-    /// Fault injector: longest hold-back of a reordered packet, in microseconds.
-    #[arg(long, default_value_t = 1000)]
+    /// Fault injector: longest hold-back of a reordered packet, in microseconds, 0 to 10000000
+    /// (10 s).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(0..=MAX_FAULT_DELAY_US))]
     pub reorder_window_us: u64,
-    /// Fault injector: delay of every packet, in microseconds.
-    #[arg(long, default_value_t = 0)]
+    /// Fault injector: delay of every packet, in microseconds, 0 to 10000000 (10 s).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=MAX_FAULT_DELAY_US))]
     pub delay_us: u64,
     /// Fault injector seed [default: drawn from the clock, and printed].
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Firmware: first retransmission timeout, in microseconds.
-    #[arg(long)]
+    /// Firmware: first retransmission timeout, in microseconds, 10 to 1000000 (1 s), shorter
+    /// than the give-up time [default: 2000].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(MIN_RETRANSMIT_US..=MAX_RETRANSMIT_US))]
     pub retransmit_us: Option<u64>,
     /// How many threads run the NICs (unit u on thread u mod N), 1 to the number of units
     /// [default: one per core left once each unit's process has one; at least 1].
@@ -68,12 +82,13 @@ pub struct EmulateArgs {
     /// has a core for every NIC thread and every process with an open port, else sleeps).
     #[arg(long, default_value_t = IdlePolicy::Adaptive)]
     pub idle: IdlePolicy,
-    /// How long a sleeping NIC thread stays awake after its last work, in microseconds
-    /// (processes posting within it ring no doorbell; 0 sleeps at once).
-    #[arg(long, default_value_t = DEFAULT_IDLE_LINGER.as_micros() as u64)]
+    /// How long a sleeping NIC thread stays awake after its last work, in microseconds, 0 to
+    /// 1000000 (processes posting within it ring no doorbell; 0 sleeps at once).
+    #[arg(long, default_value_t = DEFAULT_IDLE_LINGER.as_micros() as u64, value_parser = clap::value_parser!(u64).range(0..=MAX_LINGER_US))]
     pub linger_us: u64,
-    /// Firmware: give up on a silent node after this many milliseconds.
-    #[arg(long)]
+    /// Firmware: give up on a silent node after this many milliseconds, 10 to 3600000 (an
+    /// hour), longer than the retransmission timeout [default: 2000].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(MIN_GIVE_UP_MS..=MAX_GIVE_UP_MS))]
     pub give_up_ms: Option<u64>,
     /// The fabric key file (64 hex digits, mode 0600; `nicctl keygen FILE` makes one): every
     /// packet is authenticated under it. Needed with --fabric, and the same for every daemon of
@@ -91,10 +106,12 @@ pub struct EmulateArgs {
 }
 
 impl EmulateArgs {
-    /// The emulator configuration these arguments describe.
+    /// The emulator configuration these arguments describe, checked
+    /// ([`EmulatorConfig::validate`]).
     ///
     /// # Errors
-    /// A message for a fabric map that does not read, or arguments that contradict each other.
+    /// A message for a fabric map or key that does not read, or arguments that contradict each
+    /// other.
     pub fn config(&self) -> Result<EmulatorConfig, Box<dyn std::error::Error>> {
         let socket = self
             .socket
@@ -154,6 +171,8 @@ impl EmulateArgs {
         if let Some(ms) = self.give_up_ms {
             config.nic.give_up_after = Duration::from_millis(ms);
         }
+        // Everything the daemon would refuse is refused now, before anything is printed.
+        config.validate()?;
         Ok(config)
     }
 }

@@ -10,9 +10,9 @@
 use std::time::Duration;
 
 use nicbar_rs::raw::RawEvent;
-use nicbar_rs::{DmaBuffer, Error, RawPort};
+use nicbar_rs::{BarrierNumbering, DmaBuffer, Error, RawPort};
 use shared_abi::event::{EventKind, Status};
-use shared_abi::ids::{NodeId, PORTS_PER_NIC, PortId};
+use shared_abi::ids::{BarrierId, NodeId, PORTS_PER_NIC, PortId};
 use shared_abi::schedule::{MAX_ROUNDS, MAX_SCHEDULE_STEPS, Step, StepOp};
 use shared_abi::token::{ReceiveKind, ReceiveToken, SendKind, SendToken};
 use zerocopy::IntoBytes;
@@ -44,6 +44,9 @@ struct PostedBarrier {
     /// The schedule, in DMA memory the NIC reads until the barrier ends.
     schedule: DmaBuffer,
     steps: u32,
+    /// Its identity: job, group and sequence for nicbar_barrier; [`BarrierId::NONE`] for the
+    /// paper's GM forms, which name no group.
+    barrier: BarrierId,
     waiter: Waiter,
     reposts: u32,
 }
@@ -54,6 +57,8 @@ pub(crate) struct BarrierEnd {
     /// The name of its record.
     pub(crate) name: u64,
     pub(crate) waiter: Waiter,
+    /// The identity it ran under.
+    pub(crate) barrier: BarrierId,
     /// GM_SUCCESS, or why it failed.
     pub(crate) status: gm_status_t,
     /// The member it waited for, when it failed waiting.
@@ -88,6 +93,8 @@ pub(crate) struct BarrierRecords {
     pub(crate) buffers: u32,
     /// The NIC fails a barrier after this long; `None`: the NIC's default.
     pub(crate) timeout: Option<Duration>,
+    /// The numbers nicbar_barrier gives each group's barriers, as the Rust API's port does.
+    pub(crate) numbering: BarrierNumbering,
 }
 
 impl BarrierRecords {
@@ -96,6 +103,7 @@ impl BarrierRecords {
             posted: Slab::new(32),
             buffers: 0,
             timeout: None,
+            numbering: BarrierNumbering::new(),
         }
     }
 
@@ -115,11 +123,14 @@ impl BarrierRecords {
         Ok(())
     }
 
-    /// Writes `steps` into DMA memory and posts the barrier; returns the name of its record.
+    /// Writes `steps` into DMA memory and posts the barrier, under identity `barrier` (its
+    /// packets match only the peers' barrier of the same identity); returns the name of its
+    /// record.
     pub(crate) fn start(
         &mut self,
         raw: &mut RawPort,
         steps: &[Step],
+        barrier: BarrierId,
         waiter: Waiter,
     ) -> Result<u64, Error> {
         let bytes = steps.as_bytes();
@@ -128,6 +139,7 @@ impl BarrierRecords {
         let (slot, serial) = self.posted.insert(PostedBarrier {
             schedule,
             steps: steps.len() as u32,
+            barrier,
             waiter,
             reposts: 0,
         });
@@ -157,7 +169,8 @@ impl BarrierRecords {
             timeout_us: timeout_us.into(),
             context: name.into(),
             ..SendToken::default()
-        };
+        }
+        .with_barrier_id(posted.barrier);
         raw.post_send(&token)
     }
 
@@ -201,6 +214,7 @@ impl BarrierRecords {
         Some(BarrierEnd {
             name,
             waiter: posted.waiter,
+            barrier: posted.barrier,
             status: from_nic(event.status),
             waiting_for,
             nic_status: event.status,

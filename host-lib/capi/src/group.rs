@@ -6,8 +6,8 @@ use core::ffi::c_uint;
 use std::time::{Duration, Instant};
 
 use nicbar_rs::{
-    Algorithm, BarrierError, Error, FailureReason, Group, Member, NodeId, PortId, ScheduleError,
-    Step, WaitMode,
+    Algorithm, BarrierError, BarrierId, Error, FailureReason, Group, Member, NodeId, PortId,
+    ScheduleError, Step, WaitMode,
 };
 
 use crate::barrier::{BarrierEnd, Waiter};
@@ -69,7 +69,12 @@ impl PortState {
             return self.end_barrier_locally(callback, context, status);
         }
         let waiter = Waiter::Program { callback, context };
-        if let Err(error) = self.barriers.start(&mut self.raw, &steps, waiter) {
+        // The paper's GM forms name no group: their barriers carry no identity (see
+        // gm_barrier_send_with_callback's doc).
+        if let Err(error) = self
+            .barriers
+            .start(&mut self.raw, &steps, BarrierId::NONE, waiter)
+        {
             let status = fail(from_error(&error), format!("{function}: {error}"));
             self.end_barrier_locally(callback, context, status);
         }
@@ -130,15 +135,25 @@ impl PortState {
             self.barriers.provide_buffer(&mut self.raw)?;
         }
         self.library_barrier_end = None;
+        // The group's identity, numbered as the Rust API's Port numbers it: a packet of an
+        // earlier barrier (one that failed, or another group's) cannot complete this one, and
+        // the job lets the NIC tell at once that a member's port closed for good.
+        let barrier = self.barriers.numbering.next_id(group);
         let name = self
             .barriers
-            .start(&mut self.raw, &steps, Waiter::Library)?;
+            .start(&mut self.raw, &steps, barrier, Waiter::Library)?;
+        self.barriers.numbering.count(barrier);
         let timeout = self.barriers.timeout;
         let report_by = timeout.map(|timeout| started + timeout + REPORT_GRACE);
         loop {
             if let Some(end) = self.library_barrier_end.take()
                 && end.name == name
             {
+                if end.refused {
+                    // The NIC never ran it: the members that did not see it number their next
+                    // barrier the same.
+                    self.barriers.numbering.give_back(end.barrier);
+                }
                 return outcome(group, &end);
             }
             match self.raw.next_event()? {
@@ -310,6 +325,58 @@ mod tests {
         );
     }
 
+    /// A private directory for a daemon's socket (the daemon refuses one others may write).
+    fn private_dir(name: &str) -> std::path::PathBuf {
+        use std::os::unix::fs::DirBuilderExt;
+        let dir = std::env::temp_dir().join(format!("nicbar-capi-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::DirBuilder::new().mode(0o700).create(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_group_barrier_meets_only_the_same_groups_barrier_of_the_same_number() {
+        // Two ports run nicbar_barrier over the same two members: first the same group (they
+        // meet), then node 0 that group's next barrier while node 1 runs the group of the same
+        // members in the other order (another group id). Each barrier's packets carry its
+        // group's identity, so the second pair never meet and both fail at their timeout;
+        // without it the NIC could not tell them apart and both would complete.
+        let dir = private_dir("group-identity");
+        let socket = dir.join("control.sock");
+        let emulator = nicbar_emulator::Emulator::spawn(
+            nicbar_emulator::EmulatorConfig::in_process(&socket, 2),
+        )
+        .unwrap();
+        let forward = [peer(0, 2), peer(1, 2)];
+        let backward = [peer(1, 2), peer(0, 2)];
+        let run = |unit: u8, second: [gm_barrier_peer_t; 2]| {
+            let socket = socket.clone();
+            std::thread::spawn(move || {
+                let mut port =
+                    PortState::new(nicbar_rs::RawPort::open_at(&socket, unit, 2).unwrap());
+                port.barriers.timeout = Some(Duration::from_millis(500));
+                let first = port.group_barrier(&forward, NICBAR_BARRIER_DEFAULT, 0);
+                let second = port.group_barrier(&second, NICBAR_BARRIER_DEFAULT, 0);
+                (first, second)
+            })
+        };
+        let zero = run(0, forward);
+        let one = run(1, backward);
+        let (zero, one) = (zero.join().unwrap(), one.join().unwrap());
+        assert_eq!(
+            (zero.0, one.0),
+            (GM_SUCCESS, GM_SUCCESS),
+            "the same group meets"
+        );
+        assert_eq!(
+            (zero.1, one.1),
+            (GM_TIMED_OUT, GM_TIMED_OUT),
+            "another group's barrier over the same ports must not complete it"
+        );
+        drop(emulator);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn a_failed_end_names_the_member_and_maps_to_gms_status() {
         let members: Vec<_> = (0..3).map(|n| peer(n, 2)).collect();
@@ -317,6 +384,7 @@ mod tests {
         let end = BarrierEnd {
             name: 1,
             waiter: Waiter::Library,
+            barrier: BarrierId::NONE,
             status: from_nic(Status::BARRIER_TIMED_OUT),
             waiting_for: Some((2, 2)),
             nic_status: Status::BARRIER_TIMED_OUT,

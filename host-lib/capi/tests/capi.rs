@@ -243,7 +243,23 @@ fn collect(mut pipe: impl Read + Send + 'static) -> JoinHandle<String> {
 }
 
 fn start(name: &str, binary: &Path, args: &[String], socket: &Path) -> Running {
-    let mut child = Command::new(binary)
+    start_in_job(name, binary, args, socket, None)
+}
+
+/// As [`start`], the program in job `job` (`NICBAR_JOB`), or in none.
+fn start_in_job(
+    name: &str,
+    binary: &Path,
+    args: &[String],
+    socket: &Path,
+    job: Option<u32>,
+) -> Running {
+    let mut command = Command::new(binary);
+    match job {
+        Some(job) => command.env("NICBAR_JOB", job.to_string()),
+        None => command.env_remove("NICBAR_JOB"),
+    };
+    let mut child = command
         .args(args)
         .env("NICBAR_SOCKET", socket)
         .stdin(Stdio::null())
@@ -1025,6 +1041,49 @@ fn a_barrier_missing_a_member_fails_naming_it() {
             );
         }
     }
+}
+
+#[test]
+fn a_group_barrier_entered_after_a_member_of_its_job_exited_fails_at_once() {
+    // nicbar_barrier carries the job of NICBAR_JOB to the NIC: two processes of job 23 run a
+    // barrier and exit; a new process of the job on node 0 then enters the group's barrier.
+    // Node 1's NIC knows its port's last owner ran barriers of job 23 and is gone for good, so
+    // the barrier fails naming node 1 port 2 as closed, long before its 20 s timeout. (Without the
+    // job the NIC waits for the port to open, as paper §3.2 has it, and the barrier times out.)
+    const JOB: u32 = 23;
+    let scratch = Scratch::new("barrier-job-gone");
+    let emulator = daemon(&scratch, 2);
+    let binary = example("barrier", Link::Dynamic);
+    let first = (0..2)
+        .map(|unit| {
+            start_in_job(
+                &format!("group barrier of job {JOB} (unit {unit})"),
+                &binary,
+                &args(&[&unit, &2, &"group", &1]),
+                emulator.socket(),
+                Some(JOB),
+            )
+        })
+        .collect();
+    for program in finish(first, RUN_LIMIT) {
+        program.assert_success();
+    }
+    let late = start_in_job(
+        "a late member of the job (unit 0)",
+        &binary,
+        &args(&[&0, &2, &"group", &1, &20_000_000]),
+        emulator.socket(),
+        Some(JOB),
+    );
+    let finished = finish(vec![late], Duration::from_secs(15));
+    let program = &finished[0];
+    assert_eq!(program.status.code(), Some(3), "{program:#?}");
+    assert!(
+        program.stdout.contains("barrier 0 failed")
+            && program.stdout.contains("send target port closed")
+            && program.stdout.contains("node 1 port 2"),
+        "expected the barrier to fail at once naming node 1 port 2 as closed: {program:#?}"
+    );
 }
 
 /// The steps of `examples/c/README.md`: install into a prefix, build with pkg-config, start

@@ -2124,6 +2124,14 @@ gm_status_t gm_provide_barrier_buffer(struct gm_port *port);
  * the barrier the same way, with GM_INVALID_PARAMETER (nicbar_last_error() says why). Call
  * gm_provide_barrier_buffer first; one barrier runs on a port at a time. Takes a send token.
  *
+ * Like the paper's call, this one names no group, so its barriers carry no identity (job,
+ * group and sequence all 0) and every barrier of these three forms is the same to the NIC: a
+ * member's packet of an earlier barrier that failed, or of another group over the same ports,
+ * completes the next such barrier that waits for it, and a member that enters after a peer's
+ * process exited waits for the timeout rather than being told at once. Give every member the
+ * same timeout and do not start another barrier after a failure, or use nicbar_barrier, whose
+ * barriers carry their group's identity.
+ *
  * # Safety
  * `port` is NULL or a port from gm_open; `peers` is NULL or points to `count` peers;
  * `callback` is NULL or a function of that type.
@@ -2189,6 +2197,14 @@ gm_status_t nicbar_set_barrier_timeout(struct gm_port *port, unsigned int micros
  * NICBAR_BARRIER_DISSEMINATION with `parameter` n; `parameter` 0 picks 2 and 1 respectively),
  * provides the barrier buffer, runs the barrier in the NIC and waits for its end. Events that
  * arrive meanwhile are kept, in order, for the next receive calls.
+ *
+ * Each barrier carries its group's identity, as the Rust library's do: the job (the number in
+ * the environment variable NICBAR_JOB, else 0), the group (a hash of `members`, which every
+ * member computes alike) and its number among this port's barriers of the group. So a packet
+ * of an earlier barrier, one that failed or another group's, never completes this one, and
+ * when a member's process has exited after running barriers of the same (non-zero) job, the
+ * NIC fails the barrier at once with GM_SEND_TARGET_PORT_CLOSED instead of waiting for the
+ * timeout. Members must run the same barriers of a group in the same order.
  *
  * Returns GM_SUCCESS once every member has entered; GM_INVALID_PARAMETER (this port is not a
  * member, a member is named twice or out of range, the algorithm does not fit the group);

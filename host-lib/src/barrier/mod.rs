@@ -48,7 +48,7 @@ mod host;
 mod nic;
 
 pub use crate::failure::{BarrierError, FailureReason};
-pub use crate::group::{BarrierOptions, Group, GroupError, JOB_ENV};
+pub use crate::group::{BarrierNumbering, BarrierOptions, Group, GroupError, JOB_ENV};
 pub use crate::port::barriers::{
     DEFAULT_HOST_TIMEOUT, HOST_BARRIER_PRIORITY, HOST_BARRIER_SIZE, HOST_RETRY_INTERVAL,
 };

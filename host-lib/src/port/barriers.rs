@@ -16,7 +16,7 @@ use crate::dma::DmaBuffer;
 use crate::endpoint::Endpoint;
 use crate::event::Event;
 use crate::failure::{BarrierError, FailureReason};
-use crate::group::Group;
+use crate::group::{BarrierNumbering, Group};
 
 /// Size class of the host-based barrier's messages (24-byte messages), reserved with
 /// [`HOST_BARRIER_PRIORITY`] on ports that run host-based barriers (see the module docs).
@@ -84,7 +84,7 @@ pub(crate) struct BarrierState {
     pub(crate) next_serial: u32,
     pub(crate) host: HostState,
     /// The number of the next barrier of each (job, group) this port runs.
-    sequences: HashMap<(u32, u32), u32>,
+    numbering: BarrierNumbering,
 }
 
 impl BarrierState {
@@ -119,25 +119,17 @@ impl BarrierState {
     /// The identity of the next barrier of `group` on this port (not yet counted: see
     /// [`BarrierState::count`]).
     pub(crate) fn next_id(&self, group: &Group) -> BarrierId {
-        let sequence = self
-            .sequences
-            .get(&(group.job, group.id))
-            .copied()
-            .unwrap_or(0);
-        group.barrier_id(sequence)
+        self.numbering.next_id(group)
     }
 
     /// Starts `group`'s numbering afresh.
     pub(crate) fn restart(&mut self, group: &Group) {
-        self.sequences.remove(&(group.job, group.id));
+        self.numbering.restart(group);
     }
 
     /// Counts barrier `barrier` as started: the group's next barrier is the one after it.
     pub(crate) fn count(&mut self, barrier: BarrierId) {
-        self.sequences.insert(
-            (barrier.job.get(), barrier.group.get()),
-            barrier.sequence.get().wrapping_add(1),
-        );
+        self.numbering.count(barrier);
     }
 
     pub(crate) fn is_running(&self, context: u64) -> bool {
@@ -165,11 +157,7 @@ impl BarrierState {
                 outcome,
                 Err(BarrierError::Refused { .. } | BarrierError::Port(_))
             ) {
-                let barrier = running.barrier;
-                let key = (barrier.job.get(), barrier.group.get());
-                if self.sequences.get(&key) == Some(&barrier.sequence.get().wrapping_add(1)) {
-                    self.sequences.insert(key, barrier.sequence.get());
-                }
+                self.numbering.give_back(running.barrier);
             }
             self.outcome = Some((running.context, outcome));
         }

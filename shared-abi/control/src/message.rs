@@ -358,8 +358,11 @@ pub struct WireCounters {
     pub delayed: u64,
     /// Packets the wire could not deliver (no route, full queue, socket error).
     pub undeliverable: u64,
-    /// Datagrams that came from addresses not on the fabric map, dropped.
+    /// Datagrams that came from addresses not on the fabric map, or were longer than any
+    /// packet, dropped.
     pub strangers: u64,
-    /// Datagrams whose header named another node than the one at their source address, dropped.
+    /// Datagrams with a right authentication code (made by a holder of the fabric key) whose
+    /// header named another node than the one at their source address, dropped. One with a wrong
+    /// code is the NIC's `unauthenticated`, whatever its header says.
     pub spoofed: u64,
 }

@@ -1,7 +1,9 @@
 //! A fabric that lets no one in: forged datagrams, sent from raw sockets with the real node's
 //! source address, try to inject a message, complete a barrier, reset a connection with a newer
-//! SYN and fill the connection table — while real messages and barriers run between two daemons
-//! over UDP. Every forgery is dropped and counted; the real traffic stays exact.
+//! SYN and fill the connection table, and empty datagrams — while real messages and barriers run
+//! between two daemons over UDP. Every forgery is dropped and counted (`unauthenticated`, its
+//! header unread); a packet with a right code claiming another node than the one at its address
+//! is counted `spoofed`; the real traffic stays exact.
 //!
 //! The test runs in a network namespace of its own (`unshare -rn`, which works for root and, with
 //! user namespaces, for anyone), where raw sockets are allowed and nothing leaves the machine.
@@ -118,6 +120,16 @@ fn forge(raw: &std::os::fd::OwnedFd, from: SocketAddrV4, to: SocketAddrV4, datag
     .unwrap();
 }
 
+/// A packet with the right authentication code under `key` (an attacker who holds the key).
+fn signed(header: &PacketHeader, payload: &[u8], key: &FabricKey) -> Vec<u8> {
+    let mut out = vec![0u8; shared_abi::packet::MAX_WIRE_LEN];
+    let len = header.emit(payload, &mut out).unwrap();
+    out.truncate(len);
+    let tag = key.tag(&out);
+    out.extend_from_slice(&tag);
+    out
+}
+
 /// A packet with a made-up authentication code (the attacker has no key).
 fn forged(header: &PacketHeader, payload: &[u8], salt: u8) -> Vec<u8> {
     let mut out = vec![0u8; shared_abi::packet::MAX_WIRE_LEN];
@@ -137,14 +149,12 @@ fn run_inside() {
     let mut fabric = FabricMap::new();
     fabric.insert(NodeId::new(0), SocketAddr::V4(a0));
     fabric.insert(NodeId::new(1), SocketAddr::V4(a1));
-    let key = Some(FabricKey::new(
-        nicbar_control::server::random_key().unwrap(),
-    ));
+    let key = FabricKey::new(nicbar_control::server::random_key().unwrap());
     let spawn = |name: &str, node: u16| {
         let socket = dir.path().join(name);
         let mut config =
             EmulatorConfig::on_fabric(&socket, fabric.clone(), &[NodeId::new(node)]).unwrap();
-        config.nic.fabric_key = key;
+        config.nic.fabric_key = Some(key);
         (Emulator::spawn(config).unwrap(), socket)
     };
     let (zero, zero_socket) = spawn("zero.sock", 0);
@@ -190,13 +200,21 @@ fn run_inside() {
                 syn.flags |= PacketFlags::SYN;
                 syn.epoch = U32::new(u32::MAX - round);
                 forge(&raw, a0, a1, &forged(&syn, &[], 3));
-                forgeries.fetch_add(6, Ordering::Relaxed);
-                // Nodes 100..170 claimed from node 0's address: a connection-table flood.
+                // An empty datagram, and one too short for a header.
+                forge(&raw, a0, a1, &[]);
+                forge(&raw, a0, a1, &[7; 5]);
+                forgeries.fetch_add(8, Ordering::Relaxed);
+                // Nodes 100..170 claimed from node 0's address: a connection-table flood. With a
+                // made-up code it is a forgery like any other (the header is not looked at
+                // before the code); with a right one (a holder of the key on the wrong address)
+                // the node's address gives it away.
                 for fake in 100..170u16 {
                     let flood =
                         PacketHeader::new(PacketKind::DATA, NodeId::new(fake), NodeId::new(1));
                     forge(&raw, a0, a1, &forged(&flood, &[], 4));
+                    forge(&raw, a0, a1, &signed(&flood, &[], &key));
                 }
+                forgeries.fetch_add(70, Ordering::Relaxed);
                 spoofed_nodes.fetch_add(70, Ordering::Relaxed);
                 round += 1;
                 std::thread::sleep(Duration::from_millis(2));
