@@ -62,9 +62,21 @@ int ARMCI_Malloc(void *ptr_arr[], armci_size_t bytes);
 /* Frees the allocation whose address here is ptr (collective; puts to it complete first). */
 int ARMCI_Free(void *ptr);
 
+/* ARMCI's armci_die: prints "rank:msg: code" on stdout and stderr and aborts the process. */
+void ARMCI_Error(const char *msg, int code);
+
+/* Local memory for transfer buffers (the C heap's; NULL if none is left), and its release
+ * (NULL is accepted). */
+void *ARMCI_Malloc_local(armci_size_t bytes);
+int ARMCI_Free_local(void *ptr);
+
 /* Copies bytes from src here to dst in rank proc's memory. Returns once src may be reused; the
  * bytes are in proc's memory after ARMCI_Fence, ARMCI_AllFence or ARMCI_Barrier. */
 int ARMCI_Put(void *src, void *dst, int bytes, int proc);
+
+/* ARMCI_Put, then *flag = value in proc's memory (flag in ARMCI_Malloc'ed memory), landing after
+ * the bytes: a process that sees the flag set sees the bytes. Returns once src may be reused. */
+int ARMCI_Put_flag(void *src, void *dst, int bytes, int *flag, int value, int proc);
 
 /* Copies bytes from src in rank proc's memory to dst here; returns once they are here. */
 int ARMCI_Get(void *src, void *dst, int bytes, int proc);

@@ -194,6 +194,96 @@ pub extern "C" fn ARMCI_Free(ptr: *mut c_void) -> c_int {
     with_armci("ARMCI_Free", |armci| armci.free(ptr as u64).map(|()| 0))
 }
 
+/// ARMCI's `armci_die`: prints `rank:message: code` on standard output and standard error and
+/// aborts the process (under `mpirun` the job ends; the launcher reports the rank's signal).
+///
+/// # Safety
+/// `message` must be NULL or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ARMCI_Error(message: *const c_char, code: c_int) -> ! {
+    let text = if message.is_null() {
+        String::new()
+    } else {
+        // SAFETY: not NULL, and the caller promises a NUL-terminated string.
+        unsafe { std::ffi::CStr::from_ptr(message) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    // The rank if ARMCI runs; never wait for the state here (the error may come from a call
+    // that holds it, through a panic hook or a signal handler).
+    let rank = STATE
+        .try_lock()
+        .ok()
+        .and_then(|state| state.as_ref().map(|armci| armci.rank() as i64))
+        .unwrap_or(-1);
+    let line = format!("{rank}:{text}: {code}");
+    {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{line}");
+        let _ = out.flush();
+    }
+    eprintln!("{line}");
+    std::process::abort()
+}
+
+unsafe extern "C" {
+    /// The C library's allocator, behind ARMCI_Malloc_local and ARMCI_Free_local.
+    fn malloc(size: usize) -> *mut c_void;
+    fn free(pointer: *mut c_void);
+}
+
+/// Local memory for the buffers of transfers: the C heap's (every put and get here is staged
+/// through the port's registered memory, so local buffers need no registration). NULL for a
+/// negative length, or if the heap is out of memory.
+#[unsafe(no_mangle)]
+pub extern "C" fn ARMCI_Malloc_local(bytes: c_long) -> *mut c_void {
+    match usize::try_from(bytes) {
+        // SAFETY: malloc takes any size; a zero-length request still gets a freeable pointer.
+        Ok(bytes) => unsafe { malloc(bytes.max(1)) },
+        Err(_) => {
+            remember(&format!("ARMCI_Malloc_local: {bytes} bytes"));
+            std::ptr::null_mut()
+        }
+    }
+}
+
+/// Frees what [`ARMCI_Malloc_local`] returned (NULL is accepted and ignored). Returns 0.
+///
+/// # Safety
+/// `pointer` must be NULL or a pointer from [`ARMCI_Malloc_local`] not freed yet.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ARMCI_Free_local(pointer: *mut c_void) -> c_int {
+    if !pointer.is_null() {
+        // SAFETY: the caller's promise: malloc's pointer, freed once.
+        unsafe { free(pointer) };
+    }
+    0
+}
+
+/// Puts `bytes` bytes from `src` to `dst` at `proc`, then stores `value` in the `int` at `flag`
+/// there, after the bytes: a rank that sees the flag set sees the bytes.
+///
+/// # Safety
+/// `src` must be readable for `bytes` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ARMCI_Put_flag(
+    src: *const c_void,
+    dst: *mut c_void,
+    bytes: c_int,
+    flag: *mut c_int,
+    value: c_int,
+    proc: c_int,
+) -> c_int {
+    with_armci("ARMCI_Put_flag", |armci| {
+        // SAFETY: the caller's promise for `src`.
+        let src = unsafe { self::bytes(src, length(bytes)?) }?;
+        armci
+            .put_flag(src, dst as u64, flag as u64, value, rank(proc)?)
+            .map(|()| 0)
+    })
+}
+
 /// Puts `bytes` bytes from `src` here to `dst` in `proc`'s allocated memory.
 ///
 /// # Safety

@@ -558,8 +558,8 @@ fn built_dir() -> PathBuf {
     exe.parent().unwrap().to_owned()
 }
 
-/// Compiles `c/armci_counter.c` against this build's `libarmci.so` into `dir`.
-fn compile_counter(dir: &Path) -> PathBuf {
+/// Compiles `c/<name>.c` against this build's `libarmci.so` into `dir`.
+fn compile_c(dir: &Path, name: &str) -> PathBuf {
     let built = built_dir();
     let library = built.join("libarmci.so");
     assert!(
@@ -567,12 +567,12 @@ fn compile_counter(dir: &Path) -> PathBuf {
         "{} is missing: the crate builds a cdylib",
         library.display()
     );
-    let program = dir.join("armci_counter");
+    let program = dir.join(name);
     let cc = std::env::var_os("CC").unwrap_or_else(|| "cc".into());
     let compiled = Command::new(cc)
         .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-I"])
         .arg(crate_dir().join("include"))
-        .arg(crate_dir().join("c/armci_counter.c"))
+        .arg(crate_dir().join(format!("c/{name}.c")))
         .arg("-o")
         .arg(&program)
         .arg("-L")
@@ -586,11 +586,99 @@ fn compile_counter(dir: &Path) -> PathBuf {
         ))
         .status()
         .unwrap();
-    assert!(
-        compiled.success(),
-        "the C program does not compile: {compiled}"
-    );
+    assert!(compiled.success(), "{name}.c does not compile: {compiled}");
     program
+}
+
+/// Compiles `c/armci_counter.c`.
+fn compile_counter(dir: &Path) -> PathBuf {
+    compile_c(dir, "armci_counter")
+}
+
+/// Runs `program` with `args` on `size` ranks under the launcher against `daemon`, with the
+/// extra environment `env`; returns its exit status and standard output (the job's limit
+/// applies).
+fn launch(
+    daemon: &EmulatorHandle,
+    size: usize,
+    program: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (std::process::ExitStatus, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_nicbar-armci-run"));
+    command
+        .args([
+            "-n",
+            &size.to_string(),
+            "--units",
+            &size.to_string(),
+            "--socket",
+        ])
+        .arg(daemon.socket())
+        .arg(program)
+        .args(args)
+        .env_remove("LD_LIBRARY_PATH")
+        .stdout(Stdio::piped());
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let mut child = command.spawn().unwrap();
+    let deadline = Instant::now() + JOB_LIMIT;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("{} took over {JOB_LIMIT:?}", program.display());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut output = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut output)
+        .unwrap();
+    (status, output)
+}
+
+#[test]
+fn a_c_program_using_the_rest_of_armci_gets_exact_results_under_the_launcher() {
+    let seed = seed(20);
+    let dir = tempfile::Builder::new()
+        .prefix("nicbar-armci-api")
+        .tempdir()
+        .unwrap();
+    let program = compile_c(dir.path(), "armci_api");
+    for size in [4, 3] {
+        let place = dir.path().join(format!("{size}-ranks"));
+        std::fs::create_dir_all(&place).unwrap();
+        let daemon = daemon(&place, size as u16, seed);
+        let (status, output) = launch(&daemon, size, &program, &[], &[]);
+        assert!(status.success(), "{size} ranks: {status}\n{output}");
+        let ok: Vec<&str> = lines(&output, "armci_api: ").collect();
+        assert_eq!(ok.len(), size, "every rank reports: {output}");
+        assert!(ok.iter().all(|l| l.ends_with(" ok")), "{output}");
+    }
+}
+
+#[test]
+fn armci_error_prints_the_rank_message_and_code_and_aborts() {
+    let dir = tempfile::Builder::new()
+        .prefix("nicbar-armci-error")
+        .tempdir()
+        .unwrap();
+    let program = compile_c(dir.path(), "armci_api");
+    let daemon = daemon(dir.path(), 1, seed(21));
+    let (status, output) = launch(&daemon, 1, &program, &["error"], &[]);
+    assert!(!status.success(), "ARMCI_Error ends the job: {output}");
+    assert!(
+        output.contains("0:armci_api: an error on purpose: 42"),
+        "{output}"
+    );
+    assert!(!output.contains(" ok"), "{output}");
 }
 
 #[test]
