@@ -89,6 +89,82 @@ int ARMCI_Acc(int optype, void *scale, void *src, void *dst, int bytes, int proc
  * at prem in proc's memory (aligned to its size); its previous value goes to *ploc. */
 int ARMCI_Rmw(int op, void *ploc, void *prem, int extra, int proc);
 
+/* ---- strided and vector transfers ----
+ * A strided transfer moves count[0] bytes at each point of the count[1] x ... x
+ * count[stride_levels] grid; src_stride_arr[l] and dst_stride_arr[l] are the byte distances
+ * between neighbours at level l+1 (0 to ARMCI_MAX_STRIDE_LEVEL levels). Levels whose stride is
+ * the run below them on both sides merge, and each contiguous run is one NIC put or get (never
+ * one per element). A vector transfer moves each descriptor's ptr_array_len segments of bytes
+ * bytes, one NIC operation per segment. Completion as for ARMCI_Put, ARMCI_Get and ARMCI_Acc;
+ * an accumulate holds proc's accumulate lock once for all its runs. */
+#define ARMCI_MAX_STRIDE_LEVEL 8
+
+typedef struct {
+    void **src_ptr_array;
+    void **dst_ptr_array;
+    int ptr_array_len;
+    int bytes;
+} armci_giov_t;
+
+int ARMCI_PutS(void *src_ptr, int src_stride_arr[], void *dst_ptr, int dst_stride_arr[],
+               int count[], int stride_levels, int proc);
+int ARMCI_GetS(void *src_ptr, int src_stride_arr[], void *dst_ptr, int dst_stride_arr[],
+               int count[], int stride_levels, int proc);
+int ARMCI_AccS(int optype, void *scale, void *src_ptr, int src_stride_arr[], void *dst_ptr,
+               int dst_stride_arr[], int count[], int stride_levels, int proc);
+int ARMCI_PutV(armci_giov_t darr[], int len, int proc);
+int ARMCI_GetV(armci_giov_t darr[], int len, int proc);
+int ARMCI_AccV(int op, void *scale, armci_giov_t darr[], int len, int proc);
+
+/* ---- non-blocking transfers ----
+ * A handle gathers the operations made under it until ARMCI_Wait (or an ARMCI_Test that
+ * reports them done): a put is done when the NIC reports its bytes in the target's memory
+ * (remote completion, stronger than ARMCI asks), a get when its bytes are here. The source of a
+ * put may be reused as soon as the call returns; the destination of a get must stay until the
+ * wait. An accumulate is done before its call returns. A NULL handle puts the operation under
+ * the target's implicit handle, waited for by ARMCI_WaitProc and ARMCI_WaitAll. */
+typedef struct {
+    int data[4];
+    double dummy[8];
+} armci_hdl_t;
+
+#define ARMCI_INIT_HANDLE(hdl)                                                        \
+    do {                                                                              \
+        (hdl)->data[0] = 0;                                                           \
+        (hdl)->data[1] = 0;                                                           \
+        (hdl)->data[2] = 0;                                                           \
+        (hdl)->data[3] = 0;                                                           \
+    } while (0)
+
+/* Aggregation hints: every handle here already gathers its operations. */
+void ARMCI_SET_AGGREGATE_HANDLE(armci_hdl_t *nb_handle);
+void ARMCI_UNSET_AGGREGATE_HANDLE(armci_hdl_t *nb_handle);
+
+int ARMCI_NbPut(void *src, void *dst, int bytes, int proc, armci_hdl_t *nb_handle);
+int ARMCI_NbGet(void *src, void *dst, int bytes, int proc, armci_hdl_t *nb_handle);
+int ARMCI_NbAcc(int optype, void *scale, void *src, void *dst, int bytes, int proc,
+                armci_hdl_t *nb_handle);
+int ARMCI_NbPutS(void *src_ptr, int src_stride_arr[], void *dst_ptr, int dst_stride_arr[],
+                 int count[], int stride_levels, int proc, armci_hdl_t *nb_handle);
+int ARMCI_NbGetS(void *src_ptr, int src_stride_arr[], void *dst_ptr, int dst_stride_arr[],
+                 int count[], int stride_levels, int proc, armci_hdl_t *nb_handle);
+int ARMCI_NbAccS(int optype, void *scale, void *src_ptr, int src_stride_arr[], void *dst_ptr,
+                 int dst_stride_arr[], int count[], int stride_levels, int proc,
+                 armci_hdl_t *nb_handle);
+int ARMCI_NbPutV(armci_giov_t darr[], int len, int proc, armci_hdl_t *nb_handle);
+int ARMCI_NbGetV(armci_giov_t darr[], int len, int proc, armci_hdl_t *nb_handle);
+int ARMCI_NbAccV(int op, void *scale, armci_giov_t darr[], int len, int proc,
+                 armci_hdl_t *nb_handle);
+
+/* Waits for the handle's operations (0, or a negative code if one failed); the handle is then
+ * free for new ones. */
+int ARMCI_Wait(armci_hdl_t *nb_handle);
+/* 0 if the handle's operations are done (as after ARMCI_Wait), 1 if not yet; never blocks. */
+int ARMCI_Test(armci_hdl_t *nb_handle);
+/* Waits for the operations made with a NULL handle: all of them, or those to proc. */
+int ARMCI_WaitAll(void);
+int ARMCI_WaitProc(int proc);
+
 /* Returns once every put from here to proc (ARMCI_Fence) or to anyone (ARMCI_AllFence) is in
  * its target's memory. */
 void ARMCI_Fence(int proc);

@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use nicbar::{
     AtomicOp, DmaBuffer, Error as PortError, Event, Group, MemoryRegion, NodeId, Port, PortId,
-    Priority, RemotePointer, Status,
+    Priority, RemotePointer, SharedBytes, Status,
 };
 use rand_core::{RngCore, SeedableRng};
 use rand_xoshiro::SplitMix64;
@@ -46,8 +46,22 @@ pub(crate) mod control {
 /// What the NIC's end of an operation means to this library.
 #[derive(Debug)]
 enum Pending {
-    /// A put nobody waits for: its end frees its staging bytes and counts down its target's puts.
-    Put { rank: usize, staging: usize },
+    /// A put nobody waits for: its end frees its staging bytes and counts down its target's puts
+    /// (and its handle's operations, if it has one).
+    Put {
+        rank: usize,
+        staging: usize,
+        handle: Option<u64>,
+    },
+    /// A get under a handle: its end hands the bytes to the lander (at `address`), frees the
+    /// staging bytes and counts down the handle's operations.
+    Land {
+        rank: usize,
+        staging: usize,
+        len: usize,
+        address: u64,
+        handle: u64,
+    },
     /// A caller waits for its outcome in `finished`.
     Waited,
     /// Nobody waits; a failure is kept for the next fence or barrier to report.
@@ -159,6 +173,18 @@ fn give_back_in(leases: &mut VecDeque<(usize, usize, bool)>, start: usize) {
     }
 }
 
+/// Writes `len` staged bytes at `start` of the staging area to the caller's memory at
+/// `address` (the C API's: it alone holds raw addresses).
+pub(crate) type Lander = fn(address: u64, staging: &SharedBytes, start: usize, len: usize);
+
+/// The operations of one non-blocking handle still in the NIC, and the first failure among
+/// those that ended.
+#[derive(Debug, Default)]
+pub(crate) struct HandleState {
+    pub(crate) outstanding: usize,
+    pub(crate) failure: Option<ArmciError>,
+}
+
 /// One ARMCI_Malloc: every rank's base address, length and key.
 #[derive(Debug)]
 pub(crate) struct Allocation {
@@ -185,6 +211,12 @@ pub struct Armci {
     pub(crate) mutexes: Option<Mutexes>,
     pub(crate) locks: LockState,
     pending: HashMap<u64, Pending>,
+    /// The non-blocking handles with operations posted and not yet waited for.
+    pub(crate) handles: HashMap<u64, HandleState>,
+    /// The last handle number given out.
+    pub(crate) next_handle: u64,
+    /// Where a get under a handle delivers its bytes (set by the C API).
+    pub(crate) lander: Option<Lander>,
     finished: HashMap<u64, Outcome>,
     next_context: u64,
     /// Puts posted and not yet reported done, per target.
@@ -298,6 +330,9 @@ impl Armci {
             mutexes: None,
             locks: LockState::default(),
             pending: HashMap::new(),
+            handles: HashMap::new(),
+            next_handle: 0,
+            lander: None,
             finished: HashMap::new(),
             next_context: 0,
             puts_in_flight: vec![0; size],
@@ -439,10 +474,32 @@ impl Armci {
                 value,
                 ..
             } => match self.pending.remove(&context) {
-                Some(Pending::Put { rank, staging }) => {
+                Some(Pending::Put {
+                    rank,
+                    staging,
+                    handle,
+                }) => {
                     self.staging.give_back(staging);
                     self.puts_in_flight[rank] = self.puts_in_flight[rank].saturating_sub(1);
-                    self.keep_failure("put", rank, status);
+                    match handle {
+                        Some(handle) => self.handle_done(handle, "put", rank, status),
+                        None => self.keep_failure("put", rank, status),
+                    }
+                }
+                Some(Pending::Land {
+                    rank,
+                    staging,
+                    len,
+                    address,
+                    handle,
+                }) => {
+                    if status == Status::SUCCESS
+                        && let Some(lander) = self.lander
+                    {
+                        lander(address, self.staging.region.bytes(), staging, len);
+                    }
+                    self.staging.give_back(staging);
+                    self.handle_done(handle, "get", rank, status);
                 }
                 Some(Pending::Waited) => {
                     let rank = 0;
@@ -490,6 +547,17 @@ impl Armci {
                 self.keep_failure("message", usize::MAX, status);
             }
             _ => {}
+        }
+    }
+
+    /// Counts down `handle`'s operations for one that ended with `status`.
+    fn handle_done(&mut self, handle: u64, what: &'static str, rank: usize, status: Status) {
+        let state = self.handles.entry(handle).or_default();
+        state.outstanding = state.outstanding.saturating_sub(1);
+        if status != Status::SUCCESS {
+            state
+                .failure
+                .get_or_insert(ArmciError::Operation { what, rank, status });
         }
     }
 
@@ -620,6 +688,35 @@ impl Armci {
         self.next_context
     }
 
+    /// Posts a get of `len` bytes at the remote pointer `remote` of `rank` into the staging
+    /// area at `start`: waited for by its context, or, with `(address, handle)`, landed at
+    /// `address` under `handle` when it ends. Returns its context.
+    pub(crate) fn post_retrying_get(
+        &mut self,
+        remote: u64,
+        start: usize,
+        len: usize,
+        rank: usize,
+        pending: Option<(u64, u64)>,
+    ) -> Result<u64, ArmciError> {
+        let (node, port) = self.peers[rank];
+        let region = self.staging.region.clone();
+        let pending = match pending {
+            Some((address, handle)) => Pending::Land {
+                rank,
+                staging: start,
+                len,
+                address,
+                handle,
+            },
+            None => Pending::Waited,
+        };
+        self.post_retrying(
+            |p, context| p.get(remote, &region, start, len, node, port, context),
+            pending,
+        )
+    }
+
     /// Posts with `post`, waiting for a send token (a finished operation gives one back) as
     /// long as the port has none.
     fn post_retrying(
@@ -717,7 +814,7 @@ impl Armci {
     }
 
     /// A staging lease of `len` bytes, waiting for the NIC to finish with older ones.
-    fn lease(&mut self, len: usize) -> Result<usize, ArmciError> {
+    pub(crate) fn lease(&mut self, len: usize) -> Result<usize, ArmciError> {
         loop {
             if let Some(start) = self.staging.take(len) {
                 return Ok(start);
@@ -733,6 +830,18 @@ impl Armci {
         src: &[u8],
         remote: u64,
         rank: usize,
+    ) -> Result<(), ArmciError> {
+        self.put_remote_under(src, remote, rank, None)
+    }
+
+    /// As [`Armci::put_remote`], each piece counted under `handle` if there is one (whose wait
+    /// then returns once the pieces are in the target's memory).
+    pub(crate) fn put_remote_under(
+        &mut self,
+        src: &[u8],
+        remote: u64,
+        rank: usize,
+        handle: Option<u64>,
     ) -> Result<(), ArmciError> {
         let (node, port) = self.peers[rank];
         let pointer = RemotePointer::from_u64(remote);
@@ -752,8 +861,12 @@ impl Armci {
                 Pending::Put {
                     rank,
                     staging: start,
+                    handle,
                 },
             )?;
+            if let Some(handle) = handle {
+                self.handles.entry(handle).or_default().outstanding += 1;
+            }
             self.puts_in_flight[rank] += 1;
             self.puts_issued[rank] += 1;
             self.dirty[rank] = true;

@@ -6,6 +6,10 @@
 //! (`nicbar_armci_last_error()` says what went wrong), and for the `void` calls (fence, barrier,
 //! lock) a message on stderr and the end of the process with status 1 — ARMCI's own `armci_die`.
 #![allow(
+    clippy::too_many_arguments,
+    reason = "ARMCI's strided calls take their nine arguments as ARMCI defines them"
+)]
+#![allow(
     unsafe_code,
     reason = "the C API takes pointers from C: this module checks them and makes the slices"
 )]
@@ -15,7 +19,9 @@ use std::ffi::{CString, c_char, c_int, c_long, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Mutex, PoisonError};
 
-use crate::{Armci, ArmciError, Rmw, Scale};
+use nicbar::SharedBytes;
+
+use crate::{Armci, ArmciError, Handle, Rmw, Scale, Strides};
 
 /// ARMCI_Rmw's operation codes (as ARMCI numbers them).
 const FETCH_AND_ADD: c_int = 88;
@@ -111,6 +117,37 @@ unsafe fn bytes_mut<'a>(pointer: *mut c_void, len: usize) -> Result<&'a mut [u8]
     Ok(unsafe { std::slice::from_raw_parts_mut(pointer.cast::<u8>(), len) })
 }
 
+/// The accumulate's scale: one element of `optype`'s type at `scale`.
+///
+/// # Safety
+/// `scale` must point to one element of `optype`'s type (ARMCI_ACC_INT, _LNG, _FLT, _DBL).
+unsafe fn scale_of(optype: c_int, scale: *const c_void) -> Result<Scale, ArmciError> {
+    let element = match optype {
+        ACC_INT | ACC_FLT => 4,
+        ACC_LNG | ACC_DBL => 8,
+        other => return Err(ArmciError::Invalid(format!("accumulate type {other}"))),
+    };
+    // SAFETY: the caller's promise: one element of the type at `scale`.
+    let raw = unsafe { self::bytes(scale, element) }?;
+    Ok(match optype {
+        ACC_INT => Scale::Int(i32::from_ne_bytes(raw.try_into().unwrap_or_default())),
+        ACC_FLT => Scale::Float(f32::from_ne_bytes(raw.try_into().unwrap_or_default())),
+        ACC_LNG => Scale::Long(i64::from_ne_bytes(raw.try_into().unwrap_or_default())),
+        _ => Scale::Double(f64::from_ne_bytes(raw.try_into().unwrap_or_default())),
+    })
+}
+
+/// Delivers a get under a handle: `len` staged bytes at `start` to the caller's `address`.
+fn land(address: u64, staging: &SharedBytes, start: usize, len: usize) {
+    if len == 0 || address == 0 {
+        return;
+    }
+    // SAFETY: `address` is the destination a C caller gave a non-blocking or vector get, which
+    // ARMCI's contract keeps writable for `len` bytes until the handle's wait.
+    let out = unsafe { std::slice::from_raw_parts_mut(address as *mut u8, len) };
+    staging.read(start, out);
+}
+
 /// Starts ARMCI in this process (collective): the rank, its port and its peers from the
 /// environment. Returns 0, or a negative code.
 #[unsafe(no_mangle)]
@@ -118,7 +155,9 @@ pub extern "C" fn ARMCI_Init() -> c_int {
     let outcome = catch_unwind(|| {
         let mut state = STATE.lock().unwrap_or_else(PoisonError::into_inner);
         if state.is_none() {
-            *state = Some(Armci::init()?);
+            let mut armci = Armci::init()?;
+            armci.lander = Some(land);
+            *state = Some(armci);
         }
         Ok::<c_int, ArmciError>(0)
     });
@@ -335,19 +374,8 @@ pub unsafe extern "C" fn ARMCI_Acc(
     proc: c_int,
 ) -> c_int {
     with_armci("ARMCI_Acc", |armci| {
-        let element = match optype {
-            ACC_INT | ACC_FLT => 4,
-            ACC_LNG | ACC_DBL => 8,
-            other => return Err(ArmciError::Invalid(format!("accumulate type {other}"))),
-        };
-        // SAFETY: the caller's promise: one element of the type at `scale`.
-        let raw = unsafe { self::bytes(scale, element) }?;
-        let scale = match optype {
-            ACC_INT => Scale::Int(i32::from_ne_bytes(raw.try_into().unwrap_or_default())),
-            ACC_FLT => Scale::Float(f32::from_ne_bytes(raw.try_into().unwrap_or_default())),
-            ACC_LNG => Scale::Long(i64::from_ne_bytes(raw.try_into().unwrap_or_default())),
-            _ => Scale::Double(f64::from_ne_bytes(raw.try_into().unwrap_or_default())),
-        };
+        // SAFETY: the caller's promise for `scale`.
+        let scale = unsafe { scale_of(optype, scale) }?;
         // SAFETY: the caller's promise for `src`.
         let src = unsafe { self::bytes(src, length(bytes)?) }?;
         armci.acc(scale, src, dst as u64, rank(proc)?).map(|()| 0)
@@ -451,3 +479,707 @@ pub extern "C" fn ARMCI_Unlock(mutex: c_int, proc: c_int) {
         armci.unlock(mutex, rank(proc)?)
     });
 }
+
+// ---- strided, vector and non-blocking transfers ------------------------------------------------
+
+/// ARMCI_MAX_STRIDE_LEVEL.
+const MAX_LEVELS: c_int = crate::MAX_STRIDE_LEVELS as c_int;
+
+/// A strided call's shape, copied out of its C arrays.
+struct Shape {
+    src: Vec<usize>,
+    dst: Vec<usize>,
+    count: Vec<usize>,
+}
+
+impl Shape {
+    /// Reads `stride_levels` strides from each stride array and `stride_levels + 1` counts.
+    ///
+    /// # Safety
+    /// The arrays must hold that many `int`s (the stride arrays may be NULL for 0 levels).
+    unsafe fn read(
+        src_stride: *const c_int,
+        dst_stride: *const c_int,
+        count: *const c_int,
+        levels: c_int,
+    ) -> Result<Self, ArmciError> {
+        if !(0..=MAX_LEVELS).contains(&levels) {
+            return Err(ArmciError::Invalid(format!(
+                "{levels} stride levels (ARMCI takes 0 to {MAX_LEVELS})"
+            )));
+        }
+        let levels = levels as usize;
+        // SAFETY: the caller's promise: `len` ints at each array.
+        let read =
+            |array: *const c_int, len: usize, what: &str| -> Result<Vec<usize>, ArmciError> {
+                if len == 0 {
+                    return Ok(Vec::new());
+                }
+                if array.is_null() {
+                    return Err(ArmciError::Invalid(format!("a NULL {what} array")));
+                }
+                // SAFETY: as above.
+                let values = unsafe { std::slice::from_raw_parts(array, len) };
+                values
+                    .iter()
+                    .map(|&v| {
+                        usize::try_from(v)
+                            .map_err(|_| ArmciError::Invalid(format!("a {what} of {v}")))
+                    })
+                    .collect()
+            };
+        Ok(Self {
+            src: read(src_stride, levels, "source stride")?,
+            dst: read(dst_stride, levels, "destination stride")?,
+            count: read(count, levels + 1, "count")?,
+        })
+    }
+
+    fn strides(&self) -> Strides<'_> {
+        Strides {
+            src: &self.src,
+            dst: &self.dst,
+            count: &self.count,
+        }
+    }
+}
+
+/// ARMCI's vector descriptor: `ptr_array_len` segments of `bytes` bytes each.
+#[repr(C)]
+pub struct armci_giov_t {
+    /// The segments' sources.
+    pub src_ptr_array: *mut *mut c_void,
+    /// The segments' destinations.
+    pub dst_ptr_array: *mut *mut c_void,
+    /// How many segments.
+    pub ptr_array_len: c_int,
+    /// Bytes of each segment.
+    pub bytes: c_int,
+}
+
+/// ARMCI's non-blocking handle: this library keeps its number in the first two ints of `data`
+/// (0: none; ARMCI_INIT_HANDLE zeroes them).
+#[repr(C)]
+pub struct armci_hdl_t {
+    /// The handle's number, as two native `int`s.
+    pub data: [c_int; 4],
+    /// Room, as in ARMCI's own.
+    pub dummy: [f64; 8],
+}
+
+/// Every (source, destination) segment of `len` descriptors at `darr`.
+///
+/// # Safety
+/// `darr` must hold `len` descriptors whose arrays hold `ptr_array_len` pointers each.
+unsafe fn segments(
+    darr: *const armci_giov_t,
+    len: c_int,
+) -> Result<Vec<(u64, u64, usize)>, ArmciError> {
+    let len =
+        usize::try_from(len).map_err(|_| ArmciError::Invalid(format!("{len} descriptors")))?;
+    if len == 0 {
+        return Ok(Vec::new());
+    }
+    if darr.is_null() {
+        return Err(ArmciError::Invalid("a NULL descriptor array".to_owned()));
+    }
+    // SAFETY: the caller's promise: `len` descriptors.
+    let descriptors = unsafe { std::slice::from_raw_parts(darr, len) };
+    let mut out = Vec::new();
+    for d in descriptors {
+        let count = usize::try_from(d.ptr_array_len)
+            .map_err(|_| ArmciError::Invalid(format!("{} segments", d.ptr_array_len)))?;
+        let bytes = length(d.bytes)?;
+        if count == 0 {
+            continue;
+        }
+        if d.src_ptr_array.is_null() || d.dst_ptr_array.is_null() {
+            return Err(ArmciError::Invalid("a NULL segment array".to_owned()));
+        }
+        // SAFETY: the caller's promise: `count` pointers in each array.
+        let (srcs, dsts) = unsafe {
+            (
+                std::slice::from_raw_parts(d.src_ptr_array, count),
+                std::slice::from_raw_parts(d.dst_ptr_array, count),
+            )
+        };
+        out.extend(
+            srcs.iter()
+                .zip(dsts)
+                .map(|(&s, &t)| (s as u64, t as u64, bytes)),
+        );
+    }
+    Ok(out)
+}
+
+/// The local source bytes of each segment, paired with its remote destination.
+///
+/// # Safety
+/// Every source must be readable for its length.
+unsafe fn local_sources<'a>(
+    segments: &[(u64, u64, usize)],
+) -> Result<Vec<(&'a [u8], u64)>, ArmciError> {
+    segments
+        .iter()
+        // SAFETY: the caller's promise for each source.
+        .map(|&(src, dst, len)| Ok((unsafe { bytes(src as *const c_void, len) }?, dst)))
+        .collect()
+}
+
+/// The handle an operation goes under: the one in `*hdl` if it is still live (ARMCI's aggregate
+/// handles gather several operations), else a fresh one written there; `proc`'s implicit handle
+/// when `hdl` is NULL.
+///
+/// # Safety
+/// `hdl` must be NULL or point to an `armci_hdl_t`.
+unsafe fn handle_for(armci: &mut Armci, hdl: *mut armci_hdl_t, proc: usize) -> Handle {
+    if hdl.is_null() {
+        return armci.implicit_handle(proc);
+    }
+    // SAFETY: not NULL, and the caller's promise: an armci_hdl_t.
+    let hdl = unsafe { &mut *hdl };
+    let number = handle_number(hdl);
+    if let Some(handle) = Handle::from_number(number)
+        && armci.handles.contains_key(&handle.get())
+    {
+        return handle;
+    }
+    let handle = armci.new_handle();
+    let raw = handle.get().to_ne_bytes();
+    hdl.data[0] = c_int::from_ne_bytes([raw[0], raw[1], raw[2], raw[3]]);
+    hdl.data[1] = c_int::from_ne_bytes([raw[4], raw[5], raw[6], raw[7]]);
+    // An operation that posts nothing (an accumulate, which completes before it returns) still
+    // leaves a handle that its wait finds.
+    armci.handles.entry(handle.get()).or_default();
+    handle
+}
+
+fn handle_number(hdl: &armci_hdl_t) -> u64 {
+    let (low, high) = (hdl.data[0].to_ne_bytes(), hdl.data[1].to_ne_bytes());
+    u64::from_ne_bytes([
+        low[0], low[1], low[2], low[3], high[0], high[1], high[2], high[3],
+    ])
+}
+
+/// Strided put: `count[0]` bytes at each point of the `count[1..=stride_levels]` grid, one NIC
+/// put per contiguous run. Returns once `src_ptr` may be reused.
+///
+/// # Safety
+/// The arrays must hold `stride_levels` strides and `stride_levels + 1` counts; the source
+/// must be readable over the shape.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ARMCI_PutS(
+    src_ptr: *mut c_void,
+    src_stride_arr: *mut c_int,
+    dst_ptr: *mut c_void,
+    dst_stride_arr: *mut c_int,
+    count: *mut c_int,
+    stride_levels: c_int,
+    proc: c_int,
+) -> c_int {
+    with_armci("ARMCI_PutS", |armci| {
+        // SAFETY: the caller's promises, passed on.
+        unsafe {
+            put_strided(
+                armci,
+                src_ptr,
+                src_stride_arr,
+                dst_ptr,
+                dst_stride_arr,
+                count,
+                stride_levels,
+                proc,
+                None,
+            )
+        }
+    })
+}
+
+/// The strided put of [`ARMCI_PutS`] and [`ARMCI_NbPutS`]: under `hdl`'s handle if given.
+///
+/// # Safety
+/// As [`ARMCI_NbPutS`].
+unsafe fn put_strided(
+    armci: &mut Armci,
+    src_ptr: *mut c_void,
+    src_stride_arr: *mut c_int,
+    dst_ptr: *mut c_void,
+    dst_stride_arr: *mut c_int,
+    count: *mut c_int,
+    stride_levels: c_int,
+    proc: c_int,
+    hdl: Option<*mut armci_hdl_t>,
+) -> Result<c_int, ArmciError> {
+    let rank = rank(proc)?;
+    // SAFETY: the caller's promise for the arrays.
+    let shape = unsafe { Shape::read(src_stride_arr, dst_stride_arr, count, stride_levels) }?;
+    let strides = shape.strides();
+    // SAFETY: the caller's promise: the source is readable over the shape.
+    let src = unsafe { self::bytes(src_ptr, strides.src_extent()?) }?;
+    // SAFETY: the caller's promise for `hdl`.
+    let handle = hdl.map(|hdl| unsafe { handle_for(armci, hdl, rank) });
+    armci
+        .put_strided(src, dst_ptr as u64, strides, rank, handle)
+        .map(|()| 0)
+}
+
+/// Strided get into `dst_ptr`'s shape; returns once the bytes are here.
+///
+/// # Safety
+/// As [`ARMCI_PutS`], the destination writable over the shape.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ARMCI_GetS(
+    src_ptr: *mut c_void,
+    src_stride_arr: *mut c_int,
+    dst_ptr: *mut c_void,
+    dst_stride_arr: *mut c_int,
+    count: *mut c_int,
+    stride_levels: c_int,
+    proc: c_int,
+) -> c_int {
+    with_armci("ARMCI_GetS", |armci| {
+        // SAFETY: the caller's promise for the arrays.
+        let shape = unsafe { Shape::read(src_stride_arr, dst_stride_arr, count, stride_levels) }?;
+        let strides = shape.strides();
+        // SAFETY: the caller's promise: the destination is writable over the shape.
+        let dst = unsafe { bytes_mut(dst_ptr, strides.dst_extent()?) }?;
+        armci
+            .get_strided(src_ptr as u64, dst, strides, rank(proc)?)
+            .map(|()| 0)
+    })
+}
+
+/// Strided accumulate: `dst += *scale × src` over each run, under one hold of `proc`'s
+/// accumulate lock; complete at `proc` on return.
+///
+/// # Safety
+/// As [`ARMCI_PutS`]; `scale` points to one element of `optype`'s type.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ARMCI_AccS(
+    optype: c_int,
+    scale: *mut c_void,
+    src_ptr: *mut c_void,
+    src_stride_arr: *mut c_int,
+    dst_ptr: *mut c_void,
+    dst_stride_arr: *mut c_int,
+    count: *mut c_int,
+    stride_levels: c_int,
+    proc: c_int,
+) -> c_int {
+    with_armci("ARMCI_AccS", |armci| {
+        // SAFETY: the caller's promises for the scale and the arrays.
+        let scale = unsafe { scale_of(optype, scale) }?;
+        // SAFETY: as above.
+        let shape = unsafe { Shape::read(src_stride_arr, dst_stride_arr, count, stride_levels) }?;
+        let strides = shape.strides();
+        // SAFETY: the caller's promise: the source is readable over the shape.
+        let src = unsafe { self::bytes(src_ptr, strides.src_extent()?) }?;
+        armci
+            .acc_strided(scale, src, dst_ptr as u64, strides, rank(proc)?)
+            .map(|()| 0)
+    })
+}
+
+/// Vector put: every segment of every descriptor, one NIC put each.
+///
+/// # Safety
+/// `darr` must hold `len` descriptors whose sources are readable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ARMCI_PutV(darr: *mut armci_giov_t, len: c_int, proc: c_int) -> c_int {
+    with_armci("ARMCI_PutV", |armci| {
+        // SAFETY: the caller's promise for the descriptors.
+        let segments = unsafe { segments(darr, len) }?;
+        // SAFETY: the caller's promise: every source is readable.
+        let pieces = unsafe { local_sources(&segments) }?;
+        armci.put_pieces(&pieces, rank(proc)?, None).map(|()| 0)
+    })
+}
+
+/// Vector get: every segment's get posted, then all waited for.
+///
+/// # Safety
+/// `darr` must hold `len` descriptors whose destinations are writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ARMCI_GetV(darr: *mut armci_giov_t, len: c_int, proc: c_int) -> c_int {
+    with_armci("ARMCI_GetV", |armci| {
+        // SAFETY: the caller's promise for the descriptors.
+        let segments = unsafe { segments(darr, len) }?;
+        let rank = rank(proc)?;
+        let handle = armci.new_handle();
+        let mut posted = Ok(());
+        for &(src, dst, bytes) in &segments {
+            posted = armci.get_to_address(src, bytes, dst, rank, handle);
+            if posted.is_err() {
+                break;
+            }
+        }
+        let waited = armci.wait_handle(handle);
+        posted.and(waited).map(|()| 0)
+    })
+}
+
+/// Vector accumulate: every segment, under one hold of `proc`'s accumulate lock.
+///
+/// # Safety
+/// As [`ARMCI_PutV`]; `scale` points to one element of `op`'s type.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ARMCI_AccV(
+    op: c_int,
+    scale: *mut c_void,
+    darr: *mut armci_giov_t,
+    len: c_int,
+    proc: c_int,
+) -> c_int {
+    with_armci("ARMCI_AccV", |armci| {
+        // SAFETY: the caller's promises for the scale and the descriptors.
+        let scale = unsafe { scale_of(op, scale) }?;
+        // SAFETY: as above.
+        let segments = unsafe { segments(darr, len) }?;
+        // SAFETY: the caller's promise: every source is readable.
+        let pieces = unsafe { local_sources(&segments) }?;
+        armci.acc_pieces(scale, &pieces, rank(proc)?).map(|()| 0)
+    })
+}
+
+/// Non-blocking put: returns once `src` may be reused; the handle's wait returns once the bytes
+/// are in `proc`'s memory (the NIC's remote completion).
+///
+/// # Safety
+/// `src` readable for `bytes` bytes; `hdl` NULL or an `armci_hdl_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ARMCI_NbPut(
+    src: *mut c_void,
+    dst: *mut c_void,
+    bytes: c_int,
+    proc: c_int,
+    hdl: *mut armci_hdl_t,
+) -> c_int {
+    with_armci("ARMCI_NbPut", |armci| {
+        let rank = rank(proc)?;
+        // SAFETY: the caller's promise for `src`.
+        let src = unsafe { self::bytes(src, length(bytes)?) }?;
+        // SAFETY: the caller's promise for `hdl`.
+        let handle = unsafe { handle_for(armci, hdl, rank) };
+        armci
+            .put_pieces(&[(src, dst as u64)], rank, Some(handle))
+            .map(|()| 0)
+    })
+}
+
+/// Non-blocking get: the bytes are at `dst` once the handle's wait returns.
+///
+/// # Safety
+/// `dst` writable for `bytes` bytes until the wait; `hdl` NULL or an `armci_hdl_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ARMCI_NbGet(
+    src: *mut c_void,
+    dst: *mut c_void,
+    bytes: c_int,
+    proc: c_int,
+    hdl: *mut armci_hdl_t,
+) -> c_int {
+    with_armci("ARMCI_NbGet", |armci| {
+        let rank = rank(proc)?;
+        let len = length(bytes)?;
+        if len > 0 && dst.is_null() {
+            return Err(ArmciError::Invalid("a NULL buffer".to_owned()));
+        }
+        // SAFETY: the caller's promise for `hdl`.
+        let handle = unsafe { handle_for(armci, hdl, rank) };
+        armci
+            .get_to_address(src as u64, len, dst as u64, rank, handle)
+            .map(|()| 0)
+    })
+}
+
+/// Non-blocking accumulate: the accumulate is a locked read-modify-write at the target, done
+/// (and in `proc`'s memory) before this returns; the handle's wait returns at once.
+///
+/// # Safety
+/// As [`ARMCI_Acc`]; `hdl` NULL or an `armci_hdl_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ARMCI_NbAcc(
+    optype: c_int,
+    scale: *mut c_void,
+    src: *mut c_void,
+    dst: *mut c_void,
+    bytes: c_int,
+    proc: c_int,
+    hdl: *mut armci_hdl_t,
+) -> c_int {
+    with_armci("ARMCI_NbAcc", |armci| {
+        let rank = rank(proc)?;
+        // SAFETY: the caller's promise for `hdl`.
+        unsafe { handle_for(armci, hdl, rank) };
+        // SAFETY: the caller's promises for `scale` and `src`.
+        let scale = unsafe { scale_of(optype, scale) }?;
+        // SAFETY: as above.
+        let src = unsafe { self::bytes(src, length(bytes)?) }?;
+        armci.acc(scale, src, dst as u64, rank).map(|()| 0)
+    })
+}
+
+/// Non-blocking strided put (one NIC put per contiguous run, all under the handle).
+///
+/// # Safety
+/// As [`ARMCI_PutS`]; `hdl` NULL or an `armci_hdl_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ARMCI_NbPutS(
+    src_ptr: *mut c_void,
+    src_stride_arr: *mut c_int,
+    dst_ptr: *mut c_void,
+    dst_stride_arr: *mut c_int,
+    count: *mut c_int,
+    stride_levels: c_int,
+    proc: c_int,
+    hdl: *mut armci_hdl_t,
+) -> c_int {
+    with_armci("ARMCI_NbPutS", |armci| {
+        // SAFETY: the caller's promises, passed on.
+        unsafe {
+            put_strided(
+                armci,
+                src_ptr,
+                src_stride_arr,
+                dst_ptr,
+                dst_stride_arr,
+                count,
+                stride_levels,
+                proc,
+                Some(hdl),
+            )
+        }
+    })
+}
+
+/// Non-blocking strided get: one NIC get per contiguous run, landed by the handle's wait.
+///
+/// # Safety
+/// As [`ARMCI_GetS`], the destination writable until the wait; `hdl` NULL or an `armci_hdl_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ARMCI_NbGetS(
+    src_ptr: *mut c_void,
+    src_stride_arr: *mut c_int,
+    dst_ptr: *mut c_void,
+    dst_stride_arr: *mut c_int,
+    count: *mut c_int,
+    stride_levels: c_int,
+    proc: c_int,
+    hdl: *mut armci_hdl_t,
+) -> c_int {
+    with_armci("ARMCI_NbGetS", |armci| {
+        let rank = rank(proc)?;
+        // SAFETY: the caller's promise for the arrays.
+        let shape = unsafe { Shape::read(src_stride_arr, dst_stride_arr, count, stride_levels) }?;
+        let runs = shape.strides().runs()?;
+        if runs.len > 0 && dst_ptr.is_null() {
+            return Err(ArmciError::Invalid("a NULL buffer".to_owned()));
+        }
+        // SAFETY: the caller's promise for `hdl`.
+        let handle = unsafe { handle_for(armci, hdl, rank) };
+        for &(from, to) in &runs.offsets {
+            armci.get_to_address(
+                (src_ptr as u64).wrapping_add(from as u64),
+                runs.len,
+                (dst_ptr as u64).wrapping_add(to as u64),
+                rank,
+                handle,
+            )?;
+        }
+        Ok(0)
+    })
+}
+
+/// Non-blocking strided accumulate: done before it returns, as [`ARMCI_NbAcc`].
+///
+/// # Safety
+/// As [`ARMCI_AccS`]; `hdl` NULL or an `armci_hdl_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ARMCI_NbAccS(
+    optype: c_int,
+    scale: *mut c_void,
+    src_ptr: *mut c_void,
+    src_stride_arr: *mut c_int,
+    dst_ptr: *mut c_void,
+    dst_stride_arr: *mut c_int,
+    count: *mut c_int,
+    stride_levels: c_int,
+    proc: c_int,
+    hdl: *mut armci_hdl_t,
+) -> c_int {
+    if !hdl.is_null() {
+        let made = with_armci("ARMCI_NbAccS", |armci| {
+            // SAFETY: the caller's promise for `hdl`.
+            unsafe { handle_for(armci, hdl, rank(proc)?) };
+            Ok(0)
+        });
+        if made < 0 {
+            return made;
+        }
+    }
+    // SAFETY: the caller's promises, passed on.
+    unsafe {
+        ARMCI_AccS(
+            optype,
+            scale,
+            src_ptr,
+            src_stride_arr,
+            dst_ptr,
+            dst_stride_arr,
+            count,
+            stride_levels,
+            proc,
+        )
+    }
+}
+
+/// Non-blocking vector put: one NIC put per segment, under the handle.
+///
+/// # Safety
+/// As [`ARMCI_PutV`]; `hdl` NULL or an `armci_hdl_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ARMCI_NbPutV(
+    darr: *mut armci_giov_t,
+    len: c_int,
+    proc: c_int,
+    hdl: *mut armci_hdl_t,
+) -> c_int {
+    with_armci("ARMCI_NbPutV", |armci| {
+        let rank = rank(proc)?;
+        // SAFETY: the caller's promise for the descriptors.
+        let segments = unsafe { segments(darr, len) }?;
+        // SAFETY: the caller's promise: every source is readable.
+        let pieces = unsafe { local_sources(&segments) }?;
+        // SAFETY: the caller's promise for `hdl`.
+        let handle = unsafe { handle_for(armci, hdl, rank) };
+        armci.put_pieces(&pieces, rank, Some(handle)).map(|()| 0)
+    })
+}
+
+/// Non-blocking vector get: one NIC get per segment, landed by the handle's wait.
+///
+/// # Safety
+/// As [`ARMCI_GetV`], destinations writable until the wait; `hdl` NULL or an `armci_hdl_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ARMCI_NbGetV(
+    darr: *mut armci_giov_t,
+    len: c_int,
+    proc: c_int,
+    hdl: *mut armci_hdl_t,
+) -> c_int {
+    with_armci("ARMCI_NbGetV", |armci| {
+        let rank = rank(proc)?;
+        // SAFETY: the caller's promise for the descriptors.
+        let segments = unsafe { segments(darr, len) }?;
+        // SAFETY: the caller's promise for `hdl`.
+        let handle = unsafe { handle_for(armci, hdl, rank) };
+        for &(src, dst, bytes) in &segments {
+            if bytes > 0 && dst == 0 {
+                return Err(ArmciError::Invalid("a NULL buffer".to_owned()));
+            }
+            armci.get_to_address(src, bytes, dst, rank, handle)?;
+        }
+        Ok(0)
+    })
+}
+
+/// Non-blocking vector accumulate: done before it returns, as [`ARMCI_NbAcc`].
+///
+/// # Safety
+/// As [`ARMCI_AccV`]; `hdl` NULL or an `armci_hdl_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ARMCI_NbAccV(
+    op: c_int,
+    scale: *mut c_void,
+    darr: *mut armci_giov_t,
+    len: c_int,
+    proc: c_int,
+    hdl: *mut armci_hdl_t,
+) -> c_int {
+    if !hdl.is_null() {
+        let made = with_armci("ARMCI_NbAccV", |armci| {
+            // SAFETY: the caller's promise for `hdl`.
+            unsafe { handle_for(armci, hdl, rank(proc)?) };
+            Ok(0)
+        });
+        if made < 0 {
+            return made;
+        }
+    }
+    // SAFETY: the caller's promises, passed on.
+    unsafe { ARMCI_AccV(op, scale, darr, len, proc) }
+}
+
+/// Waits until every operation under the handle has ended: a put's bytes in its target's
+/// memory, a get's here. Returns 0, or a negative code for a failed operation. The handle is
+/// free for new operations afterwards.
+///
+/// # Safety
+/// `hdl` must be NULL or point to an `armci_hdl_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ARMCI_Wait(hdl: *mut armci_hdl_t) -> c_int {
+    if hdl.is_null() {
+        return 0;
+    }
+    // SAFETY: not NULL, and the caller's promise.
+    let hdl = unsafe { &mut *hdl };
+    let Some(handle) = Handle::from_number(handle_number(hdl)) else {
+        return 0;
+    };
+    let outcome = with_armci("ARMCI_Wait", |armci| armci.wait_handle(handle).map(|()| 0));
+    hdl.data[0] = 0;
+    hdl.data[1] = 0;
+    outcome
+}
+
+/// 0 if every operation under the handle has ended (as after [`ARMCI_Wait`]), 1 if some are
+/// still in the NIC; never blocks. A negative code for a failed operation.
+///
+/// # Safety
+/// As [`ARMCI_Wait`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ARMCI_Test(hdl: *mut armci_hdl_t) -> c_int {
+    if hdl.is_null() {
+        return 0;
+    }
+    // SAFETY: not NULL, and the caller's promise.
+    let hdl = unsafe { &mut *hdl };
+    let Some(handle) = Handle::from_number(handle_number(hdl)) else {
+        return 0;
+    };
+    let outcome = with_armci("ARMCI_Test", |armci| {
+        armci
+            .test_handle(handle)
+            .map(|done| if done { 0 } else { 1 })
+    });
+    if outcome <= 0 {
+        hdl.data[0] = 0;
+        hdl.data[1] = 0;
+    }
+    outcome
+}
+
+/// Waits for every operation made with a NULL handle.
+#[unsafe(no_mangle)]
+pub extern "C" fn ARMCI_WaitAll() -> c_int {
+    with_armci("ARMCI_WaitAll", |armci| {
+        armci.wait_implicit(None).map(|()| 0)
+    })
+}
+
+/// Waits for every operation to `proc` made with a NULL handle.
+#[unsafe(no_mangle)]
+pub extern "C" fn ARMCI_WaitProc(proc: c_int) -> c_int {
+    with_armci("ARMCI_WaitProc", |armci| {
+        armci.wait_implicit(Some(rank(proc)?)).map(|()| 0)
+    })
+}
+
+/// ARMCI's aggregation hint: every handle here gathers the operations made under it until its
+/// wait, so this changes nothing.
+#[unsafe(no_mangle)]
+pub extern "C" fn ARMCI_SET_AGGREGATE_HANDLE(_hdl: *mut armci_hdl_t) {}
+
+/// Ends the aggregation hint (nothing to do, as for [`ARMCI_SET_AGGREGATE_HANDLE`]).
+#[unsafe(no_mangle)]
+pub extern "C" fn ARMCI_UNSET_AGGREGATE_HANDLE(_hdl: *mut armci_hdl_t) {}

@@ -158,7 +158,7 @@ impl Armci {
         result.and(released)
     }
 
-    fn accumulate_locked(
+    pub(crate) fn accumulate_locked(
         &mut self,
         scale: Scale,
         src: &[u8],
