@@ -313,6 +313,126 @@ static void nonblocking(void) {
     free(bases);
 }
 
+/* armci_msg_*: the barrier (after ARMCI_Wait of a put, which is its remote completion, the
+ * target sees the bytes past a barrier without a fence), a broadcast longer than the NIC's own,
+ * and the reductions of each type. */
+static void messages(void) {
+    enum { LEN = 5000, N = 1000 };
+    void **bases = calloc((size_t)nproc, sizeof(void *));
+    CHECK(ARMCI_Malloc(bases, LEN));
+    int right = (me + 1) % nproc, left = (me + nproc - 1) % nproc;
+    armci_msg_barrier();
+    unsigned char *bytes = ARMCI_Malloc_local(LEN);
+    for (long i = 0; i < LEN; i++) bytes[i] = pattern(me, right, i);
+    armci_hdl_t put;
+    ARMCI_INIT_HANDLE(&put);
+    CHECK(ARMCI_NbPut(bytes, bases[right], LEN, right, &put));
+    CHECK(ARMCI_Wait(&put));
+    armci_msg_barrier();
+    const unsigned char *mine = bases[me];
+    for (long i = 0; i < LEN; i++) EXPECT(mine[i] == pattern(left, me, i));
+
+    int root = nproc - 1;
+    for (long i = 0; i < LEN; i++) bytes[i] = me == root ? pattern(root, 0, i) : 0;
+    armci_msg_brdcst(bytes, LEN, root);
+    for (long i = 0; i < LEN; i++) EXPECT(bytes[i] == pattern(root, 0, i));
+
+    double *d = malloc(N * sizeof(double));
+    for (int i = 0; i < N; i++) d[i] = 0.25 * (me + 1) + i;
+    armci_msg_dgop(d, N, "+");
+    for (int i = 0; i < N; i++) EXPECT(d[i] == 0.125 * nproc * (nproc + 1) + (double)i * nproc);
+    int iv[3] = {me, -me, me * me};
+    armci_msg_igop(iv, 3, "max");
+    EXPECT(iv[0] == nproc - 1 && iv[1] == 0 && iv[2] == (nproc - 1) * (nproc - 1));
+    long lv[2] = {me - 2L, 10L + me};
+    armci_msg_lgop(lv, 2, "absmax");
+    EXPECT(lv[0] == (nproc - 3 > 2 ? nproc - 3 : 2) && lv[1] == 10L + nproc - 1);
+    float fv[1] = {2.0f};
+    armci_msg_fgop(fv, 1, "*");
+    EXPECT(fv[0] == (float)(1 << nproc));
+    int bits[1] = {1 << me};
+    armci_msg_igop(bits, 1, "or");
+    EXPECT(bits[0] == (1 << nproc) - 1);
+    free(d);
+    CHECK(ARMCI_Free_local(bytes));
+    ARMCI_Barrier();
+    CHECK(ARMCI_Free(bases[me]));
+    free(bases);
+}
+
+/* Process groups: the even and the odd ranks, each with its allocations, barriers, broadcasts
+ * and reductions; one made the default group for ARMCI_Malloc. */
+static void groups(void) {
+    int evens[64], odds[64], n_even = 0, n_odd = 0;
+    for (int r = 0; r < nproc; r++) {
+        if (r % 2 == 0) evens[n_even++] = r;
+        else odds[n_odd++] = r;
+    }
+    ARMCI_Group even_group, odd_group, world, def;
+    ARMCI_Group_create(n_even, evens, &even_group);
+    if (n_odd > 0) ARMCI_Group_create(n_odd, odds, &odd_group);
+    ARMCI_Group *mine = me % 2 == 0 ? &even_group : &odd_group;
+    ARMCI_Group *other = me % 2 == 0 ? &odd_group : &even_group;
+    int size = me % 2 == 0 ? n_even : n_odd;
+    int grank, gsize;
+    CHECK(ARMCI_Group_rank(mine, &grank));
+    ARMCI_Group_size(mine, &gsize);
+    EXPECT(grank == me / 2 && gsize == size);
+    EXPECT(ARMCI_Absolute_id(mine, grank) == me);
+    if (n_odd > 0) {
+        int outside;
+        CHECK(ARMCI_Group_rank(other, &outside));
+        EXPECT(outside == -1);
+    }
+    ARMCI_Group_get_world(&world);
+    ARMCI_Group_get_default(&def);
+    EXPECT(world == def);
+
+    /* Within the group: put to the next member, fence, the group's barrier, check. */
+    void **bases = calloc((size_t)size, sizeof(void *));
+    CHECK(ARMCI_Malloc_group(bases, 64 * sizeof(long), mine));
+    int next = (grank + 1) % size, prev = (grank + size - 1) % size;
+    long words[64];
+    for (int w = 0; w < 64; w++) words[w] = 1000L * me + w;
+    int next_rank = ARMCI_Absolute_id(mine, next);
+    CHECK(ARMCI_Put(words, bases[next], sizeof words, next_rank));
+    ARMCI_Fence(next_rank);
+    armci_msg_group_barrier(mine);
+    const long *got = bases[grank];
+    for (int w = 0; w < 64; w++) EXPECT(got[w] == 1000L * ARMCI_Absolute_id(mine, prev) + w);
+    int ranks[2] = {grank, me};
+    armci_msg_group_igop(ranks, 2, "+", mine);
+    EXPECT(ranks[0] == size * (size - 1) / 2);
+    int sum_of_members = 0;
+    for (int g = 0; g < size; g++) sum_of_members += ARMCI_Absolute_id(mine, g);
+    EXPECT(ranks[1] == sum_of_members);
+    double token[40];
+    for (int i = 0; i < 40; i++) token[i] = grank == size - 1 ? 3.5 * me + i : -1.0;
+    armci_msg_group_bcast(token, sizeof token, size - 1, mine);
+    for (int i = 0; i < 40; i++) EXPECT(token[i] == 3.5 * ARMCI_Absolute_id(mine, size - 1) + i);
+    double total[1] = {1.0};
+    armci_msg_group_dgop(total, 1, "+", mine);
+    EXPECT(total[0] == (double)size);
+    CHECK(ARMCI_Free_group(bases[grank], mine));
+
+    /* The group as the default: ARMCI_Malloc's pointer array is by group rank. */
+    ARMCI_Group_set_default(mine);
+    ARMCI_Group_get_default(&def);
+    EXPECT(def == *mine);
+    CHECK(ARMCI_Malloc(bases, sizeof(int)));
+    int mark = 77 + me;
+    CHECK(ARMCI_Put(&mark, bases[next], sizeof mark, next_rank));
+    ARMCI_Fence(next_rank);
+    armci_msg_group_barrier(mine);
+    EXPECT(*(int *)bases[grank] == 77 + ARMCI_Absolute_id(mine, prev));
+    CHECK(ARMCI_Free(bases[grank]));
+    ARMCI_Group_set_default(&world);
+    free(bases);
+    ARMCI_Group_free(&even_group);
+    if (n_odd > 0) ARMCI_Group_free(&odd_group);
+    ARMCI_Barrier();
+}
+
 int main(int argc, char **argv) {
     CHECK(ARMCI_Init());
     me = armci_msg_me();
@@ -324,6 +444,8 @@ int main(int argc, char **argv) {
     strided();
     vector();
     nonblocking();
+    messages();
+    groups();
     printf("armci_api: rank %d ok\n", me);
     fflush(stdout);
     ARMCI_Finalize();

@@ -54,7 +54,8 @@ void ARMCI_Finalize(void);
 int armci_msg_me(void);
 int armci_msg_nproc(void);
 
-/* Allocates bytes of memory here that every rank may reach (collective; each rank may ask for a
+/* Allocates bytes of memory here that every rank may reach (collective over the default group,
+ * by default every rank; each rank may ask for a
  * different length, 0 for none); ptr_arr[r] receives rank r's address (NULL for none). A port
  * registers at most 16 regions: about 13 allocations may be live at once. */
 int ARMCI_Malloc(void *ptr_arr[], armci_size_t bytes);
@@ -185,6 +186,50 @@ int ARMCI_Destroy_mutexes(void);
  * ever); ticket-lock waits give up after the collective timeout. */
 void ARMCI_Lock(int mutex, int proc);
 void ARMCI_Unlock(int mutex, int proc);
+
+/* ---- process groups ----
+ * A group is a list of ranks, named by an ARMCI_Group; the world group holds every rank.
+ * ARMCI_Group_create is collective over the default group (every member calls it, in the same
+ * order, members of the new group or not); pid_list names ranks of the default group. The
+ * transfers always take absolute ranks (ARMCI_Absolute_id translates). ARMCI_Malloc and
+ * ARMCI_Free run over the default group. */
+typedef int ARMCI_Group;
+
+void ARMCI_Group_create(int n, int *pid_list, ARMCI_Group *group_out);
+void ARMCI_Group_free(ARMCI_Group *group);
+/* This rank's place in the group (-1 if not a member); the group's size. */
+int ARMCI_Group_rank(ARMCI_Group *group, int *rank);
+void ARMCI_Group_size(ARMCI_Group *group, int *size);
+void ARMCI_Group_set_default(ARMCI_Group *group);
+void ARMCI_Group_get_default(ARMCI_Group *group_out);
+void ARMCI_Group_get_world(ARMCI_Group *group_out);
+int ARMCI_Absolute_id(ARMCI_Group *group, int group_rank);
+/* ARMCI_Malloc and ARMCI_Free over the group's members; ptr_arr[i] is group rank i's. */
+int ARMCI_Malloc_group(void *ptr_arr[], armci_size_t bytes, ARMCI_Group *group);
+int ARMCI_Free_group(void *ptr, ARMCI_Group *group);
+
+/* ---- armci_msg collectives ----
+ * Over every rank, or a group's members (root a group rank there), each member passing the same
+ * length. The barrier is the NIC's (no fence: ARMCI_Barrier is the one that completes puts); a
+ * broadcast is the NIC's broadcast of where the root staged its bytes, which every member then
+ * gets by RDMA; a reduction ("+", "*", "max", "min", "absmax", "absmin", and for integers "or")
+ * combines every member's vector in rank order at the first member, so every member gets the
+ * same bits. A failure prints why and ends the process. */
+void armci_msg_barrier(void);
+void armci_msg_group_barrier(ARMCI_Group *group);
+void armci_msg_brdcst(void *buffer, int len, int root);
+void armci_msg_bcast(void *buffer, int len, int root);
+void armci_msg_group_bcast(void *buffer, int len, int root, ARMCI_Group *group);
+void armci_msg_igop(int *x, int n, char *op);
+void armci_msg_lgop(long *x, int n, char *op);
+void armci_msg_llgop(long long *x, int n, char *op);
+void armci_msg_fgop(float *x, int n, char *op);
+void armci_msg_dgop(double *x, int n, char *op);
+void armci_msg_group_igop(int *x, int n, char *op, ARMCI_Group *group);
+void armci_msg_group_lgop(long *x, int n, char *op, ARMCI_Group *group);
+void armci_msg_group_llgop(long long *x, int n, char *op, ARMCI_Group *group);
+void armci_msg_group_fgop(float *x, int n, char *op, ARMCI_Group *group);
+void armci_msg_group_dgop(double *x, int n, char *op, ARMCI_Group *group);
 
 /* What the last failed call of this thread said (never NULL). */
 const char *nicbar_armci_last_error(void);

@@ -20,6 +20,7 @@ use rand_xoshiro::SplitMix64;
 
 use crate::config::Config;
 use crate::error::ArmciError;
+use crate::groups::GroupState;
 use crate::launch::{self, MAX_RANKS, Placement};
 use crate::lock_state::{LockState, Mutexes};
 
@@ -77,22 +78,26 @@ pub(crate) struct Outcome {
 }
 
 /// A message between the ranks' libraries: its kind, the collective's sequence number, a round
-/// within it, the sender's rank, then the payload.
+/// within it, the sender's rank, the process group's tag (0 for the library's own collectives
+/// over every rank), then the payload.
 pub(crate) mod message {
     pub(crate) const MAGIC: u16 = 0xa4c1;
-    pub(crate) const HEADER: usize = 12;
+    pub(crate) const HEADER: usize = 16;
     /// One rank's entry of an all-to-all exchange (malloc, mutexes, start).
     pub(crate) const EXCHANGE: u8 = 1;
     /// One step of the fused barrier's sum.
     pub(crate) const REDUCE: u8 = 2;
     /// A queue lock's wake-up: look at your flags again.
     pub(crate) const WAKE: u8 = 3;
+    /// One member's entry of an exchange within a process group.
+    pub(crate) const GROUP_EXCHANGE: u8 = 4;
 }
 
 /// A message kept until a collective asks for it.
 #[derive(Debug)]
 pub(crate) struct Message {
     pub(crate) kind: u8,
+    pub(crate) group: u32,
     pub(crate) round: u8,
     pub(crate) sequence: u32,
     pub(crate) from: usize,
@@ -215,6 +220,10 @@ pub struct Armci {
     pub(crate) handles: HashMap<u64, HandleState>,
     /// The last handle number given out.
     pub(crate) next_handle: u64,
+    /// The process groups by id (0: every rank; `None`: freed).
+    pub(crate) groups: Vec<Option<GroupState>>,
+    /// ARMCI's default group.
+    pub(crate) default_group: usize,
     /// Where a get under a handle delivers its bytes (set by the C API).
     pub(crate) lander: Option<Lander>,
     finished: HashMap<u64, Outcome>,
@@ -332,6 +341,8 @@ impl Armci {
             pending: HashMap::new(),
             handles: HashMap::new(),
             next_handle: 0,
+            groups: Vec::new(),
+            default_group: 0,
             lander: None,
             finished: HashMap::new(),
             next_context: 0,
@@ -356,6 +367,7 @@ impl Armci {
             .map_err(|e| ArmciError::Invalid(format!("the ranks' ports: {e}")))?
             .with_algorithm(nicbar::Algorithm::PairwiseExchange);
         self.peers = peers;
+        self.groups = vec![Some(self.world_group_state())];
         self.port.allow_remote_memory_access()?;
         let key = self.control.key();
         let entries = self.exchange(&key.to_le_bytes())?;
@@ -600,6 +612,7 @@ impl Armci {
         }
         self.inbox.push(Message {
             kind,
+            group: read_u32(bytes, 12).unwrap_or(0),
             round: bytes[3],
             sequence: read_u32(bytes, 4).unwrap_or(0),
             from,
@@ -617,10 +630,27 @@ impl Armci {
         from: usize,
         what: &'static str,
     ) -> Result<Vec<u8>, ArmciError> {
+        self.take_message_in(0, kind, sequence, round, from, what)
+    }
+
+    /// As [`Armci::take_message`], for a message of the process group tagged `group`.
+    pub(crate) fn take_message_in(
+        &mut self,
+        group: u32,
+        kind: u8,
+        sequence: u32,
+        round: u8,
+        from: usize,
+        what: &'static str,
+    ) -> Result<Vec<u8>, ArmciError> {
         let deadline = Instant::now() + self.config.collective_timeout;
         loop {
             if let Some(at) = self.inbox.iter().position(|m| {
-                m.kind == kind && m.sequence == sequence && m.round == round && m.from == from
+                m.kind == kind
+                    && m.group == group
+                    && m.sequence == sequence
+                    && m.round == round
+                    && m.from == from
             }) {
                 return Ok(self.inbox.swap_remove(at).payload);
             }
@@ -636,6 +666,19 @@ impl Armci {
     /// Sends a message of `kind` to `rank`.
     pub(crate) fn send_message(
         &mut self,
+        rank: usize,
+        kind: u8,
+        sequence: u32,
+        round: u8,
+        payload: &[u8],
+    ) -> Result<(), ArmciError> {
+        self.send_message_in(0, rank, kind, sequence, round, payload)
+    }
+
+    /// As [`Armci::send_message`], for the process group tagged `group`.
+    pub(crate) fn send_message_in(
+        &mut self,
+        group: u32,
         rank: usize,
         kind: u8,
         sequence: u32,
@@ -664,6 +707,7 @@ impl Armci {
         buffer[3] = round;
         buffer[4..8].copy_from_slice(&sequence.to_le_bytes());
         buffer[8..12].copy_from_slice(&(self.rank as u32).to_le_bytes());
+        buffer[12..16].copy_from_slice(&group.to_le_bytes());
         buffer[message::HEADER..len].copy_from_slice(payload);
         let (node, port) = self.peers[rank];
         loop {

@@ -21,7 +21,7 @@ use std::sync::{Mutex, PoisonError};
 
 use nicbar::SharedBytes;
 
-use crate::{Armci, ArmciError, Handle, Rmw, Scale, Strides};
+use crate::{Armci, ArmciError, Elements, Handle, ReduceOp, Rmw, Scale, Strides, WORLD_GROUP};
 
 /// ARMCI_Rmw's operation codes (as ARMCI numbers them).
 const FETCH_AND_ADD: c_int = 88;
@@ -217,7 +217,8 @@ pub unsafe extern "C" fn ARMCI_Malloc(ptr_arr: *mut *mut c_void, bytes: c_long) 
         if ptr_arr.is_null() {
             return Err(ArmciError::Invalid("a NULL pointer array".to_owned()));
         }
-        let bases = armci.malloc(bytes)?;
+        let group = armci.default_group();
+        let bases = armci.malloc_group(group, bytes)?;
         // SAFETY: not NULL, and the caller gives room for one pointer per rank.
         let out = unsafe { std::slice::from_raw_parts_mut(ptr_arr, bases.len()) };
         for (slot, base) in out.iter_mut().zip(bases) {
@@ -230,7 +231,10 @@ pub unsafe extern "C" fn ARMCI_Malloc(ptr_arr: *mut *mut c_void, bytes: c_long) 
 /// Collective free of the allocation whose base here is `ptr`.
 #[unsafe(no_mangle)]
 pub extern "C" fn ARMCI_Free(ptr: *mut c_void) -> c_int {
-    with_armci("ARMCI_Free", |armci| armci.free(ptr as u64).map(|()| 0))
+    with_armci("ARMCI_Free", |armci| {
+        let group = armci.default_group();
+        armci.free_group(group, ptr as u64).map(|()| 0)
+    })
 }
 
 /// ARMCI's `armci_die`: prints `rank:message: code` on standard output and standard error and
@@ -1183,3 +1187,348 @@ pub extern "C" fn ARMCI_SET_AGGREGATE_HANDLE(_hdl: *mut armci_hdl_t) {}
 /// Ends the aggregation hint (nothing to do, as for [`ARMCI_SET_AGGREGATE_HANDLE`]).
 #[unsafe(no_mangle)]
 pub extern "C" fn ARMCI_UNSET_AGGREGATE_HANDLE(_hdl: *mut armci_hdl_t) {}
+
+// ---- process groups and the armci_msg collectives ---------------------------------------------
+
+/// ARMCI's group handle: the group's id (0: every rank).
+#[allow(non_camel_case_types, reason = "ARMCI's name")]
+pub type ARMCI_Group = c_int;
+
+/// The id at `group`.
+///
+/// # Safety
+/// `group` must be NULL or point to an `ARMCI_Group`.
+unsafe fn group_id(group: *const ARMCI_Group) -> Result<usize, ArmciError> {
+    if group.is_null() {
+        return Err(ArmciError::Invalid("a NULL group".to_owned()));
+    }
+    // SAFETY: not NULL, and the caller's promise.
+    let id = unsafe { *group };
+    usize::try_from(id).map_err(|_| ArmciError::Invalid(format!("group {id}")))
+}
+
+/// Writes `value` to `out` if it is not NULL.
+///
+/// # Safety
+/// `out` must be NULL or point to a writable `int`.
+unsafe fn store(out: *mut c_int, value: c_int) {
+    if !out.is_null() {
+        // SAFETY: not NULL, and the caller's promise.
+        unsafe { *out = value };
+    }
+}
+
+/// The group of the default group's ranks `pid_list[0..n]` (collective over the default
+/// group: every member calls it, in the same order); its id goes to `*group_out`.
+///
+/// # Safety
+/// `pid_list` must hold `n` ints; `group_out` must point to an `ARMCI_Group`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ARMCI_Group_create(
+    n: c_int,
+    pid_list: *const c_int,
+    group_out: *mut ARMCI_Group,
+) {
+    or_die("ARMCI_Group_create", |armci| {
+        let n = usize::try_from(n).map_err(|_| ArmciError::Invalid(format!("{n} ranks")))?;
+        if n == 0 || pid_list.is_null() || group_out.is_null() {
+            return Err(ArmciError::Invalid(
+                "a group needs ranks and a place for its handle".to_owned(),
+            ));
+        }
+        // SAFETY: the caller's promise: n ints.
+        let ranks = unsafe { std::slice::from_raw_parts(pid_list, n) }
+            .iter()
+            .map(|&r| usize::try_from(r).map_err(|_| ArmciError::Invalid(format!("rank {r}"))))
+            .collect::<Result<Vec<usize>, _>>()?;
+        let id = armci.group_create(&ranks)?;
+        // SAFETY: the caller's promise: an ARMCI_Group to write.
+        unsafe { *group_out = id as c_int };
+        Ok(())
+    });
+}
+
+/// Forgets the group here (never the world's).
+///
+/// # Safety
+/// `group` must point to an `ARMCI_Group`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ARMCI_Group_free(group: *mut ARMCI_Group) {
+    or_die("ARMCI_Group_free", |armci| {
+        // SAFETY: the caller's promise.
+        armci.group_free(unsafe { group_id(group) }?)
+    });
+}
+
+/// This rank's place in the group into `*rank` (-1 if not a member). Returns 0.
+///
+/// # Safety
+/// `group` must point to an `ARMCI_Group`, `rank` to an `int`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ARMCI_Group_rank(group: *mut ARMCI_Group, rank: *mut c_int) -> c_int {
+    with_armci("ARMCI_Group_rank", |armci| {
+        // SAFETY: the caller's promise.
+        let (me, _) = armci.group_rank_and_size(unsafe { group_id(group) }?)?;
+        // SAFETY: the caller's promise.
+        unsafe { store(rank, me.map_or(-1, |m| m as c_int)) };
+        Ok(0)
+    })
+}
+
+/// The group's size into `*size`.
+///
+/// # Safety
+/// `group` must point to an `ARMCI_Group`, `size` to an `int`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ARMCI_Group_size(group: *mut ARMCI_Group, size: *mut c_int) {
+    or_die("ARMCI_Group_size", |armci| {
+        // SAFETY: the caller's promise.
+        let (_, members) = armci.group_rank_and_size(unsafe { group_id(group) }?)?;
+        // SAFETY: the caller's promise.
+        unsafe { store(size, members as c_int) };
+        Ok(())
+    });
+}
+
+/// Makes the group the default: ARMCI_Malloc, ARMCI_Free and ARMCI_Group_create then run over
+/// it.
+///
+/// # Safety
+/// `group` must point to an `ARMCI_Group`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ARMCI_Group_set_default(group: *mut ARMCI_Group) {
+    or_die("ARMCI_Group_set_default", |armci| {
+        // SAFETY: the caller's promise.
+        armci.set_default_group(unsafe { group_id(group) }?)
+    });
+}
+
+/// The default group into `*group_out`.
+///
+/// # Safety
+/// `group_out` must point to an `ARMCI_Group`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ARMCI_Group_get_default(group_out: *mut ARMCI_Group) {
+    or_die("ARMCI_Group_get_default", |armci| {
+        // SAFETY: the caller's promise.
+        unsafe { store(group_out, armci.default_group() as c_int) };
+        Ok(())
+    });
+}
+
+/// The group of every rank into `*group_out`.
+///
+/// # Safety
+/// `group_out` must point to an `ARMCI_Group`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ARMCI_Group_get_world(group_out: *mut ARMCI_Group) {
+    // SAFETY: the caller's promise.
+    unsafe { store(group_out, WORLD_GROUP as c_int) };
+}
+
+/// The rank of the group's member `group_rank` (negative if there is none).
+///
+/// # Safety
+/// `group` must point to an `ARMCI_Group`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ARMCI_Absolute_id(group: *mut ARMCI_Group, group_rank: c_int) -> c_int {
+    with_armci("ARMCI_Absolute_id", |armci| {
+        // SAFETY: the caller's promise.
+        let id = unsafe { group_id(group) }?;
+        armci
+            .absolute_rank(id, rank(group_rank)?)
+            .map(|r| r as c_int)
+    })
+}
+
+/// ARMCI_Malloc over the group's members (collective over the group); `ptr_arr[i]` receives
+/// group rank i's address.
+///
+/// # Safety
+/// `ptr_arr` must have room for one pointer per member; `group` must point to an `ARMCI_Group`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ARMCI_Malloc_group(
+    ptr_arr: *mut *mut c_void,
+    bytes: c_long,
+    group: *mut ARMCI_Group,
+) -> c_int {
+    with_armci("ARMCI_Malloc_group", |armci| {
+        let bytes =
+            usize::try_from(bytes).map_err(|_| ArmciError::Invalid(format!("{bytes} bytes")))?;
+        if ptr_arr.is_null() {
+            return Err(ArmciError::Invalid("a NULL pointer array".to_owned()));
+        }
+        // SAFETY: the caller's promise.
+        let bases = armci.malloc_group(unsafe { group_id(group) }?, bytes)?;
+        // SAFETY: not NULL, and the caller gives room for one pointer per member.
+        let out = unsafe { std::slice::from_raw_parts_mut(ptr_arr, bases.len()) };
+        for (slot, base) in out.iter_mut().zip(bases) {
+            *slot = base as *mut c_void;
+        }
+        Ok(0)
+    })
+}
+
+/// Frees an ARMCI_Malloc_group allocation (collective over the group; puts to it land first).
+///
+/// # Safety
+/// `group` must point to an `ARMCI_Group`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ARMCI_Free_group(ptr: *mut c_void, group: *mut ARMCI_Group) -> c_int {
+    with_armci("ARMCI_Free_group", |armci| {
+        // SAFETY: the caller's promise.
+        let id = unsafe { group_id(group) }?;
+        armci.free_group(id, ptr as u64).map(|()| 0)
+    })
+}
+
+/// The NIC's barrier of every rank (no fence: ARMCI_Barrier also completes the puts).
+#[unsafe(no_mangle)]
+pub extern "C" fn armci_msg_barrier() {
+    or_die("armci_msg_barrier", |armci| {
+        armci.group_barrier(WORLD_GROUP)
+    });
+}
+
+/// The NIC's barrier of the group's members.
+///
+/// # Safety
+/// `group` must point to an `ARMCI_Group`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn armci_msg_group_barrier(group: *mut ARMCI_Group) {
+    or_die("armci_msg_group_barrier", |armci| {
+        // SAFETY: the caller's promise.
+        armci.group_barrier(unsafe { group_id(group) }?)
+    });
+}
+
+/// Broadcast of `len` bytes at `buffer` from `root` within group `id`.
+///
+/// # Safety
+/// `buffer` must be writable for `len` bytes.
+unsafe fn broadcast(
+    name: &str,
+    id: Option<*mut ARMCI_Group>,
+    buffer: *mut c_void,
+    len: c_int,
+    root: c_int,
+) {
+    or_die(name, |armci| {
+        let id = match id {
+            // SAFETY: the caller's promise.
+            Some(group) => unsafe { group_id(group) }?,
+            None => WORLD_GROUP,
+        };
+        // SAFETY: the caller's promise.
+        let data = unsafe { bytes_mut(buffer, length(len)?) }?;
+        armci.broadcast(id, rank(root)?, data)
+    });
+}
+
+/// Every rank's `buffer` becomes `root`'s (`len` bytes, the same on every rank).
+///
+/// # Safety
+/// `buffer` must be writable for `len` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn armci_msg_brdcst(buffer: *mut c_void, len: c_int, root: c_int) {
+    // SAFETY: the caller's promise.
+    unsafe { broadcast("armci_msg_brdcst", None, buffer, len, root) };
+}
+
+/// The same as [`armci_msg_brdcst`] (ARMCI has both names).
+///
+/// # Safety
+/// As [`armci_msg_brdcst`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn armci_msg_bcast(buffer: *mut c_void, len: c_int, root: c_int) {
+    // SAFETY: the caller's promise.
+    unsafe { broadcast("armci_msg_bcast", None, buffer, len, root) };
+}
+
+/// [`armci_msg_brdcst`] within a group, `root` a group rank.
+///
+/// # Safety
+/// As [`armci_msg_brdcst`]; `group` must point to an `ARMCI_Group`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn armci_msg_group_bcast(
+    buffer: *mut c_void,
+    len: c_int,
+    root: c_int,
+    group: *mut ARMCI_Group,
+) {
+    // SAFETY: the caller's promise.
+    unsafe { broadcast("armci_msg_group_bcast", Some(group), buffer, len, root) };
+}
+
+/// A reduction of `n` elements at `x` by the operation named `op`, within group `id`.
+///
+/// # Safety
+/// `x` must hold `n` elements; `op` must be a NUL-terminated string.
+unsafe fn reduce(
+    name: &str,
+    id: Option<*mut ARMCI_Group>,
+    elements: Elements,
+    x: *mut c_void,
+    n: c_int,
+    op: *const c_char,
+) {
+    or_die(name, |armci| {
+        if op.is_null() {
+            return Err(ArmciError::Invalid("a NULL operation".to_owned()));
+        }
+        // SAFETY: not NULL, and the caller's promise: a NUL-terminated string.
+        let op_name = unsafe { std::ffi::CStr::from_ptr(op) }.to_string_lossy();
+        let op = ReduceOp::from_name(&op_name)
+            .ok_or_else(|| ArmciError::Invalid(format!("the operation {op_name:?}")))?;
+        let id = match id {
+            // SAFETY: the caller's promise.
+            Some(group) => unsafe { group_id(group) }?,
+            None => WORLD_GROUP,
+        };
+        let len = length(n)? * elements.len();
+        // SAFETY: the caller's promise: n elements at x.
+        let data = unsafe { bytes_mut(x, len) }?;
+        armci.reduce_all(id, elements, op, data)
+    });
+}
+
+macro_rules! gop {
+    ($world:ident, $group:ident, $t:ty, $elements:expr) => {
+        /// `x[i]` becomes `op` (`"+"`, `"*"`, `"max"`, `"min"`, `"absmax"`, `"absmin"`, and for
+        /// integers `"or"`) over every rank's `x[i]`, alike on every rank.
+        ///
+        /// # Safety
+        /// `x` must hold `n` elements; `op` must be a NUL-terminated string.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $world(x: *mut $t, n: c_int, op: *const c_char) {
+            // SAFETY: the caller's promise.
+            unsafe { reduce(stringify!($world), None, $elements, x.cast(), n, op) };
+        }
+
+        /// As the call without `group`, over the group's members.
+        ///
+        /// # Safety
+        /// As that call; `group` must point to an `ARMCI_Group`.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $group(
+            x: *mut $t,
+            n: c_int,
+            op: *const c_char,
+            group: *mut ARMCI_Group,
+        ) {
+            // SAFETY: the caller's promise.
+            unsafe { reduce(stringify!($group), Some(group), $elements, x.cast(), n, op) };
+        }
+    };
+}
+
+gop!(armci_msg_igop, armci_msg_group_igop, c_int, Elements::Int);
+gop!(armci_msg_lgop, armci_msg_group_lgop, c_long, Elements::Long);
+gop!(
+    armci_msg_llgop,
+    armci_msg_group_llgop,
+    std::ffi::c_longlong,
+    Elements::Long
+);
+gop!(armci_msg_fgop, armci_msg_group_fgop, f32, Elements::Float);
+gop!(armci_msg_dgop, armci_msg_group_dgop, f64, Elements::Double);

@@ -721,7 +721,7 @@ fn a_c_program_using_armci_h_gets_exact_totals_under_the_launcher() {
 }
 
 #[test]
-fn the_c_program_runs_under_mpirun_with_no_setting_but_the_socket() {
+fn the_c_programs_run_under_mpirun_with_no_setting_but_the_socket() {
     let Ok(version) = Command::new("mpirun").arg("--version").output() else {
         eprintln!("mpirun is not installed: this test checks nothing here");
         return;
@@ -732,30 +732,35 @@ fn the_c_program_runs_under_mpirun_with_no_setting_but_the_socket() {
         .prefix("nicbar-armci-mpi")
         .tempdir()
         .unwrap();
-    let program = compile_counter(dir.path());
     let size: u16 = 4;
     let daemon = daemon(dir.path(), size, seed);
-    let mpirun = Command::new("mpirun")
-        .args(["--oversubscribe", "-np", &size.to_string()])
-        .args(["-x", "NICBAR_SOCKET", "-x", "NICBAR_ARMCI_UNITS"])
-        .arg(&program)
-        .arg("10")
-        .env("NICBAR_SOCKET", daemon.socket())
-        .env("NICBAR_ARMCI_UNITS", size.to_string())
-        // Open MPI refuses root without these; they change nothing for anyone else.
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .env_remove("LD_LIBRARY_PATH")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let outputs = wait_all(vec![("mpirun".to_owned(), mpirun)]);
-    let ok: Vec<&str> = lines(&outputs[0], "armci_counter: ").collect();
-    assert_eq!(
-        ok.len(),
-        usize::from(size),
-        "every rank reports: {}",
-        outputs[0]
-    );
-    assert!(ok.iter().all(|l| l.ends_with(" ok")), "{}", outputs[0]);
+    for (name, args, prefix) in [
+        ("armci_counter", &["10"][..], "armci_counter: "),
+        ("armci_api", &[][..], "armci_api: "),
+    ] {
+        let program = compile_c(dir.path(), name);
+        let mpirun = Command::new("mpirun")
+            .args(["--oversubscribe", "-np", &size.to_string()])
+            .args(["-x", "NICBAR_SOCKET", "-x", "NICBAR_ARMCI_UNITS"])
+            .arg(&program)
+            .args(args)
+            .env("NICBAR_SOCKET", daemon.socket())
+            .env("NICBAR_ARMCI_UNITS", size.to_string())
+            // Open MPI refuses root without these; they change nothing for anyone else.
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .env_remove("LD_LIBRARY_PATH")
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let outputs = wait_all(vec![(format!("mpirun {name}"), mpirun)]);
+        let ok: Vec<&str> = lines(&outputs[0], prefix).collect();
+        assert_eq!(
+            ok.len(),
+            usize::from(size),
+            "every rank reports: {}",
+            outputs[0]
+        );
+        assert!(ok.iter().all(|l| l.ends_with(" ok")), "{}", outputs[0]);
+    }
 }
