@@ -1485,7 +1485,7 @@ unsafe fn reduce(
             Some(group) => unsafe { group_id(group) }?,
             None => WORLD_GROUP,
         };
-        let len = length(n)? * elements.len();
+        let len = length(n)? * elements.element_len();
         // SAFETY: the caller's promise: n elements at x.
         let data = unsafe { bytes_mut(x, len) }?;
         armci.reduce_all(id, elements, op, data)

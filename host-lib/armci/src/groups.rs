@@ -56,7 +56,7 @@ pub enum Elements {
 
 impl Elements {
     /// Bytes of one element.
-    pub fn len(self) -> usize {
+    pub fn element_len(self) -> usize {
         match self {
             Self::Int | Self::Float => 4,
             Self::Long | Self::Double => 8,
@@ -539,7 +539,7 @@ impl Armci {
         op: ReduceOp,
         data: &mut [u8],
     ) -> Result<(), ArmciError> {
-        if data.len() % elements.len() != 0 {
+        if data.len() % elements.element_len() != 0 {
             return Err(ArmciError::Invalid(format!(
                 "{} bytes are not whole elements of {elements:?}",
                 data.len()
