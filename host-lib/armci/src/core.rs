@@ -422,6 +422,12 @@ impl Armci {
         self.config = config;
     }
 
+    /// NIC puts this rank posted to `rank` since it started (a put longer than 256 KiB is
+    /// several): how a strided or vector transfer was cut shows here.
+    pub fn puts_posted(&self, rank: usize) -> u64 {
+        self.puts_issued.get(rank).copied().unwrap_or(0)
+    }
+
     /// The port (for its node and port ids and counters).
     pub fn port(&self) -> &Port {
         &self.port

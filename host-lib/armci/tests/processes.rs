@@ -379,6 +379,90 @@ fn holder_dies_scenario(armci: &mut Armci) {
 }
 
 /// The body of the child processes: one scenario each, chosen by [`ROLE`].
+/// Strided and vector puts on two ranks: each contiguous run is one NIC put (whole rows merge
+/// into one), the bytes land where the shape says, a strided get brings them back, and a
+/// handle's wait returns once its puts are in the target's memory.
+fn strided_scenario(armci: &mut Armci) {
+    use armci::Strides;
+    let me = armci.rank();
+    let bases = armci.malloc(4096).unwrap();
+    armci.barrier().unwrap();
+    if me == 0 {
+        let source: Vec<u8> = (0..1000).map(|i| (i % 251) as u8).collect();
+        let posted = |armci: &Armci| armci.puts_posted(1);
+        // Three whole rows of 32 bytes, dense on both sides: one run.
+        let before = posted(armci);
+        let rows = Strides {
+            src: &[32],
+            dst: &[32],
+            count: &[32, 3],
+        };
+        armci.put_strided(&source, bases[1], rows, 1, None).unwrap();
+        let whole = posted(armci) - before;
+        // The same rows out of a 100-byte-wide source into offset 512: three runs.
+        let before = posted(armci);
+        let patch = Strides {
+            src: &[100],
+            dst: &[32],
+            count: &[32, 3],
+        };
+        armci
+            .put_strided(&source, bases[1] + 512, patch, 1, None)
+            .unwrap();
+        let runs = posted(armci) - before;
+        // Three segments under a handle.
+        let before = posted(armci);
+        let handle = armci.new_handle();
+        let pieces: Vec<(&[u8], u64)> = (0..3)
+            .map(|k| (&source[k * 10..k * 10 + 8], bases[1] + 1024 + 64 * k as u64))
+            .collect();
+        armci.put_pieces(&pieces, 1, Some(handle)).unwrap();
+        let segments = posted(armci) - before;
+        armci.wait_handle(handle).unwrap();
+        assert!(
+            armci.test_handle(handle).unwrap(),
+            "a waited handle is done"
+        );
+        println!("strided: puts {whole} {runs} {segments}");
+        // Back by one strided get: the patch, into a 40-byte-wide buffer.
+        let mut back = vec![0u8; 120];
+        let shape = Strides {
+            src: &[32],
+            dst: &[40],
+            count: &[32, 3],
+        };
+        armci
+            .get_strided(bases[1] + 512, &mut back, shape, 1)
+            .unwrap();
+        for row in 0..3 {
+            assert_eq!(
+                &back[row * 40..row * 40 + 32],
+                &source[row * 100..row * 100 + 32]
+            );
+            assert_eq!(&back[row * 40 + 32..row * 40 + 40], &[0; 8]);
+        }
+    }
+    armci.barrier().unwrap();
+    if me == 1 {
+        let source: Vec<u8> = (0..1000).map(|i| (i % 251) as u8).collect();
+        let memory = armci.local_memory(bases[1]).unwrap().to_vec(0, 4096);
+        assert_eq!(&memory[..96], &source[..96]);
+        for row in 0..3 {
+            assert_eq!(
+                &memory[512 + row * 32..512 + row * 32 + 32],
+                &source[row * 100..row * 100 + 32]
+            );
+        }
+        for k in 0..3 {
+            assert_eq!(
+                &memory[1024 + 64 * k..1024 + 64 * k + 8],
+                &source[k * 10..k * 10 + 8]
+            );
+        }
+        println!("strided: landed");
+    }
+}
+
 #[test]
 #[ignore = "run by the other tests as a child process"]
 fn child() {
@@ -389,6 +473,7 @@ fn child() {
         "visibility" => visibility_scenario(&mut armci),
         "lock" => lock_scenario(&mut armci),
         "holder dies" => holder_dies_scenario(&mut armci),
+        "strided" => strided_scenario(&mut armci),
         other => panic!("unknown role {other}"),
     }
     armci.finalize().unwrap();
@@ -426,6 +511,17 @@ fn concurrent_accumulates_and_locked_sections_end_with_exact_totals() {
             assert_eq!(totals, [expected.as_str()], "rank {rank} ({lock:?})");
         }
     }
+}
+
+#[test]
+fn strided_and_vector_puts_are_one_nic_put_per_contiguous_run_and_land_by_the_shape() {
+    let outputs = run_job("strided", 2, Config::default(), seed(22));
+    let puts: Vec<&str> = lines(&outputs[0], "strided: puts ").collect();
+    assert_eq!(puts, ["1 3 3"], "whole rows, a patch of 3 rows, 3 segments");
+    assert_eq!(
+        lines(&outputs[1], "strided: ").collect::<Vec<_>>(),
+        ["landed"]
+    );
 }
 
 #[test]
