@@ -70,6 +70,36 @@ static void put_flag(void) {
     free(bases);
 }
 
+/* ARMCI_PutValue* and ARMCI_GetValue*: one value of each type to the right, read back. */
+static void values(void) {
+    struct cell {
+        int i;
+        float f;
+        long l;
+        double d;
+    };
+    void **bases = calloc((size_t)nproc, sizeof(void *));
+    CHECK(ARMCI_Malloc(bases, sizeof(struct cell)));
+    int right = (me + 1) % nproc, left = (me + nproc - 1) % nproc;
+    struct cell *there = bases[right];
+    ARMCI_Barrier();
+    CHECK(ARMCI_PutValueInt(-7 - me, &there->i, right));
+    CHECK(ARMCI_PutValueFloat(0.5f + (float)me, &there->f, right));
+    CHECK(ARMCI_PutValueLong(1L << (33 + me % 8), &there->l, right));
+    CHECK(ARMCI_PutValueDouble(2.25 * me, &there->d, right));
+    ARMCI_Barrier();
+    const struct cell *mine = bases[me];
+    EXPECT(mine->i == -7 - left && mine->f == 0.5f + (float)left);
+    EXPECT(mine->l == 1L << (33 + left % 8) && mine->d == 2.25 * left);
+    EXPECT(ARMCI_GetValueInt(&there->i, right) == -7 - me);
+    EXPECT(ARMCI_GetValueFloat(&there->f, right) == 0.5f + (float)me);
+    EXPECT(ARMCI_GetValueLong(&there->l, right) == 1L << (33 + me % 8));
+    EXPECT(ARMCI_GetValueDouble(&there->d, right) == 2.25 * me);
+    ARMCI_Barrier();
+    CHECK(ARMCI_Free(bases[me]));
+    free(bases);
+}
+
 /* Waits for a handle by ARMCI_Test, by the clock (30 s at most), then ARMCI_Wait. */
 static void test_then_wait(armci_hdl_t *handle) {
     double deadline = now() + 30.0;
@@ -434,13 +464,16 @@ static void groups(void) {
 }
 
 int main(int argc, char **argv) {
-    CHECK(ARMCI_Init());
+    EXPECT(ARMCI_Initialized() == 0);
+    CHECK(ARMCI_Init_args(&argc, &argv));
     me = armci_msg_me();
     nproc = armci_msg_nproc();
     if (argc > 1 && strcmp(argv[1], "error") == 0) {
         ARMCI_Error("armci_api: an error on purpose", 42);
     }
+    EXPECT(ARMCI_Initialized() == 1);
     put_flag();
+    values();
     strided();
     vector();
     nonblocking();

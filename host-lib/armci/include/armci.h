@@ -47,6 +47,10 @@ typedef long armci_size_t;
  * own on the NIC, and every rank's port from the rendezvous directory (NICBAR_ARMCI_DIR). */
 int ARMCI_Init(void);
 
+/* ARMCI_Init for programs that pass main's arguments (not needed here); whether ARMCI runs. */
+int ARMCI_Init_args(int *argc, char ***argv);
+int ARMCI_Initialized(void);
+
 /* Ends ARMCI (collective): every put completes, a last barrier, the port closes. */
 void ARMCI_Finalize(void);
 
@@ -85,6 +89,17 @@ int ARMCI_Get(void *src, void *dst, int bytes, int proc);
 /* dst[i] += *scale * src[i] over bytes bytes of elements of optype (ARMCI_ACC_*), atomic with
  * respect to every other accumulate into proc's memory; complete at proc on return. */
 int ARMCI_Acc(int optype, void *scale, void *src, void *dst, int bytes, int proc);
+
+/* One value put to dst at proc (as ARMCI_Put), or read from src at proc (as ARMCI_Get; a failure
+ * ends the process). */
+int ARMCI_PutValueInt(int src, void *dst, int proc);
+int ARMCI_PutValueLong(long src, void *dst, int proc);
+int ARMCI_PutValueFloat(float src, void *dst, int proc);
+int ARMCI_PutValueDouble(double src, void *dst, int proc);
+int ARMCI_GetValueInt(void *src, int proc);
+long ARMCI_GetValueLong(void *src, int proc);
+float ARMCI_GetValueFloat(void *src, int proc);
+double ARMCI_GetValueDouble(void *src, int proc);
 
 /* Atomic read-modify-write (ARMCI_FETCH_AND_ADD, _LONG, ARMCI_SWAP, _LONG) of the int or long
  * at prem in proc's memory (aligned to its size); its previous value goes to *ploc. */

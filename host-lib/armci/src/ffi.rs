@@ -1532,3 +1532,62 @@ gop!(
 );
 gop!(armci_msg_fgop, armci_msg_group_fgop, f32, Elements::Float);
 gop!(armci_msg_dgop, armci_msg_group_dgop, f64, Elements::Double);
+
+// ---- start-up forms and single values ----------------------------------------------------------
+
+/// ARMCI_Init for programs that pass `main`'s arguments (they are not needed: the rank and
+/// peers come from the environment).
+#[unsafe(no_mangle)]
+pub extern "C" fn ARMCI_Init_args(_argc: *mut c_int, _argv: *mut *mut *mut c_char) -> c_int {
+    ARMCI_Init()
+}
+
+/// 1 between ARMCI_Init and ARMCI_Finalize, else 0.
+#[unsafe(no_mangle)]
+pub extern "C" fn ARMCI_Initialized() -> c_int {
+    c_int::from(
+        STATE
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some(),
+    )
+}
+
+macro_rules! put_value {
+    ($name:ident, $t:ty) => {
+        /// Puts one value to `dst` at `proc` (returns once the value may change: at once).
+        #[unsafe(no_mangle)]
+        pub extern "C" fn $name(src: $t, dst: *mut c_void, proc: c_int) -> c_int {
+            with_armci(stringify!($name), |armci| {
+                armci
+                    .put(&src.to_ne_bytes(), dst as u64, rank(proc)?)
+                    .map(|()| 0)
+            })
+        }
+    };
+}
+
+put_value!(ARMCI_PutValueInt, c_int);
+put_value!(ARMCI_PutValueLong, c_long);
+put_value!(ARMCI_PutValueFloat, f32);
+put_value!(ARMCI_PutValueDouble, f64);
+
+macro_rules! get_value {
+    ($name:ident, $t:ty) => {
+        /// The value at `src` in `proc`'s memory (a failure prints why and ends the process:
+        /// the call has no way to report it).
+        #[unsafe(no_mangle)]
+        pub extern "C" fn $name(src: *mut c_void, proc: c_int) -> $t {
+            let mut bytes = [0u8; size_of::<$t>()];
+            or_die(stringify!($name), |armci| {
+                armci.get(src as u64, &mut bytes, rank(proc)?)
+            });
+            <$t>::from_ne_bytes(bytes)
+        }
+    };
+}
+
+get_value!(ARMCI_GetValueInt, c_int);
+get_value!(ARMCI_GetValueLong, c_long);
+get_value!(ARMCI_GetValueFloat, f32);
+get_value!(ARMCI_GetValueDouble, f64);
