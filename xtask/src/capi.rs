@@ -7,7 +7,10 @@
 //!   a test of this crate).
 //! - `cargo xtask capi install --prefix DIR` builds `libnicbar.so`, `libnicbar.a` and `nicctl`,
 //!   and installs them with the header and a `nicbar.pc` (from `host-lib/nicbar.pc.in`) under
-//!   `DIR`: `lib/`, `include/nicbar/`, `lib/pkgconfig/`, `bin/`.
+//!   `DIR`: `lib/`, `include/nicbar/`, `lib/pkgconfig/`, `bin/`; and ARMCI's `libarmci`, `armci.h`,
+//!   `armci.pc` and launcher beside them (`capi/armci.rs`).
+
+mod armci;
 
 use std::path::{Path, PathBuf};
 
@@ -48,7 +51,8 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
-    /// Build the C library and nicctl, and install them with the header and nicbar.pc.
+    /// Build the C libraries (libnicbar, libarmci), nicctl and nicbar-armci-run, and install them
+    /// with the headers, nicbar.pc and armci.pc.
     Install {
         /// Where to install: DIR/lib, DIR/include/nicbar, DIR/lib/pkgconfig, DIR/bin.
         #[arg(long)]
@@ -179,6 +183,7 @@ fn install(root: &Path, prefix: &Path, profile: &str) -> Result<()> {
         "--bin",
         "nicctl",
     ]);
+    armci::add_to_build(&mut build);
     run(&mut build)?;
     let built = target_dir().join(match profile {
         "dev" | "test" => "debug",
@@ -211,7 +216,7 @@ fn install(root: &Path, prefix: &Path, profile: &str) -> Result<()> {
         "compile with: cc prog.c $(PKG_CONFIG_PATH={} pkg-config --cflags --libs nicbar)",
         pkgconfig.display()
     );
-    Ok(())
+    armci::install(root, &built, &prefix)
 }
 
 /// Copies `from` to `to` through a temporary file and a rename, so that a running program

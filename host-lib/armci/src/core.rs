@@ -13,13 +13,14 @@ use std::time::Instant;
 
 use nicbar::{
     AtomicOp, DmaBuffer, Error as PortError, Event, Group, MemoryRegion, NodeId, Port, PortId,
-    Priority, RemotePointer, Status,
+    Priority, RemotePointer, SharedBytes, Status,
 };
 use rand_core::{RngCore, SeedableRng};
 use rand_xoshiro::SplitMix64;
 
 use crate::config::Config;
 use crate::error::ArmciError;
+use crate::groups::GroupState;
 use crate::launch::{self, MAX_RANKS, Placement};
 use crate::lock_state::{LockState, Mutexes};
 
@@ -46,8 +47,22 @@ pub(crate) mod control {
 /// What the NIC's end of an operation means to this library.
 #[derive(Debug)]
 enum Pending {
-    /// A put nobody waits for: its end frees its staging bytes and counts down its target's puts.
-    Put { rank: usize, staging: usize },
+    /// A put nobody waits for: its end frees its staging bytes and counts down its target's puts
+    /// (and its handle's operations, if it has one).
+    Put {
+        rank: usize,
+        staging: usize,
+        handle: Option<u64>,
+    },
+    /// A get under a handle: its end hands the bytes to the lander (at `address`), frees the
+    /// staging bytes and counts down the handle's operations.
+    Land {
+        rank: usize,
+        staging: usize,
+        len: usize,
+        address: u64,
+        handle: u64,
+    },
     /// A caller waits for its outcome in `finished`.
     Waited,
     /// Nobody waits; a failure is kept for the next fence or barrier to report.
@@ -63,22 +78,26 @@ pub(crate) struct Outcome {
 }
 
 /// A message between the ranks' libraries: its kind, the collective's sequence number, a round
-/// within it, the sender's rank, then the payload.
+/// within it, the sender's rank, the process group's tag (0 for the library's own collectives
+/// over every rank), then the payload.
 pub(crate) mod message {
     pub(crate) const MAGIC: u16 = 0xa4c1;
-    pub(crate) const HEADER: usize = 12;
+    pub(crate) const HEADER: usize = 16;
     /// One rank's entry of an all-to-all exchange (malloc, mutexes, start).
     pub(crate) const EXCHANGE: u8 = 1;
     /// One step of the fused barrier's sum.
     pub(crate) const REDUCE: u8 = 2;
     /// A queue lock's wake-up: look at your flags again.
     pub(crate) const WAKE: u8 = 3;
+    /// One member's entry of an exchange within a process group.
+    pub(crate) const GROUP_EXCHANGE: u8 = 4;
 }
 
 /// A message kept until a collective asks for it.
 #[derive(Debug)]
 pub(crate) struct Message {
     pub(crate) kind: u8,
+    pub(crate) group: u32,
     pub(crate) round: u8,
     pub(crate) sequence: u32,
     pub(crate) from: usize,
@@ -159,6 +178,18 @@ fn give_back_in(leases: &mut VecDeque<(usize, usize, bool)>, start: usize) {
     }
 }
 
+/// Writes `len` staged bytes at `start` of the staging area to the caller's memory at
+/// `address` (the C API's: it alone holds raw addresses).
+pub(crate) type Lander = fn(address: u64, staging: &SharedBytes, start: usize, len: usize);
+
+/// The operations of one non-blocking handle still in the NIC, and the first failure among
+/// those that ended.
+#[derive(Debug, Default)]
+pub(crate) struct HandleState {
+    pub(crate) outstanding: usize,
+    pub(crate) failure: Option<ArmciError>,
+}
+
 /// One ARMCI_Malloc: every rank's base address, length and key.
 #[derive(Debug)]
 pub(crate) struct Allocation {
@@ -185,6 +216,16 @@ pub struct Armci {
     pub(crate) mutexes: Option<Mutexes>,
     pub(crate) locks: LockState,
     pending: HashMap<u64, Pending>,
+    /// The non-blocking handles with operations posted and not yet waited for.
+    pub(crate) handles: HashMap<u64, HandleState>,
+    /// The last handle number given out.
+    pub(crate) next_handle: u64,
+    /// The process groups by id (0: every rank; `None`: freed).
+    pub(crate) groups: Vec<Option<GroupState>>,
+    /// ARMCI's default group.
+    pub(crate) default_group: usize,
+    /// Where a get under a handle delivers its bytes (set by the C API).
+    pub(crate) lander: Option<Lander>,
     finished: HashMap<u64, Outcome>,
     next_context: u64,
     /// Puts posted and not yet reported done, per target.
@@ -298,6 +339,11 @@ impl Armci {
             mutexes: None,
             locks: LockState::default(),
             pending: HashMap::new(),
+            handles: HashMap::new(),
+            next_handle: 0,
+            groups: Vec::new(),
+            default_group: 0,
+            lander: None,
             finished: HashMap::new(),
             next_context: 0,
             puts_in_flight: vec![0; size],
@@ -321,6 +367,7 @@ impl Armci {
             .map_err(|e| ArmciError::Invalid(format!("the ranks' ports: {e}")))?
             .with_algorithm(nicbar::Algorithm::PairwiseExchange);
         self.peers = peers;
+        self.groups = vec![Some(self.world_group_state())];
         self.port.allow_remote_memory_access()?;
         let key = self.control.key();
         let entries = self.exchange(&key.to_le_bytes())?;
@@ -373,6 +420,12 @@ impl Armci {
                 .write(control::ACC_LOCK as usize, &[0; 16]);
         }
         self.config = config;
+    }
+
+    /// NIC puts this rank posted to `rank` since it started (a put longer than 256 KiB is
+    /// several): how a strided or vector transfer was cut shows here.
+    pub fn puts_posted(&self, rank: usize) -> u64 {
+        self.puts_issued.get(rank).copied().unwrap_or(0)
     }
 
     /// The port (for its node and port ids and counters).
@@ -439,10 +492,32 @@ impl Armci {
                 value,
                 ..
             } => match self.pending.remove(&context) {
-                Some(Pending::Put { rank, staging }) => {
+                Some(Pending::Put {
+                    rank,
+                    staging,
+                    handle,
+                }) => {
                     self.staging.give_back(staging);
                     self.puts_in_flight[rank] = self.puts_in_flight[rank].saturating_sub(1);
-                    self.keep_failure("put", rank, status);
+                    match handle {
+                        Some(handle) => self.handle_done(handle, "put", rank, status),
+                        None => self.keep_failure("put", rank, status),
+                    }
+                }
+                Some(Pending::Land {
+                    rank,
+                    staging,
+                    len,
+                    address,
+                    handle,
+                }) => {
+                    if status == Status::SUCCESS
+                        && let Some(lander) = self.lander
+                    {
+                        lander(address, self.staging.region.bytes(), staging, len);
+                    }
+                    self.staging.give_back(staging);
+                    self.handle_done(handle, "get", rank, status);
                 }
                 Some(Pending::Waited) => {
                     let rank = 0;
@@ -493,6 +568,17 @@ impl Armci {
         }
     }
 
+    /// Counts down `handle`'s operations for one that ended with `status`.
+    fn handle_done(&mut self, handle: u64, what: &'static str, rank: usize, status: Status) {
+        let state = self.handles.entry(handle).or_default();
+        state.outstanding = state.outstanding.saturating_sub(1);
+        if status != Status::SUCCESS {
+            state
+                .failure
+                .get_or_insert(ArmciError::Operation { what, rank, status });
+        }
+    }
+
     fn keep_failure(&mut self, what: &'static str, rank: usize, status: Status) {
         if status != Status::SUCCESS {
             self.failure
@@ -532,6 +618,7 @@ impl Armci {
         }
         self.inbox.push(Message {
             kind,
+            group: read_u32(bytes, 12).unwrap_or(0),
             round: bytes[3],
             sequence: read_u32(bytes, 4).unwrap_or(0),
             from,
@@ -549,10 +636,27 @@ impl Armci {
         from: usize,
         what: &'static str,
     ) -> Result<Vec<u8>, ArmciError> {
+        self.take_message_in(0, kind, sequence, round, from, what)
+    }
+
+    /// As [`Armci::take_message`], for a message of the process group tagged `group`.
+    pub(crate) fn take_message_in(
+        &mut self,
+        group: u32,
+        kind: u8,
+        sequence: u32,
+        round: u8,
+        from: usize,
+        what: &'static str,
+    ) -> Result<Vec<u8>, ArmciError> {
         let deadline = Instant::now() + self.config.collective_timeout;
         loop {
             if let Some(at) = self.inbox.iter().position(|m| {
-                m.kind == kind && m.sequence == sequence && m.round == round && m.from == from
+                m.kind == kind
+                    && m.group == group
+                    && m.sequence == sequence
+                    && m.round == round
+                    && m.from == from
             }) {
                 return Ok(self.inbox.swap_remove(at).payload);
             }
@@ -568,6 +672,19 @@ impl Armci {
     /// Sends a message of `kind` to `rank`.
     pub(crate) fn send_message(
         &mut self,
+        rank: usize,
+        kind: u8,
+        sequence: u32,
+        round: u8,
+        payload: &[u8],
+    ) -> Result<(), ArmciError> {
+        self.send_message_in(0, rank, kind, sequence, round, payload)
+    }
+
+    /// As [`Armci::send_message`], for the process group tagged `group`.
+    pub(crate) fn send_message_in(
+        &mut self,
+        group: u32,
         rank: usize,
         kind: u8,
         sequence: u32,
@@ -596,6 +713,7 @@ impl Armci {
         buffer[3] = round;
         buffer[4..8].copy_from_slice(&sequence.to_le_bytes());
         buffer[8..12].copy_from_slice(&(self.rank as u32).to_le_bytes());
+        buffer[12..16].copy_from_slice(&group.to_le_bytes());
         buffer[message::HEADER..len].copy_from_slice(payload);
         let (node, port) = self.peers[rank];
         loop {
@@ -618,6 +736,35 @@ impl Armci {
     fn context(&mut self) -> u64 {
         self.next_context = self.next_context.wrapping_add(1);
         self.next_context
+    }
+
+    /// Posts a get of `len` bytes at the remote pointer `remote` of `rank` into the staging
+    /// area at `start`: waited for by its context, or, with `(address, handle)`, landed at
+    /// `address` under `handle` when it ends. Returns its context.
+    pub(crate) fn post_retrying_get(
+        &mut self,
+        remote: u64,
+        start: usize,
+        len: usize,
+        rank: usize,
+        pending: Option<(u64, u64)>,
+    ) -> Result<u64, ArmciError> {
+        let (node, port) = self.peers[rank];
+        let region = self.staging.region.clone();
+        let pending = match pending {
+            Some((address, handle)) => Pending::Land {
+                rank,
+                staging: start,
+                len,
+                address,
+                handle,
+            },
+            None => Pending::Waited,
+        };
+        self.post_retrying(
+            |p, context| p.get(remote, &region, start, len, node, port, context),
+            pending,
+        )
     }
 
     /// Posts with `post`, waiting for a send token (a finished operation gives one back) as
@@ -717,7 +864,7 @@ impl Armci {
     }
 
     /// A staging lease of `len` bytes, waiting for the NIC to finish with older ones.
-    fn lease(&mut self, len: usize) -> Result<usize, ArmciError> {
+    pub(crate) fn lease(&mut self, len: usize) -> Result<usize, ArmciError> {
         loop {
             if let Some(start) = self.staging.take(len) {
                 return Ok(start);
@@ -733,6 +880,18 @@ impl Armci {
         src: &[u8],
         remote: u64,
         rank: usize,
+    ) -> Result<(), ArmciError> {
+        self.put_remote_under(src, remote, rank, None)
+    }
+
+    /// As [`Armci::put_remote`], each piece counted under `handle` if there is one (whose wait
+    /// then returns once the pieces are in the target's memory).
+    pub(crate) fn put_remote_under(
+        &mut self,
+        src: &[u8],
+        remote: u64,
+        rank: usize,
+        handle: Option<u64>,
     ) -> Result<(), ArmciError> {
         let (node, port) = self.peers[rank];
         let pointer = RemotePointer::from_u64(remote);
@@ -752,8 +911,12 @@ impl Armci {
                 Pending::Put {
                     rank,
                     staging: start,
+                    handle,
                 },
             )?;
+            if let Some(handle) = handle {
+                self.handles.entry(handle).or_default().outstanding += 1;
+            }
             self.puts_in_flight[rank] += 1;
             self.puts_issued[rank] += 1;
             self.dirty[rank] = true;

@@ -21,7 +21,8 @@
 //!   `mpirun`), a free port, and the rendezvous through which the ranks learn each other's ports.
 //! - `core`: the process — its port, peers, registered memory, the operations and messages in
 //!   flight, and the one progress engine that files the port's events.
-//! - `collective`, `sync`, `lock`, `ops`: the calls, each over `core`.
+//! - `collective`, `sync`, `lock`, `ops`, `transfer` (strided, vector, non-blocking), `groups`
+//!   (process groups and the `armci_msg_*` collectives): the calls, each over `core`.
 //! - `ffi`: the C API, the crate's one module with `unsafe` code.
 #![deny(unsafe_code)]
 
@@ -30,14 +31,18 @@ pub mod config;
 mod core;
 mod error;
 pub mod ffi;
+mod groups;
 pub mod launch;
 mod lock;
 mod lock_state;
 mod ops;
 mod sync;
+mod transfer;
 
 pub use crate::config::{BarrierMode, Config, FenceMode, LockMode};
 pub use crate::core::Armci;
 pub use crate::error::ArmciError;
+pub use crate::groups::{Elements, ReduceOp, WORLD_GROUP};
 pub use crate::lock::Grant;
 pub use crate::ops::{Rmw, Scale};
+pub use crate::transfer::{Handle, MAX_STRIDE_LEVELS, Runs, Strides};

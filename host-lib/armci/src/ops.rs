@@ -92,6 +92,29 @@ impl Armci {
         self.put_remote(src, remote, rank)
     }
 
+    /// ARMCI_Put_flag: puts `src` to `dst` at `rank`, then stores `value` in the `int` at `flag`
+    /// there. The NIC applies one port's operations toward a node in the order they were posted
+    /// (the fences rest on the same rule), so the flag lands after the bytes: a process that sees
+    /// it set sees them. Returns once `src` may be reused.
+    ///
+    /// # Errors
+    /// As [`Armci::put`], for the bytes and the flag.
+    pub fn put_flag(
+        &mut self,
+        src: &[u8],
+        dst: u64,
+        flag: u64,
+        value: i32,
+        rank: usize,
+    ) -> Result<(), ArmciError> {
+        let remote = self.resolve(rank, dst, src.len())?;
+        let flag_remote = self.resolve(rank, flag, 4)?;
+        if !src.is_empty() {
+            self.put_remote(src, remote, rank)?;
+        }
+        self.put_remote(&value.to_ne_bytes(), flag_remote, rank)
+    }
+
     /// ARMCI_Get: copies `dst.len()` bytes at `src` (an address in `rank`'s memory from
     /// [`Armci::malloc`]) into `dst`; returns once they are there.
     ///
@@ -135,7 +158,7 @@ impl Armci {
         result.and(released)
     }
 
-    fn accumulate_locked(
+    pub(crate) fn accumulate_locked(
         &mut self,
         scale: Scale,
         src: &[u8],

@@ -379,6 +379,90 @@ fn holder_dies_scenario(armci: &mut Armci) {
 }
 
 /// The body of the child processes: one scenario each, chosen by [`ROLE`].
+/// Strided and vector puts on two ranks: each contiguous run is one NIC put (whole rows merge
+/// into one), the bytes land where the shape says, a strided get brings them back, and a
+/// handle's wait returns once its puts are in the target's memory.
+fn strided_scenario(armci: &mut Armci) {
+    use armci::Strides;
+    let me = armci.rank();
+    let bases = armci.malloc(4096).unwrap();
+    armci.barrier().unwrap();
+    if me == 0 {
+        let source: Vec<u8> = (0..1000).map(|i| (i % 251) as u8).collect();
+        let posted = |armci: &Armci| armci.puts_posted(1);
+        // Three whole rows of 32 bytes, dense on both sides: one run.
+        let before = posted(armci);
+        let rows = Strides {
+            src: &[32],
+            dst: &[32],
+            count: &[32, 3],
+        };
+        armci.put_strided(&source, bases[1], rows, 1, None).unwrap();
+        let whole = posted(armci) - before;
+        // The same rows out of a 100-byte-wide source into offset 512: three runs.
+        let before = posted(armci);
+        let patch = Strides {
+            src: &[100],
+            dst: &[32],
+            count: &[32, 3],
+        };
+        armci
+            .put_strided(&source, bases[1] + 512, patch, 1, None)
+            .unwrap();
+        let runs = posted(armci) - before;
+        // Three segments under a handle.
+        let before = posted(armci);
+        let handle = armci.new_handle();
+        let pieces: Vec<(&[u8], u64)> = (0..3)
+            .map(|k| (&source[k * 10..k * 10 + 8], bases[1] + 1024 + 64 * k as u64))
+            .collect();
+        armci.put_pieces(&pieces, 1, Some(handle)).unwrap();
+        let segments = posted(armci) - before;
+        armci.wait_handle(handle).unwrap();
+        assert!(
+            armci.test_handle(handle).unwrap(),
+            "a waited handle is done"
+        );
+        println!("strided: puts {whole} {runs} {segments}");
+        // Back by one strided get: the patch, into a 40-byte-wide buffer.
+        let mut back = vec![0u8; 120];
+        let shape = Strides {
+            src: &[32],
+            dst: &[40],
+            count: &[32, 3],
+        };
+        armci
+            .get_strided(bases[1] + 512, &mut back, shape, 1)
+            .unwrap();
+        for row in 0..3 {
+            assert_eq!(
+                &back[row * 40..row * 40 + 32],
+                &source[row * 100..row * 100 + 32]
+            );
+            assert_eq!(&back[row * 40 + 32..row * 40 + 40], &[0; 8]);
+        }
+    }
+    armci.barrier().unwrap();
+    if me == 1 {
+        let source: Vec<u8> = (0..1000).map(|i| (i % 251) as u8).collect();
+        let memory = armci.local_memory(bases[1]).unwrap().to_vec(0, 4096);
+        assert_eq!(&memory[..96], &source[..96]);
+        for row in 0..3 {
+            assert_eq!(
+                &memory[512 + row * 32..512 + row * 32 + 32],
+                &source[row * 100..row * 100 + 32]
+            );
+        }
+        for k in 0..3 {
+            assert_eq!(
+                &memory[1024 + 64 * k..1024 + 64 * k + 8],
+                &source[k * 10..k * 10 + 8]
+            );
+        }
+        println!("strided: landed");
+    }
+}
+
 #[test]
 #[ignore = "run by the other tests as a child process"]
 fn child() {
@@ -389,6 +473,7 @@ fn child() {
         "visibility" => visibility_scenario(&mut armci),
         "lock" => lock_scenario(&mut armci),
         "holder dies" => holder_dies_scenario(&mut armci),
+        "strided" => strided_scenario(&mut armci),
         other => panic!("unknown role {other}"),
     }
     armci.finalize().unwrap();
@@ -426,6 +511,17 @@ fn concurrent_accumulates_and_locked_sections_end_with_exact_totals() {
             assert_eq!(totals, [expected.as_str()], "rank {rank} ({lock:?})");
         }
     }
+}
+
+#[test]
+fn strided_and_vector_puts_are_one_nic_put_per_contiguous_run_and_land_by_the_shape() {
+    let outputs = run_job("strided", 2, Config::default(), seed(22));
+    let puts: Vec<&str> = lines(&outputs[0], "strided: puts ").collect();
+    assert_eq!(puts, ["1 3 3"], "whole rows, a patch of 3 rows, 3 segments");
+    assert_eq!(
+        lines(&outputs[1], "strided: ").collect::<Vec<_>>(),
+        ["landed"]
+    );
 }
 
 #[test]
@@ -558,8 +654,8 @@ fn built_dir() -> PathBuf {
     exe.parent().unwrap().to_owned()
 }
 
-/// Compiles `c/armci_counter.c` against this build's `libarmci.so` into `dir`.
-fn compile_counter(dir: &Path) -> PathBuf {
+/// Compiles `c/<name>.c` against this build's `libarmci.so` into `dir`.
+fn compile_c(dir: &Path, name: &str) -> PathBuf {
     let built = built_dir();
     let library = built.join("libarmci.so");
     assert!(
@@ -567,12 +663,12 @@ fn compile_counter(dir: &Path) -> PathBuf {
         "{} is missing: the crate builds a cdylib",
         library.display()
     );
-    let program = dir.join("armci_counter");
+    let program = dir.join(name);
     let cc = std::env::var_os("CC").unwrap_or_else(|| "cc".into());
     let compiled = Command::new(cc)
         .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-I"])
         .arg(crate_dir().join("include"))
-        .arg(crate_dir().join("c/armci_counter.c"))
+        .arg(crate_dir().join(format!("c/{name}.c")))
         .arg("-o")
         .arg(&program)
         .arg("-L")
@@ -586,11 +682,99 @@ fn compile_counter(dir: &Path) -> PathBuf {
         ))
         .status()
         .unwrap();
-    assert!(
-        compiled.success(),
-        "the C program does not compile: {compiled}"
-    );
+    assert!(compiled.success(), "{name}.c does not compile: {compiled}");
     program
+}
+
+/// Compiles `c/armci_counter.c`.
+fn compile_counter(dir: &Path) -> PathBuf {
+    compile_c(dir, "armci_counter")
+}
+
+/// Runs `program` with `args` on `size` ranks under the launcher against `daemon`, with the
+/// extra environment `env`; returns its exit status and standard output (the job's limit
+/// applies).
+fn launch(
+    daemon: &EmulatorHandle,
+    size: usize,
+    program: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (std::process::ExitStatus, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_nicbar-armci-run"));
+    command
+        .args([
+            "-n",
+            &size.to_string(),
+            "--units",
+            &size.to_string(),
+            "--socket",
+        ])
+        .arg(daemon.socket())
+        .arg(program)
+        .args(args)
+        .env_remove("LD_LIBRARY_PATH")
+        .stdout(Stdio::piped());
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let mut child = command.spawn().unwrap();
+    let deadline = Instant::now() + JOB_LIMIT;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("{} took over {JOB_LIMIT:?}", program.display());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut output = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut output)
+        .unwrap();
+    (status, output)
+}
+
+#[test]
+fn a_c_program_using_the_rest_of_armci_gets_exact_results_under_the_launcher() {
+    let seed = seed(20);
+    let dir = tempfile::Builder::new()
+        .prefix("nicbar-armci-api")
+        .tempdir()
+        .unwrap();
+    let program = compile_c(dir.path(), "armci_api");
+    for size in [4, 3] {
+        let place = dir.path().join(format!("{size}-ranks"));
+        std::fs::create_dir_all(&place).unwrap();
+        let daemon = daemon(&place, size as u16, seed);
+        let (status, output) = launch(&daemon, size, &program, &[], &[]);
+        assert!(status.success(), "{size} ranks: {status}\n{output}");
+        let ok: Vec<&str> = lines(&output, "armci_api: ").collect();
+        assert_eq!(ok.len(), size, "every rank reports: {output}");
+        assert!(ok.iter().all(|l| l.ends_with(" ok")), "{output}");
+    }
+}
+
+#[test]
+fn armci_error_prints_the_rank_message_and_code_and_aborts() {
+    let dir = tempfile::Builder::new()
+        .prefix("nicbar-armci-error")
+        .tempdir()
+        .unwrap();
+    let program = compile_c(dir.path(), "armci_api");
+    let daemon = daemon(dir.path(), 1, seed(21));
+    let (status, output) = launch(&daemon, 1, &program, &["error"], &[]);
+    assert!(!status.success(), "ARMCI_Error ends the job: {output}");
+    assert!(
+        output.contains("0:armci_api: an error on purpose: 42"),
+        "{output}"
+    );
+    assert!(!output.contains(" ok"), "{output}");
 }
 
 #[test]
@@ -633,7 +817,7 @@ fn a_c_program_using_armci_h_gets_exact_totals_under_the_launcher() {
 }
 
 #[test]
-fn the_c_program_runs_under_mpirun_with_no_setting_but_the_socket() {
+fn the_c_programs_run_under_mpirun_with_no_setting_but_the_socket() {
     let Ok(version) = Command::new("mpirun").arg("--version").output() else {
         eprintln!("mpirun is not installed: this test checks nothing here");
         return;
@@ -644,30 +828,35 @@ fn the_c_program_runs_under_mpirun_with_no_setting_but_the_socket() {
         .prefix("nicbar-armci-mpi")
         .tempdir()
         .unwrap();
-    let program = compile_counter(dir.path());
     let size: u16 = 4;
     let daemon = daemon(dir.path(), size, seed);
-    let mpirun = Command::new("mpirun")
-        .args(["--oversubscribe", "-np", &size.to_string()])
-        .args(["-x", "NICBAR_SOCKET", "-x", "NICBAR_ARMCI_UNITS"])
-        .arg(&program)
-        .arg("10")
-        .env("NICBAR_SOCKET", daemon.socket())
-        .env("NICBAR_ARMCI_UNITS", size.to_string())
-        // Open MPI refuses root without these; they change nothing for anyone else.
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .env_remove("LD_LIBRARY_PATH")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let outputs = wait_all(vec![("mpirun".to_owned(), mpirun)]);
-    let ok: Vec<&str> = lines(&outputs[0], "armci_counter: ").collect();
-    assert_eq!(
-        ok.len(),
-        usize::from(size),
-        "every rank reports: {}",
-        outputs[0]
-    );
-    assert!(ok.iter().all(|l| l.ends_with(" ok")), "{}", outputs[0]);
+    for (name, args, prefix) in [
+        ("armci_counter", &["10"][..], "armci_counter: "),
+        ("armci_api", &[][..], "armci_api: "),
+    ] {
+        let program = compile_c(dir.path(), name);
+        let mpirun = Command::new("mpirun")
+            .args(["--oversubscribe", "-np", &size.to_string()])
+            .args(["-x", "NICBAR_SOCKET", "-x", "NICBAR_ARMCI_UNITS"])
+            .arg(&program)
+            .args(args)
+            .env("NICBAR_SOCKET", daemon.socket())
+            .env("NICBAR_ARMCI_UNITS", size.to_string())
+            // Open MPI refuses root without these; they change nothing for anyone else.
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .env_remove("LD_LIBRARY_PATH")
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let outputs = wait_all(vec![(format!("mpirun {name}"), mpirun)]);
+        let ok: Vec<&str> = lines(&outputs[0], prefix).collect();
+        assert_eq!(
+            ok.len(),
+            usize::from(size),
+            "every rank reports: {}",
+            outputs[0]
+        );
+        assert!(ok.iter().all(|l| l.ends_with(" ok")), "{}", outputs[0]);
+    }
 }

@@ -2,7 +2,9 @@
 //! Operations in ARMCI*, over the emulated NIC (the program is
 //! `host-lib/armci/examples/bench_armci.rs`) — AllFence latency against K and node count, the fused
 //! fence-and-barrier against AllFence + barrier, lock and unlock under contention, each beside its
-//! baseline in one run; table, CSV, and a figure in the shape of the thesis's.
+//! baseline in one run; table, CSV, and a figure in the shape of the thesis's. And a put
+//! ping-pong (ARMCI_Put_flag) from 1 byte to 1 MiB beside GM's message ping-pong in the same job:
+//! `bench-armci-pingpong.csv` and `.svg` (latency and bandwidth against size).
 
 use std::path::PathBuf;
 
@@ -31,12 +33,22 @@ pub(crate) struct Args {
     /// Only draw OUT/bench-armci.svg from OUT/bench-armci.csv, without measuring.
     #[arg(long)]
     plot_only: bool,
+    /// The ping-pong's largest size in bytes (each power of two from 1 up to it).
+    #[arg(long, default_value_t = 1 << 20)]
+    pingpong_max: usize,
+    /// Round trips of each ping-pong size up to 4 KiB (fewer above, at least 10).
+    #[arg(long, default_value_t = 200)]
+    pingpong_iterations: usize,
+    /// Run only the ping-pong.
+    #[arg(long)]
+    only_pingpong: bool,
 }
 
 /// Runs `cargo xtask bench armci`.
 pub(crate) fn run_armci(args: Args) -> Result<()> {
     let out = crate::workspace_root().join(&args.out);
     let csv = out.join("bench-armci.csv");
+    let pingpong_csv = out.join("bench-armci-pingpong.csv");
     if !args.plot_only {
         std::fs::create_dir_all(&out)?;
         let root = crate::workspace_root();
@@ -60,9 +72,72 @@ pub(crate) fn run_armci(args: Args) -> Result<()> {
         command.arg("--iterations").arg(args.iterations.to_string());
         command.arg("--put-bytes").arg(args.put_bytes.to_string());
         command.arg("--csv").arg(&csv);
+        command.arg("--pingpong-csv").arg(&pingpong_csv);
+        command
+            .arg("--pingpong-max")
+            .arg(args.pingpong_max.to_string());
+        command
+            .arg("--pingpong-iterations")
+            .arg(args.pingpong_iterations.to_string());
+        if args.only_pingpong {
+            command.arg("--only-pingpong");
+        }
         run(&mut command)?;
     }
+    draw(
+        &pingpong_csv,
+        &out.join("bench-armci-pingpong.svg"),
+        pingpong_figure,
+    )?;
+    if args.only_pingpong {
+        return Ok(());
+    }
     draw(&csv, &out.join("bench-armci.svg"), figure)
+}
+
+/// The ping-pong's figure: (a) one-way latency and (b) bandwidth against size, log-log, one
+/// series per path (ARMCI's put solid, GM's messages dashed).
+fn pingpong_figure(csv: &Csv) -> Result<Figure> {
+    let (series, bytes, us, mb_s) = (
+        csv.column("series")?,
+        csv.column("bytes")?,
+        csv.column("one_way_us")?,
+        csv.column("bandwidth_mb_s")?,
+    );
+    let mut names: Vec<String> = Vec::new();
+    for row in &csv.rows {
+        let name = row.get(series).ok_or("a row without series")?;
+        if !names.contains(name) {
+            names.push(name.clone());
+        }
+    }
+    let x = Axis::log("bytes").with_ticks(&[1.0, 1024.0, 1_048_576.0]);
+    let mut latency = Panel::new("(a) one-way latency (median)", x.clone(), Axis::log("µs"));
+    let mut bandwidth = Panel::new("(b) bandwidth", x, Axis::log("MB/s"));
+    for (i, name) in names.iter().enumerate() {
+        let stroke = if name.starts_with("ARMCI") {
+            Stroke::Solid
+        } else {
+            Stroke::Dashed
+        };
+        let mut on_latency = Series::new(name, Colour::Palette(i), stroke);
+        let mut on_bandwidth = Series::new(name, Colour::Palette(i), stroke);
+        for row in csv.rows.iter().filter(|row| row.get(series) == Some(name)) {
+            let size = Csv::number(row, bytes)?.ok_or("a row without bytes")?;
+            if let Some(value) = Csv::number(row, us)? {
+                on_latency.point(size, value);
+            }
+            if let Some(value) = Csv::number(row, mb_s)? {
+                on_bandwidth.point(size, value);
+            }
+        }
+        latency.series.push(on_latency);
+        bandwidth.series.push(on_bandwidth);
+    }
+    Ok(Figure {
+        title: "ARMCI put ping-pong beside GM's messages, two ranks on the emulated NIC".into(),
+        panels: vec![latency, bandwidth],
+    })
 }
 
 /// One line of the figure: its measurement, variant and points.
@@ -164,6 +239,25 @@ fn figure(csv: &Csv) -> Result<Figure> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_pingpong_figure_has_a_series_per_path_on_both_panels() {
+        let csv = Csv::parse(
+            "series,bytes,one_way_us,bandwidth_mb_s\n\
+             ARMCI_Put_flag,1,40,0.025\nARMCI_Put_flag,1048576,2600,400\n\
+             GM messages,1,30,0.03\n",
+        )
+        .expect("parses");
+        let figure = pingpong_figure(&csv).expect("draws");
+        assert_eq!(figure.panels.len(), 2);
+        assert_eq!(figure.panels[0].series.len(), 2);
+        assert_eq!(
+            figure.panels[0].series[0].points,
+            [(1.0, 40.0), (1_048_576.0, 2600.0)]
+        );
+        assert_eq!(figure.panels[1].series[1].points, [(1.0, 0.03)]);
+        assert!(figure.to_svg().is_ok());
+    }
 
     #[test]
     fn the_figure_has_three_panels_and_pairs_lock_with_unlock() {
