@@ -154,6 +154,16 @@ fn cc() -> Command {
 /// `examples/c/<name>.c`, compiled once per test process and link mode, against the checked-in
 /// header.
 fn example(name: &str, link: Link) -> PathBuf {
+    compiled(&crate_dir().join("examples/c"), name, link)
+}
+
+/// `capi/tests/c/<name>.c`: a C test written as GM programs are, compiled as the examples are.
+fn c_test(name: &str) -> PathBuf {
+    compiled(&crate_dir().join("capi/tests/c"), name, Link::Dynamic)
+}
+
+/// `<dir>/<name>.c`, compiled once per test process and link mode.
+fn compiled(dir: &Path, name: &str, link: Link) -> PathBuf {
     static BUILT: OnceLock<Mutex<HashMap<(String, Link), PathBuf>>> = OnceLock::new();
     let mut built = BUILT.get_or_init(Default::default).lock().unwrap();
     if let Some(path) = built.get(&(name.to_owned(), link)) {
@@ -175,7 +185,7 @@ fn example(name: &str, link: Link) -> PathBuf {
             "-I",
         ])
         .arg(crate_dir().join("include"))
-        .arg(crate_dir().join("examples/c").join(format!("{name}.c")))
+        .arg(dir.join(format!("{name}.c")))
         .arg("-o")
         .arg(&binary);
     match link {
@@ -521,6 +531,37 @@ fn gm2_calls_behave_as_gm_documents_them() {
         finished[0].stdout
     );
     assert!(finished[0].stdout.contains("gm2: 0 check(s) failed"));
+}
+
+/// Runs the C test `name` with `args` against a daemon of `units` NICs; it must exit 0 after
+/// at least `checks` lines of `ok: `.
+fn run_c_test(name: &str, units: u16, runs: &[Vec<String>], checks: usize) -> Vec<Finished> {
+    let scratch = Scratch::new(name);
+    let emulator = daemon(&scratch, units);
+    let binary = c_test(name);
+    let running = runs
+        .iter()
+        .enumerate()
+        .map(|(i, args)| start(&format!("{name} #{i}"), &binary, args, emulator.socket()))
+        .collect();
+    let finished = finish(running, RUN_LIMIT);
+    for program in &finished {
+        program.assert_success();
+    }
+    let passed: usize = finished
+        .iter()
+        .map(|f| f.stdout.lines().filter(|l| l.starts_with("ok: ")).count())
+        .sum();
+    assert!(
+        passed >= checks,
+        "only {passed} checks passed:\n{finished:#?}"
+    );
+    finished
+}
+
+#[test]
+fn dma_memory_is_a_page_heap_short_exact_and_large_buffers_take_their_messages() {
+    run_c_test("dma", 2, &[args(&[&0])], 27);
 }
 
 #[test]

@@ -202,8 +202,10 @@ int main(int argc, char **argv)
           "9 bytes in size class 4 ends with GM_INVALID_PARAMETER");
     check(send_and_wait(port, buffer, size, 64, node, 9) == GM_INVALID_PARAMETER,
           "port 9 ends with GM_INVALID_PARAMETER");
-    check(send_and_wait(port, buffer + 1000, size, 64, node, 3) == GM_INVALID_PARAMETER,
-          "a message running past its DMA memory ends with GM_INVALID_PARAMETER");
+    /* DMA memory is whole pages, as in GM: the last allocation's page ends it. */
+    check(send_and_wait(port, zeroed + GM_PAGE_LEN - 24, size, 64, node, 3) ==
+              GM_INVALID_PARAMETER,
+          "a message running past the port's DMA memory ends with GM_INVALID_PARAMETER");
     check(send_and_wait(port, buffer, size, 64, node, 5) == GM_SEND_TARGET_PORT_CLOSED,
           "a send to a port nobody opened ends with GM_SEND_TARGET_PORT_CLOSED");
 

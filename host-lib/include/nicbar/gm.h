@@ -1603,8 +1603,10 @@ gm_size_t gm_max_length_for_size(unsigned int size);
 
 /**
  * Allocates `length` bytes of DMA memory from the port's arena: the only memory sends and
- * receive buffers may use. Aligned to 64 bytes. NULL if the port is NULL or the arena has no
- * free range that long (nicbar_last_error() says how much is free).
+ * receive buffers may use. As in GM, DMA memory comes in whole pages (GM_PAGE_LEN): a buffer
+ * may use every byte of the pages it was given, and may run on into an allocation that follows
+ * it. Aligned to 64 bytes. NULL if the port is NULL or the arena has no free range that long
+ * (nicbar_last_error() says how much is free).
  *
  * # Safety
  * `port` is NULL or a port from gm_open.
@@ -1631,8 +1633,9 @@ void gm_dma_free(struct gm_port *port, void *address);
 
 /**
  * Provides a buffer for one incoming message of size class `size` and `priority`
- * (GM_LOW_PRIORITY or GM_HIGH_PRIORITY). The buffer is DMA memory from gm_dma_malloc holding at
- * least gm_max_length_for_size(size) bytes; it is the NIC's until the GM_RECV_EVENT (or
+ * (GM_LOW_PRIORITY or GM_HIGH_PRIORITY). The gm_max_length_for_size(size) bytes at `buffer`
+ * lie in the port's DMA memory from gm_dma_malloc (the pages it handed out, not necessarily
+ * one allocation); it is the NIC's until the GM_RECV_EVENT (or
  * GM_HIGH_RECV_EVENT) of the message it takes, which carries `tag`. Takes a receive token.
  *
  * A buffer the library cannot provide (bad pointer, size or priority; no receive token) comes
