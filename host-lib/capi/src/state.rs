@@ -15,6 +15,7 @@
 use core::ffi::{c_uint, c_void};
 use std::collections::VecDeque;
 use std::io;
+use std::time::{Duration, Instant};
 
 use nicbar_rs::{DmaBuffer, Error, RawPort};
 use shared_abi::ids::{NodeId, PORTS_PER_NIC, PortId};
@@ -26,6 +27,7 @@ use crate::barrier::{BarrierEnd, BarrierRecords};
 use crate::dma_heap::{DmaHeap, page_rounded};
 use crate::events::{BufferInfo, receive_event};
 use crate::names::FabricNames;
+use crate::receive::CutShort;
 use crate::slab::{Slab, name, unname};
 use crate::stall::{Connection, HeldSend, Stalls};
 use crate::status::{from_error, set_last_error};
@@ -40,6 +42,45 @@ pub(crate) struct PendingSend {
     pub(crate) connection: Connection,
     /// The allocations the message lies in (their addresses).
     pub(crate) allocations: Vec<usize>,
+    /// The send as the program asked for it, to post again while the target port is not open.
+    pub(crate) asked: HeldSend,
+    /// When it was first posted, and how long to wait before posting it again.
+    pub(crate) attempt: Attempt,
+}
+
+/// How long a send to a port that is not open is posted again before it ends with
+/// GM_SEND_TARGET_PORT_CLOSED: GM's NIC retries a send until the target port opens or the send
+/// times out, so a program may send to a peer as soon as it knows its address.
+pub(crate) const PEER_OPEN_WAIT: Duration = Duration::from_secs(3);
+/// The first wait before a send to a closed port is posted again; it doubles up to
+/// [`RETRY_MOST`].
+const RETRY_FIRST: Duration = Duration::from_millis(1);
+/// The longest wait between posts of a send to a closed port.
+const RETRY_MOST: Duration = Duration::from_millis(50);
+
+/// When a send was first posted, and the wait before its next post if its target port is closed.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Attempt {
+    pub(crate) first_posted: Instant,
+    pub(crate) delay: Duration,
+}
+
+impl Attempt {
+    fn new(now: Instant) -> Self {
+        Self {
+            first_posted: now,
+            delay: RETRY_FIRST,
+        }
+    }
+}
+
+/// A send whose target port was closed, to be posted again at `due`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Retry {
+    pub(crate) due: Instant,
+    pub(crate) connection: Connection,
+    pub(crate) send: HeldSend,
+    pub(crate) attempt: Attempt,
 }
 
 /// A receive buffer the NIC holds.
@@ -81,10 +122,15 @@ pub(crate) struct PortState {
     pub(crate) fatal: Option<(gm_status_t, String)>,
     /// The last receive buffer refused, in words, for gm_unknown to report.
     pub(crate) bad_receive: Option<String>,
+    /// Receive buffers whose message its sender cut short, reported and not yet passed to
+    /// gm_unknown (which provides them again).
+    pub(crate) cut_short: VecDeque<CutShort>,
     /// DMA memory ([`DmaHeap`]).
     heap: DmaHeap<DmaBuffer>,
     pub(crate) sends: Slab<PendingSend>,
     pub(crate) receives: Slab<ProvidedBuffer>,
+    /// Sends whose target port was not open, posted again when due ([`PEER_OPEN_WAIT`]).
+    pub(crate) retries: VecDeque<Retry>,
     /// Callbacks owed; gm_unknown runs them.
     pub(crate) completions: VecDeque<Completion>,
     /// Completions were queued without a GM_SENT_EVENT saying so yet.
@@ -123,9 +169,11 @@ impl PortState {
             raw,
             fatal: None,
             bad_receive: None,
+            cut_short: VecDeque::new(),
             heap: DmaHeap::default(),
             sends: Slab::new(32),
             receives: Slab::new(16),
+            retries: VecDeque::new(),
             completions: VecDeque::new(),
             unannounced: false,
             deferred: VecDeque::new(),
@@ -275,29 +323,71 @@ impl PortState {
             // Held until gm_resume_sending or gm_drop_sends.
             return;
         }
-        if let Err((status, why)) =
-            self.try_send(message, size, len, priority, node, port, callback, context)
-        {
+        self.post(connection, held, Attempt::new(Instant::now()));
+    }
+
+    /// Posts `send` to `connection` (a first post or a retry); on any refusal the callback is
+    /// owed with the reason instead.
+    fn post(&mut self, connection: Connection, send: HeldSend, attempt: Attempt) {
+        if let Err((status, why)) = self.try_send(connection, send, attempt) {
             set_last_error(format!("gm_send_with_callback: {why}"));
-            self.complete(callback, context, status);
+            self.complete(send.callback, send.context, status);
         }
     }
 
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "gm_send_with_callback's arguments, passed through"
-    )]
+    /// A send ended with GM_SEND_TARGET_PORT_CLOSED: posts it again later if it has not waited
+    /// [`PEER_OPEN_WAIT`] yet. Whether it will be.
+    pub(crate) fn retry_if_closed(&mut self, send: &PendingSend, status: gm_status_t) -> bool {
+        let now = Instant::now();
+        if status != GM_SEND_TARGET_PORT_CLOSED
+            || now.duration_since(send.attempt.first_posted) >= PEER_OPEN_WAIT
+        {
+            return false;
+        }
+        self.retries.push_back(Retry {
+            due: now + send.attempt.delay,
+            connection: send.connection,
+            send: send.asked,
+            attempt: Attempt {
+                first_posted: send.attempt.first_posted,
+                delay: (send.attempt.delay * 2).min(RETRY_MOST),
+            },
+        });
+        true
+    }
+
+    /// Posts the sends to closed ports whose wait is over.
+    pub(crate) fn post_due_retries(&mut self, now: Instant) {
+        while self.retries.front().is_some_and(|retry| retry.due <= now) {
+            if let Some(retry) = self.retries.pop_front() {
+                self.post(retry.connection, retry.send, retry.attempt);
+            }
+        }
+    }
+
+    /// When the next send to a closed port is posted again.
+    pub(crate) fn next_retry(&self) -> Option<Instant> {
+        self.retries.iter().map(|retry| retry.due).min()
+    }
+
     fn try_send(
         &mut self,
-        message: usize,
-        size: c_uint,
-        len: gm_size_t,
-        priority: c_uint,
-        node: c_uint,
-        port: c_uint,
-        callback: gm_send_completion_callback_t,
-        context: usize,
+        connection: Connection,
+        asked: HeldSend,
+        attempt: Attempt,
     ) -> Result<(), Refusal> {
+        let HeldSend {
+            message,
+            size,
+            length: len,
+            callback,
+            context,
+        } = asked;
+        let Connection {
+            node,
+            port,
+            priority,
+        } = connection;
         let invalid = |why: String| Err((GM_INVALID_PARAMETER, why));
         if let Some(death) = self.dead() {
             return Err(death);
@@ -350,6 +440,8 @@ impl PortState {
             context,
             connection,
             allocations: allocations.clone(),
+            asked,
+            attempt,
         });
         let token = SendToken {
             kind: SendKind::DATA,

@@ -564,6 +564,48 @@ fn dma_memory_is_a_page_heap_short_exact_and_large_buffers_take_their_messages()
     run_c_test("dma", 2, &[args(&[&0])], 27);
 }
 
+/// The lengths a GM ping-pong test runs: the fast form's edge, the packet's, and 1 MiB.
+const PING_PONG_LENGTHS: [&str; 8] = ["0", "1", "128", "129", "4096", "4099", "1048573", "1048576"];
+
+/// Runs the GM-style ping-pong between ports `ports` of units 0 and 1; the initiator starts
+/// first, so its first send reaches a port that is not open yet.
+fn gm_ping_pong(ports: (u8, u8)) {
+    let mut initiator = args(&[&0, &0, &ports.0, &1, &ports.1, &3]);
+    let mut responder = args(&[&1, &1, &ports.1, &0, &ports.0, &3]);
+    for length in PING_PONG_LENGTHS {
+        initiator.push(length.to_owned());
+        responder.push(length.to_owned());
+    }
+    let scratch = Scratch::new("gm-pingpong");
+    let emulator = daemon(&scratch, 2);
+    let binary = c_test("gm_pingpong");
+    let first = start("initiator", &binary, &initiator, emulator.socket());
+    let second = start("responder", &binary, &responder, emulator.socket());
+    let finished = finish(vec![first, second], RUN_LIMIT);
+    for program in &finished {
+        program.assert_success();
+    }
+    for length in PING_PONG_LENGTHS {
+        assert!(
+            finished[0]
+                .stdout
+                .contains(&format!("length {length}: 3 round trips")),
+            "no line for length {length}:\n{finished:#?}"
+        );
+    }
+}
+
+#[test]
+fn a_gm_ping_pong_handling_only_gm_recv_event_runs_with_peer_and_fast_events() {
+    // The same port id on both sides: every message is a peer event, the short ones fast.
+    gm_ping_pong((EXAMPLE_PORT, EXAMPLE_PORT));
+}
+
+#[test]
+fn a_gm_ping_pong_handling_only_gm_recv_event_runs_between_different_port_ids() {
+    gm_ping_pong((EXAMPLE_PORT, EXAMPLE_PORT + 1));
+}
+
 #[test]
 fn the_c_rdma_example_puts_gets_and_applies_atomics() {
     let scratch = Scratch::new("rdma");

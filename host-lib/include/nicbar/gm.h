@@ -1731,16 +1731,24 @@ gm_recv_event_t *gm_blocking_receive_no_spin(struct gm_port *port);
 /**
  * Handles an event the program does not: runs the callbacks of sends (and barriers) that have
  * ended, in order. Call it for every event whose type the program does not handle itself;
- * calling it for any event, NULL included, is harmless. Events that say the program can go no
- * further exit the process after printing why on standard error, as GM did:
- * GM_FATAL_FIRMWARE_ERROR_EVENT (the daemon went away) and GM_BAD_RECV_TOKEN_EVENT (a buffer
- * could not be provided). Callbacks may call any function of the port, gm_close included.
+ * calling it for any event, NULL included, is harmless.
+ *
+ * As in GM 2, a program may leave the fast, peer and high-priority receive forms to
+ * gm_unknown: the event comes back from the next receive call in the next plainer form (a fast
+ * receive as the same form without FAST, its message in the receive buffer; a peer receive
+ * without PEER; GM_HIGH_RECV_EVENT as GM_RECV_EVENT), so a program handling GM_RECV_EVENT alone
+ * gets every message as one. A GM_BAD_RECV_TOKEN_EVENT for a message its sender's death cut
+ * short gives the buffer back to the NIC (a note on standard error says so). Events that say
+ * the program can go no further exit the process after printing why on standard error, as GM
+ * did: GM_FATAL_FIRMWARE_ERROR_EVENT (the daemon went away) and any other
+ * GM_BAD_RECV_TOKEN_EVENT (a buffer could not be provided). Callbacks may call any function of the port, gm_close included.
  *
  * # Safety
  * `port` is NULL or a port from gm_open; `event` is NULL or an event from a receive call (or a
  * copy of one).
  */
-void gm_unknown(struct gm_port *port, gm_recv_event_t *event);
+void gm_unknown(struct gm_port *port,
+                gm_recv_event_t *event);
 
 /**
  * gm_send_with_callback without a callback (GM's older form): the send's end still comes as a
