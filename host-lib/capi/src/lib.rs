@@ -62,6 +62,7 @@ pub mod ffi;
 
 mod alarms;
 mod barrier;
+mod crc;
 mod dma_heap;
 mod events;
 mod group;

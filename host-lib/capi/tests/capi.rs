@@ -564,6 +564,13 @@ fn dma_memory_is_a_page_heap_short_exact_and_large_buffers_take_their_messages()
     run_c_test("dma", 2, &[args(&[&0])], 27);
 }
 
+#[test]
+fn gms_printing_crcs_containers_and_deprecated_calls_behave_as_gm_documents_them() {
+    let finished = run_c_test("utilities", 1, &[args(&[&0])], 22);
+    assert!(finished[0].stdout.contains("printed by gm_printf 42 ok"));
+    assert!(finished[0].stderr.contains("printed by gm_eprintf 7"));
+}
+
 /// The lengths a GM ping-pong test runs: the fast form's edge, the packet's, and 1 MiB.
 const PING_PONG_LENGTHS: [&str; 8] = ["0", "1", "128", "129", "4096", "4099", "1048573", "1048576"];
 

@@ -1902,6 +1902,50 @@ void gm_set_alarm(struct gm_port *port,
 void gm_cancel_alarm(struct gm_alarm *alarm);
 
 /**
+ * Makes a set alarm due now (GM's gm_flush_alarm): its GM_ALARM_EVENT comes from the next
+ * receive call and gm_unknown runs its callback. An alarm not set is left alone.
+ *
+ * # Safety
+ * `alarm` is NULL or an alarm initialised with gm_initialize_alarm.
+ */
+void gm_flush_alarm(struct gm_alarm *alarm);
+
+/**
+ * The smallest size class a message may have (GM's gm_min_message_size): 3, whose buffers
+ * hold zero-length messages. 0 for a NULL port.
+ *
+ * # Safety
+ * `port` is NULL or a port from gm_open.
+ */
+unsigned int gm_min_message_size(struct gm_port *port);
+
+/**
+ * GM 1's handler for GM_SENT_EVENT, deprecated in GM 2: the same as passing the event to
+ * gm_unknown (the ended sends' callbacks run).
+ *
+ * # Safety
+ * As gm_unknown.
+ */
+void gm_handle_sent_tokens(struct gm_port *port, gm_recv_event_t *event);
+
+/**
+ * GM's CRC of `length` bytes at `bytes`: CRC-32 (the IEEE 802.3 polynomial, reflected, as zlib
+ * computes it). 0 for NULL.
+ *
+ * # Safety
+ * `bytes` is NULL or points to `length` readable bytes.
+ */
+unsigned long gm_crc(void *bytes, unsigned long length);
+
+/**
+ * gm_crc of the NUL-terminated string `string`, without its NUL. 0 for NULL.
+ *
+ * # Safety
+ * `string` is NULL or a NUL-terminated string.
+ */
+unsigned long gm_crc_str(const char *string);
+
+/**
  * The port's clock: ticks of 0.5 microseconds since the port opened (GM's LANai clock ticks
  * at that rate). 0 for a NULL port.
  *
@@ -3299,3 +3343,70 @@ gm_status_t nicbar_lock_word(struct nicbar_fastpath *fastpath, unsigned int inde
 #endif  // __cplusplus
 
 #endif  /* NICBAR_GM_H */
+
+/* ---- Defined in C (host-lib/capi/src/c/containers.c): GM's variadic printing and its
+ * containers, which hand out raw memory by C's rules and never talk to the NIC. ---- */
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** printf, as GM's gm_printf. */
+int gm_printf(const char *format, ...);
+/** fprintf to standard error, as GM's gm_eprintf. */
+int gm_eprintf(const char *format, ...);
+
+/** A hash table (GM's gm_hash). With key_len (data_len) 0 the table keeps the key (datum)
+ * pointers given; otherwise it keeps copies of that many bytes, and gm_hash_find returns the
+ * copy. compare returns 0 for equal keys; NULL compare and hash compare and hash the key's
+ * key_len bytes (or the pointers, for key_len 0). */
+struct gm_hash;
+struct gm_hash *gm_create_hash(long (*gm_user_compare)(void *key1, void *key2),
+                               unsigned long (*gm_user_hash)(void *key1), gm_size_t key_len,
+                               gm_size_t data_len, gm_size_t gm_min_entries, int flags);
+void gm_destroy_hash(struct gm_hash *hash);
+/** Removes `key`: its datum (a copied datum stays valid until the next remove), NULL if absent. */
+void *gm_hash_remove(struct gm_hash *hash, void *key);
+void *gm_hash_find(struct gm_hash *hash, void *key);
+/** GM_SUCCESS, GM_FAILURE if the key is in the table already, GM_OUT_OF_MEMORY. */
+gm_status_t gm_hash_insert(struct gm_hash *hash, void *key, void *datum);
+void gm_hash_rekey(struct gm_hash *hash, void *old_key, void *new_key);
+long gm_hash_compare_strings(void *key1, void *key2);
+unsigned long gm_hash_hash_string(void *key);
+long gm_hash_compare_longs(void *key1, void *key2);
+unsigned long gm_hash_hash_long(void *key);
+long gm_hash_compare_ints(void *key1, void *key2);
+unsigned long gm_hash_hash_int(void *key);
+long gm_hash_compare_ptrs(void *key1, void *key2);
+unsigned long gm_hash_hash_ptr(void *key);
+
+/** A lookaside list: entries of one length, recycled (GM's gm_lookaside). */
+struct gm_lookaside;
+struct gm_lookaside *gm_create_lookaside(gm_size_t entry_len, gm_size_t min_entry_cnt);
+void gm_destroy_lookaside(struct gm_lookaside *l);
+void *gm_lookaside_alloc(struct gm_lookaside *l);
+void *gm_lookaside_zalloc(struct gm_lookaside *l);
+void gm_lookaside_free(void *ptr);
+
+/** A zone: an allocator over `length` bytes at `base` that the program owns (GM's gm_zone). */
+struct gm_zone;
+struct gm_zone *gm_zone_create_zone(void *base, gm_size_t length);
+void gm_zone_destroy_zone(struct gm_zone *zone);
+/** 1 if `a` was allocated from the zone and is now free, 0 if it was not (left alone). */
+int gm_zone_free(struct gm_zone *zone, void *a);
+void *gm_zone_malloc(struct gm_zone *zone, gm_size_t length);
+void *gm_zone_calloc(struct gm_zone *zone, gm_size_t count, gm_size_t length);
+int gm_zone_addr_in_zone(struct gm_zone *zone, void *p);
+
+/** A mark set: gm_mark gives a mark valid until gm_unmark of it or gm_unmark_all. */
+struct gm_mark_set;
+typedef gm_u64_t gm_mark_t;
+gm_status_t gm_mark(struct gm_mark_set *set, gm_mark_t *mark);
+int gm_mark_is_valid(struct gm_mark_set *set, gm_mark_t *mark);
+gm_status_t gm_create_mark_set(struct gm_mark_set **set, unsigned long init_cnt);
+void gm_destroy_mark_set(struct gm_mark_set *set);
+void gm_unmark(struct gm_mark_set *set, gm_mark_t *mark);
+void gm_unmark_all(struct gm_mark_set *set);
+
+#ifdef __cplusplus
+}
+#endif
