@@ -114,6 +114,20 @@ int main(int argc, char **argv)
             lengths[count++] = power;
             lengths[count++] = power + 3;
         }
+        /* In order, each once (1 + 3 is 4, 2 + 3 is 5). */
+        for (int i = 1; i < count; i++)
+            for (int j = i; j > 0 && lengths[j - 1] > lengths[j]; j--) {
+                unsigned long swap = lengths[j];
+                lengths[j] = lengths[j - 1];
+                lengths[j - 1] = swap;
+            }
+        {
+            int unique = 1;
+            for (int i = 1; i < count; i++)
+                if (lengths[i] != lengths[unique - 1])
+                    lengths[unique++] = lengths[i];
+            count = unique;
+        }
     } else {
         for (int i = 7; i < argc && count < MAX_LENGTHS; i++)
             lengths[count++] = strtoul(argv[i], NULL, 0);
