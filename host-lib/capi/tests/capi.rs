@@ -614,6 +614,91 @@ fn a_gm_ping_pong_handling_only_gm_recv_event_runs_between_different_port_ids() 
 }
 
 #[test]
+fn a_gm_ping_pong_runs_between_two_daemons_over_udp_at_every_size_to_1_mib() {
+    let scratch = Scratch::new("gm-pingpong-udp");
+    let map = scratch.path().join("fabric.map");
+    std::fs::write(
+        &map,
+        format!(
+            "node 0 127.0.0.1:{}\nnode 1 127.0.0.1:{}\n",
+            free_udp_port("127.0.0.1"),
+            free_udp_port("127.0.0.1"),
+        ),
+    )
+    .unwrap();
+    let key = scratch.path().join("fabric.key");
+    run_to_success(
+        Command::new(nicctl()).arg("keygen").arg(&key),
+        "nicctl keygen",
+    );
+    let sockets = [
+        private_dir(&scratch, "zero").join("control.sock"),
+        private_dir(&scratch, "one").join("control.sock"),
+    ];
+    let _daemons: Vec<Daemon> = [(0, &sockets[0]), (1, &sockets[1])]
+        .into_iter()
+        .map(|(node, socket): (u16, &PathBuf)| {
+            let node = node.to_string();
+            nicctl_emulate(
+                socket,
+                &[
+                    "--fabric".as_ref(),
+                    map.as_os_str(),
+                    "--fabric-key".as_ref(),
+                    key.as_os_str(),
+                    "--node".as_ref(),
+                    node.as_ref(),
+                ],
+            )
+        })
+        .collect();
+    // Every size class to 1 MiB + 3 (class 21): 0, then each power of two and 3 either side.
+    let binary = c_test("gm_pingpong");
+    let initiator = start(
+        "initiator",
+        &binary,
+        &args(&[
+            &0,
+            &0,
+            &EXAMPLE_PORT,
+            &1,
+            &EXAMPLE_PORT,
+            &2,
+            &"--sweep",
+            &(1 << 20),
+        ]),
+        &sockets[0],
+    );
+    let responder = start(
+        "responder",
+        &binary,
+        &args(&[
+            &1,
+            &0,
+            &EXAMPLE_PORT,
+            &0,
+            &EXAMPLE_PORT,
+            &2,
+            &"--sweep",
+            &(1 << 20),
+        ]),
+        &sockets[1],
+    );
+    let finished = finish(vec![initiator, responder], RUN_LIMIT);
+    for program in &finished {
+        program.assert_success();
+    }
+    for length in ["0", "1", "128", "4099", "1048573", "1048576", "1048579"] {
+        assert!(
+            finished[0]
+                .stdout
+                .contains(&format!("length {length}: 2 round trips")),
+            "no line for length {length}:\n{finished:#?}"
+        );
+    }
+}
+
+#[test]
 fn the_c_rdma_example_puts_gets_and_applies_atomics() {
     let scratch = Scratch::new("rdma");
     let emulator = daemon(&scratch, 2);
