@@ -9,6 +9,7 @@ use crate::plot::{Axis, Colour, Figure, Panel, Series, Stroke};
 
 mod armci;
 mod fastpath;
+mod gm_curve;
 mod rttp;
 
 /// Options of `cargo xtask bench`.
@@ -38,6 +39,17 @@ enum Bench {
         /// Only draw OUT/bench-pingpong.svg from OUT/bench-pingpong.csv, without measuring.
         #[arg(long)]
         plot_only: bool,
+        /// Instead, a GM program's curve: host-lib/capi/tests/c/gm_pingpong.c from 0 bytes to
+        /// --most (each power of two and 3 bytes either side), in one daemon and over UDP between
+        /// two (OUT/bench-pingpong-curve.csv and .svg).
+        #[arg(long)]
+        curve: bool,
+        /// Round trips per length of the curve.
+        #[arg(long, default_value_t = 20)]
+        curve_round_trips: u32,
+        /// The longest message of the curve.
+        #[arg(long, default_value_t = 1 << 20)]
+        most: usize,
     },
     /// NIC-based against host-based barrier latency for pairwise exchange, gather-broadcast (best
     /// dimension) and dissemination (n = 1..4, and the tuned n where a tuning file gives one) at 2, 4, 8, 16 processes on the emulated NIC, in the
@@ -133,8 +145,15 @@ pub(crate) fn run_bench(args: Args) -> Result<()> {
             c_round_trips,
             out,
             plot_only,
+            curve,
+            curve_round_trips,
+            most,
         } => {
             let out = crate::workspace_root().join(out);
+            if curve {
+                let program = || c_program("host-lib/capi/tests/c/gm_pingpong.c", "gm_pingpong");
+                return gm_curve::run_curve(&out, program, curve_round_trips, most, plot_only);
+            }
             let csv = out.join("bench-pingpong.csv");
             if !plot_only {
                 std::fs::create_dir_all(&out)?;
@@ -227,6 +246,12 @@ pub(crate) fn run_bench(args: Args) -> Result<()> {
 /// `host-lib/examples/c/pingpong.c` against them (`$CC`, else `cc`, at `-O2`); returns the
 /// program and `nicctl`.
 fn c_pingpong() -> Result<(std::path::PathBuf, std::path::PathBuf)> {
+    c_program("host-lib/examples/c/pingpong.c", "pingpong")
+}
+
+/// Builds `libnicbar` and `nicctl` with the `bench-fast` profile and compiles the C program
+/// `source` (relative to the workspace) against them as `name`; returns it and `nicctl`.
+fn c_program(source: &str, name: &str) -> Result<(std::path::PathBuf, std::path::PathBuf)> {
     let root = crate::workspace_root();
     run(cargo().current_dir(&root).args([
         "build",
@@ -242,13 +267,13 @@ fn c_pingpong() -> Result<(std::path::PathBuf, std::path::PathBuf)> {
         "nicctl",
     ]))?;
     let built = crate::target_dir().join("bench-fast");
-    let program = built.join("c").join("pingpong");
+    let program = built.join("c").join(name);
     std::fs::create_dir_all(built.join("c"))?;
     run(
         std::process::Command::new(std::env::var_os("CC").unwrap_or_else(|| "cc".into()))
             .args(["-std=c11", "-O2", "-I"])
             .arg(root.join("host-lib/include"))
-            .arg(root.join("host-lib/examples/c/pingpong.c"))
+            .arg(root.join(source))
             .arg("-o")
             .arg(&program)
             .arg("-L")
@@ -501,6 +526,26 @@ fn pingpong_figure(csv: &Csv) -> Result<Figure> {
 /// log-log; the NIC's series solid (in-process) and dashed (UDP), the references dotted; atomic
 /// latency as a point at 8 bytes.
 fn rdma_figure(csv: &Csv) -> Result<Figure> {
+    let mut figure = size_figure(
+        csv,
+        "operation size (bytes)",
+        "(a) latency of one operation",
+        "(b) bandwidth, 8 operations outstanding",
+        "median",
+    )?;
+    figure.title = "One-sided operations through the emulated NIC".into();
+    Ok(figure)
+}
+
+/// Latency and bandwidth against size, log-log, from a CSV of `series`, `bytes`, `latency_us`
+/// and `bandwidth_mb_s`: series ending "UDP" dashed, "in-process" solid, others dotted.
+fn size_figure(
+    csv: &Csv,
+    size_label: &str,
+    latency_title: &str,
+    bandwidth_title: &str,
+    statistic: &str,
+) -> Result<Figure> {
     let (series, bytes, latency, bandwidth) = (
         csv.column("series")?,
         csv.column("bytes")?,
@@ -525,16 +570,16 @@ fn rdma_figure(csv: &Csv) -> Result<Figure> {
         .into_iter()
         .filter(|tick| sizes.contains(tick))
         .collect();
-    let x = Axis::log("operation size (bytes)").with_ticks(&ticks);
+    let x = Axis::log(size_label).with_ticks(&ticks);
     let mut latency_panel = Panel::new(
-        "(a) latency of one operation",
+        latency_title,
         x.clone(),
-        Axis::log("median latency (µs)"),
+        Axis::log(&format!("{statistic} latency (µs)")),
     );
     let mut bandwidth_panel = Panel::new(
-        "(b) bandwidth, 8 operations outstanding",
+        bandwidth_title,
         x,
-        Axis::log("median bandwidth (MB/s)"),
+        Axis::log(&format!("{statistic} bandwidth (MB/s)")),
     );
     for (i, name) in names.iter().enumerate() {
         let stroke = if name.ends_with("UDP") {
@@ -548,6 +593,10 @@ fn rdma_figure(csv: &Csv) -> Result<Figure> {
         let mut on_bandwidth = Series::new(name, Colour::Palette(i), stroke);
         for row in csv.rows.iter().filter(|row| row.get(series) == Some(name)) {
             let size = Csv::number(row, bytes)?.ok_or("a row without bytes")?;
+            if size <= 0.0 {
+                // No place on a log axis.
+                continue;
+            }
             if let Some(us) = Csv::number(row, latency)? {
                 on_latency.point(size, us);
             }
@@ -570,7 +619,7 @@ fn rdma_figure(csv: &Csv) -> Result<Figure> {
         .note(Stroke::Dashed, "over UDP")
         .note(Stroke::Dotted, "reference");
     Ok(Figure {
-        title: "One-sided operations through the emulated NIC".into(),
+        title: String::new(),
         panels: vec![latency_panel, bandwidth_panel],
     })
 }

@@ -74,7 +74,8 @@ pub struct RegionShape {
     /// Event ring slots (a power of two). With at least `send_entries + receive_entries` plus a
     /// few barrier tokens, every event the NIC owes a process fits at once.
     pub event_entries: u32,
-    /// DMA arena bytes (rounded up to whole pages).
+    /// DMA arena bytes (rounded up to whole pages). The region is a memory file the kernel
+    /// fills in page by page as it is touched, so a large arena costs only what a process uses.
     pub arena_len: usize,
 }
 
@@ -84,7 +85,9 @@ impl Default for RegionShape {
             send_entries: 64,
             receive_entries: 128,
             event_entries: 256,
-            arena_len: 1 << 20,
+            // Room for GM's size classes to 1 MiB messages and beyond (class 21 is a 2 MiB
+            // buffer; a ping-pong keeps a few of them), as a GM program expects of DMA memory.
+            arena_len: 64 << 20,
         }
     }
 }

@@ -77,6 +77,16 @@ impl Alarms {
         self.set.len() != before
     }
 
+    /// gm_flush_alarm: makes the alarm at `address` due at `now`; whether it was set.
+    pub(crate) fn flush(&mut self, address: usize, now: Instant) -> bool {
+        let mut found = false;
+        for alarm in self.set.iter_mut().filter(|alarm| alarm.address == address) {
+            alarm.due = alarm.due.min(now);
+            found = true;
+        }
+        found
+    }
+
     /// When the next alarm is due.
     pub(crate) fn next_due(&self) -> Option<Instant> {
         self.set.iter().map(|alarm| alarm.due).min()

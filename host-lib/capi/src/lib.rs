@@ -62,6 +62,8 @@ pub mod ffi;
 
 mod alarms;
 mod barrier;
+mod crc;
+mod dma_heap;
 mod events;
 mod group;
 mod names;

@@ -23,6 +23,9 @@ const POLLS_PER_LIVENESS_CHECK: u32 = 1 << 14;
 impl PortState {
     /// An event that needs no look at the NIC: deferred, unannounced completions, death.
     pub(crate) fn ready_event(&mut self) -> Option<gm_recv_event> {
+        if !self.retries.is_empty() {
+            self.post_due_retries(Instant::now());
+        }
         if let Some(event) = self.deferred.pop_front() {
             return Some(event);
         }
@@ -91,10 +94,11 @@ impl PortState {
     /// Waits up to `timeout` for the next event, as `mode` says.
     pub(crate) fn wait(&mut self, timeout: Duration, mode: WaitMode) -> Option<gm_recv_event> {
         let started = Instant::now();
-        let deadline = match self.alarms.next_due() {
+        let mut deadline = match self.alarms.next_due() {
             Some(due) => due.min(started + timeout),
             None => started + timeout,
         };
+        let give_up = deadline;
         let spin_until = mode.spin_until(started, Some(deadline));
         loop {
             if let Some(event) = self.ready_event() {
@@ -107,11 +111,16 @@ impl PortState {
                     }
                     continue;
                 }
-                Ok(None) => self.raw.wait(Some(deadline), spin_until),
+                Ok(None) => {
+                    // Wake for a send to a closed port that is due to be posted again.
+                    deadline = self.next_retry().map_or(give_up, |due| due.min(give_up));
+                    self.raw.wait(Some(deadline), spin_until)
+                }
                 Err(error) => Err(error),
             };
             match waited {
                 Ok(true) => {}
+                Ok(false) if deadline < give_up => {}
                 Ok(false) => return None,
                 Err(error) => {
                     self.die(&error);
@@ -187,11 +196,29 @@ impl PortState {
             return Some(self.refused_receive(provided.info, why));
         }
         if event.status == Status::INCOMPLETE {
+            // The sender died (or withdrew the message) part way: the program hears of it by a
+            // GM_BAD_RECV_TOKEN_EVENT, and gm_unknown gives the buffer back to the NIC instead
+            // of ending the program (one process's death must not kill another).
             let why = format!(
-                "a message longer than a packet stopped part way ({} bytes arrived): its sender \
-                 withdrew it",
+                "a message longer than a packet from node {} port {} stopped part way ({} bytes \
+                 arrived): its sender withdrew it",
+                event.peer_node.get(),
+                event.peer_port.0,
                 event.length.get()
             );
+            if self.cut_short.len() >= CUT_SHORT_KEPT {
+                // The program handles GM_BAD_RECV_TOKEN_EVENT itself: forget the oldest.
+                self.cut_short.pop_front();
+            }
+            self.cut_short.push_back(CutShort {
+                address: provided.info.address,
+                size: provided.info.size,
+                priority: u32::from(provided.priority.0),
+                tag: provided.info.tag,
+                sender_node: event.peer_node.get(),
+                sender_port: event.peer_port.0,
+                arrived: event.length.get(),
+            });
             return Some(self.refused_receive(provided.info, why));
         }
         if event.status != Status::SUCCESS {
@@ -216,14 +243,82 @@ impl PortState {
         ))
     }
 
+    /// gm_unknown's part for a receive event the program passed on (GM 2's gm_unknown): a fast,
+    /// peer or high-priority form comes back from the next receive call as the next plainer
+    /// form ([`plainer_receive_kind`]); a GM_BAD_RECV_TOKEN_EVENT for a message cut short by its
+    /// sender gives the buffer back to the NIC. Whether the event was one of these.
+    pub(crate) fn unknown_receive(&mut self, mut recv: gm_recv_t) -> bool {
+        let kind = recv.r#type.n;
+        if kind == GM_BAD_RECV_TOKEN_EVENT {
+            let address = u64::from_be(recv.buffer.n) as usize;
+            let Some(index) = self.cut_short.iter().position(|c| c.address == address) else {
+                return false;
+            };
+            let Some(cut) = self.cut_short.remove(index) else {
+                return false;
+            };
+            eprintln!(
+                "gm_unknown: a message from node {} port {} was cut short by its sender ({} \
+                 bytes arrived); the receive buffer at {address:#x} is provided again",
+                cut.sender_node, cut.sender_port, cut.arrived
+            );
+            self.provide(address, u32::from(cut.size), cut.priority, cut.tag);
+            return true;
+        }
+        let Some(plainer) = plainer_receive_kind(kind) else {
+            return false;
+        };
+        // A fast event's message is in the receive buffer already (`recv.message` is the
+        // buffer): GM's copy into the buffer has nothing to move.
+        recv.message = recv.buffer;
+        recv.r#type.n = plainer;
+        self.deferred.push_front(gm_recv_event { recv });
+        true
+    }
+
     /// A send ended: its callback is owed, and a GM_SENT_EVENT says so.
     fn finish_send(&mut self, context: u64, status: gm_status_t) -> Option<gm_recv_event> {
         let send = self.take_send(context)?;
+        if self.retry_if_closed(&send, status) {
+            // GM retries a send to a port that is not open yet until it opens or times out.
+            return None;
+        }
         self.send_ended(send.connection, status);
         self.complete(send.callback, send.context, status);
         self.unannounced = false;
         Some(simple_event(GM_SENT_EVENT))
     }
+}
+
+/// The receive form gm_unknown turns `kind` into: a fast form loses FAST, a peer form PEER,
+/// GM_HIGH_RECV_EVENT becomes GM_RECV_EVENT; `None` for any other event.
+pub(crate) fn plainer_receive_kind(kind: u8) -> Option<u8> {
+    Some(match kind {
+        GM_FAST_RECV_EVENT => GM_RECV_EVENT,
+        GM_FAST_HIGH_RECV_EVENT => GM_HIGH_RECV_EVENT,
+        GM_FAST_PEER_RECV_EVENT => GM_PEER_RECV_EVENT,
+        GM_FAST_HIGH_PEER_RECV_EVENT => GM_HIGH_PEER_RECV_EVENT,
+        GM_PEER_RECV_EVENT => GM_RECV_EVENT,
+        GM_HIGH_PEER_RECV_EVENT => GM_HIGH_RECV_EVENT,
+        GM_HIGH_RECV_EVENT => GM_RECV_EVENT,
+        _ => return None,
+    })
+}
+
+/// How many cut-short buffers are remembered for gm_unknown.
+const CUT_SHORT_KEPT: usize = 64;
+
+/// A receive buffer whose message was cut short by its sender: what gm_unknown needs to provide
+/// it again, and what to say.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CutShort {
+    pub(crate) address: usize,
+    pub(crate) size: u8,
+    pub(crate) priority: u32,
+    pub(crate) tag: u32,
+    pub(crate) sender_node: u16,
+    pub(crate) sender_port: u8,
+    pub(crate) arrived: u32,
 }
 
 /// The receive event type for a message: GM's fast events for small messages, peer events for
@@ -255,5 +350,26 @@ mod tests {
         assert_eq!(receive_kind(true, false, true), 16);
         assert_eq!(receive_kind(false, true, true), 17);
         assert_eq!(receive_kind(true, true, true), 18);
+    }
+
+    #[test]
+    fn gm_unknown_takes_every_receive_form_to_gm_recv_event() {
+        for high in [false, true] {
+            for peer in [false, true] {
+                for fast in [false, true] {
+                    let mut kind = receive_kind(high, peer, fast);
+                    let mut steps = 0;
+                    while let Some(plainer) = plainer_receive_kind(kind) {
+                        kind = plainer;
+                        steps += 1;
+                    }
+                    assert_eq!(kind, GM_RECV_EVENT);
+                    assert_eq!(steps, u32::from(high) + u32::from(peer) + u32::from(fast));
+                }
+            }
+        }
+        assert_eq!(plainer_receive_kind(GM_RECV_EVENT), None);
+        assert_eq!(plainer_receive_kind(GM_SENT_EVENT), None);
+        assert_eq!(plainer_receive_kind(GM_BAD_RECV_TOKEN_EVENT), None);
     }
 }

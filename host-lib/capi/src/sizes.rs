@@ -1,8 +1,7 @@
 //! GM's size classes, as GM computes them: a buffer of size class `s` is `2^s` bytes and holds
 //! messages of up to `2^s - 8` bytes; the smallest class is 3 (an 8-byte buffer, zero-length
-//! messages). The NIC carries one packet per message, so messages longer than its MTU (4096
-//! bytes: part of class 13, all of the larger classes) cannot be sent; the NIC takes buffers of
-//! classes 3 to 13.
+//! messages). The NIC takes buffers of classes 3 to 31 and carries a message longer than its MTU
+//! (4096 bytes) in several packets.
 
 use shared_abi::MAX_SIZE_CLASS;
 

@@ -2,8 +2,8 @@
 //! buffers.
 //!
 //! A C program names DMA memory by pointers, not by `DmaBuffer`s, and may send from or receive
-//! into any part of it. So the port keeps every allocation itself, posts tokens that name arena
-//! offsets, and keeps its own record of each token it posted (a send's callback and context, a
+//! into any part of it, as GM's page-granular heap allows ([`crate::dma_heap`]). So the port
+//! keeps every allocation itself, posts tokens that name arena offsets, and keeps its own record of each token it posted (a send's callback and context, a
 //! receive buffer's address and tag), named in the token's context or tag by a slot and a serial
 //! number ([`Slab`]): the NIC's event is matched against that record, never trusted for an
 //! address. An allocation the NIC still uses is freed only when the NIC hands it back.
@@ -13,8 +13,9 @@
 //! which.
 
 use core::ffi::{c_uint, c_void};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::io;
+use std::time::{Duration, Instant};
 
 use nicbar_rs::{DmaBuffer, Error, RawPort};
 use shared_abi::ids::{NodeId, PORTS_PER_NIC, PortId};
@@ -23,22 +24,14 @@ use shared_abi::{MAX_SIZE_CLASS, max_length_for_size};
 
 use crate::alarms::Alarms;
 use crate::barrier::{BarrierEnd, BarrierRecords};
+use crate::dma_heap::{DmaHeap, page_rounded};
 use crate::events::{BufferInfo, receive_event};
 use crate::names::FabricNames;
+use crate::receive::CutShort;
 use crate::slab::{Slab, name, unname};
 use crate::stall::{Connection, HeldSend, Stalls};
 use crate::status::{from_error, set_last_error};
 use crate::types::*;
-
-/// DMA memory the C program allocated.
-#[derive(Debug)]
-pub(crate) struct Allocation {
-    buffer: DmaBuffer,
-    /// Tokens the NIC holds that name this memory.
-    in_flight: u32,
-    /// gm_dma_free was called while the NIC held it: freed when the last token comes back.
-    freed: bool,
-}
 
 /// A send the NIC holds.
 #[derive(Debug)]
@@ -47,8 +40,47 @@ pub(crate) struct PendingSend {
     pub(crate) context: usize,
     /// Where it goes: a failure stalls this connection.
     pub(crate) connection: Connection,
-    /// The allocation sent from (its address).
-    pub(crate) allocation: usize,
+    /// The allocations the message lies in (their addresses).
+    pub(crate) allocations: Vec<usize>,
+    /// The send as the program asked for it, to post again while the target port is not open.
+    pub(crate) asked: HeldSend,
+    /// When it was first posted, and how long to wait before posting it again.
+    pub(crate) attempt: Attempt,
+}
+
+/// How long a send to a port that is not open is posted again before it ends with
+/// GM_SEND_TARGET_PORT_CLOSED: GM's NIC retries a send until the target port opens or the send
+/// times out, so a program may send to a peer as soon as it knows its address.
+pub(crate) const PEER_OPEN_WAIT: Duration = Duration::from_secs(3);
+/// The first wait before a send to a closed port is posted again; it doubles up to
+/// [`RETRY_MOST`].
+const RETRY_FIRST: Duration = Duration::from_millis(1);
+/// The longest wait between posts of a send to a closed port.
+const RETRY_MOST: Duration = Duration::from_millis(50);
+
+/// When a send was first posted, and the wait before its next post if its target port is closed.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Attempt {
+    pub(crate) first_posted: Instant,
+    pub(crate) delay: Duration,
+}
+
+impl Attempt {
+    fn new(now: Instant) -> Self {
+        Self {
+            first_posted: now,
+            delay: RETRY_FIRST,
+        }
+    }
+}
+
+/// A send whose target port was closed, to be posted again at `due`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Retry {
+    pub(crate) due: Instant,
+    pub(crate) connection: Connection,
+    pub(crate) send: HeldSend,
+    pub(crate) attempt: Attempt,
 }
 
 /// A receive buffer the NIC holds.
@@ -56,7 +88,8 @@ pub(crate) struct PendingSend {
 pub(crate) struct ProvidedBuffer {
     pub(crate) info: BufferInfo,
     pub(crate) arena_offset: u64,
-    pub(crate) allocation: usize,
+    /// The allocations the bytes its size class holds lie in.
+    pub(crate) allocations: Vec<usize>,
     pub(crate) priority: Priority,
 }
 
@@ -89,10 +122,15 @@ pub(crate) struct PortState {
     pub(crate) fatal: Option<(gm_status_t, String)>,
     /// The last receive buffer refused, in words, for gm_unknown to report.
     pub(crate) bad_receive: Option<String>,
-    /// DMA memory by start address.
-    allocations: BTreeMap<usize, Allocation>,
+    /// Receive buffers whose message its sender cut short, reported and not yet passed to
+    /// gm_unknown (which provides them again).
+    pub(crate) cut_short: VecDeque<CutShort>,
+    /// DMA memory ([`DmaHeap`]).
+    heap: DmaHeap<DmaBuffer>,
     pub(crate) sends: Slab<PendingSend>,
     pub(crate) receives: Slab<ProvidedBuffer>,
+    /// Sends whose target port was not open, posted again when due ([`PEER_OPEN_WAIT`]).
+    pub(crate) retries: VecDeque<Retry>,
     /// Callbacks owed; gm_unknown runs them.
     pub(crate) completions: VecDeque<Completion>,
     /// Completions were queued without a GM_SENT_EVENT saying so yet.
@@ -131,9 +169,11 @@ impl PortState {
             raw,
             fatal: None,
             bad_receive: None,
-            allocations: BTreeMap::new(),
+            cut_short: VecDeque::new(),
+            heap: DmaHeap::default(),
             sends: Slab::new(32),
             receives: Slab::new(16),
+            retries: VecDeque::new(),
             completions: VecDeque::new(),
             unannounced: false,
             deferred: VecDeque::new(),
@@ -153,50 +193,31 @@ impl PortState {
     /// Closes the NIC's port (peers' sends to it then end with GM_SEND_TARGET_PORT_CLOSED)
     /// before the DMA memory is released.
     pub(crate) fn close(self) {
-        let Self {
-            raw, allocations, ..
-        } = self;
+        let Self { raw, heap, .. } = self;
         let _ = raw.close();
-        drop(allocations);
+        drop(heap);
     }
 
-    /// Finds the allocation holding `[address, address + len)`: its start and the arena offset
-    /// of `address`.
-    pub(crate) fn locate(&self, address: usize, len: usize) -> Result<(usize, u64), String> {
-        let end = address
-            .checked_add(len)
-            .ok_or_else(|| format!("{address:#x} + {len} bytes wraps around"))?;
-        let found = self.allocations.range(..=address).next_back();
-        match found {
-            Some((&start, allocation))
-                if !allocation.freed
-                    && end <= start + allocation.buffer.len()
-                    && (address < start + allocation.buffer.len() || len == 0) =>
-            {
-                let offset = allocation.buffer.arena_offset() + (address - start) as u64;
-                Ok((start, offset))
-            }
-            _ => Err(format!(
-                "{len} bytes at {address:#x} are not inside DMA memory of this port from \
-                 gm_dma_malloc"
-            )),
-        }
+    /// Finds the DMA memory holding `[address, address + len)`: the allocations it lies in and
+    /// the arena offset of `address` ([`DmaHeap::cover`]).
+    pub(crate) fn locate(&self, address: usize, len: usize) -> Result<(Vec<usize>, u64), String> {
+        let covered = self.heap.cover(address, len)?;
+        let first = self
+            .heap
+            .buffer(covered.first)
+            .ok_or_else(|| format!("{address:#x} is not DMA memory of this port"))?;
+        // Adjacent allocations are adjacent in the arena: one mapping holds them all.
+        let offset = first.arena_offset() + (address - covered.first) as u64;
+        Ok((covered.allocations, offset))
     }
 
-    pub(crate) fn hold(&mut self, allocation: usize) {
-        if let Some(allocation) = self.allocations.get_mut(&allocation) {
-            allocation.in_flight += 1;
-        }
+    pub(crate) fn hold(&mut self, allocations: &[usize]) {
+        self.heap.hold(allocations);
     }
 
-    /// The NIC gave back a token naming `allocation`; frees it if the program already did.
-    pub(crate) fn release(&mut self, allocation: usize) {
-        if let Some(entry) = self.allocations.get_mut(&allocation) {
-            entry.in_flight = entry.in_flight.saturating_sub(1);
-            if entry.freed && entry.in_flight == 0 {
-                self.allocations.remove(&allocation);
-            }
-        }
+    /// The NIC gave back a token naming `allocations`; frees those the program already did.
+    pub(crate) fn release(&mut self, allocations: &[usize]) {
+        self.heap.release(allocations);
     }
 
     /// Queues a callback for gm_unknown, and a GM_SENT_EVENT to say so.
@@ -227,14 +248,14 @@ impl PortState {
         self.fatal.clone()
     }
 
-    /// Allocates `length` bytes of DMA memory (zeroed if asked); NULL with the last error set if
-    /// the arena has no room.
+    /// Allocates `length` bytes of DMA memory (zeroed if asked), in whole pages as GM does; NULL
+    /// with the last error set if the arena has no room.
     pub(crate) fn allocate(&mut self, length: gm_size_t, zeroed: bool) -> *mut c_void {
-        let Ok(length) = usize::try_from(length) else {
+        let Some(rounded) = usize::try_from(length).ok().and_then(page_rounded) else {
             set_last_error(format!("gm_dma_malloc: {length} bytes is more than memory"));
             return core::ptr::null_mut();
         };
-        let mut buffer = match self.raw.dma_alloc(length.max(1)) {
+        let mut buffer = match self.raw.dma_alloc(rounded) {
             Ok(buffer) => buffer,
             Err(error) => {
                 set_last_error(format!("gm_dma_malloc: {error}"));
@@ -247,30 +268,14 @@ impl PortState {
         // From here on the program writes the bytes through this pointer; the library never
         // views them again (it only names them to the NIC by offset).
         let pointer = buffer.as_mut_ptr();
-        self.allocations.insert(
-            pointer as usize,
-            Allocation {
-                buffer,
-                in_flight: 0,
-                freed: false,
-            },
-        );
+        self.heap.insert(pointer as usize, rounded, buffer);
         pointer.cast()
     }
 
     /// Frees the DMA memory starting at `address`, now or when the NIC gives it back.
     pub(crate) fn free(&mut self, address: usize) {
-        match self.allocations.get_mut(&address) {
-            Some(allocation) if !allocation.freed => {
-                if allocation.in_flight == 0 {
-                    self.allocations.remove(&address);
-                } else {
-                    allocation.freed = true;
-                }
-            }
-            _ => set_last_error(format!(
-                "gm_dma_free: {address:#x} is not DMA memory of this port from gm_dma_malloc"
-            )),
+        if let Err(why) = self.heap.free(address) {
+            set_last_error(why);
         }
     }
 
@@ -318,29 +323,71 @@ impl PortState {
             // Held until gm_resume_sending or gm_drop_sends.
             return;
         }
-        if let Err((status, why)) =
-            self.try_send(message, size, len, priority, node, port, callback, context)
-        {
+        self.post(connection, held, Attempt::new(Instant::now()));
+    }
+
+    /// Posts `send` to `connection` (a first post or a retry); on any refusal the callback is
+    /// owed with the reason instead.
+    fn post(&mut self, connection: Connection, send: HeldSend, attempt: Attempt) {
+        if let Err((status, why)) = self.try_send(connection, send, attempt) {
             set_last_error(format!("gm_send_with_callback: {why}"));
-            self.complete(callback, context, status);
+            self.complete(send.callback, send.context, status);
         }
     }
 
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "gm_send_with_callback's arguments, passed through"
-    )]
+    /// A send ended with GM_SEND_TARGET_PORT_CLOSED: posts it again later if it has not waited
+    /// [`PEER_OPEN_WAIT`] yet. Whether it will be.
+    pub(crate) fn retry_if_closed(&mut self, send: &PendingSend, status: gm_status_t) -> bool {
+        let now = Instant::now();
+        if status != GM_SEND_TARGET_PORT_CLOSED
+            || now.duration_since(send.attempt.first_posted) >= PEER_OPEN_WAIT
+        {
+            return false;
+        }
+        self.retries.push_back(Retry {
+            due: now + send.attempt.delay,
+            connection: send.connection,
+            send: send.asked,
+            attempt: Attempt {
+                first_posted: send.attempt.first_posted,
+                delay: (send.attempt.delay * 2).min(RETRY_MOST),
+            },
+        });
+        true
+    }
+
+    /// Posts the sends to closed ports whose wait is over.
+    pub(crate) fn post_due_retries(&mut self, now: Instant) {
+        while self.retries.front().is_some_and(|retry| retry.due <= now) {
+            if let Some(retry) = self.retries.pop_front() {
+                self.post(retry.connection, retry.send, retry.attempt);
+            }
+        }
+    }
+
+    /// When the next send to a closed port is posted again.
+    pub(crate) fn next_retry(&self) -> Option<Instant> {
+        self.retries.iter().map(|retry| retry.due).min()
+    }
+
     fn try_send(
         &mut self,
-        message: usize,
-        size: c_uint,
-        len: gm_size_t,
-        priority: c_uint,
-        node: c_uint,
-        port: c_uint,
-        callback: gm_send_completion_callback_t,
-        context: usize,
+        connection: Connection,
+        asked: HeldSend,
+        attempt: Attempt,
     ) -> Result<(), Refusal> {
+        let HeldSend {
+            message,
+            size,
+            length: len,
+            callback,
+            context,
+        } = asked;
+        let Connection {
+            node,
+            port,
+            priority,
+        } = connection;
         let invalid = |why: String| Err((GM_INVALID_PARAMETER, why));
         if let Some(death) = self.dead() {
             return Err(death);
@@ -373,7 +420,7 @@ impl PortState {
                 "port id {port} is not a port of a NIC (0..{PORTS_PER_NIC})"
             ));
         };
-        let (allocation, offset) = self
+        let (allocations, offset) = self
             .locate(message, len as usize)
             .map_err(|why| (GM_INVALID_PARAMETER, why))?;
         let reserved = self.reserved_send_tokens > 0;
@@ -392,7 +439,9 @@ impl PortState {
             callback,
             context,
             connection,
-            allocation,
+            allocations: allocations.clone(),
+            asked,
+            attempt,
         });
         let token = SendToken {
             kind: SendKind::DATA,
@@ -412,7 +461,7 @@ impl PortState {
         if reserved {
             self.reserved_send_tokens -= 1;
         }
-        self.hold(allocation);
+        self.hold(&allocations);
         Ok(())
     }
 
@@ -451,7 +500,7 @@ impl PortState {
             ));
         }
         let needed = max_length_for_size(size_class) as usize;
-        let (allocation, arena_offset) = self.locate(address, needed)?;
+        let (allocations, arena_offset) = self.locate(address, needed)?;
         if self.raw.receive_tokens() == 0 {
             return Err("no receive token is free".to_owned());
         }
@@ -462,7 +511,7 @@ impl PortState {
                 size: size_class,
             },
             arena_offset,
-            allocation,
+            allocations: allocations.clone(),
             priority: Priority(priority as u8),
         });
         if slot > 0xffff {
@@ -483,7 +532,7 @@ impl PortState {
             self.receives.remove(slot, serial);
             return Err(error.to_string());
         }
-        self.hold(allocation);
+        self.hold(&allocations);
         Ok(())
     }
 
@@ -556,7 +605,7 @@ impl PortState {
     /// Takes the record of the receive buffer a token's tag names, releasing its memory.
     pub(crate) fn take_receive(&mut self, tag: u32) -> Option<ProvidedBuffer> {
         let provided = self.receives.remove(tag & 0xffff, tag >> 16)?;
-        self.release(provided.allocation);
+        self.release(&provided.allocations);
         Some(provided)
     }
 
@@ -564,7 +613,7 @@ impl PortState {
     pub(crate) fn take_send(&mut self, context: u64) -> Option<PendingSend> {
         let (slot, serial) = unname(context);
         let send = self.sends.remove(slot, serial)?;
-        self.release(send.allocation);
+        self.release(&send.allocations);
         Some(send)
     }
 }

@@ -154,6 +154,16 @@ fn cc() -> Command {
 /// `examples/c/<name>.c`, compiled once per test process and link mode, against the checked-in
 /// header.
 fn example(name: &str, link: Link) -> PathBuf {
+    compiled(&crate_dir().join("examples/c"), name, link)
+}
+
+/// `capi/tests/c/<name>.c`: a C test written as GM programs are, compiled as the examples are.
+fn c_test(name: &str) -> PathBuf {
+    compiled(&crate_dir().join("capi/tests/c"), name, Link::Dynamic)
+}
+
+/// `<dir>/<name>.c`, compiled once per test process and link mode.
+fn compiled(dir: &Path, name: &str, link: Link) -> PathBuf {
     static BUILT: OnceLock<Mutex<HashMap<(String, Link), PathBuf>>> = OnceLock::new();
     let mut built = BUILT.get_or_init(Default::default).lock().unwrap();
     if let Some(path) = built.get(&(name.to_owned(), link)) {
@@ -175,7 +185,7 @@ fn example(name: &str, link: Link) -> PathBuf {
             "-I",
         ])
         .arg(crate_dir().join("include"))
-        .arg(crate_dir().join("examples/c").join(format!("{name}.c")))
+        .arg(dir.join(format!("{name}.c")))
         .arg("-o")
         .arg(&binary);
     match link {
@@ -537,6 +547,228 @@ fn gm2_calls_behave_as_gm_documents_them() {
         finished[0].stdout
     );
     assert!(finished[0].stdout.contains("gm2: 0 check(s) failed"));
+}
+
+/// Runs the C test `name` with `args` against a daemon of `units` NICs; it must exit 0 after
+/// at least `checks` lines of `ok: `.
+fn run_c_test(name: &str, units: u16, runs: &[Vec<String>], checks: usize) -> Vec<Finished> {
+    let scratch = Scratch::new(name);
+    let emulator = daemon(&scratch, units);
+    let binary = c_test(name);
+    let running = runs
+        .iter()
+        .enumerate()
+        .map(|(i, args)| start(&format!("{name} #{i}"), &binary, args, emulator.socket()))
+        .collect();
+    let finished = finish(running, RUN_LIMIT);
+    for program in &finished {
+        program.assert_success();
+    }
+    let passed: usize = finished
+        .iter()
+        .map(|f| f.stdout.lines().filter(|l| l.starts_with("ok: ")).count())
+        .sum();
+    assert!(
+        passed >= checks,
+        "only {passed} checks passed:\n{finished:#?}"
+    );
+    finished
+}
+
+#[test]
+fn dma_memory_is_a_page_heap_short_exact_and_large_buffers_take_their_messages() {
+    run_c_test("dma", 2, &[args(&[&0])], 27);
+}
+
+#[test]
+fn gms_printing_crcs_containers_and_deprecated_calls_behave_as_gm_documents_them() {
+    let finished = run_c_test("utilities", 1, &[args(&[&0])], 22);
+    assert!(finished[0].stdout.contains("printed by gm_printf 42 ok"));
+    assert!(finished[0].stderr.contains("printed by gm_eprintf 7"));
+}
+
+/// The lengths a GM ping-pong test runs: the fast form's edge, the packet's, and 1 MiB.
+const PING_PONG_LENGTHS: [&str; 8] = ["0", "1", "128", "129", "4096", "4099", "1048573", "1048576"];
+
+/// Runs the GM-style ping-pong between ports `ports` of units 0 and 1; the initiator starts
+/// first, so its first send reaches a port that is not open yet.
+fn gm_ping_pong(ports: (u8, u8)) {
+    let mut initiator = args(&[&0, &0, &ports.0, &1, &ports.1, &3]);
+    let mut responder = args(&[&1, &1, &ports.1, &0, &ports.0, &3]);
+    for length in PING_PONG_LENGTHS {
+        initiator.push(length.to_owned());
+        responder.push(length.to_owned());
+    }
+    let scratch = Scratch::new("gm-pingpong");
+    let emulator = daemon(&scratch, 2);
+    let binary = c_test("gm_pingpong");
+    let first = start("initiator", &binary, &initiator, emulator.socket());
+    let second = start("responder", &binary, &responder, emulator.socket());
+    let finished = finish(vec![first, second], RUN_LIMIT);
+    for program in &finished {
+        program.assert_success();
+    }
+    for length in PING_PONG_LENGTHS {
+        assert!(
+            finished[0]
+                .stdout
+                .contains(&format!("length {length}: 3 round trips")),
+            "no line for length {length}:\n{finished:#?}"
+        );
+    }
+}
+
+#[test]
+fn a_gm_ping_pong_handling_only_gm_recv_event_runs_with_peer_and_fast_events() {
+    // The same port id on both sides: every message is a peer event, the short ones fast.
+    gm_ping_pong((EXAMPLE_PORT, EXAMPLE_PORT));
+}
+
+#[test]
+fn a_gm_ping_pong_handling_only_gm_recv_event_runs_between_different_port_ids() {
+    gm_ping_pong((EXAMPLE_PORT, EXAMPLE_PORT + 1));
+}
+
+/// Two `nicctl emulate` daemons, nodes 0 and 1, one NIC each, over UDP on loopback with a fabric
+/// key: the daemons (stopped when dropped) and their sockets.
+fn two_udp_daemons(scratch: &Scratch) -> (Vec<Daemon>, [PathBuf; 2]) {
+    let map = scratch.path().join("fabric.map");
+    std::fs::write(
+        &map,
+        format!(
+            "node 0 127.0.0.1:{}\nnode 1 127.0.0.1:{}\n",
+            free_udp_port("127.0.0.1"),
+            free_udp_port("127.0.0.1"),
+        ),
+    )
+    .unwrap();
+    let key = scratch.path().join("fabric.key");
+    run_to_success(
+        Command::new(nicctl()).arg("keygen").arg(&key),
+        "nicctl keygen",
+    );
+    let sockets = [
+        private_dir(scratch, "zero").join("control.sock"),
+        private_dir(scratch, "one").join("control.sock"),
+    ];
+    let daemons = [(0, &sockets[0]), (1, &sockets[1])]
+        .into_iter()
+        .map(|(node, socket): (u16, &PathBuf)| {
+            let node = node.to_string();
+            nicctl_emulate(
+                socket,
+                &[
+                    "--fabric".as_ref(),
+                    map.as_os_str(),
+                    "--fabric-key".as_ref(),
+                    key.as_os_str(),
+                    "--node".as_ref(),
+                    node.as_ref(),
+                ],
+            )
+        })
+        .collect();
+    (daemons, sockets)
+}
+
+#[test]
+fn a_gm_ping_pong_runs_between_two_daemons_over_udp_at_every_size_to_1_mib() {
+    let scratch = Scratch::new("gm-pingpong-udp");
+    let (_daemons, sockets) = two_udp_daemons(&scratch);
+    // Every size class to 1 MiB + 3 (class 21): 0, then each power of two and 3 either side.
+    let binary = c_test("gm_pingpong");
+    let initiator = start(
+        "initiator",
+        &binary,
+        &args(&[
+            &0,
+            &0,
+            &EXAMPLE_PORT,
+            &1,
+            &EXAMPLE_PORT,
+            &2,
+            &"--sweep",
+            &(1 << 20),
+        ]),
+        &sockets[0],
+    );
+    let responder = start(
+        "responder",
+        &binary,
+        &args(&[
+            &1,
+            &0,
+            &EXAMPLE_PORT,
+            &0,
+            &EXAMPLE_PORT,
+            &2,
+            &"--sweep",
+            &(1 << 20),
+        ]),
+        &sockets[1],
+    );
+    let finished = finish(vec![initiator, responder], RUN_LIMIT);
+    for program in &finished {
+        program.assert_success();
+    }
+    for length in ["0", "1", "128", "4099", "1048573", "1048576", "1048579"] {
+        assert!(
+            finished[0]
+                .stdout
+                .contains(&format!("length {length}: 2 round trips")),
+            "no line for length {length}:\n{finished:#?}"
+        );
+    }
+}
+
+#[test]
+fn a_receiver_outlives_a_sender_that_dies_part_way_through_a_long_message() {
+    // Over UDP, where a 16 MiB message takes long enough to be cut short by its sender's death.
+    let scratch = Scratch::new("cut-short");
+    let (_daemons, sockets) = two_udp_daemons(&scratch);
+    let binary = c_test("cut_short");
+    let ready = scratch.path().join("ready");
+    let receiver = start(
+        "receiver",
+        &binary,
+        &[
+            "receive".to_owned(),
+            "0".to_owned(),
+            EXAMPLE_PORT.to_string(),
+            ready.display().to_string(),
+        ],
+        &sockets[0],
+    );
+    // The receiver's buffer is offered once it says so (it writes the file after that).
+    let deadline = Instant::now() + RUN_LIMIT;
+    while !ready.exists() {
+        assert!(Instant::now() < deadline, "the receiver never got ready");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let dying = start(
+        "dying sender",
+        &binary,
+        &args(&[&"die", &0, &EXAMPLE_PORT, &0]),
+        &sockets[1],
+    );
+    let died = finish(vec![dying], RUN_LIMIT);
+    died[0].assert_success();
+    let last = start(
+        "last sender",
+        &binary,
+        &args(&[&"last", &0, &(EXAMPLE_PORT + 1), &0]),
+        &sockets[1],
+    );
+    let finished = finish(vec![receiver, last], RUN_LIMIT);
+    for program in &finished {
+        program.assert_success();
+    }
+    assert!(finished[0].stdout.contains("the last message arrived"));
+    // Whether the long message was cut short depends on how far it got; say which it was.
+    println!(
+        "the long message came {}",
+        finished[0].stdout.lines().next().unwrap_or("?")
+    );
 }
 
 #[test]

@@ -1603,8 +1603,10 @@ gm_size_t gm_max_length_for_size(unsigned int size);
 
 /**
  * Allocates `length` bytes of DMA memory from the port's arena: the only memory sends and
- * receive buffers may use. Aligned to 64 bytes. NULL if the port is NULL or the arena has no
- * free range that long (nicbar_last_error() says how much is free).
+ * receive buffers may use. As in GM, DMA memory comes in whole pages (GM_PAGE_LEN): a buffer
+ * may use every byte of the pages it was given, and may run on into an allocation that follows
+ * it. Aligned to 64 bytes. NULL if the port is NULL or the arena has no free range that long
+ * (nicbar_last_error() says how much is free).
  *
  * # Safety
  * `port` is NULL or a port from gm_open.
@@ -1631,8 +1633,9 @@ void gm_dma_free(struct gm_port *port, void *address);
 
 /**
  * Provides a buffer for one incoming message of size class `size` and `priority`
- * (GM_LOW_PRIORITY or GM_HIGH_PRIORITY). The buffer is DMA memory from gm_dma_malloc holding at
- * least gm_max_length_for_size(size) bytes; it is the NIC's until the GM_RECV_EVENT (or
+ * (GM_LOW_PRIORITY or GM_HIGH_PRIORITY). The gm_max_length_for_size(size) bytes at `buffer`
+ * lie in the port's DMA memory from gm_dma_malloc (the pages it handed out, not necessarily
+ * one allocation); it is the NIC's until the GM_RECV_EVENT (or
  * GM_HIGH_RECV_EVENT) of the message it takes, which carries `tag`. Takes a receive token.
  *
  * A buffer the library cannot provide (bad pointer, size or priority; no receive token) comes
@@ -1728,16 +1731,24 @@ gm_recv_event_t *gm_blocking_receive_no_spin(struct gm_port *port);
 /**
  * Handles an event the program does not: runs the callbacks of sends (and barriers) that have
  * ended, in order. Call it for every event whose type the program does not handle itself;
- * calling it for any event, NULL included, is harmless. Events that say the program can go no
- * further exit the process after printing why on standard error, as GM did:
- * GM_FATAL_FIRMWARE_ERROR_EVENT (the daemon went away) and GM_BAD_RECV_TOKEN_EVENT (a buffer
- * could not be provided). Callbacks may call any function of the port, gm_close included.
+ * calling it for any event, NULL included, is harmless.
+ *
+ * As in GM 2, a program may leave the fast, peer and high-priority receive forms to
+ * gm_unknown: the event comes back from the next receive call in the next plainer form (a fast
+ * receive as the same form without FAST, its message in the receive buffer; a peer receive
+ * without PEER; GM_HIGH_RECV_EVENT as GM_RECV_EVENT), so a program handling GM_RECV_EVENT alone
+ * gets every message as one. A GM_BAD_RECV_TOKEN_EVENT for a message its sender's death cut
+ * short gives the buffer back to the NIC (a note on standard error says so). Events that say
+ * the program can go no further exit the process after printing why on standard error, as GM
+ * did: GM_FATAL_FIRMWARE_ERROR_EVENT (the daemon went away) and any other
+ * GM_BAD_RECV_TOKEN_EVENT (a buffer could not be provided). Callbacks may call any function of the port, gm_close included.
  *
  * # Safety
  * `port` is NULL or a port from gm_open; `event` is NULL or an event from a receive call (or a
  * copy of one).
  */
-void gm_unknown(struct gm_port *port, gm_recv_event_t *event);
+void gm_unknown(struct gm_port *port,
+                gm_recv_event_t *event);
 
 /**
  * gm_send_with_callback without a callback (GM's older form): the send's end still comes as a
@@ -1889,6 +1900,50 @@ void gm_set_alarm(struct gm_port *port,
  * `alarm` is NULL or storage initialised with gm_initialize_alarm.
  */
 void gm_cancel_alarm(struct gm_alarm *alarm);
+
+/**
+ * Makes a set alarm due now (GM's gm_flush_alarm): its GM_ALARM_EVENT comes from the next
+ * receive call and gm_unknown runs its callback. An alarm not set is left alone.
+ *
+ * # Safety
+ * `alarm` is NULL or an alarm initialised with gm_initialize_alarm.
+ */
+void gm_flush_alarm(struct gm_alarm *alarm);
+
+/**
+ * The smallest size class a message may have (GM's gm_min_message_size): 3, whose buffers
+ * hold zero-length messages. 0 for a NULL port.
+ *
+ * # Safety
+ * `port` is NULL or a port from gm_open.
+ */
+unsigned int gm_min_message_size(struct gm_port *port);
+
+/**
+ * GM 1's handler for GM_SENT_EVENT, deprecated in GM 2: the same as passing the event to
+ * gm_unknown (the ended sends' callbacks run).
+ *
+ * # Safety
+ * As gm_unknown.
+ */
+void gm_handle_sent_tokens(struct gm_port *port, gm_recv_event_t *event);
+
+/**
+ * GM's CRC of `length` bytes at `bytes`: CRC-32 (the IEEE 802.3 polynomial, reflected, as zlib
+ * computes it). 0 for NULL.
+ *
+ * # Safety
+ * `bytes` is NULL or points to `length` readable bytes.
+ */
+unsigned long gm_crc(void *bytes, unsigned long length);
+
+/**
+ * gm_crc of the NUL-terminated string `string`, without its NUL. 0 for NULL.
+ *
+ * # Safety
+ * `string` is NULL or a NUL-terminated string.
+ */
+unsigned long gm_crc_str(const char *string);
 
 /**
  * The port's clock: ticks of 0.5 microseconds since the port opened (GM's LANai clock ticks
@@ -3304,3 +3359,70 @@ gm_status_t nicbar_lock_word(struct nicbar_fastpath *fastpath, unsigned int inde
 #endif  // __cplusplus
 
 #endif  /* NICBAR_GM_H */
+
+/* ---- Defined in C (host-lib/capi/src/c/containers.c): GM's variadic printing and its
+ * containers, which hand out raw memory by C's rules and never talk to the NIC. ---- */
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** printf, as GM's gm_printf. */
+int gm_printf(const char *format, ...);
+/** fprintf to standard error, as GM's gm_eprintf. */
+int gm_eprintf(const char *format, ...);
+
+/** A hash table (GM's gm_hash). With key_len (data_len) 0 the table keeps the key (datum)
+ * pointers given; otherwise it keeps copies of that many bytes, and gm_hash_find returns the
+ * copy. compare returns 0 for equal keys; NULL compare and hash compare and hash the key's
+ * key_len bytes (or the pointers, for key_len 0). */
+struct gm_hash;
+struct gm_hash *gm_create_hash(long (*gm_user_compare)(void *key1, void *key2),
+                               unsigned long (*gm_user_hash)(void *key1), gm_size_t key_len,
+                               gm_size_t data_len, gm_size_t gm_min_entries, int flags);
+void gm_destroy_hash(struct gm_hash *hash);
+/** Removes `key`: its datum (a copied datum stays valid until the next remove), NULL if absent. */
+void *gm_hash_remove(struct gm_hash *hash, void *key);
+void *gm_hash_find(struct gm_hash *hash, void *key);
+/** GM_SUCCESS, GM_FAILURE if the key is in the table already, GM_OUT_OF_MEMORY. */
+gm_status_t gm_hash_insert(struct gm_hash *hash, void *key, void *datum);
+void gm_hash_rekey(struct gm_hash *hash, void *old_key, void *new_key);
+long gm_hash_compare_strings(void *key1, void *key2);
+unsigned long gm_hash_hash_string(void *key);
+long gm_hash_compare_longs(void *key1, void *key2);
+unsigned long gm_hash_hash_long(void *key);
+long gm_hash_compare_ints(void *key1, void *key2);
+unsigned long gm_hash_hash_int(void *key);
+long gm_hash_compare_ptrs(void *key1, void *key2);
+unsigned long gm_hash_hash_ptr(void *key);
+
+/** A lookaside list: entries of one length, recycled (GM's gm_lookaside). */
+struct gm_lookaside;
+struct gm_lookaside *gm_create_lookaside(gm_size_t entry_len, gm_size_t min_entry_cnt);
+void gm_destroy_lookaside(struct gm_lookaside *l);
+void *gm_lookaside_alloc(struct gm_lookaside *l);
+void *gm_lookaside_zalloc(struct gm_lookaside *l);
+void gm_lookaside_free(void *ptr);
+
+/** A zone: an allocator over `length` bytes at `base` that the program owns (GM's gm_zone). */
+struct gm_zone;
+struct gm_zone *gm_zone_create_zone(void *base, gm_size_t length);
+void gm_zone_destroy_zone(struct gm_zone *zone);
+/** 1 if `a` was allocated from the zone and is now free, 0 if it was not (left alone). */
+int gm_zone_free(struct gm_zone *zone, void *a);
+void *gm_zone_malloc(struct gm_zone *zone, gm_size_t length);
+void *gm_zone_calloc(struct gm_zone *zone, gm_size_t count, gm_size_t length);
+int gm_zone_addr_in_zone(struct gm_zone *zone, void *p);
+
+/** A mark set: gm_mark gives a mark valid until gm_unmark of it or gm_unmark_all. */
+struct gm_mark_set;
+typedef gm_u64_t gm_mark_t;
+gm_status_t gm_mark(struct gm_mark_set *set, gm_mark_t *mark);
+int gm_mark_is_valid(struct gm_mark_set *set, gm_mark_t *mark);
+gm_status_t gm_create_mark_set(struct gm_mark_set **set, unsigned long init_cnt);
+void gm_destroy_mark_set(struct gm_mark_set *set);
+void gm_unmark(struct gm_mark_set *set, gm_mark_t *mark);
+void gm_unmark_all(struct gm_mark_set *set);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,7 +1,7 @@
 //! The exports of the rest of GM 2's port calls: GM's older send forms and datagrams, receive
 //! sizes, peeking at events, alarms and the clock, and leaving the process.
 
-use core::ffi::{c_int, c_uint, c_void};
+use core::ffi::{c_char, c_int, c_uint, c_ulong, c_void};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -349,6 +349,87 @@ pub unsafe extern "C" fn gm_cancel_alarm(alarm: *mut gm_alarm) {
             }
         });
     });
+}
+
+/// Makes a set alarm due now (GM's gm_flush_alarm): its GM_ALARM_EVENT comes from the next
+/// receive call and gm_unknown runs its callback. An alarm not set is left alone.
+///
+/// # Safety
+/// `alarm` is NULL or an alarm initialised with gm_initialize_alarm.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gm_flush_alarm(alarm: *mut gm_alarm) {
+    guard("gm_flush_alarm", (), || {
+        if alarm.is_null() {
+            return;
+        }
+        // SAFETY: initialised storage (the caller's promise).
+        let set = unsafe { alarm.read() };
+        if set.state != gm_alarm_state::GM_ALARM_SET {
+            return;
+        }
+        with_state(set.port, "gm_flush_alarm", (), |state| {
+            state.alarms.flush(alarm as usize, Instant::now());
+        });
+    });
+}
+
+/// The smallest size class a message may have (GM's gm_min_message_size): 3, whose buffers
+/// hold zero-length messages. 0 for a NULL port.
+///
+/// # Safety
+/// `port` is NULL or a port from gm_open.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gm_min_message_size(port: *mut gm_port) -> c_uint {
+    guard("gm_min_message_size", 0, || {
+        with_state(port, "gm_min_message_size", 0, |_| {
+            crate::sizes::MIN_SIZE_CLASS
+        })
+    })
+}
+
+/// GM 1's handler for GM_SENT_EVENT, deprecated in GM 2: the same as passing the event to
+/// gm_unknown (the ended sends' callbacks run).
+///
+/// # Safety
+/// As gm_unknown.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gm_handle_sent_tokens(port: *mut gm_port, event: *mut gm_recv_event_t) {
+    guard("gm_handle_sent_tokens", (), || {
+        // SAFETY: the same promise, passed on.
+        unsafe { super::port::gm_unknown(port, event) }
+    })
+}
+
+/// GM's CRC of `length` bytes at `bytes`: CRC-32 (the IEEE 802.3 polynomial, reflected, as zlib
+/// computes it). 0 for NULL.
+///
+/// # Safety
+/// `bytes` is NULL or points to `length` readable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gm_crc(bytes: *mut c_void, length: c_ulong) -> c_ulong {
+    guard("gm_crc", 0, || {
+        // SAFETY: the caller's promise.
+        let Some(bytes) = (unsafe { super::slice(bytes.cast::<u8>(), length as usize) }) else {
+            return 0;
+        };
+        c_ulong::from(crate::crc::crc32(bytes))
+    })
+}
+
+/// gm_crc of the NUL-terminated string `string`, without its NUL. 0 for NULL.
+///
+/// # Safety
+/// `string` is NULL or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gm_crc_str(string: *const c_char) -> c_ulong {
+    guard("gm_crc_str", 0, || {
+        if string.is_null() {
+            return 0;
+        }
+        // SAFETY: the caller's promise.
+        let bytes = unsafe { core::ffi::CStr::from_ptr(string) }.to_bytes();
+        c_ulong::from(crate::crc::crc32(bytes))
+    })
 }
 
 /// The port's clock: ticks of 0.5 microseconds since the port opened (GM's LANai clock ticks

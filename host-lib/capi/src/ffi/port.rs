@@ -299,8 +299,10 @@ pub extern "C" fn gm_max_length_for_size(size: c_uint) -> gm_size_t {
 }
 
 /// Allocates `length` bytes of DMA memory from the port's arena: the only memory sends and
-/// receive buffers may use. Aligned to 64 bytes. NULL if the port is NULL or the arena has no
-/// free range that long (nicbar_last_error() says how much is free).
+/// receive buffers may use. As in GM, DMA memory comes in whole pages (GM_PAGE_LEN): a buffer
+/// may use every byte of the pages it was given, and may run on into an allocation that follows
+/// it. Aligned to 64 bytes. NULL if the port is NULL or the arena has no free range that long
+/// (nicbar_last_error() says how much is free).
 ///
 /// # Safety
 /// `port` is NULL or a port from gm_open.
@@ -353,8 +355,9 @@ pub unsafe extern "C" fn gm_dma_free(port: *mut gm_port, address: *mut c_void) {
 }
 
 /// Provides a buffer for one incoming message of size class `size` and `priority`
-/// (GM_LOW_PRIORITY or GM_HIGH_PRIORITY). The buffer is DMA memory from gm_dma_malloc holding at
-/// least gm_max_length_for_size(size) bytes; it is the NIC's until the GM_RECV_EVENT (or
+/// (GM_LOW_PRIORITY or GM_HIGH_PRIORITY). The gm_max_length_for_size(size) bytes at `buffer`
+/// lie in the port's DMA memory from gm_dma_malloc (the pages it handed out, not necessarily
+/// one allocation); it is the NIC's until the GM_RECV_EVENT (or
 /// GM_HIGH_RECV_EVENT) of the message it takes, which carries `tag`. Takes a receive token.
 ///
 /// A buffer the library cannot provide (bad pointer, size or priority; no receive token) comes
@@ -546,10 +549,17 @@ unsafe fn blocking_receive(
 
 /// Handles an event the program does not: runs the callbacks of sends (and barriers) that have
 /// ended, in order. Call it for every event whose type the program does not handle itself;
-/// calling it for any event, NULL included, is harmless. Events that say the program can go no
-/// further exit the process after printing why on standard error, as GM did:
-/// GM_FATAL_FIRMWARE_ERROR_EVENT (the daemon went away) and GM_BAD_RECV_TOKEN_EVENT (a buffer
-/// could not be provided). Callbacks may call any function of the port, gm_close included.
+/// calling it for any event, NULL included, is harmless.
+///
+/// As in GM 2, a program may leave the fast, peer and high-priority receive forms to
+/// gm_unknown: the event comes back from the next receive call in the next plainer form (a fast
+/// receive as the same form without FAST, its message in the receive buffer; a peer receive
+/// without PEER; GM_HIGH_RECV_EVENT as GM_RECV_EVENT), so a program handling GM_RECV_EVENT alone
+/// gets every message as one. A GM_BAD_RECV_TOKEN_EVENT for a message its sender's death cut
+/// short gives the buffer back to the NIC (a note on standard error says so). Events that say
+/// the program can go no further exit the process after printing why on standard error, as GM
+/// did: GM_FATAL_FIRMWARE_ERROR_EVENT (the daemon went away) and any other
+/// GM_BAD_RECV_TOKEN_EVENT (a buffer could not be provided). Callbacks may call any function of the port, gm_close included.
 ///
 /// # Safety
 /// `port` is NULL or a port from gm_open; `event` is NULL or an event from a receive call (or a
@@ -557,19 +567,30 @@ unsafe fn blocking_receive(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn gm_unknown(port: *mut gm_port, event: *mut gm_recv_event_t) {
     guard("gm_unknown", (), || {
-        let kind = if event.is_null() {
-            GM_NO_RECV_EVENT
+        let copy = if event.is_null() {
+            None
         } else {
             // SAFETY: a non-NULL event points to an event (the caller's promise, possibly a copy
             // at any alignment); it is copied out before anything else happens.
-            event_type(&unsafe { event.read_unaligned() })
+            Some(unsafe { event.read_unaligned() })
         };
+        let kind = copy.as_ref().map_or(GM_NO_RECV_EVENT, event_type);
         let close = {
             // SAFETY: the reference ends with this block; a gm_close from a callback is
             // deferred while `callbacks_running` is raised, so the port outlives the block.
             let Some(open) = (unsafe { port_ref(port, "gm_unknown") }) else {
                 return;
             };
+            if let Some(copy) = copy
+                && let Ok(mut state) = open.lock("gm_unknown")
+                // SAFETY: as in `event_type`: every member is plain bytes, so the `recv` view of
+                // any event is initialised bytes.
+                && state.unknown_receive(unsafe { copy.recv })
+            {
+                // A receive form the program does not handle, turned into the one it does, or a
+                // buffer given back to the NIC: nothing more to do here.
+                return;
+            }
             if kind == GM_FATAL_FIRMWARE_ERROR_EVENT || kind == GM_BAD_RECV_TOKEN_EVENT {
                 let why = open.lock("gm_unknown").ok().and_then(|state| {
                     if kind == GM_FATAL_FIRMWARE_ERROR_EVENT {
