@@ -16,10 +16,13 @@
 #![cfg_attr(target_os = "none", no_std, no_main)]
 #![deny(unsafe_code)]
 
-#[cfg(all(target_os = "none", not(target_arch = "riscv32")))]
+#[cfg(all(
+    target_os = "none",
+    not(any(target_arch = "riscv32", target_arch = "riscv64"))
+))]
 compile_error!(
-    "the board crate supports only riscv32imac-unknown-none-elf (QEMU virt) so far; \
-     there is no Cortex-M entry, linker script or UART yet"
+    "the board crate supports only riscv32imac-unknown-none-elf and riscv64imac-unknown-none-elf \
+     (QEMU virt) so far; there is no Cortex-M entry, linker script or UART yet"
 );
 
 #[cfg(target_os = "none")]
@@ -49,7 +52,11 @@ mod uart;
     not(target_os = "none"),
     allow(dead_code, reason = "only the NIC build prints it")
 )]
-const BANNER: &str = "nicbar NIC firmware, riscv32imac on QEMU virt, ABI version ";
+const BANNER: &str = if cfg!(target_arch = "riscv64") {
+    "nicbar NIC firmware, riscv64imac on QEMU virt, ABI version "
+} else {
+    "nicbar NIC firmware, riscv32imac on QEMU virt, ABI version "
+};
 
 #[cfg(target_os = "none")]
 use nic_loop::run;

@@ -1,5 +1,5 @@
 //! nicbar-qemu: QEMU-backed NICs: the flashed firmware image running as the NIC core in
-//! `qemu-system-riscv32 -machine virt`, one QEMU process per NIC, served to processes through the
+//! `qemu-system-riscv32 -machine virt` (or `qemu-system-riscv64` for a 64-bit image), one QEMU process per NIC, served to processes through the
 //! same control socket as the emulator, so the user library opens ports on them unchanged.
 //!
 //! # Shape
@@ -66,13 +66,28 @@ use shared_abi::qemu::layout::{GuestCounters, GuestFailure, GuestState, RAM_BASE
 use nicbar_control::server::ControlServer;
 use nicbar_control::{ListenError, doorbell};
 use nicbar_image::image::ImageFile;
+use shared_abi::image::ImageTarget;
 
 pub use hub::{HOLD_LIMIT, SwitchCounters};
 pub use machine::region_layout;
 use machine::{Machine, MachineSetup};
 
-/// The QEMU binary looked for on the path.
+/// The QEMU binary looked for on the path for a riscv32imac image.
 pub const DEFAULT_QEMU: &str = "qemu-system-riscv32";
+/// The QEMU binary looked for on the path for a riscv64imac image.
+pub const DEFAULT_QEMU_64: &str = "qemu-system-riscv64";
+
+/// The QEMU binary (on the path) whose `virt` machine runs an image for `target`, or `None` for
+/// a target QEMU virt cannot run (a Cortex-M image).
+pub fn qemu_for_target(target: ImageTarget) -> Option<&'static str> {
+    if target == ImageTarget::RISCV32IMAC {
+        Some(DEFAULT_QEMU)
+    } else if target == ImageTarget::RISCV64IMAC {
+        Some(DEFAULT_QEMU_64)
+    } else {
+        None
+    }
+}
 /// How long a NIC may take from QEMU's start to the firmware's RUNNING, by default.
 pub const DEFAULT_BOOT_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long a powered-off NIC may take to exit before it is killed.
@@ -101,14 +116,16 @@ pub struct QemuConfig {
 }
 
 impl QemuConfig {
-    /// `nodes` NICs booting `image`, listening on `socket`, with the default QEMU binary and
-    /// boot timeout, a temporary run directory, and the console echoed.
+    /// `nodes` NICs booting `image`, listening on `socket`, with the QEMU binary for the
+    /// image's target ([`qemu_for_target`]) and the default boot timeout, a temporary run
+    /// directory, and the console echoed.
     pub fn new(socket: impl Into<PathBuf>, image: ImageFile, nodes: u16) -> Self {
+        let qemu = qemu_for_target(image.header().target).unwrap_or(DEFAULT_QEMU);
         Self {
             socket: socket.into(),
             image,
             nodes,
-            qemu: PathBuf::from(DEFAULT_QEMU),
+            qemu: PathBuf::from(qemu),
             run_dir: None,
             echo_console: true,
             boot_timeout: DEFAULT_BOOT_TIMEOUT,
@@ -297,6 +314,12 @@ impl QemuFabric {
             return Err(QemuError::NodeCount(config.nodes));
         }
         let header = config.image.header();
+        if qemu_for_target(header.target).is_none() {
+            return Err(QemuError::Image(format!(
+                "QEMU virt runs riscv32imac and riscv64imac images; this one is for {}",
+                header.target
+            )));
+        }
         let (load, entry) = (header.load_address.get(), header.entry_point.get());
         if load != u64::from(RAM_BASE) || entry != load {
             return Err(QemuError::Image(format!(
