@@ -315,11 +315,13 @@ fn run_fabric(
         .arg(&socket)
         .arg("--run-dir")
         .arg(work.path.join(format!("run-{target}")))
+        .arg("--virtio-net")
         .arg("--stop-on-stdin-eof");
     println!("running: {}", show(&daemon_command));
     let daemon = children.spawn("nicctl", &mut daemon_command, true)?;
     children.await_line(daemon, "nicctl qemu: listening on", START_TIMEOUT)?;
     let booted = started.elapsed();
+    check_virtio_net(&children.lines(daemon), shape.nodes)?;
 
     let mut peers = Vec::new();
     for unit in 0..shape.nodes {
@@ -761,6 +763,35 @@ fn check_peers(children: &Children, peers: &[usize], args: &Args) -> Result<Peer
         algorithms,
         tightest_margin_ns: tightest,
     })
+}
+
+/// The console line of a NIC whose virtio-net device sent an ARP request through QEMU's
+/// user-mode network and took the gateway's reply (QEMU's gateway MAC, 52:55:0a:00:02:02).
+const VIRTIO_NET_LINK: &str = "virtio-net: gateway 10.0.2.2 is at 52:55:0a:00:02:02";
+
+/// Checks that every NIC brought its virtio-net device up with the MAC naming its node, and
+/// exchanged ARP with the user-mode network's gateway through it.
+fn check_virtio_net(lines: &[String], nodes: u16) -> Result<()> {
+    for node in 0..nodes {
+        let prefix = format!("node {node}: ");
+        let console: Vec<&str> = lines
+            .iter()
+            .filter_map(|line| line.strip_prefix(&prefix))
+            .collect();
+        let mac = format!(
+            "virtio-net: MAC 52:54:00:00:{:02x}:{:02x}",
+            node >> 8,
+            node & 0xff
+        );
+        if !console.contains(&mac.as_str()) {
+            return Err(format!("node {node} did not print {mac:?}").into());
+        }
+        if !console.contains(&VIRTIO_NET_LINK) {
+            return Err(format!("node {node} did not print {VIRTIO_NET_LINK:?}").into());
+        }
+    }
+    println!("virtio-net: every NIC's device is up and exchanged ARP with the gateway");
+    Ok(())
 }
 
 /// The stack figures the NICs reported.

@@ -1,12 +1,14 @@
-//! board: the nicbar NIC firmware as a bootable program for `riscv32imac-unknown-none-elf` on
-//! QEMU's `virt` machine.
+//! board: the nicbar NIC firmware as a bootable program for `riscv32imac-unknown-none-elf` and
+//! `riscv64imac-unknown-none-elf` on QEMU's `virt` machine (one source: the entry code, the linker
+//! script and the devices are the same on both).
 //!
 //! This is the thin target-specific layer under the portable firmware core ([`firmware::Nic`]):
 //! the entry code that sets up the stack and memory before any Rust runs ([`entry`]), the linker
 //! script that places the image at the RAM base 0x8000_0000 (`link-riscv-virt.x`, passed by
 //! `build.rs`), the machine's devices through `volatile` pointers ([`uart`], [`clint`], [`plic`],
-//! [`pci`], [`finisher`]), the core's [`firmware::Hal`] over them ([`hal`]), the mailbox through
-//! which the host opens and closes ports ([`mailbox`]), and the main loop below. The memory map
+//! [`pci`], [`finisher`], and the virtio-net device, [`virtio_net`]), the core's
+//! [`firmware::Hal`] over them ([`hal`]), the mailbox through which the host opens and closes
+//! ports ([`mailbox`]), and the main loop below. The memory map
 //! and the wire's packet rings, which the host reads too, are shared with it in
 //! `shared_abi::qemu`. `cargo xtask image` builds it in release and wraps the ELF's
 //! loadable segments into a flashable image; `nicctl qemu` boots that image as NICs.
@@ -46,6 +48,8 @@ mod stack;
 #[cfg(target_os = "none")]
 mod static_cell;
 mod uart;
+#[cfg(target_os = "none")]
+mod virtio_net;
 
 /// The line the firmware prints when it comes up.
 #[cfg_attr(
@@ -160,6 +164,14 @@ mod nic_loop {
             uart.write_decimal(regions.iter().flatten().count() as u32);
         }
         uart.write_str("\r\n");
+
+        if let Some(mut net) = crate::virtio_net::VirtioNet::probe() {
+            uart.write_str("virtio-net: MAC ");
+            uart.write_mac(net.mac().0);
+            uart.write_str("\r\n");
+            let mut frame = [0; shared_abi::qemu::net::MAX_FRAME_LEN];
+            crate::virtio_net::link_check(&mut net, &mut frame, &mut uart, &timer);
+        }
 
         let hal = BoardHal::new(configuration.node_count, windows, uart, timer);
         let Some(nic) = NIC.init_with(|| {

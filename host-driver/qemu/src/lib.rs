@@ -113,6 +113,10 @@ pub struct QemuConfig {
     pub boot_timeout: Duration,
     /// A group whose members may use the NICs too (by default only this user and root).
     pub allow_group: Option<u32>,
+    /// Give each NIC a virtio-net device on QEMU's user-mode network, which the firmware brings
+    /// up and checks at boot (an ARP exchange with the network's gateway, on the console). The
+    /// fabric's packets still go through the switch.
+    pub virtio_net: bool,
 }
 
 impl QemuConfig {
@@ -130,6 +134,7 @@ impl QemuConfig {
             echo_console: true,
             boot_timeout: DEFAULT_BOOT_TIMEOUT,
             allow_group: None,
+            virtio_net: false,
         }
     }
 }
@@ -383,6 +388,7 @@ impl QemuFabric {
                 run_dir: &self.run_dir,
                 boot_stamp,
                 fabric_key: &fabric_key,
+                virtio_net: config.virtio_net,
             })?;
             self.machines.push(Arc::new(machine));
             uarts.push(uart);

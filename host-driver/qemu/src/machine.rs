@@ -179,6 +179,8 @@ pub(crate) struct MachineSetup<'a> {
     pub(crate) boot_stamp: u32,
     /// The key the fabric's packets are authenticated under.
     pub(crate) fabric_key: &'a [u8; 32],
+    /// Give the NIC a virtio-net device on QEMU's user-mode network.
+    pub(crate) virtio_net: bool,
 }
 
 /// One QEMU NIC.
@@ -279,6 +281,19 @@ impl Machine {
             .arg("-chardev")
             .arg(format!("socket,id=uart,path={}", uart_path.display()))
             .args(["-serial", "chardev:uart"]);
+        if setup.virtio_net {
+            // The virtio 1.x MMIO transport (QEMU's virt machine offers the legacy one unless
+            // told), user-mode networking (no root, no host set-up), and a MAC naming the node.
+            command
+                .args(["-global", "virtio-mmio.force-legacy=false"])
+                .args(["-netdev", "user,id=net0"])
+                .arg("-device")
+                .arg(format!(
+                    "virtio-net-device,netdev=net0,mac=52:54:00:00:{:02x}:{:02x}",
+                    node >> 8,
+                    node & 0xff
+                ));
+        }
         for (port, regions) in ports.iter().enumerate() {
             for (region, memory) in regions.iter().enumerate() {
                 command.arg("-object").arg(format!(

@@ -53,6 +53,10 @@ pub struct QemuArgs {
     /// (and root) may open ports.
     #[arg(long, value_name = "GROUP")]
     pub allow_group: Option<String>,
+    /// Give each NIC a virtio-net device on QEMU's user-mode network; the firmware brings it up
+    /// and checks it at boot with an ARP exchange (printed on the console).
+    #[arg(long)]
+    pub virtio_net: bool,
     /// Do not print the NICs' console lines.
     #[arg(long)]
     pub quiet: bool,
@@ -92,6 +96,7 @@ pub fn run_qemu(args: QemuArgs) -> CliResult {
         image,
         args.nodes,
     );
+    config.virtio_net = args.virtio_net;
     if let Some(qemu) = &args.qemu {
         config.qemu = qemu.clone();
     }
