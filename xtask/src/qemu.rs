@@ -8,13 +8,18 @@
 //!    panic path that survives linking fails the check, naming the symbols) and for a `.text`
 //!    over 128 KiB, checks the image with `nicctl image info` (which must name the target), and
 //!    flashes it onto an emulated flash device with `nicctl flash`.
-//! 3. For each target (the 64-bit one with a fifth of the traffic), boots `--nodes` NICs from that flash with `nicctl qemu`, runs one `qemu_peer` process per
-//!    NIC (messages around a ring; barriers of every algorithm through `nicbar::Port`), and checks
-//!    their output: every message arrived intact, every barrier completed everywhere, and no peer
-//!    left a barrier before every peer had entered it.
+//! 3. For each target, boots `--nodes` NICs from that flash with `nicctl qemu`, each with a
+//!    virtio-net device: the riscv32 NICs with their wire on it (`--virtio-net wire`, UDP/IPv4 on
+//!    one Ethernet segment), the riscv64 ones on QEMU's user-mode network (`--virtio-net user`,
+//!    the device checked at boot by an ARP exchange with the gateway) and a fifth of the traffic;
+//!    checks each NIC's console says so; runs one `qemu_peer` process per NIC (messages around a
+//!    ring; barriers of every algorithm through `nicbar::Port`), and checks their output: every
+//!    message arrived intact, every barrier completed everywhere, and no peer left a barrier
+//!    before every peer had entered it.
 //! 4. Closes `nicctl qemu`'s standard input, which powers the NICs off, and checks each NIC's
-//!    report (clean power-off, no failed barrier, the counts the peers saw) and prints the stack
-//!    high-water marks the firmware measured.
+//!    report (clean power-off, no failed barrier, the counts the peers saw; on the virtio-net
+//!    wire, that the switch moved no packet) and prints the stack high-water marks the firmware
+//!    measured.
 //! 5. Runs the one-sided tests on QEMU NICs (`cargo test -p nicbar-system --test qemu_rdma`): a
 //!    1 MiB put and get between processes checked byte for byte, fetch-and-adds from three
 //!    processes ending exact, refusals naming their rule, a target killed during a put. They
@@ -69,6 +74,29 @@ pub(crate) struct Args {
     /// Fail instead of installing QEMU when it is missing.
     #[arg(long)]
     no_install: bool,
+    /// The network of the NICs' virtio-net devices for the primary target (`wire`: the fabric's
+    /// packets go through them; `user`: QEMU's user-mode network, a link check only). The
+    /// 64-bit run takes the other, so that both are checked.
+    #[arg(skip = Network::Wire)]
+    virtio_net: Network,
+}
+
+/// The network of the NICs' virtio-net devices in a run.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Network {
+    /// The fabric's wire over virtio-net.
+    Wire,
+    /// QEMU's user-mode network, checked at boot.
+    User,
+}
+
+impl Network {
+    fn argument(self) -> &'static str {
+        match self {
+            Self::Wire => "wire",
+            Self::User => "user",
+        }
+    }
 }
 
 impl Args {
@@ -79,6 +107,7 @@ impl Args {
             messages: 50,
             barriers: 40,
             no_install: false,
+            virtio_net: Network::Wire,
         }
     }
 
@@ -87,6 +116,7 @@ impl Args {
         Self {
             messages: self.messages.div_ceil(5),
             barriers: self.barriers.div_ceil(5),
+            virtio_net: Network::User,
             ..self.clone()
         }
     }
@@ -315,13 +345,13 @@ fn run_fabric(
         .arg(&socket)
         .arg("--run-dir")
         .arg(work.path.join(format!("run-{target}")))
-        .arg("--virtio-net")
+        .args(["--virtio-net", shape.virtio_net.argument()])
         .arg("--stop-on-stdin-eof");
     println!("running: {}", show(&daemon_command));
     let daemon = children.spawn("nicctl", &mut daemon_command, true)?;
     children.await_line(daemon, "nicctl qemu: listening on", START_TIMEOUT)?;
     let booted = started.elapsed();
-    check_virtio_net(&children.lines(daemon), shape.nodes)?;
+    check_virtio_net(&children.lines(daemon), shape.nodes, shape.virtio_net)?;
 
     let mut peers = Vec::new();
     for unit in 0..shape.nodes {
@@ -359,6 +389,20 @@ fn run_fabric(
         return Err(format!("nicctl qemu failed ({status})").into());
     }
     let stacks = check_reports(&children.lines(daemon), shape, &outcome)?;
+    if shape.virtio_net == Network::Wire {
+        // Every packet went through the virtio-net devices: the switch moved none.
+        let lines = children.lines(daemon);
+        let switch = lines
+            .iter()
+            .find(|line| line.starts_with("nicctl qemu: switch "))
+            .ok_or("nicctl qemu printed no switch counters")?;
+        if field(switch, "moved") != Some("0") {
+            return Err(
+                format!("the wire was virtio-net, yet the switch moved packets: {switch}").into(),
+            );
+        }
+        println!("virtio-net: the switch moved no packet; every one went through the devices");
+    }
     Ok(FabricRun {
         booted,
         peers_took,
@@ -770,8 +814,8 @@ fn check_peers(children: &Children, peers: &[usize], args: &Args) -> Result<Peer
 const VIRTIO_NET_LINK: &str = "virtio-net: gateway 10.0.2.2 is at 52:55:0a:00:02:02";
 
 /// Checks that every NIC brought its virtio-net device up with the MAC naming its node, and
-/// exchanged ARP with the user-mode network's gateway through it.
-fn check_virtio_net(lines: &[String], nodes: u16) -> Result<()> {
+/// either took it as its wire or exchanged ARP with the user-mode network's gateway through it.
+fn check_virtio_net(lines: &[String], nodes: u16, network: Network) -> Result<()> {
     for node in 0..nodes {
         let prefix = format!("node {node}: ");
         let console: Vec<&str> = lines
@@ -786,11 +830,20 @@ fn check_virtio_net(lines: &[String], nodes: u16) -> Result<()> {
         if !console.contains(&mac.as_str()) {
             return Err(format!("node {node} did not print {mac:?}").into());
         }
-        if !console.contains(&VIRTIO_NET_LINK) {
-            return Err(format!("node {node} did not print {VIRTIO_NET_LINK:?}").into());
+        let expected = match network {
+            Network::User => VIRTIO_NET_LINK,
+            Network::Wire => "wire: UDP/IPv4 through virtio-net",
+        };
+        if !console.contains(&expected) {
+            return Err(format!("node {node} did not print {expected:?}").into());
         }
     }
-    println!("virtio-net: every NIC's device is up and exchanged ARP with the gateway");
+    match network {
+        Network::User => {
+            println!("virtio-net: every NIC's device is up and exchanged ARP with the gateway");
+        }
+        Network::Wire => println!("virtio-net: every NIC's device is up and is its wire"),
+    }
     Ok(())
 }
 

@@ -74,14 +74,14 @@ mod nic_loop {
     use shared_abi::packet::MAX_WIRE_LEN;
     use shared_abi::qemu::layout::{
         DOORBELL_MAILBOX, GuestCounters, GuestFailure, GuestState, PortError, PortOperation,
-        WIRE_RING_ENTRIES,
+        WIRE_RING_ENTRIES, WireKind,
     };
     use shared_abi::qemu::wire::WireError;
     use shared_abi::ring::raw::RawMemory;
     use zerocopy::little_endian::U32;
 
     use crate::clint::MachineTimer;
-    use crate::hal::{self, BoardHal};
+    use crate::hal::{self, BoardHal, Datagram};
     use crate::mailbox::{self, CommandSlots, PendingCommand};
     use crate::stack::StackGauge;
     use crate::static_cell::StaticCell;
@@ -165,15 +165,39 @@ mod nic_loop {
         }
         uart.write_str("\r\n");
 
-        if let Some(mut net) = crate::virtio_net::VirtioNet::probe() {
+        let mut net = crate::virtio_net::VirtioNet::probe();
+        if let Some(net) = &net {
             uart.write_str("virtio-net: MAC ");
             uart.write_mac(net.mac().0);
             uart.write_str("\r\n");
-            let mut frame = [0; shared_abi::qemu::net::MAX_FRAME_LEN];
-            crate::virtio_net::link_check(&mut net, &mut frame, &mut uart, &timer);
         }
+        let wire_net = if configuration.wire == WireKind::VIRTIO_NET {
+            let Some(net) = net else {
+                mailbox::set_state(&shared, GuestState::FAILED, GuestFailure::BAD_WIRE);
+                uart.write_str("refusing to run: ");
+                uart.write_str(GuestFailure::BAD_WIRE.describe());
+                uart.write_str("\r\n");
+                finisher::fail(finisher::EXIT_BAD_CONFIGURATION)
+            };
+            plic::enable(net.interrupt());
+            uart.write_str("wire: UDP/IPv4 through virtio-net\r\n");
+            Some(net)
+        } else {
+            if let Some(net) = &mut net {
+                let mut frame = [0; shared_abi::qemu::net::MAX_FRAME_LEN];
+                crate::virtio_net::link_check(net, &mut frame, &mut uart, &timer);
+            }
+            None
+        };
 
-        let hal = BoardHal::new(configuration.node_count, windows, uart, timer);
+        let hal = BoardHal::new(
+            configuration.node,
+            configuration.node_count,
+            wire_net,
+            windows,
+            uart,
+            timer,
+        );
         let Some(nic) = NIC.init_with(|| {
             Nic::new(
                 hal,
@@ -253,8 +277,9 @@ mod nic_loop {
             // Everything published before the flags went up is seen here; everything after rings
             // the UART.
             let now = self.timer.now();
+            let mut late = self.nic.hal_mut().datagram_waiting();
             let (ring, memory) = self.nic.hal_mut().receive_ring();
-            let mut late = ring.available(memory).map_or(true, |count| count > 0);
+            late |= ring.available(memory).map_or(true, |count| count > 0);
             late |= self.commands.any_pending(self.shared());
             late |= mailbox::power_off_requested(self.shared());
             late |= self.nic.poll(now);
@@ -309,6 +334,9 @@ mod nic_loop {
         /// Takes every packet in the receive ring (at most a ring's worth, so commands and
         /// transmission get their turn). Returns whether there was any.
         fn take_packets(&mut self, now: Instant) -> bool {
+            if self.nic.hal().wire_is_virtio_net() {
+                return self.take_datagrams(now);
+            }
             let mut busy = false;
             for _ in 0..WIRE_RING_ENTRIES {
                 let (ring, memory) = self.nic.hal_mut().receive_ring();
@@ -332,6 +360,31 @@ mod nic_loop {
                         let _ = ring.resynchronise(memory);
                         self.count_receive_error();
                         break;
+                    }
+                }
+            }
+            busy
+        }
+
+        /// Takes the packets waiting on the virtio-net device (at most a queue's worth). Returns
+        /// whether there was any frame.
+        fn take_datagrams(&mut self, now: Instant) -> bool {
+            let mut busy = false;
+            for _ in 0..crate::virtio_net::QUEUE {
+                match self.nic.hal_mut().take_datagram(self.packet) {
+                    Datagram::None => break,
+                    Datagram::NotForUs => busy = true,
+                    Datagram::Dropped => {
+                        busy = true;
+                        self.count_receive_error();
+                    }
+                    Datagram::Packet(length) => {
+                        busy = true;
+                        self.counters.packets_received =
+                            U32::new(self.counters.packets_received.get().wrapping_add(1));
+                        if let Some(bytes) = self.packet.get(..length) {
+                            self.nic.on_packet(bytes, now);
+                        }
                     }
                 }
             }

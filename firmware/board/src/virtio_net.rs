@@ -15,8 +15,11 @@
 //! buffer drops the frame). Publishing follows the virtio specification's order (§2.7.13): the
 //! descriptor and the ring entry, a fence, the index, a fence, the notification.
 //!
-//! Not used by the main loop yet: at boot, [`link_check`] asks for the user-mode network's
-//! gateway with ARP and prints its answer, which proves transmission and reception end to end.
+//! When the host asks for the wire over virtio-net, the board's `Hal` sends every packet through
+//! [`VirtioNet::transmit`] and the main loop takes them with [`VirtioNet::receive`]
+//! ([`crate::hal`]); otherwise, at boot, [`link_check`] asks QEMU's user-mode network's gateway
+//! for its MAC with ARP and prints the answer, which proves the device against a network stack
+//! that is not ours.
 #![allow(
     unsafe_code,
     reason = "the device's registers and the DMA memory it writes concurrently"
@@ -187,6 +190,8 @@ pub(crate) enum TransmitError {
 /// The virtio-net device, brought up.
 pub(crate) struct VirtioNet {
     base: usize,
+    /// The device's interrupt source on the PLIC.
+    interrupt: u32,
     mac: MacAddress,
     /// Receive: the next used element to take, and the available index published.
     receive_used: u16,
@@ -228,16 +233,17 @@ impl VirtioNet {
     /// has none, or it refused what the firmware needs.
     pub(crate) fn probe() -> Option<Self> {
         (0..MMIO_SLOTS)
-            .map(|slot| MMIO_BASE + slot * MMIO_STRIDE)
-            .find(|&base| {
+            .find(|&slot| {
+                let base = MMIO_BASE + slot * MMIO_STRIDE;
                 read(base, MAGIC_VALUE) == MAGIC
                     && read(base, VERSION) == 2
                     && read(base, DEVICE_ID) == DEVICE_NETWORK
             })
-            .and_then(Self::start)
+            // The virt machine wires slot s to PLIC source 1 + s.
+            .and_then(|slot| Self::start(MMIO_BASE + slot * MMIO_STRIDE, 1 + slot as u32))
     }
 
-    fn start(base: usize) -> Option<Self> {
+    fn start(base: usize, interrupt: u32) -> Option<Self> {
         write(base, STATUS, 0);
         write(base, STATUS, STATUS_ACKNOWLEDGE);
         write(base, STATUS, STATUS_ACKNOWLEDGE | STATUS_DRIVER);
@@ -294,6 +300,7 @@ impl VirtioNet {
         ]);
         let mut net = Self {
             base,
+            interrupt,
             mac,
             receive_used: 0,
             receive_available: 0,
@@ -441,6 +448,19 @@ impl VirtioNet {
         self.give_receive_buffer(id as u16);
         write(self.base, QUEUE_NOTIFY, RECEIVE_QUEUE);
         Some(length)
+    }
+
+    /// The device's interrupt source on the PLIC (to let it end a `wfi`).
+    pub(crate) fn interrupt(&self) -> u32 {
+        self.interrupt
+    }
+
+    /// Whether a received frame waits.
+    pub(crate) fn has_received(&self) -> bool {
+        let queue = queue(true);
+        // SAFETY: a volatile read of the device-written index.
+        let used = unsafe { addr_of!((*queue).used.index).read_volatile() };
+        used != self.receive_used
     }
 
     /// Acknowledges the device's interrupts (the firmware polls; they only end a `wfi`).

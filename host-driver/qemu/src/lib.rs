@@ -33,6 +33,10 @@
 //! - The QEMU processes, which die with the supervising thread (parent-death signal) and are
 //!   powered off through the mailbox on [`QemuFabric::stop`].
 //!
+//! With [`QemuConfig::virtio_net`] set to [`VirtioNet::Wire`], each NIC also gets a virtio-net
+//! device on one Ethernet segment of the fabric's NICs, and the firmware's packets go through it
+//! as UDP/IPv4 datagrams (`shared_abi::qemu::net`) instead of through the switch.
+//!
 //! # Differences from the emulator
 //!
 //! A port's memories live as long as the QEMU NIC: QEMU cannot swap the memory behind a BAR of a
@@ -113,10 +117,21 @@ pub struct QemuConfig {
     pub boot_timeout: Duration,
     /// A group whose members may use the NICs too (by default only this user and root).
     pub allow_group: Option<u32>,
-    /// Give each NIC a virtio-net device on QEMU's user-mode network, which the firmware brings
-    /// up and checks at boot (an ARP exchange with the network's gateway, on the console). The
+    /// Give each NIC a virtio-net device, and on which network ([`VirtioNet`]); `None`: none.
+    pub virtio_net: Option<VirtioNet>,
+}
+
+/// The network of the NICs' virtio-net devices.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum VirtioNet {
+    /// QEMU's user-mode network, one per NIC (no root, no host set-up). The firmware checks the
+    /// device at boot with an ARP exchange with the network's gateway (on the console); the
     /// fabric's packets still go through the switch.
-    pub virtio_net: bool,
+    User,
+    /// The fabric's wire: every NIC on one Ethernet segment (QEMU's multicast socket network on
+    /// the loopback interface, a group and port of this fabric's own), the firmware's packets in
+    /// UDP/IPv4 datagrams through the device; the switch carries none.
+    Wire,
 }
 
 impl QemuConfig {
@@ -134,7 +149,7 @@ impl QemuConfig {
             echo_console: true,
             boot_timeout: DEFAULT_BOOT_TIMEOUT,
             allow_group: None,
-            virtio_net: false,
+            virtio_net: None,
         }
     }
 }
@@ -378,6 +393,12 @@ impl QemuFabric {
         // The NICs of one QEMU fabric talk only through this process's switch: a key of their
         // own, made here, authenticates their packets.
         let fabric_key = nicbar_control::server::random_key().map_err(QemuError::Resources)?;
+        // The segment's UDP port: one the kernel found free (another fabric's segment has its
+        // own; a stray frame would fail authentication under this fabric's key anyway).
+        let segment_port = std::net::UdpSocket::bind(("127.0.0.1", 0))
+            .and_then(|socket| socket.local_addr())
+            .map_err(QemuError::Resources)?
+            .port();
         let mut uarts = Vec::new();
         for node in 0..config.nodes {
             let (machine, uart) = Machine::start(&MachineSetup {
@@ -388,7 +409,10 @@ impl QemuFabric {
                 run_dir: &self.run_dir,
                 boot_stamp,
                 fabric_key: &fabric_key,
-                virtio_net: config.virtio_net,
+                virtio_net: config.virtio_net.map(|kind| match kind {
+                    VirtioNet::User => machine::Network::User,
+                    VirtioNet::Wire => machine::Network::Segment(segment_port),
+                }),
             })?;
             self.machines.push(Arc::new(machine));
             uarts.push(uart);

@@ -10,7 +10,7 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 use nicbar_image::flash::FlashDevice;
 use nicbar_image::image::ImageFile;
-use nicbar_qemu::{DEFAULT_BOOT_TIMEOUT, QemuConfig, QemuFabric, qemu_for_target};
+use nicbar_qemu::{DEFAULT_BOOT_TIMEOUT, QemuConfig, QemuFabric, VirtioNet, qemu_for_target};
 
 use super::{CliResult, resolve_group};
 
@@ -53,10 +53,12 @@ pub struct QemuArgs {
     /// (and root) may open ports.
     #[arg(long, value_name = "GROUP")]
     pub allow_group: Option<String>,
-    /// Give each NIC a virtio-net device on QEMU's user-mode network; the firmware brings it up
-    /// and checks it at boot with an ARP exchange (printed on the console).
-    #[arg(long)]
-    pub virtio_net: bool,
+    /// Give each NIC a virtio-net device: `wire` puts every NIC on one Ethernet segment and the
+    /// fabric's packets through the devices (UDP/IPv4); `user` puts each on QEMU's user-mode
+    /// network, where the firmware checks it at boot with an ARP exchange with the gateway
+    /// (printed on the console) and the packets still go through the switch.
+    #[arg(long, value_name = "NETWORK", value_parser = parse_virtio_net)]
+    pub virtio_net: Option<VirtioNet>,
     /// Do not print the NICs' console lines.
     #[arg(long)]
     pub quiet: bool,
@@ -64,6 +66,16 @@ pub struct QemuArgs {
     /// pipe stops the NICs cleanly, and so does the supervisor's death).
     #[arg(long)]
     pub stop_on_stdin_eof: bool,
+}
+
+fn parse_virtio_net(value: &str) -> Result<VirtioNet, String> {
+    match value {
+        "wire" => Ok(VirtioNet::Wire),
+        "user" => Ok(VirtioNet::User),
+        other => Err(format!(
+            "{other:?}: the virtio-net network is `wire` or `user`"
+        )),
+    }
 }
 
 /// Runs `nicctl qemu`: boots the NICs, prints `nicctl qemu: listening on <socket>` once

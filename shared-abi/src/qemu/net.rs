@@ -51,6 +51,30 @@ pub const UDP_FRAME_OVERHEAD: usize = ETHERNET_HEADER_LEN + IPV4_HEADER_LEN + UD
 /// The longest frame the fabric sends: the longest firmware packet in one datagram.
 pub const MAX_FRAME_LEN: usize = UDP_FRAME_OVERHEAD + crate::packet::MAX_WIRE_LEN;
 
+/// The UDP port of every QEMU NIC on a virtio-net segment.
+pub const FABRIC_UDP_PORT: u16 = 47_000;
+
+/// The IPv4 address of node `node` on a virtio-net segment of QEMU NICs: 10.77.hi.lo.
+pub const fn node_address(node: u16) -> Ipv4Address {
+    let [high, low] = node.to_be_bytes();
+    Ipv4Address([10, 77, high, low])
+}
+
+/// The node whose address [`node_address`] gives `address`, if any.
+pub const fn address_node(address: Ipv4Address) -> Option<u16> {
+    match address.0 {
+        [10, 77, high, low] => Some(u16::from_be_bytes([high, low])),
+        _ => None,
+    }
+}
+
+/// The MAC address the host gives node `node`'s virtio-net device: 52:54:00:00:hi:lo (QEMU's
+/// locally administered prefix).
+pub const fn node_mac(node: u16) -> MacAddress {
+    let [high, low] = node.to_be_bytes();
+    MacAddress([0x52, 0x54, 0, 0, high, low])
+}
+
 /// The EtherType of IPv4.
 pub const ETHERTYPE_IPV4: u16 = 0x0800;
 /// The EtherType of ARP.
@@ -473,6 +497,15 @@ mod tests {
         let len = build_udp(&mut out, A_MAC, B_MAC, A, B, 7, payload).unwrap();
         out.truncate(len);
         out
+    }
+
+    #[test]
+    fn node_addresses_round_trip() {
+        for node in [0, 1, 255, 256, u16::MAX] {
+            assert_eq!(address_node(node_address(node)), Some(node));
+        }
+        assert_eq!(address_node(Ipv4Address([10, 0, 2, 15])), None);
+        assert_eq!(node_mac(0x0102).0, [0x52, 0x54, 0, 0, 1, 2]);
     }
 
     #[test]
