@@ -12,6 +12,7 @@ use core::time::Duration;
 
 use firmware::{Hal, MemoryFault, TransmitError};
 use shared_abi::ids::{NodeId, PORTS_PER_NIC};
+use shared_abi::packet::PacketHeader;
 use shared_abi::qemu::layout::{
     DOORBELL_MEMORY, DOORBELL_PORT_EVENT, DOORBELL_WIRE, MEMORY_BOUNCE_LEN, MEMORY_BOUNCE_OFFSET,
     MemoryDirection, MemoryStatus, PortError, SHARED_AREA_BASE, SHARED_AREA_LEN, WIRE_RECEIVE,
@@ -22,7 +23,7 @@ use shared_abi::region::{RegionHeader, RegionLayout};
 use shared_abi::ring::raw::RawMemory;
 use shared_abi::ring::{Consumer, RingError, SharedMemory};
 use shared_abi::token::{ReceiveToken, SendToken};
-use zerocopy::{FromZeros, IntoBytes};
+use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 use shared_abi::qemu::net::{
     self, Endpoint, FABRIC_UDP_PORT, Frame, MAX_FRAME_LEN, address_node, build_udp, node_address,
@@ -181,6 +182,14 @@ impl BoardHal {
                 port: FABRIC_UDP_PORT,
             };
         if from_node.is_none() || !for_us || datagram.source.port != FABRIC_UDP_PORT {
+            return Datagram::Dropped;
+        }
+        // Each node is bound to its address, as on the emulator's UDP wire: a packet whose
+        // header names another sender than the node at the datagram's source is dropped.
+        let claimed = PacketHeader::read_from_prefix(datagram.payload)
+            .ok()
+            .map(|(header, _)| header.src_node.get());
+        if claimed != from_node {
             return Datagram::Dropped;
         }
         match out.get_mut(..datagram.payload.len()) {

@@ -318,6 +318,8 @@ pub struct QemuFabric {
     hub: Option<JoinHandle<SwitchCounters>>,
     control: Option<JoinHandle<()>>,
     report: Option<FabricReport>,
+    /// The multicast group and port of the NICs' Ethernet segment ([`VirtioNet::Wire`]).
+    segment: Option<std::net::SocketAddrV4>,
 }
 
 impl QemuFabric {
@@ -377,6 +379,7 @@ impl QemuFabric {
             hub: None,
             control: None,
             report: None,
+            segment: None,
         };
         fabric.start(&config, listener)?;
         Ok(fabric)
@@ -399,6 +402,12 @@ impl QemuFabric {
             .and_then(|socket| socket.local_addr())
             .map_err(QemuError::Resources)?
             .port();
+        if config.virtio_net == Some(VirtioNet::Wire) {
+            self.segment = Some(std::net::SocketAddrV4::new(
+                machine::SEGMENT_GROUP,
+                segment_port,
+            ));
+        }
         let mut uarts = Vec::new();
         for node in 0..config.nodes {
             let (machine, uart) = Machine::start(&MachineSetup {
@@ -454,6 +463,12 @@ impl QemuFabric {
     /// The control socket.
     pub fn socket(&self) -> &Path {
         &self.socket
+    }
+
+    /// The multicast group and port that carry the NICs' Ethernet segment, with
+    /// [`VirtioNet::Wire`]: a datagram sent there is a raw Ethernet frame every NIC receives.
+    pub fn virtio_segment(&self) -> Option<std::net::SocketAddrV4> {
+        self.segment
     }
 
     /// The run directory (UART sockets, the flat firmware, one QEMU log per node).

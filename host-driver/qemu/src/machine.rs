@@ -194,7 +194,7 @@ pub(crate) enum Network {
 }
 
 /// The multicast group of the fabric's Ethernet segments.
-const SEGMENT_GROUP: &str = "230.0.0.1";
+pub(crate) const SEGMENT_GROUP: std::net::Ipv4Addr = std::net::Ipv4Addr::new(230, 0, 0, 1);
 
 /// One QEMU NIC.
 pub(crate) struct Machine {
