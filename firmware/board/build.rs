@@ -12,7 +12,7 @@ fn main() {
         return;
     }
     let script = match target_arch.as_str() {
-        "riscv32" => "link-riscv-virt.x",
+        "riscv32" | "riscv64" => "link-riscv-virt.x",
         // src/main.rs refuses other bare-metal targets with a compile error that says why.
         _ => return,
     };

@@ -162,6 +162,59 @@ fn a_good_image_flashes_and_reads_back_identical() {
 }
 
 #[test]
+fn a_64_bit_image_is_named_by_info_and_flashes_only_onto_a_64_bit_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = image_with(ImageTarget::RISCV64IMAC, |_| {});
+    let image_path = write(dir.path(), "rv64.img", &image);
+    let (device_path, before) = device(dir.path(), 64 * 1024);
+
+    let info = nicctl(&["image", "info", path_str(&image_path)]);
+    assert_eq!(info.code, Some(0), "{}", info.stderr);
+    assert!(
+        info.stdout
+            .contains("target    riscv64imac-unknown-none-elf"),
+        "{}",
+        info.stdout
+    );
+    let json = nicctl(&["image", "info", "--json", path_str(&image_path)]);
+    assert!(
+        json.stdout
+            .contains("\"target\":\"riscv64imac-unknown-none-elf\""),
+        "{}",
+        json.stdout
+    );
+
+    // The device's target defaults to riscv32imac: a 64-bit image is refused, the device kept.
+    let refused = nicctl(&[
+        "flash",
+        "--image",
+        path_str(&image_path),
+        "--device",
+        path_str(&device_path),
+    ]);
+    assert_ne!(refused.code, Some(0));
+    assert!(
+        refused.stderr.contains("riscv64imac-unknown-none-elf"),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(std::fs::read(&device_path).unwrap(), before);
+
+    let flash = nicctl(&[
+        "flash",
+        "--image",
+        path_str(&image_path),
+        "--device",
+        path_str(&device_path),
+        "--target",
+        "riscv64imac-unknown-none-elf",
+    ]);
+    assert_eq!(flash.code, Some(0), "{}", flash.stderr);
+    let flashed = std::fs::read(&device_path).unwrap();
+    assert_eq!(&flashed[..image.len()], &image[..]);
+}
+
+#[test]
 fn bad_images_are_refused_by_info_and_flash_and_the_device_is_untouched() {
     let dir = tempfile::tempdir().unwrap();
     let good = good_image();

@@ -69,10 +69,15 @@ impl ImageTarget {
     /// Arm Cortex-M4F/M7F, bare metal, hard float: `thumbv7em-none-eabihf`.
     pub const THUMBV7EM: Self = Self::new(2);
 
+    /// RISC-V RV64IMAC, bare metal: `riscv64imac-unknown-none-elf` (the 64-bit cores DPUs run
+    /// offload code on).
+    pub const RISCV64IMAC: Self = Self::new(3);
+
     /// Every target this version knows, with its Rust target triple.
-    pub const KNOWN: [(Self, &'static str); 2] = [
+    pub const KNOWN: [(Self, &'static str); 3] = [
         (Self::RISCV32IMAC, "riscv32imac-unknown-none-elf"),
         (Self::THUMBV7EM, "thumbv7em-none-eabihf"),
+        (Self::RISCV64IMAC, "riscv64imac-unknown-none-elf"),
     ];
 
     /// The target with numeric value `value`.

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use nicbar_image::image::header_summary;
 use object::elf::{EM_ARM, EM_RISCV, PT_LOAD};
-use object::read::elf::{ElfFile32, FileHeader, ProgramHeader};
+use object::read::elf::{ElfFile, ElfFile32, ElfFile64, FileHeader, ProgramHeader};
 use object::{Endianness, Object, ObjectSection};
 use shared_abi::image::{self, HEADER_LEN, ImageHeader, ImageTarget};
 
@@ -19,11 +19,17 @@ const MAX_PAYLOAD: u64 = 16 << 20;
 /// The firmware's primary embedded target: what `cargo xtask image` builds by default, `cargo xtask
 /// test` builds the firmware for, and `cargo xtask qemu` boots.
 pub(crate) const FIRMWARE_TARGET: &str = "riscv32imac-unknown-none-elf";
+/// The firmware's 64-bit target (the RISC-V cores of DPUs): built by `cargo xtask test` and
+/// booted by `cargo xtask qemu` beside the primary one.
+pub(crate) const FIRMWARE_TARGET_64: &str = "riscv64imac-unknown-none-elf";
+
+/// The targets the board crate builds for (QEMU virt, 32- and 64-bit).
+pub(crate) const BUILDABLE: [ImageTarget; 2] = [ImageTarget::RISCV32IMAC, ImageTarget::RISCV64IMAC];
 
 /// Arguments of `cargo xtask image`.
 #[derive(clap::Args)]
 pub(crate) struct Args {
-    /// Target to build for.
+    /// Target to build for: riscv32imac-unknown-none-elf or riscv64imac-unknown-none-elf.
     #[arg(
         long,
         value_name = "TRIPLE",
@@ -68,11 +74,11 @@ fn check(path: &Path) -> Result<()> {
 
 fn build(target: ImageTarget, out: Option<PathBuf>) -> Result<()> {
     let triple = target.triple().unwrap_or("?");
-    if target != ImageTarget::RISCV32IMAC {
+    if !BUILDABLE.contains(&target) {
         return Err(format!(
-            "cannot build a {triple} image yet: the board crate has only the riscv32imac entry, \
-             linker script and UART (QEMU virt); the image format and `--check` do accept {triple} \
-             images"
+            "cannot build a {triple} image yet: the board crate has only the riscv32imac and \
+             riscv64imac entry, linker script and UART (QEMU virt); the image format and `--check` \
+             do accept {triple} images"
         )
         .into());
     }
@@ -143,9 +149,25 @@ struct FlatImage {
 /// from the lowest to the end of the highest, zero-filling gaps. Segments with no file contents
 /// (`.bss`, the stack) are left out: the entry code zeroes them.
 fn flatten(elf_bytes: &[u8], target: ImageTarget) -> Result<FlatImage, String> {
-    let elf = ElfFile32::<'_, Endianness>::parse(elf_bytes).map_err(|error| {
-        format!("not a 32-bit ELF file ({error}); both image targets are 32-bit")
-    })?;
+    if target == ImageTarget::RISCV64IMAC {
+        let elf = ElfFile64::<'_, Endianness>::parse(elf_bytes).map_err(|error| {
+            format!("not a 64-bit ELF file ({error}); a {target} image is built from one")
+        })?;
+        flatten_elf(&elf, elf_bytes, target)
+    } else {
+        let elf = ElfFile32::<'_, Endianness>::parse(elf_bytes).map_err(|error| {
+            format!("not a 32-bit ELF file ({error}); a {target} image is built from one")
+        })?;
+        flatten_elf(&elf, elf_bytes, target)
+    }
+}
+
+/// [`flatten`] for one ELF class.
+fn flatten_elf<Elf: FileHeader<Endian = Endianness>>(
+    elf: &ElfFile<'_, Elf>,
+    elf_bytes: &[u8],
+    target: ImageTarget,
+) -> Result<FlatImage, String> {
     let endian = elf.endian();
     let machine = elf.elf_header().e_machine(endian);
     let expected_machine = if target == ImageTarget::THUMBV7EM {
@@ -161,10 +183,10 @@ fn flatten(elf_bytes: &[u8], target: ImageTarget) -> Result<FlatImage, String> {
 
     let mut segments = Vec::new();
     for program_header in elf.elf_program_headers() {
-        if program_header.p_type(endian) != PT_LOAD || program_header.p_filesz(endian) == 0 {
+        if program_header.p_type(endian) != PT_LOAD || program_header.p_filesz(endian).into() == 0 {
             continue;
         }
-        let address = u64::from(program_header.p_paddr(endian));
+        let address: u64 = program_header.p_paddr(endian).into();
         let data = program_header
             .data(endian, elf_bytes)
             .map_err(|()| format!("segment at {address:#x} lies outside the file"))?;
@@ -205,7 +227,7 @@ fn flatten(elf_bytes: &[u8], target: ImageTarget) -> Result<FlatImage, String> {
     };
     Ok(FlatImage {
         load_address,
-        entry_point: u64::from(elf.elf_header().e_entry(endian)),
+        entry_point: elf.elf_header().e_entry(endian).into(),
         payload,
         sections: SectionSizes {
             text: section_size(".text"),

@@ -1,17 +1,25 @@
 //! `cargo xtask qemu`: the end-to-end check of the firmware image running as NICs under QEMU.
 //!
-//! 1. Makes sure `qemu-system-riscv32` is installed: on Debian 12 it installs QEMU 10 from
-//!    bookworm-backports (adding that source if it is missing), saying what it runs.
-//! 2. Builds the image (`cargo xtask image`), scans the linked firmware for panic machinery (a
-//!    panic path that survives linking fails the check, naming the symbols), checks the image
-//!    with `nicctl image info`, and flashes it onto an emulated flash device with `nicctl flash`.
-//! 3. Boots `--nodes` NICs from that flash with `nicctl qemu`, runs one `qemu_peer` process per
-//!    NIC (messages around a ring; barriers of every algorithm through `nicbar::Port`), and checks
-//!    their output: every message arrived intact, every barrier completed everywhere, and no peer
-//!    left a barrier before every peer had entered it.
+//! 1. Makes sure `qemu-system-riscv32` and `qemu-system-riscv64` are installed: on Debian 12 it
+//!    installs QEMU 10 from bookworm-backports (adding that source if it is missing), saying what
+//!    it runs.
+//! 2. Builds the image for each target (`cargo xtask image --target riscv32imac-unknown-none-elf`,
+//!    then `riscv64imac-unknown-none-elf`), scans the linked firmware for panic machinery (a
+//!    panic path that survives linking fails the check, naming the symbols) and for a `.text`
+//!    over 128 KiB, checks the image with `nicctl image info` (which must name the target), and
+//!    flashes it onto an emulated flash device with `nicctl flash`.
+//! 3. For each target, boots `--nodes` NICs from that flash with `nicctl qemu`, each with a
+//!    virtio-net device: the riscv32 NICs with their wire on it (`--virtio-net wire`, UDP/IPv4 on
+//!    one Ethernet segment), the riscv64 ones on QEMU's user-mode network (`--virtio-net user`,
+//!    the device checked at boot by an ARP exchange with the gateway) and a fifth of the traffic;
+//!    checks each NIC's console says so; runs one `qemu_peer` process per NIC (messages around a
+//!    ring; barriers of every algorithm through `nicbar::Port`), and checks their output: every
+//!    message arrived intact, every barrier completed everywhere, and no peer left a barrier
+//!    before every peer had entered it.
 //! 4. Closes `nicctl qemu`'s standard input, which powers the NICs off, and checks each NIC's
-//!    report (clean power-off, no failed barrier, the counts the peers saw) and prints the stack
-//!    high-water marks the firmware measured.
+//!    report (clean power-off, no failed barrier, the counts the peers saw; on the virtio-net
+//!    wire, that the switch moved no packet) and prints the stack high-water marks the firmware
+//!    measured.
 //! 5. Runs the one-sided tests on QEMU NICs (`cargo test -p nicbar-system --test qemu_rdma`): a
 //!    1 MiB put and get between processes checked byte for byte, fetch-and-adds from three
 //!    processes ending exact, refusals naming their rule, a target killed during a put. They
@@ -31,11 +39,15 @@ use std::time::{Duration, Instant};
 
 use crate::apt;
 use crate::command::{cargo, run, show};
-use crate::image::FIRMWARE_TARGET;
+use crate::image::{FIRMWARE_TARGET, FIRMWARE_TARGET_64};
 use crate::{Result, target_dir, workspace_root};
 
-/// The QEMU binary the NICs run on.
-const QEMU: &str = "qemu-system-riscv32";
+/// The QEMU binaries the NICs run on: one per image target.
+const QEMUS: [&str; 2] = ["qemu-system-riscv32", "qemu-system-riscv64"];
+/// The image targets the stage boots, the primary first.
+const QEMU_TARGETS: [&str; 2] = [FIRMWARE_TARGET, FIRMWARE_TARGET_64];
+/// The most `.text` either image may have.
+const TEXT_LIMIT: u64 = 128 << 10;
 /// How long the NICs may take to boot and start serving.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long the peers may take, all together.
@@ -48,7 +60,7 @@ const RDMA_TIMEOUT: Duration = Duration::from_secs(300);
 const BUDGET: Duration = Duration::from_secs(180);
 
 /// Options of `cargo xtask qemu`.
-#[derive(clap::Args)]
+#[derive(clap::Args, Clone)]
 pub(crate) struct Args {
     /// NICs to boot (each its own QEMU) and peers to run (one per NIC).
     #[arg(long, default_value_t = 3)]
@@ -62,6 +74,29 @@ pub(crate) struct Args {
     /// Fail instead of installing QEMU when it is missing.
     #[arg(long)]
     no_install: bool,
+    /// The network of the NICs' virtio-net devices for the primary target (`wire`: the fabric's
+    /// packets go through them; `user`: QEMU's user-mode network, a link check only). The
+    /// 64-bit run takes the other, so that both are checked.
+    #[arg(skip = Network::Wire)]
+    virtio_net: Network,
+}
+
+/// The network of the NICs' virtio-net devices in a run.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Network {
+    /// The fabric's wire over virtio-net.
+    Wire,
+    /// QEMU's user-mode network, checked at boot.
+    User,
+}
+
+impl Network {
+    fn argument(self) -> &'static str {
+        match self {
+            Self::Wire => "wire",
+            Self::User => "user",
+        }
+    }
 }
 
 impl Args {
@@ -72,6 +107,17 @@ impl Args {
             messages: 50,
             barriers: 40,
             no_install: false,
+            virtio_net: Network::Wire,
+        }
+    }
+
+    /// The shorter run the 64-bit image gets: the same nodes, a fifth of the traffic.
+    fn shorter(&self) -> Self {
+        Self {
+            messages: self.messages.div_ceil(5),
+            barriers: self.barriers.div_ceil(5),
+            virtio_net: Network::User,
+            ..self.clone()
         }
     }
 }
@@ -87,16 +133,24 @@ pub(crate) fn run_check(args: Args) -> Result<()> {
     section("QEMU");
     let version = ensure_qemu(!args.no_install)?;
 
-    section("firmware image");
-    run(cargo()
-        .current_dir(&root)
-        .args(["run", "--quiet", "--package", "xtask", "--", "image"]))?;
-    let image = target_dir().join(format!("nicbar-{FIRMWARE_TARGET}.img"));
-    let elf = target_dir()
-        .join(FIRMWARE_TARGET)
-        .join("release")
-        .join("board");
-    let sizes = scan_firmware(&elf)?;
+    section("firmware images");
+    let mut images = Vec::new();
+    for target in QEMU_TARGETS {
+        run(cargo().current_dir(&root).args([
+            "run",
+            "--quiet",
+            "--package",
+            "xtask",
+            "--",
+            "image",
+            "--target",
+            target,
+        ]))?;
+        let image = target_dir().join(format!("nicbar-{target}.img"));
+        let elf = target_dir().join(target).join("release").join("board");
+        let sizes = scan_firmware(&elf)?;
+        images.push((target, image, sizes));
+    }
 
     section("host tools");
     run(cargo().current_dir(&root).args([
@@ -110,77 +164,30 @@ pub(crate) fn run_check(args: Args) -> Result<()> {
         "--example",
         "qemu_peer",
     ]))?;
-    let nicctl = target_dir().join("debug").join("nicctl");
-    let peer = target_dir()
-        .join("debug")
-        .join("examples")
-        .join("qemu_peer");
-    run(Command::new(&nicctl).arg("image").arg("info").arg(&image))?;
+    let tools = Tools {
+        nicctl: target_dir().join("debug").join("nicctl"),
+        peer: target_dir()
+            .join("debug")
+            .join("examples")
+            .join("qemu_peer"),
+    };
     let work = WorkDir::create()?;
-    let flash = work.path.join("nic.flash");
-    run(Command::new(&nicctl)
-        .args(["flash", "--image"])
-        .arg(&image)
-        .arg("--device")
-        .arg(&flash)
-        .args(["--create", "--size", "1M"]))?;
-
-    section("NICs under QEMU");
-    let mut children = Children::default();
-    let socket = work.path.join("control.sock");
-    let mut daemon_command = Command::new(&nicctl);
-    daemon_command
-        .args(["qemu", "--flash"])
-        .arg(&flash)
-        .args(["--nodes", &args.nodes.to_string(), "--socket"])
-        .arg(&socket)
-        .arg("--run-dir")
-        .arg(work.path.join("run"))
-        .arg("--stop-on-stdin-eof");
-    println!("running: {}", show(&daemon_command));
-    let daemon = children.spawn("nicctl", &mut daemon_command, true)?;
-    children.await_line(daemon, "nicctl qemu: listening on", START_TIMEOUT)?;
-    let booted = started.elapsed();
-
-    let mut peers = Vec::new();
-    for unit in 0..args.nodes {
-        let mut command = Command::new(&peer);
-        command
-            .arg("--socket")
-            .arg(&socket)
-            .args(["--unit", &unit.to_string()])
-            .args(["--nodes", &args.nodes.to_string()])
-            .args(["--messages", &args.messages.to_string()])
-            .args(["--barriers", &args.barriers.to_string()]);
-        if unit == 0 {
-            println!("running: {} (and units 1..{})", show(&command), args.nodes);
-        }
-        peers.push(children.spawn(&format!("peer {unit}"), &mut command, false)?);
+    let mut fabrics = Vec::new();
+    for (index, (target, image, _)) in images.iter().enumerate() {
+        // The primary target runs the whole traffic; the 64-bit one a shorter run of the same.
+        let shape = if index == 0 {
+            args.clone()
+        } else {
+            args.shorter()
+        };
+        section(&format!("NICs under QEMU: {target}"));
+        let fabric = run_fabric(&tools, &work, target, image, &shape)?;
+        fabrics.push((*target, shape, fabric));
     }
-    let peers_started = Instant::now();
-    for &index in &peers {
-        let status = children.wait(index, PEERS_TIMEOUT.saturating_sub(peers_started.elapsed()))?;
-        if !status.success() {
-            return Err(format!(
-                "{} failed ({status}); its output:\n{}",
-                children.name(index),
-                children.lines(index).join("\n")
-            )
-            .into());
-        }
-    }
-    let peers_took = peers_started.elapsed();
-    let outcome = check_peers(&children, &peers, &args)?;
-
-    children.close_stdin(daemon);
-    let status = children.wait(daemon, STOP_TIMEOUT)?;
-    if !status.success() {
-        return Err(format!("nicctl qemu failed ({status})").into());
-    }
-    let stacks = check_reports(&children.lines(daemon), &args, &outcome)?;
 
     section("one-sided operations on QEMU NICs");
     let rdma_started = Instant::now();
+    let mut children = Children::default();
     let mut rdma_command = cargo();
     rdma_command.current_dir(&root).args([
         "test",
@@ -223,24 +230,28 @@ pub(crate) fn run_check(args: Args) -> Result<()> {
 
     section("result");
     println!("qemu      {version}");
-    println!(
-        "firmware  .text {} B, .rodata {} B, .data {} B, .bss {} B, stack {} B; no panic \
-         machinery linked",
-        sizes.text, sizes.rodata, sizes.data, sizes.bss, sizes.stack
-    );
-    println!(
-        "stack     high-water {} B in the main loop, {} B while booting (of {} B)",
-        stacks.main, stacks.boot, stacks.size
-    );
-    println!(
-        "traffic   {} nodes: {} messages each way checked byte for byte, {} barriers of {} \
-         algorithms on every node, none left early (tightest margin {} us)",
-        args.nodes,
-        args.messages,
-        outcome.barriers,
-        outcome.algorithms,
-        outcome.tightest_margin_ns / 1000
-    );
+    for (target, _, sizes) in &images {
+        println!(
+            "firmware  {target}: .text {} B, .rodata {} B, .data {} B, .bss {} B, stack {} B; no \
+             panic machinery linked",
+            sizes.text, sizes.rodata, sizes.data, sizes.bss, sizes.stack
+        );
+    }
+    for (target, shape, fabric) in &fabrics {
+        println!(
+            "stack     {target}: high-water {} B in the main loop, {} B while booting (of {} B)",
+            fabric.stacks.main, fabric.stacks.boot, fabric.stacks.size
+        );
+        println!(
+            "traffic   {target}: {} nodes, {} messages each way checked byte for byte, {} \
+             barriers of {} algorithms on every node, none left early (tightest margin {} us)",
+            shape.nodes,
+            shape.messages,
+            fabric.outcome.barriers,
+            fabric.outcome.algorithms,
+            fabric.outcome.tightest_margin_ns / 1000
+        );
+    }
     println!(
         "one-sided {passed} tests: 1 MiB put {}, get {} between two QEMU NICs, byte for byte; \
          fetch-and-adds from 3 processes exact; refusals named; a killed target survived",
@@ -248,12 +259,16 @@ pub(crate) fn run_check(args: Args) -> Result<()> {
         figure("1 MiB get between QEMU NICs: None in"),
     );
     let total = started.elapsed();
+    for (target, _, fabric) in &fabrics {
+        println!(
+            "time      {target}: {:.1} s to a serving fabric, {:.1} s of peers",
+            fabric.booted.as_secs_f64(),
+            fabric.peers_took.as_secs_f64(),
+        );
+    }
     println!(
-        "time      {:.1} s in all: {:.1} s to a serving fabric, {:.1} s of peers, {:.1} s of \
-         one-sided tests",
+        "time      {:.1} s in all, {:.1} s of one-sided tests",
         total.as_secs_f64(),
-        booted.as_secs_f64(),
-        peers_took.as_secs_f64(),
         rdma_took.as_secs_f64()
     );
     if total > BUDGET {
@@ -265,6 +280,137 @@ pub(crate) fn run_check(args: Args) -> Result<()> {
     Ok(())
 }
 
+/// The host programs the fabric runs.
+struct Tools {
+    nicctl: PathBuf,
+    peer: PathBuf,
+}
+
+/// What one fabric run showed.
+struct FabricRun {
+    booted: Duration,
+    peers_took: Duration,
+    outcome: PeerOutcome,
+    stacks: Stacks,
+}
+
+/// Checks `image` with `nicctl image info`, flashes it, boots `shape.nodes` NICs from the flash
+/// with `nicctl qemu`, runs one `qemu_peer` per NIC, checks what the peers and the NICs said, and
+/// powers the NICs off.
+fn run_fabric(
+    tools: &Tools,
+    work: &WorkDir,
+    target: &str,
+    image: &Path,
+    shape: &Args,
+) -> Result<FabricRun> {
+    let info = Command::new(&tools.nicctl)
+        .arg("image")
+        .arg("info")
+        .arg(image)
+        .output()
+        .map_err(|error| format!("cannot run nicctl image info: {error}"))?;
+    let info_text = String::from_utf8_lossy(&info.stdout);
+    print!("{info_text}");
+    if !info.status.success() {
+        return Err(format!(
+            "nicctl image info {} failed ({})",
+            image.display(),
+            info.status
+        )
+        .into());
+    }
+    if !info_text
+        .lines()
+        .any(|line| line.starts_with("target") && line.trim_end().ends_with(target))
+    {
+        return Err(format!("nicctl image info does not name the target {target}").into());
+    }
+    let flash = work.path.join(format!("nic-{target}.flash"));
+    run(Command::new(&tools.nicctl)
+        .args(["flash", "--image"])
+        .arg(image)
+        .arg("--device")
+        .arg(&flash)
+        .args(["--target", target, "--create", "--size", "1M"]))?;
+
+    let started = Instant::now();
+    let mut children = Children::default();
+    let socket = work.path.join(format!("control-{target}.sock"));
+    let mut daemon_command = Command::new(&tools.nicctl);
+    daemon_command
+        .args(["qemu", "--flash"])
+        .arg(&flash)
+        .args(["--nodes", &shape.nodes.to_string(), "--socket"])
+        .arg(&socket)
+        .arg("--run-dir")
+        .arg(work.path.join(format!("run-{target}")))
+        .args(["--virtio-net", shape.virtio_net.argument()])
+        .arg("--stop-on-stdin-eof");
+    println!("running: {}", show(&daemon_command));
+    let daemon = children.spawn("nicctl", &mut daemon_command, true)?;
+    children.await_line(daemon, "nicctl qemu: listening on", START_TIMEOUT)?;
+    let booted = started.elapsed();
+    check_virtio_net(&children.lines(daemon), shape.nodes, shape.virtio_net)?;
+
+    let mut peers = Vec::new();
+    for unit in 0..shape.nodes {
+        let mut command = Command::new(&tools.peer);
+        command
+            .arg("--socket")
+            .arg(&socket)
+            .args(["--unit", &unit.to_string()])
+            .args(["--nodes", &shape.nodes.to_string()])
+            .args(["--messages", &shape.messages.to_string()])
+            .args(["--barriers", &shape.barriers.to_string()]);
+        if unit == 0 {
+            println!("running: {} (and units 1..{})", show(&command), shape.nodes);
+        }
+        peers.push(children.spawn(&format!("peer {unit}"), &mut command, false)?);
+    }
+    let peers_started = Instant::now();
+    for &index in &peers {
+        let status = children.wait(index, PEERS_TIMEOUT.saturating_sub(peers_started.elapsed()))?;
+        if !status.success() {
+            return Err(format!(
+                "{} failed ({status}); its output:\n{}",
+                children.name(index),
+                children.lines(index).join("\n")
+            )
+            .into());
+        }
+    }
+    let peers_took = peers_started.elapsed();
+    let outcome = check_peers(&children, &peers, shape)?;
+
+    children.close_stdin(daemon);
+    let status = children.wait(daemon, STOP_TIMEOUT)?;
+    if !status.success() {
+        return Err(format!("nicctl qemu failed ({status})").into());
+    }
+    let stacks = check_reports(&children.lines(daemon), shape, &outcome)?;
+    if shape.virtio_net == Network::Wire {
+        // Every packet went through the virtio-net devices: the switch moved none.
+        let lines = children.lines(daemon);
+        let switch = lines
+            .iter()
+            .find(|line| line.starts_with("nicctl qemu: switch "))
+            .ok_or("nicctl qemu printed no switch counters")?;
+        if field(switch, "moved") != Some("0") {
+            return Err(
+                format!("the wire was virtio-net, yet the switch moved packets: {switch}").into(),
+            );
+        }
+        println!("virtio-net: the switch moved no packet; every one went through the devices");
+    }
+    Ok(FabricRun {
+        booted,
+        peers_took,
+        outcome,
+        stacks,
+    })
+}
+
 fn section(name: &str) {
     println!("\n== {name} ==");
 }
@@ -272,9 +418,9 @@ fn section(name: &str) {
 // ---------------------------------------------------------------------------------------------
 // Installing QEMU.
 
-/// The first line of `qemu-system-riscv32 --version`, if it runs.
-fn qemu_version() -> Option<String> {
-    let output = Command::new(QEMU).arg("--version").output().ok()?;
+/// The first line of `qemu --version`, if it runs.
+fn qemu_version(qemu: &str) -> Option<String> {
+    let output = Command::new(qemu).arg("--version").output().ok()?;
     if !output.status.success() {
         return None;
     }
@@ -284,24 +430,38 @@ fn qemu_version() -> Option<String> {
         .map(str::to_owned)
 }
 
-/// Makes sure QEMU runs; installs it from bookworm-backports if allowed. Returns its version.
+/// Makes sure both QEMUs run (Debian packages them together, in qemu-system-misc); installs
+/// them from bookworm-backports if allowed. Returns the version.
 fn ensure_qemu(install: bool) -> Result<String> {
-    if let Some(version) = qemu_version() {
-        println!("{QEMU}: {version}");
-        return Ok(version);
+    let missing: Vec<&str> = QEMUS
+        .into_iter()
+        .filter(|qemu| qemu_version(qemu).is_none())
+        .collect();
+    if !missing.is_empty() {
+        if !install {
+            return Err(format!(
+                "{} not installed (and --no-install was given)",
+                missing.join(" and ")
+            )
+            .into());
+        }
+        println!(
+            "{}: not installed; installing QEMU 10 from bookworm-backports",
+            missing.join(", ")
+        );
+        apt::install(
+            &["qemu-system-misc"],
+            Some(apt::BOOKWORM_BACKPORTS),
+            "QEMU 10 for riscv32 and riscv64",
+        )?;
     }
-    if !install {
-        return Err(format!("{QEMU} is not installed (and --no-install was given)").into());
+    let mut version = String::new();
+    for qemu in QEMUS {
+        version = qemu_version(qemu).ok_or_else(|| {
+            format!("{qemu} still does not run after installing qemu-system-misc")
+        })?;
+        println!("{qemu}: {version}");
     }
-    println!("{QEMU}: not installed; installing QEMU 10 from bookworm-backports");
-    apt::install(
-        &["qemu-system-misc"],
-        Some(apt::BOOKWORM_BACKPORTS),
-        "QEMU 10 for riscv32",
-    )?;
-    let version = qemu_version()
-        .ok_or_else(|| format!("{QEMU} still does not run after installing qemu-system-misc"))?;
-    println!("{QEMU}: {version}");
     Ok(version)
 }
 
@@ -347,6 +507,14 @@ fn scan_firmware(elf: &Path) -> Result<Sizes> {
         sizes.bss,
         sizes.stack
     );
+    if sizes.text > TEXT_LIMIT {
+        return Err(format!(
+            "{}: .text is {} B, over the {TEXT_LIMIT} B an image may have",
+            elf.display(),
+            sizes.text
+        )
+        .into());
+    }
     if !suspicious.is_empty() {
         return Err(format!(
             "the linked firmware contains panic or formatting machinery, so some panic is \
@@ -639,6 +807,44 @@ fn check_peers(children: &Children, peers: &[usize], args: &Args) -> Result<Peer
         algorithms,
         tightest_margin_ns: tightest,
     })
+}
+
+/// The console line of a NIC whose virtio-net device sent an ARP request through QEMU's
+/// user-mode network and took the gateway's reply (QEMU's gateway MAC, 52:55:0a:00:02:02).
+const VIRTIO_NET_LINK: &str = "virtio-net: gateway 10.0.2.2 is at 52:55:0a:00:02:02";
+
+/// Checks that every NIC brought its virtio-net device up with the MAC naming its node, and
+/// either took it as its wire or exchanged ARP with the user-mode network's gateway through it.
+fn check_virtio_net(lines: &[String], nodes: u16, network: Network) -> Result<()> {
+    for node in 0..nodes {
+        let prefix = format!("node {node}: ");
+        let console: Vec<&str> = lines
+            .iter()
+            .filter_map(|line| line.strip_prefix(&prefix))
+            .collect();
+        let mac = format!(
+            "virtio-net: MAC 52:54:00:00:{:02x}:{:02x}",
+            node >> 8,
+            node & 0xff
+        );
+        if !console.contains(&mac.as_str()) {
+            return Err(format!("node {node} did not print {mac:?}").into());
+        }
+        let expected = match network {
+            Network::User => VIRTIO_NET_LINK,
+            Network::Wire => "wire: UDP/IPv4 through virtio-net",
+        };
+        if !console.contains(&expected) {
+            return Err(format!("node {node} did not print {expected:?}").into());
+        }
+    }
+    match network {
+        Network::User => {
+            println!("virtio-net: every NIC's device is up and exchanged ARP with the gateway");
+        }
+        Network::Wire => println!("virtio-net: every NIC's device is up and is its wire"),
+    }
+    Ok(())
 }
 
 /// The stack figures the NICs reported.

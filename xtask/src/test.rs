@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 use crate::command::{cargo, ensure_rust_target, run};
-use crate::image::FIRMWARE_TARGET;
+use crate::image::{FIRMWARE_TARGET, FIRMWARE_TARGET_64};
 use crate::{Result, workspace_root};
 
 /// Options of `cargo xtask test`.
@@ -45,6 +45,7 @@ const FUZZ_DIR: &str = "firmware/fuzz";
 pub(crate) fn run_tests(args: Args) -> Result<()> {
     let root = workspace_root();
     ensure_rust_target(FIRMWARE_TARGET)?;
+    ensure_rust_target(FIRMWARE_TARGET_64)?;
     if !args.no_lint {
         section("formatting");
         run(cargo()
@@ -70,15 +71,17 @@ pub(crate) fn run_tests(args: Args) -> Result<()> {
             "warnings",
         ]))?;
     }
-    section("firmware for the embedded target");
-    run(cargo().current_dir(&root).args([
-        "build",
-        "-p",
-        "firmware",
-        "--release",
-        "--target",
-        FIRMWARE_TARGET,
-    ]))?;
+    section("firmware for the embedded targets");
+    for target in [FIRMWARE_TARGET, FIRMWARE_TARGET_64] {
+        run(cargo().current_dir(&root).args([
+            "build",
+            "-p",
+            "firmware",
+            "--release",
+            "--target",
+            target,
+        ]))?;
+    }
     section("tests");
     run(cargo()
         .current_dir(&root)

@@ -1,6 +1,7 @@
 //! The firmware's [`Hal`] on this board: port regions are the PCI windows the host's memfds
-//! appear in, the wire is the packet rings in the shared area, and the host's doorbells are bytes
-//! on the UART.
+//! appear in, the wire is the packet rings in the shared area (or, when the host asks for it, UDP
+//! datagrams through the virtio-net device, [`crate::virtio_net`]), and the host's doorbells are
+//! bytes on the UART.
 #![allow(
     unsafe_code,
     reason = "wrapping the port windows and the shared area as raw memory"
@@ -11,6 +12,7 @@ use core::time::Duration;
 
 use firmware::{Hal, MemoryFault, TransmitError};
 use shared_abi::ids::{NodeId, PORTS_PER_NIC};
+use shared_abi::packet::PacketHeader;
 use shared_abi::qemu::layout::{
     DOORBELL_MEMORY, DOORBELL_PORT_EVENT, DOORBELL_WIRE, MEMORY_BOUNCE_LEN, MEMORY_BOUNCE_OFFSET,
     MemoryDirection, MemoryStatus, PortError, SHARED_AREA_BASE, SHARED_AREA_LEN, WIRE_RECEIVE,
@@ -21,11 +23,17 @@ use shared_abi::region::{RegionHeader, RegionLayout};
 use shared_abi::ring::raw::RawMemory;
 use shared_abi::ring::{Consumer, RingError, SharedMemory};
 use shared_abi::token::{ReceiveToken, SendToken};
-use zerocopy::{FromZeros, IntoBytes};
+use zerocopy::{FromBytes, FromZeros, IntoBytes};
+
+use shared_abi::qemu::net::{
+    self, Endpoint, FABRIC_UDP_PORT, Frame, MAX_FRAME_LEN, address_node, build_udp, node_address,
+    node_mac,
+};
 
 use crate::clint::MachineTimer;
 use crate::pci::PortWindows;
 use crate::uart::Ns16550;
+use crate::virtio_net::{self, VirtioNet};
 
 /// How long the core waits for the host to answer one process-memory access before it reports
 /// a fault (the NIC does nothing else meanwhile: the core's calls are synchronous).
@@ -52,9 +60,30 @@ pub(crate) struct AttachedPort {
     layout: RegionLayout,
 }
 
+/// What [`BoardHal::take_datagram`] found.
+pub(crate) enum Datagram {
+    /// Nothing waits.
+    None,
+    /// A frame for another MAC address (the segment carries every NIC's frames to every NIC):
+    /// ignored.
+    NotForUs,
+    /// A frame that is not a fabric packet for this node (refused by [`net::parse_frame`], for
+    /// another address or port, or from an address that is no node): dropped.
+    Dropped,
+    /// A packet of this many bytes, copied out; not yet authenticated.
+    Packet(usize),
+}
+
 /// The board the firmware core runs on.
 pub(crate) struct BoardHal {
+    node: NodeId,
     node_count: u16,
+    /// The wire through virtio-net, when the host asked for it.
+    net: Option<VirtioNet>,
+    /// A frame being built or taken apart.
+    frame: [u8; MAX_FRAME_LEN],
+    /// The next IPv4 identification.
+    identification: u16,
     windows: PortWindows,
     ports: [Option<AttachedPort>; PORTS_PER_NIC],
     shared: RawMemory,
@@ -82,7 +111,9 @@ impl BoardHal {
     /// The board for a fabric of `node_count` nodes, with the port windows PCI enumeration
     /// found.
     pub(crate) fn new(
+        node: NodeId,
         node_count: u16,
+        net: Option<VirtioNet>,
         windows: PortWindows,
         uart: Ns16550<MachineTimer>,
         timer: MachineTimer,
@@ -91,7 +122,11 @@ impl BoardHal {
         // Take up where the mailbox stands (zero in fresh RAM).
         let memory_request = shared.load_acquire(offsets::MEMORY_REQUEST).unwrap_or(0);
         Self {
+            node,
             node_count,
+            net,
+            frame: [0; MAX_FRAME_LEN],
+            identification: 0,
             windows,
             ports: Default::default(),
             shared,
@@ -106,6 +141,63 @@ impl BoardHal {
             transmitted_since_doorbell: false,
             packets_transmitted: 0,
             transmit_full: 0,
+        }
+    }
+
+    /// Whether the wire is virtio-net.
+    pub(crate) fn wire_is_virtio_net(&self) -> bool {
+        self.net.is_some()
+    }
+
+    /// Whether a frame waits on the virtio-net device; acknowledges its interrupt.
+    pub(crate) fn datagram_waiting(&mut self) -> bool {
+        self.net.as_mut().is_some_and(|net| {
+            net.acknowledge_interrupts();
+            net.has_received()
+        })
+    }
+
+    /// Takes the next frame from the virtio-net device and, if it is a fabric datagram for this
+    /// node from another node of the fabric, copies its payload into `out`. Every frame is
+    /// checked before any field of it is used ([`net::parse_frame`]).
+    pub(crate) fn take_datagram(&mut self, out: &mut [u8]) -> Datagram {
+        let Some(net) = self.net.as_mut() else {
+            return Datagram::None;
+        };
+        let Some(len) = net.receive(&mut self.frame) else {
+            return Datagram::None;
+        };
+        if self.frame.get(..6) != Some(&node_mac(self.node.get()).0[..]) {
+            return Datagram::NotForUs;
+        }
+        let Ok(Frame::Udp(datagram)) = net::parse_frame(self.frame.get(..len).unwrap_or(&[]))
+        else {
+            return Datagram::Dropped;
+        };
+        let from_node =
+            address_node(datagram.source.address).filter(|&node| node < self.node_count);
+        let for_us = datagram.destination
+            == Endpoint {
+                address: node_address(self.node.get()),
+                port: FABRIC_UDP_PORT,
+            };
+        if from_node.is_none() || !for_us || datagram.source.port != FABRIC_UDP_PORT {
+            return Datagram::Dropped;
+        }
+        // Each node is bound to its address, as on the emulator's UDP wire: a packet whose
+        // header names another sender than the node at the datagram's source is dropped.
+        let claimed = PacketHeader::read_from_prefix(datagram.payload)
+            .ok()
+            .map(|(header, _)| header.src_node.get());
+        if claimed != from_node {
+            return Datagram::Dropped;
+        }
+        match out.get_mut(..datagram.payload.len()) {
+            Some(slot) => {
+                slot.copy_from_slice(datagram.payload);
+                Datagram::Packet(datagram.payload.len())
+            }
+            None => Datagram::Dropped,
         }
     }
 
@@ -314,6 +406,37 @@ impl Hal for BoardHal {
     fn transmit(&mut self, destination: NodeId, packet: &[u8]) -> Result<(), TransmitError> {
         if destination.get() >= self.node_count {
             return Err(TransmitError::NoRoute);
+        }
+        if let Some(net) = self.net.as_mut() {
+            let endpoint = |node: NodeId| Endpoint {
+                address: node_address(node.get()),
+                port: FABRIC_UDP_PORT,
+            };
+            self.identification = self.identification.wrapping_add(1);
+            let Ok(len) = build_udp(
+                &mut self.frame,
+                node_mac(self.node.get()),
+                node_mac(destination.get()),
+                endpoint(self.node),
+                endpoint(destination),
+                self.identification,
+                packet,
+            ) else {
+                // Longer than a frame holds: the core never sends one.
+                return Err(TransmitError::NoRoute);
+            };
+            let frame = self.frame.get(..len).unwrap_or(&[]);
+            return match net.transmit(frame) {
+                Ok(()) => {
+                    self.packets_transmitted = self.packets_transmitted.wrapping_add(1);
+                    Ok(())
+                }
+                Err(virtio_net::TransmitError::Full) => {
+                    self.transmit_full = self.transmit_full.wrapping_add(1);
+                    Err(TransmitError::WouldBlock)
+                }
+                Err(virtio_net::TransmitError::TooLong) => Err(TransmitError::NoRoute),
+            };
         }
         match self.transmit_ring.push(&self.shared, destination, packet) {
             Ok(()) => {

@@ -4,7 +4,7 @@
 use shared_abi::ids::{NodeId, PORTS_PER_NIC};
 use shared_abi::qemu::layout::{
     GuestCounters, GuestFailure, GuestState, LAYOUT_VERSION, MAILBOX_MAGIC, PORT_WINDOW_LEN,
-    PortError, PortOperation, offsets,
+    PortError, PortOperation, WireKind, offsets,
 };
 use shared_abi::ring::SharedMemory;
 use shared_abi::ring::raw::RawMemory;
@@ -23,6 +23,8 @@ pub(crate) struct Configuration {
     pub(crate) boot_stamp_ms: u32,
     /// The fabric key, if the host gave one.
     pub(crate) fabric_key: Option<firmware::auth::FabricKey>,
+    /// The wire the packets take.
+    pub(crate) wire: WireKind,
 }
 
 fn load(shared: &RawMemory, offset: usize) -> u32 {
@@ -61,7 +63,12 @@ pub(crate) fn read_configuration(shared: &RawMemory) -> Result<Configuration, Gu
         }
         firmware::auth::FabricKey::new(key)
     });
+    let wire = WireKind(load(shared, offsets::WIRE));
+    if wire != WireKind::RINGS && wire != WireKind::VIRTIO_NET {
+        return Err(GuestFailure::BAD_WIRE);
+    }
     Ok(Configuration {
+        wire,
         node: NodeId::new(node as u16),
         node_count: node_count as u16,
         boot_stamp_ms: load(shared, offsets::BOOT_STAMP_MS),

@@ -1,12 +1,14 @@
-//! board: the nicbar NIC firmware as a bootable program for `riscv32imac-unknown-none-elf` on
-//! QEMU's `virt` machine.
+//! board: the nicbar NIC firmware as a bootable program for `riscv32imac-unknown-none-elf` and
+//! `riscv64imac-unknown-none-elf` on QEMU's `virt` machine (one source: the entry code, the linker
+//! script and the devices are the same on both).
 //!
 //! This is the thin target-specific layer under the portable firmware core ([`firmware::Nic`]):
 //! the entry code that sets up the stack and memory before any Rust runs ([`entry`]), the linker
 //! script that places the image at the RAM base 0x8000_0000 (`link-riscv-virt.x`, passed by
 //! `build.rs`), the machine's devices through `volatile` pointers ([`uart`], [`clint`], [`plic`],
-//! [`pci`], [`finisher`]), the core's [`firmware::Hal`] over them ([`hal`]), the mailbox through
-//! which the host opens and closes ports ([`mailbox`]), and the main loop below. The memory map
+//! [`pci`], [`finisher`], and the virtio-net device, [`virtio_net`]), the core's
+//! [`firmware::Hal`] over them ([`hal`]), the mailbox through which the host opens and closes
+//! ports ([`mailbox`]), and the main loop below. The memory map
 //! and the wire's packet rings, which the host reads too, are shared with it in
 //! `shared_abi::qemu`. `cargo xtask image` builds it in release and wraps the ELF's
 //! loadable segments into a flashable image; `nicctl qemu` boots that image as NICs.
@@ -16,10 +18,13 @@
 #![cfg_attr(target_os = "none", no_std, no_main)]
 #![deny(unsafe_code)]
 
-#[cfg(all(target_os = "none", not(target_arch = "riscv32")))]
+#[cfg(all(
+    target_os = "none",
+    not(any(target_arch = "riscv32", target_arch = "riscv64"))
+))]
 compile_error!(
-    "the board crate supports only riscv32imac-unknown-none-elf (QEMU virt) so far; \
-     there is no Cortex-M entry, linker script or UART yet"
+    "the board crate supports only riscv32imac-unknown-none-elf and riscv64imac-unknown-none-elf \
+     (QEMU virt) so far; there is no Cortex-M entry, linker script or UART yet"
 );
 
 #[cfg(target_os = "none")]
@@ -43,13 +48,19 @@ mod stack;
 #[cfg(target_os = "none")]
 mod static_cell;
 mod uart;
+#[cfg(target_os = "none")]
+mod virtio_net;
 
 /// The line the firmware prints when it comes up.
 #[cfg_attr(
     not(target_os = "none"),
     allow(dead_code, reason = "only the NIC build prints it")
 )]
-const BANNER: &str = "nicbar NIC firmware, riscv32imac on QEMU virt, ABI version ";
+const BANNER: &str = if cfg!(target_arch = "riscv64") {
+    "nicbar NIC firmware, riscv64imac on QEMU virt, ABI version "
+} else {
+    "nicbar NIC firmware, riscv32imac on QEMU virt, ABI version "
+};
 
 #[cfg(target_os = "none")]
 use nic_loop::run;
@@ -63,14 +74,14 @@ mod nic_loop {
     use shared_abi::packet::MAX_WIRE_LEN;
     use shared_abi::qemu::layout::{
         DOORBELL_MAILBOX, GuestCounters, GuestFailure, GuestState, PortError, PortOperation,
-        WIRE_RING_ENTRIES,
+        WIRE_RING_ENTRIES, WireKind,
     };
     use shared_abi::qemu::wire::WireError;
     use shared_abi::ring::raw::RawMemory;
     use zerocopy::little_endian::U32;
 
     use crate::clint::MachineTimer;
-    use crate::hal::{self, BoardHal};
+    use crate::hal::{self, BoardHal, Datagram};
     use crate::mailbox::{self, CommandSlots, PendingCommand};
     use crate::stack::StackGauge;
     use crate::static_cell::StaticCell;
@@ -154,7 +165,39 @@ mod nic_loop {
         }
         uart.write_str("\r\n");
 
-        let hal = BoardHal::new(configuration.node_count, windows, uart, timer);
+        let mut net = crate::virtio_net::VirtioNet::probe();
+        if let Some(net) = &net {
+            uart.write_str("virtio-net: MAC ");
+            uart.write_mac(net.mac().0);
+            uart.write_str("\r\n");
+        }
+        let wire_net = if configuration.wire == WireKind::VIRTIO_NET {
+            let Some(net) = net else {
+                mailbox::set_state(&shared, GuestState::FAILED, GuestFailure::BAD_WIRE);
+                uart.write_str("refusing to run: ");
+                uart.write_str(GuestFailure::BAD_WIRE.describe());
+                uart.write_str("\r\n");
+                finisher::fail(finisher::EXIT_BAD_CONFIGURATION)
+            };
+            plic::enable(net.interrupt());
+            uart.write_str("wire: UDP/IPv4 through virtio-net\r\n");
+            Some(net)
+        } else {
+            if let Some(net) = &mut net {
+                let mut frame = [0; shared_abi::qemu::net::MAX_FRAME_LEN];
+                crate::virtio_net::link_check(net, &mut frame, &mut uart, &timer);
+            }
+            None
+        };
+
+        let hal = BoardHal::new(
+            configuration.node,
+            configuration.node_count,
+            wire_net,
+            windows,
+            uart,
+            timer,
+        );
         let Some(nic) = NIC.init_with(|| {
             Nic::new(
                 hal,
@@ -234,8 +277,9 @@ mod nic_loop {
             // Everything published before the flags went up is seen here; everything after rings
             // the UART.
             let now = self.timer.now();
+            let mut late = self.nic.hal_mut().datagram_waiting();
             let (ring, memory) = self.nic.hal_mut().receive_ring();
-            let mut late = ring.available(memory).map_or(true, |count| count > 0);
+            late |= ring.available(memory).map_or(true, |count| count > 0);
             late |= self.commands.any_pending(self.shared());
             late |= mailbox::power_off_requested(self.shared());
             late |= self.nic.poll(now);
@@ -290,6 +334,9 @@ mod nic_loop {
         /// Takes every packet in the receive ring (at most a ring's worth, so commands and
         /// transmission get their turn). Returns whether there was any.
         fn take_packets(&mut self, now: Instant) -> bool {
+            if self.nic.hal().wire_is_virtio_net() {
+                return self.take_datagrams(now);
+            }
             let mut busy = false;
             for _ in 0..WIRE_RING_ENTRIES {
                 let (ring, memory) = self.nic.hal_mut().receive_ring();
@@ -313,6 +360,31 @@ mod nic_loop {
                         let _ = ring.resynchronise(memory);
                         self.count_receive_error();
                         break;
+                    }
+                }
+            }
+            busy
+        }
+
+        /// Takes the packets waiting on the virtio-net device (at most a queue's worth). Returns
+        /// whether there was any frame.
+        fn take_datagrams(&mut self, now: Instant) -> bool {
+            let mut busy = false;
+            for _ in 0..crate::virtio_net::QUEUE {
+                match self.nic.hal_mut().take_datagram(self.packet) {
+                    Datagram::None => break,
+                    Datagram::NotForUs => busy = true,
+                    Datagram::Dropped => {
+                        busy = true;
+                        self.count_receive_error();
+                    }
+                    Datagram::Packet(length) => {
+                        busy = true;
+                        self.counters.packets_received =
+                            U32::new(self.counters.packets_received.get().wrapping_add(1));
+                        if let Some(bytes) = self.packet.get(..length) {
+                            self.nic.on_packet(bytes, now);
+                        }
                     }
                 }
             }

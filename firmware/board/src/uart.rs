@@ -155,6 +155,22 @@ impl<D: DelayNs> Ns16550<D> {
         }
     }
 
+    /// Sends a MAC address as six colon-separated pairs of hexadecimal digits.
+    pub(crate) fn write_mac(&mut self, mac: [u8; 6]) {
+        for (index, byte) in mac.into_iter().enumerate() {
+            if index > 0 {
+                self.write_byte(b':');
+            }
+            for nibble in [byte >> 4, byte & 0xf] {
+                self.write_byte(if nibble < 10 {
+                    b'0' + nibble
+                } else {
+                    b'a' + nibble - 10
+                });
+            }
+        }
+    }
+
     /// Sends `value` as `0x` and eight hexadecimal digits.
     pub(crate) fn write_hex(&mut self, value: u32) {
         self.write_str("0x");

@@ -1,5 +1,5 @@
 //! nicbar-qemu: QEMU-backed NICs: the flashed firmware image running as the NIC core in
-//! `qemu-system-riscv32 -machine virt`, one QEMU process per NIC, served to processes through the
+//! `qemu-system-riscv32 -machine virt` (or `qemu-system-riscv64` for a 64-bit image), one QEMU process per NIC, served to processes through the
 //! same control socket as the emulator, so the user library opens ports on them unchanged.
 //!
 //! # Shape
@@ -32,6 +32,10 @@
 //!   guest-to-host round trip.
 //! - The QEMU processes, which die with the supervising thread (parent-death signal) and are
 //!   powered off through the mailbox on [`QemuFabric::stop`].
+//!
+//! With [`QemuConfig::virtio_net`] set to [`VirtioNet::Wire`], each NIC also gets a virtio-net
+//! device on one Ethernet segment of the fabric's NICs, and the firmware's packets go through it
+//! as UDP/IPv4 datagrams (`shared_abi::qemu::net`) instead of through the switch.
 //!
 //! # Differences from the emulator
 //!
@@ -66,13 +70,28 @@ use shared_abi::qemu::layout::{GuestCounters, GuestFailure, GuestState, RAM_BASE
 use nicbar_control::server::ControlServer;
 use nicbar_control::{ListenError, doorbell};
 use nicbar_image::image::ImageFile;
+use shared_abi::image::ImageTarget;
 
 pub use hub::{HOLD_LIMIT, SwitchCounters};
 pub use machine::region_layout;
 use machine::{Machine, MachineSetup};
 
-/// The QEMU binary looked for on the path.
+/// The QEMU binary looked for on the path for a riscv32imac image.
 pub const DEFAULT_QEMU: &str = "qemu-system-riscv32";
+/// The QEMU binary looked for on the path for a riscv64imac image.
+pub const DEFAULT_QEMU_64: &str = "qemu-system-riscv64";
+
+/// The QEMU binary (on the path) whose `virt` machine runs an image for `target`, or `None` for
+/// a target QEMU virt cannot run (a Cortex-M image).
+pub fn qemu_for_target(target: ImageTarget) -> Option<&'static str> {
+    if target == ImageTarget::RISCV32IMAC {
+        Some(DEFAULT_QEMU)
+    } else if target == ImageTarget::RISCV64IMAC {
+        Some(DEFAULT_QEMU_64)
+    } else {
+        None
+    }
+}
 /// How long a NIC may take from QEMU's start to the firmware's RUNNING, by default.
 pub const DEFAULT_BOOT_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long a powered-off NIC may take to exit before it is killed.
@@ -98,21 +117,39 @@ pub struct QemuConfig {
     pub boot_timeout: Duration,
     /// A group whose members may use the NICs too (by default only this user and root).
     pub allow_group: Option<u32>,
+    /// Give each NIC a virtio-net device, and on which network ([`VirtioNet`]); `None`: none.
+    pub virtio_net: Option<VirtioNet>,
+}
+
+/// The network of the NICs' virtio-net devices.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum VirtioNet {
+    /// QEMU's user-mode network, one per NIC (no root, no host set-up). The firmware checks the
+    /// device at boot with an ARP exchange with the network's gateway (on the console); the
+    /// fabric's packets still go through the switch.
+    User,
+    /// The fabric's wire: every NIC on one Ethernet segment (QEMU's multicast socket network on
+    /// the loopback interface, a group and port of this fabric's own), the firmware's packets in
+    /// UDP/IPv4 datagrams through the device; the switch carries none.
+    Wire,
 }
 
 impl QemuConfig {
-    /// `nodes` NICs booting `image`, listening on `socket`, with the default QEMU binary and
-    /// boot timeout, a temporary run directory, and the console echoed.
+    /// `nodes` NICs booting `image`, listening on `socket`, with the QEMU binary for the
+    /// image's target ([`qemu_for_target`]) and the default boot timeout, a temporary run
+    /// directory, and the console echoed.
     pub fn new(socket: impl Into<PathBuf>, image: ImageFile, nodes: u16) -> Self {
+        let qemu = qemu_for_target(image.header().target).unwrap_or(DEFAULT_QEMU);
         Self {
             socket: socket.into(),
             image,
             nodes,
-            qemu: PathBuf::from(DEFAULT_QEMU),
+            qemu: PathBuf::from(qemu),
             run_dir: None,
             echo_console: true,
             boot_timeout: DEFAULT_BOOT_TIMEOUT,
             allow_group: None,
+            virtio_net: None,
         }
     }
 }
@@ -281,6 +318,8 @@ pub struct QemuFabric {
     hub: Option<JoinHandle<SwitchCounters>>,
     control: Option<JoinHandle<()>>,
     report: Option<FabricReport>,
+    /// The multicast group and port of the NICs' Ethernet segment ([`VirtioNet::Wire`]).
+    segment: Option<std::net::SocketAddrV4>,
 }
 
 impl QemuFabric {
@@ -297,6 +336,12 @@ impl QemuFabric {
             return Err(QemuError::NodeCount(config.nodes));
         }
         let header = config.image.header();
+        if qemu_for_target(header.target).is_none() {
+            return Err(QemuError::Image(format!(
+                "QEMU virt runs riscv32imac and riscv64imac images; this one is for {}",
+                header.target
+            )));
+        }
         let (load, entry) = (header.load_address.get(), header.entry_point.get());
         if load != u64::from(RAM_BASE) || entry != load {
             return Err(QemuError::Image(format!(
@@ -334,6 +379,7 @@ impl QemuFabric {
             hub: None,
             control: None,
             report: None,
+            segment: None,
         };
         fabric.start(&config, listener)?;
         Ok(fabric)
@@ -350,6 +396,18 @@ impl QemuFabric {
         // The NICs of one QEMU fabric talk only through this process's switch: a key of their
         // own, made here, authenticates their packets.
         let fabric_key = nicbar_control::server::random_key().map_err(QemuError::Resources)?;
+        // The segment's UDP port: one the kernel found free (another fabric's segment has its
+        // own; a stray frame would fail authentication under this fabric's key anyway).
+        let segment_port = std::net::UdpSocket::bind(("127.0.0.1", 0))
+            .and_then(|socket| socket.local_addr())
+            .map_err(QemuError::Resources)?
+            .port();
+        if config.virtio_net == Some(VirtioNet::Wire) {
+            self.segment = Some(std::net::SocketAddrV4::new(
+                machine::SEGMENT_GROUP,
+                segment_port,
+            ));
+        }
         let mut uarts = Vec::new();
         for node in 0..config.nodes {
             let (machine, uart) = Machine::start(&MachineSetup {
@@ -360,6 +418,10 @@ impl QemuFabric {
                 run_dir: &self.run_dir,
                 boot_stamp,
                 fabric_key: &fabric_key,
+                virtio_net: config.virtio_net.map(|kind| match kind {
+                    VirtioNet::User => machine::Network::User,
+                    VirtioNet::Wire => machine::Network::Segment(segment_port),
+                }),
             })?;
             self.machines.push(Arc::new(machine));
             uarts.push(uart);
@@ -401,6 +463,12 @@ impl QemuFabric {
     /// The control socket.
     pub fn socket(&self) -> &Path {
         &self.socket
+    }
+
+    /// The multicast group and port that carry the NICs' Ethernet segment, with
+    /// [`VirtioNet::Wire`]: a datagram sent there is a raw Ethernet frame every NIC receives.
+    pub fn virtio_segment(&self) -> Option<std::net::SocketAddrV4> {
+        self.segment
     }
 
     /// The run directory (UART sockets, the flat firmware, one QEMU log per node).

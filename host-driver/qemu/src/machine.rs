@@ -16,7 +16,7 @@ use shared_abi::qemu::layout::{
     DOORBELL_WAKE, GuestCounters, GuestFailure, GuestState, LAYOUT_VERSION, MAILBOX_MAGIC,
     MEMORY_BOUNCE_LEN, MEMORY_BOUNCE_OFFSET, MemoryDirection, MemoryStatus, PORT_FIRST_SLOT,
     PORT_REGIONS, PORT_WINDOW_LEN, PortError, PortOperation, RAM_LEN, SHARED_AREA_LEN,
-    SHARED_AREA_OFFSET, offsets,
+    SHARED_AREA_OFFSET, WireKind, offsets,
 };
 use shared_abi::region::RegionLayout;
 use shared_abi::ring::raw::RawMemory;
@@ -179,7 +179,22 @@ pub(crate) struct MachineSetup<'a> {
     pub(crate) boot_stamp: u32,
     /// The key the fabric's packets are authenticated under.
     pub(crate) fabric_key: &'a [u8; 32],
+    /// Give the NIC a virtio-net device, on this network.
+    pub(crate) virtio_net: Option<Network>,
 }
+
+/// The network of a NIC's virtio-net device.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Network {
+    /// QEMU's user-mode network.
+    User,
+    /// The fabric's Ethernet segment: QEMU's multicast socket network on the loopback interface,
+    /// on this UDP port.
+    Segment(u16),
+}
+
+/// The multicast group of the fabric's Ethernet segments.
+pub(crate) const SEGMENT_GROUP: std::net::Ipv4Addr = std::net::Ipv4Addr::new(230, 0, 0, 1);
 
 /// One QEMU NIC.
 pub(crate) struct Machine {
@@ -279,6 +294,26 @@ impl Machine {
             .arg("-chardev")
             .arg(format!("socket,id=uart,path={}", uart_path.display()))
             .args(["-serial", "chardev:uart"]);
+        if let Some(network) = setup.virtio_net {
+            // The virtio 1.x MMIO transport (QEMU's virt machine offers the legacy one unless
+            // told) and a MAC naming the node (`shared_abi::qemu::net::node_mac`).
+            let netdev = match network {
+                Network::User => "user,id=net0".to_owned(),
+                Network::Segment(port) => {
+                    format!("socket,id=net0,mcast={SEGMENT_GROUP}:{port},localaddr=127.0.0.1")
+                }
+            };
+            command
+                .args(["-global", "virtio-mmio.force-legacy=false"])
+                .arg("-netdev")
+                .arg(netdev)
+                .arg("-device")
+                .arg(format!(
+                    "virtio-net-device,netdev=net0,mac=52:54:00:00:{:02x}:{:02x}",
+                    node >> 8,
+                    node & 0xff
+                ));
+        }
         for (port, regions) in ports.iter().enumerate() {
             for (region, memory) in regions.iter().enumerate() {
                 command.arg("-object").arg(format!(
@@ -306,12 +341,17 @@ impl Machine {
             offset: SHARED_AREA_OFFSET,
             len: SHARED_AREA_LEN,
         };
+        let wire = match setup.virtio_net {
+            Some(Network::Segment(_)) => WireKind::VIRTIO_NET,
+            _ => WireKind::RINGS,
+        };
         configure_mailbox(
             &machine_memory,
             node,
             setup.node_count,
             setup.boot_stamp,
             setup.fabric_key,
+            wire,
         );
 
         let mut child = command
@@ -862,6 +902,7 @@ fn configure_mailbox(
     node_count: u16,
     boot_stamp: u32,
     fabric_key: &[u8; 32],
+    wire: WireKind,
 ) {
     for (word, bytes) in fabric_key.chunks_exact(4).enumerate() {
         let value = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
@@ -874,6 +915,7 @@ fn configure_mailbox(
         (offsets::NODE_COUNT, u32::from(node_count)),
         (offsets::BOOT_STAMP_MS, boot_stamp),
         (offsets::PORT_WINDOW_LEN, PORT_WINDOW_LEN as u32),
+        (offsets::WIRE, wire.0),
         // The magic last: a mailbox with it is complete.
         (offsets::MAGIC, MAILBOX_MAGIC),
     ];

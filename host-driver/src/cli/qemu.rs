@@ -7,11 +7,10 @@ use std::time::Duration;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
-use shared_abi::image::ImageTarget;
 
 use nicbar_image::flash::FlashDevice;
 use nicbar_image::image::ImageFile;
-use nicbar_qemu::{DEFAULT_BOOT_TIMEOUT, DEFAULT_QEMU, QemuConfig, QemuFabric};
+use nicbar_qemu::{DEFAULT_BOOT_TIMEOUT, QemuConfig, QemuFabric, VirtioNet, qemu_for_target};
 
 use super::{CliResult, resolve_group};
 
@@ -39,9 +38,10 @@ pub struct QemuArgs {
     /// else /tmp/nicbar-UID/control.sock).
     #[arg(long)]
     pub socket: Option<PathBuf>,
-    /// The QEMU binary.
-    #[arg(long, default_value = DEFAULT_QEMU)]
-    pub qemu: PathBuf,
+    /// The QEMU binary [default: qemu-system-riscv32 for a riscv32imac image,
+    /// qemu-system-riscv64 for a riscv64imac one].
+    #[arg(long)]
+    pub qemu: Option<PathBuf>,
     /// Keep the UART sockets, the flat firmware and the QEMU logs here, kept after stop
     /// (default: a temporary directory beside the socket, removed on stop).
     #[arg(long, value_name = "DIR")]
@@ -53,6 +53,12 @@ pub struct QemuArgs {
     /// (and root) may open ports.
     #[arg(long, value_name = "GROUP")]
     pub allow_group: Option<String>,
+    /// Give each NIC a virtio-net device: `wire` puts every NIC on one Ethernet segment and the
+    /// fabric's packets through the devices (UDP/IPv4); `user` puts each on QEMU's user-mode
+    /// network, where the firmware checks it at boot with an ARP exchange with the gateway
+    /// (printed on the console) and the packets still go through the switch.
+    #[arg(long, value_name = "NETWORK", value_parser = parse_virtio_net)]
+    pub virtio_net: Option<VirtioNet>,
     /// Do not print the NICs' console lines.
     #[arg(long)]
     pub quiet: bool,
@@ -60,6 +66,16 @@ pub struct QemuArgs {
     /// pipe stops the NICs cleanly, and so does the supervisor's death).
     #[arg(long)]
     pub stop_on_stdin_eof: bool,
+}
+
+fn parse_virtio_net(value: &str) -> Result<VirtioNet, String> {
+    match value {
+        "wire" => Ok(VirtioNet::Wire),
+        "user" => Ok(VirtioNet::User),
+        other => Err(format!(
+            "{other:?}: the virtio-net network is `wire` or `user`"
+        )),
+    }
 }
 
 /// Runs `nicctl qemu`: boots the NICs, prints `nicctl qemu: listening on <socket>` once
@@ -72,21 +88,19 @@ pub struct QemuArgs {
 /// says how, with the firmware's trap if it trapped).
 pub fn run_qemu(args: QemuArgs) -> CliResult {
     let image = match (&args.image, &args.flash) {
-        (Some(path), _) => ImageFile::read_for_target(path, ImageTarget::RISCV32IMAC)?,
-        (None, Some(device)) => {
-            let image = FlashDevice::open(device)?.read_image()?;
-            if image.header().target != ImageTarget::RISCV32IMAC {
-                return Err(format!(
-                    "{} holds a {} image; QEMU virt runs riscv32imac-unknown-none-elf",
-                    device.display(),
-                    image.header().target
-                )
-                .into());
-            }
-            image
-        }
+        (Some(path), _) => ImageFile::read(path)?,
+        (None, Some(device)) => FlashDevice::open(device)?.read_image()?,
         (None, None) => return Err("name the firmware with --image or --flash".into()),
     };
+    if qemu_for_target(image.header().target).is_none() {
+        return Err(format!(
+            "{} is a {} image; QEMU virt runs riscv32imac-unknown-none-elf and \
+             riscv64imac-unknown-none-elf images",
+            image.path().display(),
+            image.header().target
+        )
+        .into());
+    }
     let mut config = QemuConfig::new(
         args.socket
             .clone()
@@ -94,7 +108,10 @@ pub fn run_qemu(args: QemuArgs) -> CliResult {
         image,
         args.nodes,
     );
-    config.qemu = args.qemu.clone();
+    config.virtio_net = args.virtio_net;
+    if let Some(qemu) = &args.qemu {
+        config.qemu = qemu.clone();
+    }
     config.run_dir = args.run_dir.clone();
     config.echo_console = !args.quiet;
     config.boot_timeout = Duration::from_millis(args.boot_timeout_ms);
@@ -109,9 +126,10 @@ pub fn run_qemu(args: QemuArgs) -> CliResult {
     let signal_fd = SignalFd::with_flags(&signals, SfdFlags::SFD_CLOEXEC)?;
 
     println!(
-        "nicctl qemu: booting {} NIC(s) from {} with {}",
+        "nicctl qemu: booting {} NIC(s) from {} ({}) with {}",
         config.nodes,
         config.image.path().display(),
+        config.image.header().target,
         config.qemu.display()
     );
     let fabric = QemuFabric::spawn(config)?;

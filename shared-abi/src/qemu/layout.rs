@@ -187,6 +187,9 @@ impl GuestFailure {
     pub const BAD_NODE: Self = Self(3);
     /// The port window length is not [`PORT_WINDOW_LEN`].
     pub const BAD_WINDOW: Self = Self(4);
+    /// The host asked for the wire over virtio-net ([`WireKind::VIRTIO_NET`]), or another wire
+    /// the firmware does not know, and there is no such device or wire.
+    pub const BAD_WIRE: Self = Self(5);
 
     /// What the code means.
     pub const fn describe(self) -> &'static str {
@@ -196,9 +199,23 @@ impl GuestFailure {
             2 => "the mailbox layout version differs from the firmware's",
             3 => "the node id is not below the node count, or the count is 0",
             4 => "the port window length differs from the firmware's",
+            5 => "the wire asked for is unknown, or needs a virtio-net device the machine lacks",
             _ => "an unknown failure code",
         }
     }
+}
+
+/// Which wire the firmware's packets take ([`Mailbox::wire`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct WireKind(pub u32);
+
+impl WireKind {
+    /// The packet rings in the shared area, through the host's switch ([`super::wire`]).
+    pub const RINGS: Self = Self(0);
+    /// UDP/IPv4 datagrams through the machine's virtio-net device, on an Ethernet segment of
+    /// the fabric's NICs ([`super::net`]: node `n` is [`super::net::node_address`] and
+    /// [`super::net::node_mac`], port [`super::net::FABRIC_UDP_PORT`]).
+    pub const VIRTIO_NET: Self = Self(1);
 }
 
 /// A port operation ([`PortCommand::operation`]).
@@ -418,8 +435,9 @@ pub struct Mailbox {
     pub fabric_key_present: U32,
     /// Host, before boot: the fabric key, as eight little-endian words.
     pub fabric_key: [U32; 8],
-    /// Reserved, zero.
-    pub reserved0: [u8; 4],
+    /// Host, before boot: the [`WireKind`] (zero, the packet rings, when an older host wrote
+    /// the reserved word that was here).
+    pub wire: U32,
     /// Host, any time: non-zero asks the firmware to power the machine off.
     pub power_off: U32,
     /// Reserved, zero.
@@ -483,6 +501,8 @@ pub mod offsets {
     pub const FABRIC_KEY: usize = offset_of!(Mailbox, fabric_key);
     /// [`Mailbox::power_off`].
     pub const POWER_OFF: usize = offset_of!(Mailbox, power_off);
+    /// [`Mailbox::wire`].
+    pub const WIRE: usize = offset_of!(Mailbox, wire);
     /// [`Mailbox::guest_state`].
     pub const GUEST_STATE: usize = offset_of!(Mailbox, guest_state);
     /// [`Mailbox::guest_failure`].

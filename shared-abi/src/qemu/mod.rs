@@ -3,7 +3,8 @@
 //! The bootable firmware (`firmware/board`) and the host's QEMU backend (`nicbar-qemu`) both
 //! compile these definitions: the guest-physical memory map ([`layout`]), the mailbox through
 //! which the host opens and closes ports and the guest reports its state ([`layout::Mailbox`]),
-//! and the packet rings of the wire between QEMU NICs ([`wire`]). Each side maps the same memory
+//! the packet rings of the wire between QEMU NICs ([`wire`]), and the fabric's UDP/IPv4 framing for
+//! a QEMU NIC whose MAC is a virtio-net device ([`net`]). Each side maps the same memory
 //! from its own end, so a layout change cannot leave one side behind.
 //!
 //! Everything here is safe code over [`crate::ring::SharedMemory`]: the raw mapping on either
@@ -11,4 +12,5 @@
 //! host).
 
 pub mod layout;
+pub mod net;
 pub mod wire;
