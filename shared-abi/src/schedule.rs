@@ -15,6 +15,11 @@ use crate::ids::{NodeId, PortId};
 /// Most steps one schedule may have (the NIC copies a schedule into its own memory).
 pub const MAX_SCHEDULE_STEPS: usize = 128;
 
+/// Barriers one port may run in the NIC at once, each with its own identity
+/// ([`crate::ids::BarrierId`]) and completion buffer: a process's barriers of different groups
+/// complete in whatever order their members start them.
+pub const RUNNING_BARRIERS: usize = 4;
+
 /// Rounds are numbered `0..MAX_ROUNDS` (the unexpected-barrier record keeps a bit per round).
 pub const MAX_ROUNDS: u8 = 32;
 

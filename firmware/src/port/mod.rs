@@ -27,12 +27,12 @@ use crate::time::Instant;
 pub const SEND_TOKENS: usize = 32;
 /// Receive buffers one port may have provided at once; further receive tokens wait in the ring.
 pub const RECEIVE_BUFFERS: usize = 64;
-/// Barrier completion tokens one port may have provided at once.
-pub const BARRIER_BUFFERS: u8 = 4;
+/// Barrier completion tokens one port may have provided at once: one per barrier it may run.
+pub const BARRIER_BUFFERS: u8 = RUNNING_BARRIERS as u8;
 /// Barriers one port may run at once, each with its own identity (job, group, sequence), state
 /// and completion buffer (paper §3.4's concurrent barriers, per port): a process's non-blocking
 /// barriers of different groups complete in whatever order their members start them.
-pub const RUNNING_BARRIERS: usize = BARRIER_BUFFERS as usize;
+pub const RUNNING_BARRIERS: usize = shared_abi::schedule::RUNNING_BARRIERS;
 /// Events held for a port whose event ring is full. Every held token produces exactly one event,
 /// and a token is taken only while this has room for it, so no event is ever dropped.
 pub(crate) const PENDING_EVENTS: usize =

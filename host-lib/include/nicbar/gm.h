@@ -2644,8 +2644,9 @@ int32_t nicbar_coll_group_set_id(struct nicbar_coll_endpoint *endpoint,
 
 /**
  * Starts a barrier of `group` on the endpoint and returns its ticket (never 0; 0 for a NULL
- * handle). The barrier goes to the NIC at once if the port is free, else when the barriers
- * started before it on this endpoint have ended. Follow it with nicbar_coll_barrier_test().
+ * handle). The barrier goes to the NIC at once if it runs fewer than four of this endpoint's
+ * barriers and none is queued, else when earlier ones have ended. Follow it with
+ * nicbar_coll_barrier_test().
  *
  * # Safety
  * `endpoint` and `group` are NULL or live handles.

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use shared_abi::ids::BarrierId;
-use shared_abi::schedule::Step;
+use shared_abi::schedule::{RUNNING_BARRIERS, Step};
 
 use crate::error::Error;
 use crate::failure::BarrierError;
@@ -47,8 +47,8 @@ impl Port {
     /// paper §5.2): writes the schedule into a buffer of the arena, which the port holds until the
     /// barrier ends, and posts the barrier send token. The end comes out of [`Port::receive`] as
     /// [`crate::Event::BarrierCompleted`] or [`crate::Event::BarrierFailed`] with `context`; a
-    /// refusal as [`crate::Event::SendRejected`] (`BARRIER_BUSY` if a barrier runs or no barrier
-    /// buffer was provided, `BAD_SCHEDULE` for an empty, too long or malformed schedule). The NIC
+    /// refusal as [`crate::Event::SendRejected`] (`BARRIER_BUSY` if the port runs as many barriers as the
+    /// NIC does at once, one of the same identity, or no barrier buffer is left for its end, `BAD_SCHEDULE` for an empty, too long or malformed schedule). The NIC
     /// fails the barrier after `timeout` (`None`: its default).
     ///
     /// # Errors
@@ -196,8 +196,8 @@ impl Port {
             return Ok(out.len());
         };
         self.barrier_wait(pending)?;
-        match self.barrier.broadcast.take() {
-            Some((c, data)) if c == context => {
+        match self.barrier.broadcasts.remove(&context) {
+            Some(data) => {
                 let len = data.len().min(out.len());
                 out[..len].copy_from_slice(&data[..len]);
                 Ok(data.len())
@@ -226,28 +226,31 @@ impl Port {
                 started,
             });
         }
-        if self.endpoint.barrier_tokens.in_flight > 0 || self.barrier.running.is_some() {
+        // The NIC runs a few barriers per port at once, each of its own identity.
+        let barrier = self.barrier.next_id(group);
+        if self.barrier.running.len() >= RUNNING_BARRIERS
+            || self.endpoint.barrier_tokens.in_flight as usize >= RUNNING_BARRIERS
+            || self.barrier.runs_barrier(barrier)
+        {
             return Err(BarrierError::Busy);
         }
         let steps = self
             .barrier
             .schedule(group, algorithm, rank)
             .map_err(BarrierError::Schedule)?;
-        self.barrier.outcome = None;
-        self.barrier.broadcast = None;
-        if self.endpoint.barrier_tokens.buffers == 0 {
+        // A barrier buffer for each running barrier's end, this one's included.
+        while (self.endpoint.barrier_tokens.buffers as usize) <= self.barrier.running.len() {
             self.provide_barrier_buffer()?;
         }
         self.barrier.next_serial = self.barrier.next_serial.wrapping_add(1);
         let context = GROUP_CONTEXT | u64::from(self.barrier.next_serial);
-        let barrier = self.barrier.next_id(group);
         let sent = broadcast
             .as_ref()
             .map(|(root, bytes)| (*root, bytes.as_slice()));
         self.endpoint
             .barrier_send(&steps, context, timeout, barrier, sent)?;
         self.barrier.count(barrier);
-        self.barrier.running = Some(Running {
+        self.barrier.running.push(Running {
             context,
             barrier,
             steps,
@@ -327,41 +330,45 @@ impl Port {
         }
     }
 
-    /// Posts the running group barrier again if it was refused as busy and its wait is over;
-    /// returns when it is due otherwise. A failure to post ends the barrier with it.
+    /// Posts again each running group barrier that was refused as busy and whose wait is over;
+    /// returns when the next is due otherwise. A failure to post ends that barrier with it.
     fn repost_if_due(&mut self) -> Result<Option<Instant>, BarrierError> {
-        let Some(running) = self.barrier.running.as_mut() else {
-            return Ok(None);
-        };
-        let Some(at) = running.repost_at else {
-            return Ok(None);
-        };
-        if Instant::now() < at {
-            return Ok(Some(at));
+        let now = Instant::now();
+        let mut next: Option<Instant> = None;
+        let mut due = Vec::new();
+        for running in &mut self.barrier.running {
+            match running.repost_at {
+                Some(at) if at <= now => {
+                    running.repost_at = None;
+                    due.push((
+                        running.steps.clone(),
+                        running.context,
+                        running.timeout,
+                        running.barrier,
+                        running.broadcast.clone(),
+                    ));
+                }
+                Some(at) => next = Some(next.map_or(at, |next| next.min(at))),
+                None => {}
+            }
         }
-        running.repost_at = None;
-        let (steps, context, timeout, barrier, broadcast) = (
-            running.steps.clone(),
-            running.context,
-            running.timeout,
-            running.barrier,
-            running.broadcast.clone(),
-        );
-        let posted = if self.endpoint.barrier_tokens.buffers == 0 {
-            self.provide_barrier_buffer()
-        } else {
-            Ok(())
+        for (steps, context, timeout, barrier, broadcast) in due {
+            let posted = if self.endpoint.barrier_tokens.buffers == 0 {
+                self.provide_barrier_buffer()
+            } else {
+                Ok(())
+            }
+            .and_then(|()| {
+                let sent = broadcast
+                    .as_ref()
+                    .map(|(root, bytes)| (*root, bytes.as_slice()));
+                self.endpoint
+                    .barrier_send(&steps, context, timeout, barrier, sent)
+            });
+            if let Err(error) = posted {
+                self.barrier.finish(context, Err(BarrierError::Port(error)));
+            }
         }
-        .and_then(|()| {
-            let sent = broadcast
-                .as_ref()
-                .map(|(root, bytes)| (*root, bytes.as_slice()));
-            self.endpoint
-                .barrier_send(&steps, context, timeout, barrier, sent)
-        });
-        if let Err(error) = posted {
-            self.barrier.finish(Err(BarrierError::Port(error)));
-        }
-        Ok(None)
+        Ok(next)
     }
 }

@@ -1,11 +1,17 @@
-//! The endpoint: one process's port, the barriers it has queued for the NIC (which runs one at
-//! a time per port), the one running, the ends not yet taken, and the collectives' transfers.
+//! The endpoint: one process's port, the barriers it has queued for the NIC (which runs up to
+//! [`RUNNING_BARRIERS`] at once per port, each of its own identity), the ones running, the ends
+//! not yet taken, and the collectives' transfers.
 //!
-//! Barriers run in the order they were started, so members that start barriers on the same
-//! groups in the same order (as MPI requires of blocking collectives) always meet.
+//! Barriers go to the NIC in the order they were started, as soon as it has room for one more;
+//! each then completes on its own. Members that start barriers of different groups in different
+//! orders meet as long as no member has more than [`RUNNING_BARRIERS`] outstanding (MPI orders
+//! collectives per communicator only); past that, the later ones wait in the queue for earlier
+//! ones to end.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
+
+use shared_abi::schedule::RUNNING_BARRIERS;
 
 use crate::{BarrierError, Error, Group, PendingBarrier, Port};
 
@@ -24,14 +30,14 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 /// A broadcast run by the NIC: its root's rank, and the bytes at the root.
 type NicBroadcast = (usize, Vec<u8>);
 
-/// One process's port, with the barriers it has queued, the one running in the NIC, the ends
-/// not yet taken, and the collectives' transfers.
+/// One process's port, with the barriers it has queued, those running in the NIC, the ends not
+/// yet taken, and the collectives' transfers.
 pub struct Endpoint {
     pub(super) port: Port,
     /// Barriers and the NIC's broadcasts in their order.
     queued: VecDeque<(u64, Group, Option<NicBroadcast>)>,
-    /// The one running in the NIC, and whether it is a broadcast.
-    running: Option<(u64, PendingBarrier, bool)>,
+    /// Those running in the NIC, in start order, and whether each is a broadcast.
+    running: Vec<(u64, PendingBarrier, bool)>,
     ended: HashMap<u64, Outcome>,
     /// The bytes of the NIC's broadcasts that ended, by ticket.
     broadcasts: HashMap<u64, Vec<u8>>,
@@ -56,7 +62,7 @@ impl Endpoint {
         let mut endpoint = Self {
             port,
             queued: VecDeque::new(),
-            running: None,
+            running: Vec::new(),
             ended: HashMap::new(),
             broadcasts: HashMap::new(),
             next_ticket: 1,
@@ -164,36 +170,41 @@ impl Endpoint {
             Some(outcome) => (Some(outcome), false),
             None => (
                 None,
-                self.running.as_ref().is_some_and(|(t, _, _)| *t == ticket)
+                self.running.iter().any(|(t, _, _)| *t == ticket)
                     || self.queued.iter().any(|(t, _, _)| *t == ticket),
             ),
         }
     }
 
-    /// Takes the running barrier's end if it has come, posts queued barriers while the port is
-    /// free, and moves the transfers on. Returns how many barriers ended.
+    /// Takes the ends of running barriers that have come, posts queued barriers while the NIC
+    /// has room for more, and moves the transfers on. Returns how many barriers ended.
     pub fn progress(&mut self) -> usize {
         let mut ended = 0;
         loop {
-            if let Some((_, pending, _)) = &self.running {
+            let mut index = 0;
+            while index < self.running.len() {
+                let (_, pending, _) = &self.running[index];
                 if let Ok(false) = self.port.barrier_test(pending) {
-                    break;
+                    index += 1;
+                    continue;
                 }
-                if let Some((ticket, pending, broadcast)) = self.running.take() {
-                    let outcome = if broadcast {
-                        let mut bytes = [0; crate::NIC_BROADCAST_MAX];
-                        self.port
-                            .nic_broadcast_wait(pending, &mut bytes)
-                            .map(|length| {
-                                let length = length.min(bytes.len());
-                                self.broadcasts.insert(ticket, bytes[..length].to_vec());
-                            })
-                    } else {
-                        self.port.barrier_wait(pending)
-                    };
-                    self.record(ticket, outcome);
-                    ended += 1;
-                }
+                let (ticket, pending, broadcast) = self.running.remove(index);
+                let outcome = if broadcast {
+                    let mut bytes = [0; crate::NIC_BROADCAST_MAX];
+                    self.port
+                        .nic_broadcast_wait(pending, &mut bytes)
+                        .map(|length| {
+                            let length = length.min(bytes.len());
+                            self.broadcasts.insert(ticket, bytes[..length].to_vec());
+                        })
+                } else {
+                    self.port.barrier_wait(pending)
+                };
+                self.record(ticket, outcome);
+                ended += 1;
+            }
+            if self.running.len() >= RUNNING_BARRIERS {
+                break;
             }
             let Some((ticket, group, broadcast)) = self.queued.pop_front() else {
                 break;
@@ -203,7 +214,7 @@ impl Endpoint {
                 None => self.port.barrier_start(&group),
             };
             match started {
-                Ok(pending) => self.running = Some((ticket, pending, broadcast.is_some())),
+                Ok(pending) => self.running.push((ticket, pending, broadcast.is_some())),
                 Err(error) => {
                     self.record(ticket, Err(error));
                     ended += 1;
@@ -241,7 +252,7 @@ impl Endpoint {
     /// many barriers ended.
     pub fn wait(&mut self, timeout: Duration) -> usize {
         let mut ended = self.progress();
-        if ended == 0 && (self.running.is_some() || self.transfers.has_outgoing()) {
+        if ended == 0 && (!self.running.is_empty() || self.transfers.has_outgoing()) {
             // Wakes for any event, the barrier's own end included (which `receive` keeps).
             let _ = self.port.wait_ready(timeout);
             ended = self.progress();
