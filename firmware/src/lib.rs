@@ -38,6 +38,7 @@ pub mod port;
 mod rdma;
 mod record;
 mod recv;
+pub mod reduce;
 mod remote;
 mod sdma;
 mod segment;
