@@ -148,7 +148,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             stalled_until: None,
             broadcast,
         });
-        if started.is_err() {
+        if started.is_none() {
             return Err(Status::BARRIER_BUSY);
         }
         if let Some(len) = root_len {

@@ -208,17 +208,12 @@ impl OpenPort {
         self.runs().find(|run| run.barrier == barrier)
     }
 
-    /// Starts `run` in a free slot; gives it back if every slot runs a barrier.
-    pub(crate) fn start_run(&mut self, run: BarrierRun) -> Result<usize, BarrierRun> {
-        match self.runs.iter().position(Option::is_none) {
-            Some(slot) => {
-                if let Some(entry) = self.runs.get_mut(slot) {
-                    *entry = Some(run);
-                }
-                Ok(slot)
-            }
-            None => Err(run),
-        }
+    /// Starts `run` in a free slot and returns the slot; `None` (and `run` is dropped) if every
+    /// slot runs a barrier.
+    pub(crate) fn start_run(&mut self, run: BarrierRun) -> Option<usize> {
+        let slot = self.runs.iter().position(Option::is_none)?;
+        *self.runs.get_mut(slot)? = Some(run);
+        Some(slot)
     }
 
     /// Ends the barrier in `slot`, returning it.
