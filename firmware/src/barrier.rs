@@ -39,10 +39,13 @@ use shared_abi::token::{SendKind, SendToken};
 use zerocopy::FromZeros;
 
 use crate::connection::Body;
-use crate::port::{BarrierRun, Broadcast, RETRIES, RUNNING_BARRIERS, Retry};
+use crate::port::{BarrierRun, Broadcast, RETRIES, RUNNING_BARRIERS, Reduction, Retry, ValueKey};
 use crate::record::Failed;
+use crate::reduce::combine;
 use crate::time::Instant;
 use crate::{Hal, Nic};
+use shared_abi::reduce::{REDUCE_MAX, ReduceRefusal};
+use shared_abi::schedule::StepCombine;
 
 impl<H: Hal, const C: usize> Nic<H, C> {
     /// SDMA took a barrier send token: pull its schedule in, check it, and start it.
@@ -134,6 +137,33 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 root_len = Some(len);
             }
         }
+        // A reduction's member reads its value, which follows the schedule in the arena.
+        let mut reduce = None;
+        if token.kind == SendKind::REDUCE {
+            if barrier == BarrierId::NONE {
+                return Err(Status::INVALID_TOKEN);
+            }
+            let spec = token.reduce_spec();
+            let len = usize::from(token.size);
+            spec.check(len).map_err(|refusal| match refusal {
+                ReduceRefusal::BadLength(_) => Status::TOO_LONG,
+                _ => Status::INVALID_TOKEN,
+            })?;
+            let at = token
+                .buffer
+                .get()
+                .checked_add((steps * core::mem::size_of::<Step>()) as u64)
+                .and_then(|start| open.layout.arena_range(start, len))
+                .ok_or(Status::BAD_BUFFER)?;
+            let mut value = [0u8; REDUCE_MAX];
+            let out = value.get_mut(..len).ok_or(Status::TOO_LONG)?;
+            memory.read(at, out).map_err(|_| Status::BAD_BUFFER)?;
+            reduce = Some(Reduction {
+                spec,
+                len: len as u8,
+                value,
+            });
+        }
         if barrier.job.get() != 0 {
             open.job = barrier.job.get();
         }
@@ -147,6 +177,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             deadline: now.saturating_add(timeout),
             stalled_until: None,
             broadcast,
+            reduce,
         });
         if started.is_none() {
             return Err(Status::BARRIER_BUSY);
@@ -250,10 +281,15 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 self.finish_barrier(port, slot, Status::SUCCESS, None);
                 return;
             };
+            let reduce = run.reduce;
             let sends =
                 step.op == StepOp::SEND || (step.op == StepOp::EXCHANGE && !run.sent_current);
             if sends {
-                if !self.send_barrier_packet(port, step, barrier, now) {
+                // A reduction's packet carries the value so far, kept for its retransmissions.
+                let kept = reduce.is_none_or(|reduction| {
+                    self.keep_sent_value(port, barrier, step.round, reduction.data())
+                });
+                if !kept || !self.send_barrier_packet(port, step, barrier, now) {
                     // No room now: wake up a little later to try again.
                     let retry = now.saturating_add(self.config.retry_interval);
                     if let Some(run) = self.run_at_mut(port, slot, barrier) {
@@ -284,6 +320,24 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                     return;
                 }
                 Some(None) => {}
+            }
+            if let Some(reduction) = reduce
+                && step.combine != StepCombine::NONE
+            {
+                match self.combine_arrived(port, barrier, step, reduction) {
+                    Some(value) => {
+                        if let Some(run) = self.run_at_mut(port, slot, barrier) {
+                            run.reduce = Some(value);
+                        }
+                    }
+                    None => {
+                        // The peer's packet carried no value of the right length: it does not
+                        // run this reduction as we do.
+                        let peer = Some((step.node, step.port));
+                        self.finish_barrier(port, slot, Status::BAD_SCHEDULE, peer);
+                        return;
+                    }
+                }
             }
             let Some(run) = self.run_at_mut(port, slot, barrier) else {
                 return;
@@ -387,6 +441,10 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         match generation {
             Some(generation) if target_open => {
                 if failed.is_none() {
+                    if !self.hand_on_reduction(port, generation, target, barrier, step.round) {
+                        // No room for the value at the target yet.
+                        return false;
+                    }
                     self.hand_on_broadcast(port, generation, target, barrier);
                 }
                 match self
@@ -645,7 +703,18 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             return Err(RejectReason::BUSY);
         };
         let index = self.connection_index(peer).ok_or(RejectReason::BUSY)?;
-        if failed.is_none()
+        if failed.is_none() && header.size == shared_abi::packet::BARRIER_CARRIES_REDUCTION {
+            let key = ValueKey::Arrived {
+                node: peer,
+                port: header.src_port,
+                barrier,
+                round: header.aux,
+            };
+            if !self.keep_arrived_value(port, key, data) {
+                // No room for the value yet: the sender tries again.
+                return Err(RejectReason::BUSY);
+            }
+        } else if failed.is_none()
             && !data.is_empty()
             && let Some(generation) = self.ports.open(port).map(|o| o.generation)
         {
@@ -802,6 +871,13 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         } else {
             status
         };
+        // What arrived for this reduction and was not taken can complete nothing now.
+        if let Some(slot) = self.ports.slot_mut(port) {
+            let ended = run.barrier;
+            slot.reduce_values.forget(
+                |key| matches!(key, ValueKey::Arrived { barrier, .. } if *barrier == ended),
+            );
+        }
         let Some(open) = self.ports.open_mut(port) else {
             return;
         };
@@ -860,7 +936,146 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         if let Some(bytes) = bytes {
             event.set_broadcast_data(bytes.data());
         }
+        // A reduction completes with its result, where a broadcast's bytes go.
+        if let Some(reduction) = run.reduce.filter(|_| status == Status::SUCCESS) {
+            event.set_broadcast_data(reduction.data());
+        }
         self.emit(port, event);
+    }
+
+    /// Keeps `data` as the value `port` sends in `round` of reduction `barrier` (its packets
+    /// are built, and rebuilt, from it). Returns `false` if there is no room now.
+    fn keep_sent_value(&mut self, port: usize, barrier: BarrierId, round: u8, data: &[u8]) -> bool {
+        let Some(generation) = self.ports.open(port).map(|open| open.generation) else {
+            return false;
+        };
+        let key = ValueKey::Sent {
+            generation,
+            barrier,
+            round,
+        };
+        self.keep_value(port, key, data)
+    }
+
+    /// Keeps `data`, arrived for `port` under `key`. Returns `false` if there is no room now.
+    fn keep_arrived_value(&mut self, port: usize, key: ValueKey, data: &[u8]) -> bool {
+        self.keep_value(port, key, data)
+    }
+
+    /// Keeps `data` under `key` in `port`'s reduction values, making room from values nothing
+    /// needs any more: sent ones whose packets are all through and whose barrier ended, and
+    /// arrived ones of a barrier the port does not run and whose packets no record holds.
+    fn keep_value(&mut self, port: usize, key: ValueKey, data: &[u8]) -> bool {
+        let Some(slot) = self.ports.slot(port) else {
+            return false;
+        };
+        let mut evictable: Vec<ValueKey, { crate::port::REDUCE_VALUES }> = Vec::new();
+        for kept in slot.reduce_values.keys() {
+            let needed = match kept {
+                ValueKey::Sent {
+                    generation,
+                    barrier,
+                    ..
+                } => self.broadcast_in_use(port, generation, barrier, false),
+                ValueKey::Arrived { barrier, .. } => {
+                    self.ports
+                        .open(port)
+                        .is_some_and(|open| open.running(barrier).is_some())
+                        || self.local_record.holds(port, barrier)
+                        || self
+                            .connections
+                            .iter()
+                            .any(|connection| connection.record.holds(port, barrier))
+                }
+            };
+            if !needed {
+                let _ = evictable.push(kept);
+            }
+        }
+        self.ports.slot_mut(port).is_some_and(|slot| {
+            slot.reduce_values
+                .keep(key, data, |kept| evictable.contains(kept))
+        })
+    }
+
+    /// The value `port` (incarnation `generation`) sent in `round` of reduction `barrier`, if
+    /// it is one: what its packet of that round carries.
+    pub(crate) fn reduction_held(
+        &self,
+        port: usize,
+        generation: Generation,
+        barrier: BarrierId,
+        round: u8,
+    ) -> Option<crate::port::ReduceValue> {
+        self.ports
+            .slot(port)?
+            .reduce_values
+            .get(ValueKey::Sent {
+                generation,
+                barrier,
+                round,
+            })
+            .copied()
+    }
+
+    /// A packet of `round` of `barrier` from `port` (incarnation `generation`) to the open local
+    /// port `target`: the value it carries, if it is a reduction's, goes to the target as if
+    /// it had come over the wire. Returns `false` if the target has no room for it now.
+    fn hand_on_reduction(
+        &mut self,
+        port: usize,
+        generation: Generation,
+        target: usize,
+        barrier: BarrierId,
+        round: u8,
+    ) -> bool {
+        let Some(value) = self.reduction_held(port, generation, barrier, round) else {
+            return true;
+        };
+        let key = ValueKey::Arrived {
+            node: self.node,
+            port: PortId(port as u8),
+            barrier,
+            round,
+        };
+        self.keep_arrived_value(target, key, value.data())
+    }
+
+    /// Takes the value `step`'s peer sent in its round of reduction `barrier` to `port` and
+    /// combines it into `reduction` as the step says; `None` if it is missing or of another
+    /// length.
+    fn combine_arrived(
+        &mut self,
+        port: usize,
+        barrier: BarrierId,
+        step: Step,
+        reduction: Reduction,
+    ) -> Option<Reduction> {
+        let key = ValueKey::Arrived {
+            node: step.node,
+            port: step.port,
+            barrier,
+            round: step.round,
+        };
+        let theirs = self.ports.slot_mut(port)?.reduce_values.take(key)?;
+        let theirs = theirs.data();
+        let mine = reduction.data();
+        if theirs.len() != mine.len() {
+            return None;
+        }
+        let mut next = reduction;
+        let out = next.value.get_mut(..mine.len())?;
+        if step.combine.contains(StepCombine::REPLACE) {
+            out.copy_from_slice(theirs);
+        } else {
+            let (left, right) = if step.combine.contains(StepCombine::PEER_LEFT) {
+                (theirs, mine)
+            } else {
+                (mine, theirs)
+            };
+            combine(reduction.spec, left, right, out).ok()?;
+        }
+        Some(next)
     }
 
     /// The bytes of broadcast `barrier` that `port` (incarnation `generation`) holds, to send

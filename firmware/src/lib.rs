@@ -523,6 +523,11 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
 
     fn forget_records_for(&mut self, port: usize) {
         self.local_record.clear_destination(port);
+        // Reduction values that arrived were meant for another incarnation too.
+        if let Some(slot) = self.ports.slot_mut(port) {
+            slot.reduce_values
+                .forget(|key| matches!(key, port::ValueKey::Arrived { .. }));
+        }
         for connection in self.connections.iter_mut() {
             connection.record.clear_destination(port);
         }

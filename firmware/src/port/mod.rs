@@ -15,10 +15,12 @@ use shared_abi::token::{ReceiveToken, SendToken};
 
 mod barrier_run;
 mod broadcast_bytes;
+mod reduce_values;
 
 pub use barrier_run::BarrierProgress;
-pub(crate) use barrier_run::{BarrierRun, RETRIES, Retry};
+pub(crate) use barrier_run::{BarrierRun, RETRIES, Reduction, Retry};
 pub(crate) use broadcast_bytes::{Broadcast, BroadcastBytes};
+pub(crate) use reduce_values::{REDUCE_VALUES, ReduceValue, ReduceValues, ValueKey};
 
 use crate::time::Instant;
 
@@ -434,4 +436,7 @@ pub(crate) struct PortSlot {
     /// The bytes of the port's latest broadcasts: they outlive the barrier and the port's close,
     /// as its packets do.
     pub(crate) broadcasts: BroadcastBytes,
+    /// The values of the port's reductions: those it sent (as long as its packets need them)
+    /// and those that arrived (until a step takes them).
+    pub(crate) reduce_values: ReduceValues,
 }
