@@ -68,8 +68,18 @@ pub(crate) struct Running {
     pub(crate) reposts: u32,
     /// Refused as busy: post it again then.
     pub(crate) repost_at: Option<Instant>,
+    /// What its packets carry: a broadcast's root and (at the root) bytes, or a reduction's
+    /// operation and this member's value.
+    pub(crate) carried: Option<Carried>,
+}
+
+/// What a group barrier's packets carry beside the barrier.
+#[derive(Clone, Debug)]
+pub(crate) enum Carried {
     /// A broadcast: its root, and (at the root) the bytes.
-    pub(crate) broadcast: Option<(Member, Vec<u8>)>,
+    Broadcast(Member, Vec<u8>),
+    /// A reduction: what it combines with, and this member's value.
+    Reduce(shared_abi::reduce::ReduceSpec, Vec<u8>),
 }
 
 /// What the port keeps for barriers (a field of [`crate::Port`]); the barrier tokens themselves
@@ -242,7 +252,8 @@ pub(crate) fn absorb(
                 // earlier broadcasts' unacknowledged packets): the same.
                 Some(running)
                     if (status == Status::BARRIER_BUSY
-                        || (status == Status::NO_RESOURCES && running.broadcast.is_some()))
+                        || (status == Status::NO_RESOURCES
+                            && matches!(running.carried, Some(Carried::Broadcast(..)))))
                         && running.reposts < MAX_REPOSTS =>
                 {
                     let backoff = REPOST_BACKOFF * (1 << running.reposts.min(6));

@@ -280,6 +280,83 @@ fn events_that_arrive_during_a_barrier_come_out_of_receive_afterwards_in_order()
 /// (into a shorter buffer, as many as fit, with the root's count returned); a root with no bytes
 /// or too many is refused before anything is posted, and its group's numbering is untouched (the
 /// next broadcast works); events of other kinds wait for `receive`.
+/// Five members on three NICs (two pairs of ports share one) reduce in the NIC: a `double` sum
+/// whose bits depend on the order of the additions, and an `int` MAXLOC with a tie; every
+/// member gets the same bytes, those of the schedule's documented tree, run after run.
+#[test]
+fn a_nic_allreduce_gives_every_member_the_same_bits_of_the_schedules_tree() {
+    use nicbar::{ReduceOp, ReduceSpec, ReduceType};
+    let cluster = Cluster::new("allreduce", 3);
+    let ports = vec![
+        cluster.open(0, 1),
+        cluster.open(1, 1),
+        cluster.open(2, 1),
+        cluster.open(0, 2),
+        cluster.open(1, 2),
+    ];
+    let group = Group::new(ports.iter().map(member))
+        .unwrap()
+        .with_timeout(BOUND);
+    let values = [0.1f64, 0.2, 0.3, 1e16, -1e16];
+    // The tree for 5 members: ((x0 + x4) + x1) + (x2 + x3).
+    let tree = ((values[0] + values[4]) + values[1]) + (values[2] + values[3]);
+    let threads: Vec<_> = ports
+        .into_iter()
+        .enumerate()
+        .map(|(rank, mut port)| {
+            let group = group.clone();
+            std::thread::spawn(move || {
+                for run in 0..20 {
+                    let mut sum = values[rank].to_le_bytes();
+                    port.nic_allreduce(
+                        &group,
+                        ReduceSpec::new(ReduceOp::SUM, ReduceType::F64),
+                        &mut sum,
+                    )
+                    .unwrap();
+                    assert_eq!(f64::from_le_bytes(sum), tree, "rank {rank}, run {run}");
+                    // MAXLOC of (value, index) pairs: ranks 1 and 3 tie at the maximum.
+                    let value = [5i32, 9, 2, 9, -1][rank];
+                    let mut pair = [value.to_le_bytes(), (rank as i32).to_le_bytes()].concat();
+                    port.nic_allreduce(
+                        &group,
+                        ReduceSpec::new(ReduceOp::MAXLOC, ReduceType::I32),
+                        &mut pair,
+                    )
+                    .unwrap();
+                    assert_eq!(pair, [9i32.to_le_bytes(), 1i32.to_le_bytes()].concat());
+                }
+                // Refused before anything is posted: too long, and bitwise on floating point.
+                let mut long = [0u8; nicbar::NIC_REDUCE_MAX + 8];
+                assert!(matches!(
+                    port.nic_allreduce(
+                        &group,
+                        ReduceSpec::new(ReduceOp::SUM, ReduceType::F64),
+                        &mut long
+                    ),
+                    Err(BarrierError::Refused {
+                        status: Status::TOO_LONG
+                    })
+                ));
+                let mut float = [0u8; 8];
+                assert!(matches!(
+                    port.nic_allreduce(
+                        &group,
+                        ReduceSpec::new(ReduceOp::BXOR, ReduceType::F64),
+                        &mut float
+                    ),
+                    Err(BarrierError::Refused {
+                        status: Status::INVALID_TOKEN
+                    })
+                ));
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+}
+
 #[test]
 fn a_nic_broadcast_brings_every_member_the_roots_bytes_and_bad_roots_are_refused() {
     let cluster = Cluster::new("broadcast", 2);
