@@ -27,19 +27,36 @@ pub type Outcome = Result<(), (Option<usize>, String)>;
 /// nothing) when the group gives no timeout.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// A broadcast run by the NIC: its root's rank, and the bytes at the root.
-type NicBroadcast = (usize, Vec<u8>);
+/// What a queued barrier carries: nothing, a broadcast run by the NIC (its root's rank, and
+/// the bytes at the root), or an allreduce run by the NIC (its operation, and this member's
+/// value).
+#[derive(Clone, Debug)]
+enum Carries {
+    Nothing,
+    Broadcast(usize, Vec<u8>),
+    Allreduce(crate::ReduceSpec, Vec<u8>),
+}
+
+/// What a running barrier brings at its end: nothing, a broadcast's bytes, or an allreduce's
+/// result (this member's value until then: the result in a group of one).
+#[derive(Debug)]
+enum Brings {
+    Nothing,
+    Bytes,
+    Result(Vec<u8>),
+}
 
 /// One process's port, with the barriers it has queued, those running in the NIC, the ends not
 /// yet taken, and the collectives' transfers.
 pub struct Endpoint {
     pub(super) port: Port,
     /// Barriers and the NIC's broadcasts in their order.
-    queued: VecDeque<(u64, Group, Option<NicBroadcast>)>,
-    /// Those running in the NIC, in start order, and whether each is a broadcast.
-    running: Vec<(u64, PendingBarrier, bool)>,
+    queued: VecDeque<(u64, Group, Carries)>,
+    /// Those running in the NIC, in start order, and what each brings at its end.
+    running: Vec<(u64, PendingBarrier, Brings)>,
     ended: HashMap<u64, Outcome>,
-    /// The bytes of the NIC's broadcasts that ended, by ticket.
+    /// The bytes of the NIC's broadcasts and the results of its allreduces that ended, by
+    /// ticket.
     broadcasts: HashMap<u64, Vec<u8>>,
     next_ticket: u64,
     /// Barriers completed.
@@ -139,25 +156,33 @@ impl Endpoint {
 
     /// Queues a barrier of `group`; returns its ticket (never 0).
     pub fn barrier_start(&mut self, group: &Group) -> u64 {
-        self.enqueue(group, None)
+        self.enqueue(group, Carries::Nothing)
+    }
+
+    /// Queues an allreduce of `group` run by the NIC (see [`Port::nic_allreduce`]): this
+    /// member's `data` combined with `spec`; returns its ticket (never 0). Its end comes as a
+    /// barrier's; then [`Endpoint::take_broadcast`] gives the result.
+    pub fn allreduce_start(&mut self, group: &Group, spec: crate::ReduceSpec, data: &[u8]) -> u64 {
+        self.enqueue(group, Carries::Allreduce(spec, data.to_vec()))
     }
 
     /// Queues a broadcast of `group` from rank `root` run by the NIC (`data`: the bytes, at the
     /// root); returns its ticket (never 0). Its end comes as a barrier's; then
     /// [`Endpoint::take_broadcast`] gives the bytes.
     pub fn broadcast_start(&mut self, group: &Group, root: usize, data: &[u8]) -> u64 {
-        self.enqueue(group, Some((root, data.to_vec())))
+        self.enqueue(group, Carries::Broadcast(root, data.to_vec()))
     }
 
-    /// The bytes of the ended broadcast with `ticket`, taken.
+    /// The bytes of the ended broadcast (or the result of the ended allreduce) with `ticket`,
+    /// taken.
     pub fn take_broadcast(&mut self, ticket: u64) -> Option<Vec<u8>> {
         self.broadcasts.remove(&ticket)
     }
 
-    fn enqueue(&mut self, group: &Group, broadcast: Option<NicBroadcast>) -> u64 {
+    fn enqueue(&mut self, group: &Group, carries: Carries) -> u64 {
         let ticket = self.next_ticket;
         self.next_ticket = self.next_ticket.wrapping_add(1).max(1);
-        self.queued.push_back((ticket, group.clone(), broadcast));
+        self.queued.push_back((ticket, group.clone(), carries));
         self.progress();
         ticket
     }
@@ -189,16 +214,22 @@ impl Endpoint {
                     continue;
                 }
                 let (ticket, pending, broadcast) = self.running.remove(index);
-                let outcome = if broadcast {
-                    let mut bytes = [0; crate::NIC_BROADCAST_MAX];
-                    self.port
-                        .nic_broadcast_wait(pending, &mut bytes)
-                        .map(|length| {
-                            let length = length.min(bytes.len());
-                            self.broadcasts.insert(ticket, bytes[..length].to_vec());
+                let outcome = match broadcast {
+                    Brings::Bytes => {
+                        let mut bytes = [0; crate::NIC_BROADCAST_MAX];
+                        self.port
+                            .nic_broadcast_wait(pending, &mut bytes)
+                            .map(|length| {
+                                let length = length.min(bytes.len());
+                                self.broadcasts.insert(ticket, bytes[..length].to_vec());
+                            })
+                    }
+                    Brings::Result(mut value) => {
+                        self.port.nic_allreduce_wait(pending, &mut value).map(|()| {
+                            self.broadcasts.insert(ticket, value);
                         })
-                } else {
-                    self.port.barrier_wait(pending)
+                    }
+                    Brings::Nothing => self.port.barrier_wait(pending),
                 };
                 self.record(ticket, outcome);
                 ended += 1;
@@ -206,15 +237,22 @@ impl Endpoint {
             if self.running.len() >= RUNNING_BARRIERS {
                 break;
             }
-            let Some((ticket, group, broadcast)) = self.queued.pop_front() else {
+            let Some((ticket, group, carries)) = self.queued.pop_front() else {
                 break;
             };
-            let started = match &broadcast {
-                Some((root, data)) => self.port.nic_broadcast_start(&group, *root, data),
-                None => self.port.barrier_start(&group),
+            let (started, brings) = match carries {
+                Carries::Broadcast(root, data) => (
+                    self.port.nic_broadcast_start(&group, root, &data),
+                    Brings::Bytes,
+                ),
+                Carries::Allreduce(spec, data) => (
+                    self.port.nic_allreduce_start(&group, spec, &data),
+                    Brings::Result(data),
+                ),
+                Carries::Nothing => (self.port.barrier_start(&group), Brings::Nothing),
             };
             match started {
-                Ok(pending) => self.running.push((ticket, pending, broadcast.is_some())),
+                Ok(pending) => self.running.push((ticket, pending, brings)),
                 Err(error) => {
                     self.record(ticket, Err(error));
                     ended += 1;

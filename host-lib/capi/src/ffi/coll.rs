@@ -39,6 +39,8 @@ use nicbar_rs::{Algorithm, BarrierOptions, Group, Member, NodeId, PortId};
 
 use super::{guard, guard_or};
 
+pub mod reduce;
+
 /// nicbar_coll_group_new()'s `algorithm`: the library's default for the group's size
 /// (pairwise exchange for a power of two, else one-way dissemination).
 pub const NICBAR_COLL_ALGORITHM_DEFAULT: i32 = 0;
