@@ -27,6 +27,11 @@ pub fn combine(
     }
     let element = spec.element_size();
     let width = spec.datatype.size();
+    if element == 0 {
+        // `check` refused it already; said again so that no zero-size chunking (a panic path)
+        // is linked.
+        return Err(ReduceRefusal::UnknownType(spec.datatype.0));
+    }
     for ((l, r), o) in left
         .chunks_exact(element)
         .zip(right.chunks_exact(element))

@@ -228,7 +228,12 @@ impl ReduceSpec {
             return Err(ReduceRefusal::NotDefined(self.op, self.datatype));
         }
         let element = self.element_size();
-        if len == 0 || len > REDUCE_MAX || len % element != 0 {
+        // `checked_rem`: no division-by-zero path in the firmware (the element is never 0 here).
+        let whole = match len.checked_rem(element) {
+            Some(rest) => rest == 0,
+            None => false,
+        };
+        if len == 0 || len > REDUCE_MAX || !whole {
             return Err(ReduceRefusal::BadLength(len));
         }
         Ok(())

@@ -9,7 +9,7 @@ use shared_abi::reduce::REDUCE_MAX;
 
 /// Values a port slot keeps at once: a reduction of a group of `n` sends and receives about
 /// `log2 n + 2` of each, and a port runs a few at once.
-pub(crate) const REDUCE_VALUES: usize = 48;
+pub(crate) const REDUCE_VALUES: usize = 32;
 
 /// Which value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
