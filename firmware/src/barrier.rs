@@ -39,10 +39,13 @@ use shared_abi::token::{SendKind, SendToken};
 use zerocopy::FromZeros;
 
 use crate::connection::Body;
-use crate::port::{BarrierRun, Broadcast, RETRIES, Retry};
+use crate::port::{BarrierRun, Broadcast, RETRIES, RUNNING_BARRIERS, Reduction, Retry, ValueKey};
 use crate::record::Failed;
+use crate::reduce::combine;
 use crate::time::Instant;
 use crate::{Hal, Nic};
+use shared_abi::reduce::{REDUCE_MAX, ReduceRefusal};
+use shared_abi::schedule::StepCombine;
 
 impl<H: Hal, const C: usize> Nic<H, C> {
     /// SDMA took a barrier send token: pull its schedule in, check it, and start it.
@@ -67,7 +70,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             && let Some(generation) = self
                 .ports
                 .open(port)
-                .filter(|open| open.barrier.is_none())
+                .filter(|open| open.run_slot(token.barrier_id()).is_none())
                 .map(|open| open.generation)
             && self
                 .broadcast_place(port, generation, token.barrier_id(), true)
@@ -79,7 +82,12 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         }
         let memory = self.hal.port_memory(port).ok_or(Status::INVALID_TOKEN)?;
         let open = self.ports.open_mut(port).ok_or(Status::INVALID_TOKEN)?;
-        if open.barrier.is_some() || open.barrier_buffers == 0 {
+        // Each running barrier has its own completion buffer and its own identity: a second
+        // barrier of one identity could not tell its packets from the first's.
+        if open.running_count() >= usize::from(open.barrier_buffers)
+            || open.running_count() >= RUNNING_BARRIERS
+            || open.run_slot(token.barrier_id()).is_some()
+        {
             return Err(Status::BARRIER_BUSY);
         }
         let offset = open
@@ -129,11 +137,38 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 root_len = Some(len);
             }
         }
+        // A reduction's member reads its value, which follows the schedule in the arena.
+        let mut reduce = None;
+        if token.kind == SendKind::REDUCE {
+            if barrier == BarrierId::NONE {
+                return Err(Status::INVALID_TOKEN);
+            }
+            let spec = token.reduce_spec();
+            let len = usize::from(token.size);
+            spec.check(len).map_err(|refusal| match refusal {
+                ReduceRefusal::BadLength(_) => Status::TOO_LONG,
+                _ => Status::INVALID_TOKEN,
+            })?;
+            let at = token
+                .buffer
+                .get()
+                .checked_add((steps * core::mem::size_of::<Step>()) as u64)
+                .and_then(|start| open.layout.arena_range(start, len))
+                .ok_or(Status::BAD_BUFFER)?;
+            let mut value = [0u8; REDUCE_MAX];
+            let out = value.get_mut(..len).ok_or(Status::TOO_LONG)?;
+            memory.read(at, out).map_err(|_| Status::BAD_BUFFER)?;
+            reduce = Some(Reduction {
+                spec,
+                len: len as u8,
+                value,
+            });
+        }
         if barrier.job.get() != 0 {
             open.job = barrier.job.get();
         }
         let generation = open.generation;
-        open.barrier = Some(BarrierRun {
+        let started = open.start_run(BarrierRun {
             steps: schedule,
             index: 0,
             sent_current: false,
@@ -142,7 +177,11 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             deadline: now.saturating_add(timeout),
             stalled_until: None,
             broadcast,
+            reduce,
         });
+        if started.is_none() {
+            return Err(Status::BARRIER_BUSY);
+        }
         if let Some(len) = root_len {
             self.remember_broadcast(
                 port,
@@ -168,8 +207,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             let stalled = self
                 .ports
                 .open(port)
-                .and_then(|open| open.barrier.as_ref())
-                .is_some_and(|run| run.stalled_until.is_some());
+                .is_some_and(|open| open.runs().any(|run| run.stalled_until.is_some()));
             if stalled {
                 self.advance_pending |= 1 << port;
             }
@@ -177,11 +215,17 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         self.run_pending_advances(now);
     }
 
-    /// Whether `port`'s barrier could move if its engine ran now (checked by the tests after each
-    /// poll: a barrier `advance_all_barriers` passed over must have nothing to move on).
+    /// Whether one of `port`'s barriers could move if its engine ran now (checked by the tests
+    /// after each poll: a barrier `advance_all_barriers` passed over must have nothing to move
+    /// on).
     #[cfg(test)]
     pub(crate) fn barrier_could_advance(&self, port: usize) -> bool {
-        let Some(run) = self.ports.open(port).and_then(|open| open.barrier.as_ref()) else {
+        (0..RUNNING_BARRIERS).any(|slot| self.run_could_advance(port, slot))
+    }
+
+    #[cfg(test)]
+    fn run_could_advance(&self, port: usize, slot: usize) -> bool {
+        let Some(run) = self.ports.open(port).and_then(|open| open.run(slot)) else {
             return false;
         };
         let Some(step) = run.steps.get(run.index) else {
@@ -205,7 +249,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     pub(crate) fn run_pending_advances(&mut self, now: Instant) {
         // Each pass either clears a bit or makes a step of progress; schedules are finite, so
         // this ends. The bound makes that obvious and costs nothing.
-        for _ in 0..(PORTS_PER_NIC * (MAX_SCHEDULE_STEPS + 2)) {
+        for _ in 0..(PORTS_PER_NIC * RUNNING_BARRIERS * (MAX_SCHEDULE_STEPS + 2)) {
             if self.advance_pending == 0 {
                 return;
             }
@@ -215,29 +259,45 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         }
     }
 
-    /// Runs `port`'s barrier as far as the record allows.
+    /// Runs each of `port`'s barriers as far as the record allows (each on its own: one that
+    /// waits holds up no other).
     fn advance(&mut self, port: usize, now: Instant) {
+        for slot in 0..RUNNING_BARRIERS {
+            self.advance_run(port, slot, now);
+        }
+    }
+
+    /// Runs the barrier in `slot` of `port` as far as the record allows.
+    fn advance_run(&mut self, port: usize, slot: usize, now: Instant) {
+        let Some(barrier) = self.run_at(port, slot).map(|run| run.barrier) else {
+            return;
+        };
         loop {
-            let Some(run) = self.ports.open(port).and_then(|o| o.barrier.as_ref()) else {
+            // A local step may have ended this barrier (an abort looped back).
+            let Some(run) = self.run_at(port, slot).filter(|run| run.barrier == barrier) else {
                 return;
             };
-            let barrier = run.barrier;
             let Some(step) = run.steps.get(run.index).copied() else {
-                self.finish_barrier(port, Status::SUCCESS, None);
+                self.finish_barrier(port, slot, Status::SUCCESS, None);
                 return;
             };
+            let reduce = run.reduce;
             let sends =
                 step.op == StepOp::SEND || (step.op == StepOp::EXCHANGE && !run.sent_current);
             if sends {
-                if !self.send_barrier_packet(port, step, barrier, now) {
+                // A reduction's packet carries the value so far, kept for its retransmissions.
+                let kept = reduce.is_none_or(|reduction| {
+                    self.keep_sent_value(port, barrier, step.round, reduction.data())
+                });
+                if !kept || !self.send_barrier_packet(port, step, barrier, now) {
                     // No room now: wake up a little later to try again.
                     let retry = now.saturating_add(self.config.retry_interval);
-                    if let Some(run) = self.running_barrier(port) {
+                    if let Some(run) = self.run_at_mut(port, slot, barrier) {
                         run.stalled_until = Some(retry);
                     }
                     return;
                 }
-                let Some(run) = self.running_barrier(port) else {
+                let Some(run) = self.run_at_mut(port, slot, barrier) else {
                     return;
                 };
                 run.stalled_until = None;
@@ -251,12 +311,35 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 None => return, // Wait for the packet.
                 Some(Some(failed)) => {
                     // The peer's barrier failed: so does ours, naming the member it named.
-                    self.finish_barrier(port, failed.status, Some((failed.node, failed.port)));
+                    self.finish_barrier(
+                        port,
+                        slot,
+                        failed.status,
+                        Some((failed.node, failed.port)),
+                    );
                     return;
                 }
                 Some(None) => {}
             }
-            let Some(run) = self.running_barrier(port) else {
+            if let Some(reduction) = reduce
+                && step.combine != StepCombine::NONE
+            {
+                match self.combine_arrived(port, barrier, step, reduction) {
+                    Some(value) => {
+                        if let Some(run) = self.run_at_mut(port, slot, barrier) {
+                            run.reduce = Some(value);
+                        }
+                    }
+                    None => {
+                        // The peer's packet carried no value of the right length: it does not
+                        // run this reduction as we do.
+                        let peer = Some((step.node, step.port));
+                        self.finish_barrier(port, slot, Status::BAD_SCHEDULE, peer);
+                        return;
+                    }
+                }
+            }
+            let Some(run) = self.run_at_mut(port, slot, barrier) else {
                 return;
             };
             run.index += 1;
@@ -264,8 +347,27 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         }
     }
 
-    fn running_barrier(&mut self, port: usize) -> Option<&mut BarrierRun> {
-        self.ports.open_mut(port)?.barrier.as_mut()
+    /// The barrier running in `slot` of `port`.
+    fn run_at(&self, port: usize, slot: usize) -> Option<&BarrierRun> {
+        self.ports.open(port)?.run(slot)
+    }
+
+    /// The barrier running in `slot` of `port`, mutably, if it is still `barrier`.
+    fn run_at_mut(
+        &mut self,
+        port: usize,
+        slot: usize,
+        barrier: BarrierId,
+    ) -> Option<&mut BarrierRun> {
+        self.ports
+            .open_mut(port)?
+            .run_mut(slot)
+            .filter(|run| run.barrier == barrier)
+    }
+
+    /// The slot of `port`'s running barrier `barrier`.
+    fn run_slot(&self, port: usize, barrier: BarrierId) -> Option<usize> {
+        self.ports.open(port)?.run_slot(barrier)
     }
 
     /// Consumes the packet of `barrier` that `step` waits for, if it is recorded (and says
@@ -339,6 +441,10 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         match generation {
             Some(generation) if target_open => {
                 if failed.is_none() {
+                    if !self.hand_on_reduction(port, generation, target, barrier, step.round) {
+                        // No room for the value at the target yet.
+                        return false;
+                    }
                     self.hand_on_broadcast(port, generation, target, barrier);
                 }
                 match self
@@ -375,15 +481,14 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         barrier: BarrierId,
         failed: Failed,
     ) {
+        let Some(slot) = self.run_slot(port, barrier) else {
+            return;
+        };
         let needs = self
-            .ports
-            .open(port)
-            .and_then(|open| open.barrier.as_ref())
-            .is_some_and(|run| {
-                run.barrier == barrier && run.still_needs(source.0, Some(source.1)).is_some()
-            });
+            .run_at(port, slot)
+            .is_some_and(|run| run.still_needs(source.0, Some(source.1)).is_some());
         if needs {
-            self.finish_barrier(port, failed.status, Some((failed.node, failed.port)));
+            self.finish_barrier(port, slot, failed.status, Some((failed.node, failed.port)));
         }
     }
 
@@ -405,13 +510,13 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         dst_port: PortId,
     ) {
         self.counters.barrier_targets_gone += 1;
-        if self
-            .ports
-            .open(port)
-            .and_then(|open| open.barrier.as_ref())
-            .is_some_and(|run| run.barrier == barrier)
-        {
-            self.finish_barrier(port, Status::TARGET_PORT_CLOSED, Some((node, dst_port)));
+        if let Some(slot) = self.run_slot(port, barrier) {
+            self.finish_barrier(
+                port,
+                slot,
+                Status::TARGET_PORT_CLOSED,
+                Some((node, dst_port)),
+            );
         }
     }
 
@@ -428,9 +533,9 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         let Some(open) = self.ports.open_mut(port) else {
             return;
         };
+        let running = open.run_slot(barrier);
         let until = open
-            .barrier
-            .as_ref()
+            .running(barrier)
             .map_or(default_until, |run| run.deadline);
         if open
             .barrier_retries
@@ -442,10 +547,16 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 until,
             })
             .is_err()
-            && open.barrier.is_some()
+            && let Some(slot) = running
         {
-            // More refused sends than a schedule should ever have outstanding: end the barrier.
-            self.finish_barrier(port, Status::NO_RESOURCES, Some((step.node, step.port)));
+            // More refused sends than the port's schedules should ever have outstanding: end the
+            // barrier that sent this one.
+            self.finish_barrier(
+                port,
+                slot,
+                Status::NO_RESOURCES,
+                Some((step.node, step.port)),
+            );
         }
     }
 
@@ -484,12 +595,14 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     pub(crate) fn run_barrier_timers(&mut self, now: Instant) -> bool {
         let mut busy = false;
         for port in 0..PORTS_PER_NIC {
-            if let Some(run) = self.running_barrier(port)
-                && run.deadline <= now
-            {
-                let peer = run.current_peer();
-                self.finish_barrier(port, Status::BARRIER_TIMED_OUT, Some(peer));
-                busy = true;
+            for slot in 0..RUNNING_BARRIERS {
+                if let Some(run) = self.run_at(port, slot)
+                    && run.deadline <= now
+                {
+                    let peer = run.current_peer();
+                    self.finish_barrier(port, slot, Status::BARRIER_TIMED_OUT, Some(peer));
+                    busy = true;
+                }
             }
             let Some(open) = self.ports.open_mut(port) else {
                 continue;
@@ -590,7 +703,18 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             return Err(RejectReason::BUSY);
         };
         let index = self.connection_index(peer).ok_or(RejectReason::BUSY)?;
-        if failed.is_none()
+        if failed.is_none() && header.size == shared_abi::packet::BARRIER_CARRIES_REDUCTION {
+            let key = ValueKey::Arrived {
+                node: peer,
+                port: header.src_port,
+                barrier,
+                round: header.aux,
+            };
+            if !self.keep_arrived_value(port, key, data) {
+                // No room for the value yet: the sender tries again.
+                return Err(RejectReason::BUSY);
+            }
+        } else if failed.is_none()
             && !data.is_empty()
             && let Some(generation) = self.ports.open(port).map(|o| o.generation)
         {
@@ -653,7 +777,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             }
         }
         for port in 0..PORTS_PER_NIC {
-            let running = self.ports.open(port).is_some_and(|o| o.barrier.is_some());
+            let running = self.ports.open(port).is_some_and(|o| o.running_count() > 0);
             if running {
                 self.fail_barrier_needing(port, peer, Some(source_id), Status::TARGET_PORT_CLOSED);
             } else if peer == self.node {
@@ -672,8 +796,9 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         self.peer_port_closed(self.node, port, generation);
     }
 
-    /// Fails `port`'s running barrier if a step still to do waits for a packet from `(node,
-    /// peer_port)` (any port of `node` if `None`) that has not arrived.
+    /// Fails each of `port`'s running barriers that still waits, in a step to do, for a packet
+    /// from `(node, peer_port)` (any port of `node` if `None`) that has not arrived; the others
+    /// go on.
     pub(crate) fn fail_barrier_needing(
         &mut self,
         port: usize,
@@ -681,7 +806,20 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         peer_port: Option<PortId>,
         status: Status,
     ) {
-        let Some(run) = self.ports.open(port).and_then(|o| o.barrier.as_ref()) else {
+        for slot in 0..RUNNING_BARRIERS {
+            self.fail_run_needing(port, slot, node, peer_port, status);
+        }
+    }
+
+    fn fail_run_needing(
+        &mut self,
+        port: usize,
+        slot: usize,
+        node: NodeId,
+        peer_port: Option<PortId>,
+        status: Status,
+    ) {
+        let Some(run) = self.run_at(port, slot) else {
             return;
         };
         let barrier = run.barrier;
@@ -697,22 +835,23 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 .is_some_and(|c| c.record.has(port, source, barrier, step.round))
         };
         if !recorded {
-            self.finish_barrier(port, status, Some((step.node, step.port)));
+            self.finish_barrier(port, slot, status, Some((step.node, step.port)));
         }
     }
 
-    /// Ends `port`'s barrier: completed (`SUCCESS`) or failed, naming the member it waited for.
-    /// The completion uses one of the port's barrier buffers (paper §5.2).
+    /// Ends the barrier in `slot` of `port`: completed (`SUCCESS`) or failed, naming the member
+    /// it waited for. The completion uses one of the port's barrier buffers (paper §5.2).
     fn finish_barrier(
         &mut self,
         port: usize,
+        slot: usize,
         status: Status,
         waiting_for: Option<(NodeId, PortId)>,
     ) {
         let Some(open) = self.ports.open_mut(port) else {
             return;
         };
-        let Some(run) = open.barrier.take() else {
+        let Some(run) = open.take_run(slot) else {
             return;
         };
         open.barrier_buffers = open.barrier_buffers.saturating_sub(1);
@@ -732,6 +871,13 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         } else {
             status
         };
+        // What arrived for this reduction and was not taken can complete nothing now.
+        if let Some(slot) = self.ports.slot_mut(port) {
+            let ended = run.barrier;
+            slot.reduce_values.forget(
+                |key| matches!(key, ValueKey::Arrived { barrier, .. } if *barrier == ended),
+            );
+        }
         let Some(open) = self.ports.open_mut(port) else {
             return;
         };
@@ -790,7 +936,146 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         if let Some(bytes) = bytes {
             event.set_broadcast_data(bytes.data());
         }
+        // A reduction completes with its result, where a broadcast's bytes go.
+        if let Some(reduction) = run.reduce.filter(|_| status == Status::SUCCESS) {
+            event.set_broadcast_data(reduction.data());
+        }
         self.emit(port, event);
+    }
+
+    /// Keeps `data` as the value `port` sends in `round` of reduction `barrier` (its packets
+    /// are built, and rebuilt, from it). Returns `false` if there is no room now.
+    fn keep_sent_value(&mut self, port: usize, barrier: BarrierId, round: u8, data: &[u8]) -> bool {
+        let Some(generation) = self.ports.open(port).map(|open| open.generation) else {
+            return false;
+        };
+        let key = ValueKey::Sent {
+            generation,
+            barrier,
+            round,
+        };
+        self.keep_value(port, key, data)
+    }
+
+    /// Keeps `data`, arrived for `port` under `key`. Returns `false` if there is no room now.
+    fn keep_arrived_value(&mut self, port: usize, key: ValueKey, data: &[u8]) -> bool {
+        self.keep_value(port, key, data)
+    }
+
+    /// Keeps `data` under `key` in `port`'s reduction values, making room from values nothing
+    /// needs any more: sent ones whose packets are all through and whose barrier ended, and
+    /// arrived ones of a barrier the port does not run and whose packets no record holds.
+    fn keep_value(&mut self, port: usize, key: ValueKey, data: &[u8]) -> bool {
+        let Some(slot) = self.ports.slot(port) else {
+            return false;
+        };
+        let mut evictable: Vec<ValueKey, { crate::port::REDUCE_VALUES }> = Vec::new();
+        for kept in slot.reduce_values.keys() {
+            let needed = match kept {
+                ValueKey::Sent {
+                    generation,
+                    barrier,
+                    ..
+                } => self.broadcast_in_use(port, generation, barrier, false),
+                ValueKey::Arrived { barrier, .. } => {
+                    self.ports
+                        .open(port)
+                        .is_some_and(|open| open.running(barrier).is_some())
+                        || self.local_record.holds(port, barrier)
+                        || self
+                            .connections
+                            .iter()
+                            .any(|connection| connection.record.holds(port, barrier))
+                }
+            };
+            if !needed {
+                let _ = evictable.push(kept);
+            }
+        }
+        self.ports.slot_mut(port).is_some_and(|slot| {
+            slot.reduce_values
+                .keep(key, data, |kept| evictable.contains(kept))
+        })
+    }
+
+    /// The value `port` (incarnation `generation`) sent in `round` of reduction `barrier`, if
+    /// it is one: what its packet of that round carries.
+    pub(crate) fn reduction_held(
+        &self,
+        port: usize,
+        generation: Generation,
+        barrier: BarrierId,
+        round: u8,
+    ) -> Option<crate::port::ReduceValue> {
+        self.ports
+            .slot(port)?
+            .reduce_values
+            .get(ValueKey::Sent {
+                generation,
+                barrier,
+                round,
+            })
+            .copied()
+    }
+
+    /// A packet of `round` of `barrier` from `port` (incarnation `generation`) to the open local
+    /// port `target`: the value it carries, if it is a reduction's, goes to the target as if
+    /// it had come over the wire. Returns `false` if the target has no room for it now.
+    fn hand_on_reduction(
+        &mut self,
+        port: usize,
+        generation: Generation,
+        target: usize,
+        barrier: BarrierId,
+        round: u8,
+    ) -> bool {
+        let Some(value) = self.reduction_held(port, generation, barrier, round) else {
+            return true;
+        };
+        let key = ValueKey::Arrived {
+            node: self.node,
+            port: PortId(port as u8),
+            barrier,
+            round,
+        };
+        self.keep_arrived_value(target, key, value.data())
+    }
+
+    /// Takes the value `step`'s peer sent in its round of reduction `barrier` to `port` and
+    /// combines it into `reduction` as the step says; `None` if it is missing or of another
+    /// length.
+    fn combine_arrived(
+        &mut self,
+        port: usize,
+        barrier: BarrierId,
+        step: Step,
+        reduction: Reduction,
+    ) -> Option<Reduction> {
+        let key = ValueKey::Arrived {
+            node: step.node,
+            port: step.port,
+            barrier,
+            round: step.round,
+        };
+        let theirs = self.ports.slot_mut(port)?.reduce_values.take(key)?;
+        let theirs = theirs.data();
+        let mine = reduction.data();
+        if theirs.len() != mine.len() {
+            return None;
+        }
+        let mut next = reduction;
+        let out = next.value.get_mut(..mine.len())?;
+        if step.combine.contains(StepCombine::REPLACE) {
+            out.copy_from_slice(theirs);
+        } else {
+            let (left, right) = if step.combine.contains(StepCombine::PEER_LEFT) {
+                (theirs, mine)
+            } else {
+                (mine, theirs)
+            };
+            combine(reduction.spec, left, right, out).ok()?;
+        }
+        Some(next)
     }
 
     /// The bytes of broadcast `barrier` that `port` (incarnation `generation`) holds, to send
@@ -836,8 +1121,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         let running = self
             .ports
             .open(port)
-            .and_then(|open| open.barrier.as_ref())
-            .is_some_and(|run| run.barrier == barrier);
+            .is_some_and(|open| open.running(barrier).is_some());
         if let Some(place) = self.broadcast_place(port, generation, barrier, running) {
             self.keep_broadcast(port, place, generation, barrier, data);
         } else {
@@ -927,9 +1211,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                     .any(|connection| connection.record.holds(port, barrier)));
         recorded
             || open.is_some_and(|open| {
-                open.barrier
-                    .as_ref()
-                    .is_some_and(|run| run.barrier == barrier)
+                open.running(barrier).is_some()
                     || open
                         .barrier_retries
                         .iter()

@@ -38,6 +38,7 @@ pub mod port;
 mod rdma;
 mod record;
 mod recv;
+pub mod reduce;
 mod remote;
 mod sdma;
 mod segment;
@@ -157,7 +158,8 @@ pub struct PortStatus {
     pub receive_buffers: usize,
     /// Whether a barrier is running.
     pub barrier_running: bool,
-    /// Where the running barrier is, if one runs.
+    /// Where the running barrier is, if one runs (of several, the one whose deadline comes
+    /// first: the longest stuck, as a rule).
     pub barrier: Option<BarrierProgress>,
     /// Whether the port is finishing an orderly close ([`Nic::begin_close`]).
     pub closing: bool,
@@ -285,8 +287,11 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
             generation: open.generation,
             held_sends: open.held_sends(),
             receive_buffers: open.receive_buffers.len(),
-            barrier_running: open.barrier.is_some(),
-            barrier: open.barrier.as_ref().map(port::BarrierRun::progress),
+            barrier_running: open.running_count() > 0,
+            barrier: open
+                .runs()
+                .min_by_key(|run| run.deadline)
+                .map(port::BarrierRun::progress),
             closing: open.closing.is_some(),
             pending_events: open.pending_events.len(),
             faulted: open.faulted,
@@ -513,7 +518,7 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
             });
             let drained = ring_empty
                 && open.held_sends() == 0
-                && open.barrier.is_none()
+                && open.running_count() == 0
                 && open.barrier_retries.is_empty()
                 && !barrier_packets_out;
             if drained || now >= deadline {
@@ -526,6 +531,11 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
 
     fn forget_records_for(&mut self, port: usize) {
         self.local_record.clear_destination(port);
+        // Reduction values that arrived were meant for another incarnation too.
+        if let Some(slot) = self.ports.slot_mut(port) {
+            slot.reduce_values
+                .forget(|key| matches!(key, port::ValueKey::Arrived { .. }));
+        }
         for connection in self.connections.iter_mut() {
             connection.record.clear_destination(port);
         }
@@ -590,7 +600,7 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
             at = time::earliest(at, connection.ack_due);
         }
         for open in self.ports.open_ports() {
-            if let Some(run) = open.barrier.as_ref() {
+            for run in open.runs() {
                 at = time::earliest(at, run.next_deadline());
             }
             for (index, retry) in open.barrier_retries.iter().enumerate() {

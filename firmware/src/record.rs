@@ -12,7 +12,8 @@
 //!   by the round they carry — slot bit `r` means "the packet of round `r` is waiting".
 //! - **A fast peer's packet for its next barrier** arriving before this barrier consumed its own:
 //!   a barrier completes nowhere before every member entered it, so a peer runs at most one barrier
-//!   ahead, and two slots hold everything live.
+//!   of a group ahead; a port runs several barriers (of different groups) at once, and
+//!   [`SLOTS`] holds everything live.
 //! - **A failed barrier's stragglers** (and packets of a group this port will never run again) can
 //!   never be counted by another barrier: a step takes only a packet of its own barrier. A barrier
 //!   that ends forgets what is left of its own identity; what no barrier here ever claims is
@@ -30,6 +31,8 @@
 use shared_abi::event::Status;
 use shared_abi::ids::{BarrierId, Generation, NodeId, PORTS_PER_NIC, PortId};
 
+use crate::port::RUNNING_BARRIERS;
+
 /// An abort's news: the member the sender's barrier failed waiting for, and why. The receiver's
 /// barrier fails too, naming the same member, so every member still waiting learns who is
 /// missing (not merely which neighbour gave up).
@@ -40,10 +43,12 @@ pub(crate) struct Failed {
     pub(crate) status: Status,
 }
 
-/// Barriers one (destination port, source port) cell holds packets of at once: the live two
-/// (this barrier's and the next one's) and one more, so that a failed barrier's straggler is
+/// Barriers one (destination port, source port) cell holds packets of at once. A port runs up to
+/// [`RUNNING_BARRIERS`] barriers, so the live ones of a cell are the source's running barriers and
+/// those the destination runs that the source has completed already (it completes one only once
+/// the destination entered it): twice that, and one more, so that a failed barrier's straggler is
 /// evicted before it could crowd out a live one.
-const SLOTS: usize = 3;
+pub(crate) const SLOTS: usize = 2 * RUNNING_BARRIERS + 1;
 
 /// The rounds recorded for one barrier.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -288,8 +293,6 @@ mod tests {
     const G2: Generation = Generation::new(2);
     const A: BarrierId = BarrierId::new(7, 1, 10);
     const B: BarrierId = BarrierId::new(7, 1, 11);
-    const C: BarrierId = BarrierId::new(7, 1, 12);
-    const D: BarrierId = BarrierId::new(7, 1, 13);
     const OTHER_GROUP: BarrierId = BarrierId::new(7, 2, 10);
 
     #[test]
@@ -336,28 +339,36 @@ mod tests {
 
     #[test]
     fn a_new_barrier_evicts_the_oldest_when_every_slot_is_taken() {
+        let nth = |sequence: usize| BarrierId::new(7, 1, 10 + sequence as u32);
         let mut record = UnexpectedBarrierRecord::default();
-        record.record(1, 2, G1, A, 0, None).unwrap(); // a failed barrier's straggler
-        record.record(1, 2, G1, B, 0, None).unwrap();
-        record.record(1, 2, G1, C, 1, None).unwrap();
-        assert_eq!(record.record(1, 2, G1, D, 0, None), Ok(Recorded::Evicted));
-        assert!(!record.has(1, 2, A, 0));
-        assert_eq!(record.take(1, 2, B, 0), Some(None));
-        assert_eq!(record.take(1, 2, C, 1), Some(None));
-        assert_eq!(record.take(1, 2, D, 0), Some(None));
+        // nth(0) is a failed barrier's straggler; the others fill every other slot.
+        for sequence in 0..SLOTS {
+            assert_eq!(
+                record.record(1, 2, G1, nth(sequence), 0, None),
+                Ok(Recorded::Kept)
+            );
+        }
+        assert_eq!(
+            record.record(1, 2, G1, nth(SLOTS), 0, None),
+            Ok(Recorded::Evicted)
+        );
+        assert!(!record.has(1, 2, nth(0), 0));
+        for sequence in 1..=SLOTS {
+            assert_eq!(record.take(1, 2, nth(sequence), 0), Some(None));
+        }
         assert!(record.is_empty());
         // A slot freed in the middle keeps the others in order: the oldest is still evicted first.
-        record.record(1, 2, G1, A, 0, None).unwrap();
-        record.record(1, 2, G1, B, 0, None).unwrap();
-        record.record(1, 2, G1, C, 0, None).unwrap();
-        assert_eq!(record.take(1, 2, B, 0), Some(None));
-        record.record(1, 2, G1, D, 0, None).unwrap();
+        for sequence in 0..SLOTS {
+            record.record(1, 2, G1, nth(sequence), 0, None).unwrap();
+        }
+        assert_eq!(record.take(1, 2, nth(1), 0), Some(None));
+        record.record(1, 2, G1, nth(SLOTS), 0, None).unwrap();
         assert_eq!(
             record.record(1, 2, G1, OTHER_GROUP, 0, None),
             Ok(Recorded::Evicted)
         );
-        assert!(!record.has(1, 2, A, 0));
-        assert!(record.has(1, 2, C, 0) && record.has(1, 2, D, 0));
+        assert!(!record.has(1, 2, nth(0), 0));
+        assert!((2..=SLOTS).all(|sequence| record.has(1, 2, nth(sequence), 0)));
     }
 
     #[test]

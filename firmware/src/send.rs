@@ -214,12 +214,24 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                     failed_status: failed.map_or(Status::SUCCESS, |f| f.status),
                 };
                 let bytes = zerocopy::IntoBytes::as_bytes(&body);
-                // A broadcast's bytes ride every packet of it once the port holds them.
+                // A reduction's packet carries the value its step sent; a broadcast's bytes
+                // ride every packet of it once the port holds them.
+                let reduced = failed
+                    .is_none()
+                    .then(|| self.reduction_held(usize::from(port), generation, barrier, round))
+                    .flatten();
                 let held = failed
                     .is_none()
                     .then(|| self.broadcast_held(usize::from(port), generation, barrier))
                     .flatten();
-                let data = held.as_ref().map_or(&[][..], |held| held.data());
+                let data = match (&reduced, &held) {
+                    (Some(value), _) => {
+                        header.size = shared_abi::packet::BARRIER_CARRIES_REDUCTION;
+                        value.data()
+                    }
+                    (None, Some(held)) => held.data(),
+                    (None, None) => &[][..],
+                };
                 let start = shared_abi::packet::HEADER_LEN;
                 if let Some(out) = self.scratch.get_mut(start..start + bytes.len()) {
                     out.copy_from_slice(bytes);

@@ -211,18 +211,23 @@ impl Endpoint {
     /// it (paper §5.2, `gm_barrier_send_with_callback`); the buffer is held like a send's until
     /// the barrier's end (or refusal) event.
     ///
-    /// `broadcast`: the barrier is a broadcast from this root (`SendKind::BROADCAST`); at the
-    /// root the bytes follow the schedule in the same buffer.
+    /// `carried`: the barrier is a broadcast from its root (`SendKind::BROADCAST`; at the root
+    /// the bytes follow the schedule in the same buffer), or a reduction (`SendKind::REDUCE`;
+    /// this member's value follows the schedule).
     pub(crate) fn barrier_send(
         &mut self,
         steps: &[Step],
         context: u64,
         timeout: Option<Duration>,
         barrier: shared_abi::ids::BarrierId,
-        broadcast: Option<(nicbar_schedule::Member, &[u8])>,
+        carried: Option<&crate::port::barriers::Carried>,
     ) -> Result<(), Error> {
+        use crate::port::barriers::Carried;
         let bytes = steps.as_bytes();
-        let data = broadcast.map_or(&[][..], |(_, data)| data);
+        let data = match carried {
+            Some(Carried::Broadcast(_, data) | Carried::Reduce(_, data)) => data.as_slice(),
+            None => &[][..],
+        };
         let needed = bytes.len() + data.len();
         let mut schedule = match self.barrier_tokens.spare_schedule.take() {
             Some(spare) if spare.len() >= needed => spare,
@@ -242,11 +247,18 @@ impl Endpoint {
             ..SendToken::default()
         }
         .with_barrier_id(barrier);
-        if let Some((root, data)) = broadcast {
-            token.kind = SendKind::BROADCAST;
-            token.target_node = root.node;
-            token.target_port = root.port;
-            token.size = u8::try_from(data.len()).unwrap_or(u8::MAX);
+        match carried {
+            Some(Carried::Broadcast(root, data)) => {
+                token.kind = SendKind::BROADCAST;
+                token.target_node = root.node;
+                token.target_port = root.port;
+                token.size = u8::try_from(data.len()).unwrap_or(u8::MAX);
+            }
+            Some(Carried::Reduce(spec, data)) => {
+                token.set_reduce_spec(*spec);
+                token.size = u8::try_from(data.len()).unwrap_or(u8::MAX);
+            }
+            None => {}
         }
         match self.push_send_token(token, schedule, context) {
             Ok(()) => {

@@ -54,7 +54,8 @@ pub enum BarrierError {
     /// The group's algorithm does not compile for it (a parameter out of range for its size,
     /// too many rounds or steps).
     Schedule(ScheduleError),
-    /// A barrier is already running on this port: one at a time, as in the NIC.
+    /// The port runs as many barriers as the NIC does at once
+    /// ([`shared_abi::schedule::RUNNING_BARRIERS`]), or one of the same identity.
     Busy,
     /// The port failed (the daemon is gone, no tokens, the arena is full, ...).
     Port(Error),
@@ -91,7 +92,9 @@ impl std::fmt::Display for BarrierError {
                 write!(f, "{member} is not a member of the barrier group")
             }
             Self::Schedule(error) => write!(f, "the barrier schedule does not compile: {error}"),
-            Self::Busy => f.write_str("a barrier is already running on this port"),
+            Self::Busy => f.write_str(
+                "the port already runs as many barriers as the NIC does at once, or one of the same identity",
+            ),
             Self::Port(error) => write!(f, "{error}"),
             Self::Refused { status } => {
                 write!(f, "the NIC refused the barrier (status {})", status.0)

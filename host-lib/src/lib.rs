@@ -72,6 +72,7 @@ pub use raw::{PortCounters, RawEvent, RawPort, WaitMode};
 pub use shared_abi::event::Status;
 pub use shared_abi::ids::{BarrierId, NodeId, PortId};
 pub use shared_abi::rdma::{AtomicOp, RemotePointer};
+pub use shared_abi::reduce::{REDUCE_MAX as NIC_REDUCE_MAX, ReduceOp, ReduceSpec, ReduceType};
 pub use shared_abi::schedule::{Step, StepOp};
 pub use shared_abi::token::Priority;
 pub use shared_abi::{max_length_for_size, min_size_for_length};

@@ -21,6 +21,7 @@ pub mod image;
 pub mod packet;
 pub mod qemu;
 pub mod rdma;
+pub mod reduce;
 pub mod region;
 pub mod ring;
 pub mod schedule;

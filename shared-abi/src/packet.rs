@@ -203,7 +203,8 @@ pub struct PacketHeader {
     pub dst_port: PortId,
     /// Data: message priority.
     pub priority: u8,
-    /// Data: message size class.
+    /// Data: message size class. Barrier: [`BARRIER_CARRIES_REDUCTION`] if the bytes after its
+    /// payload are a reduction's value (else a broadcast's bytes, or none).
     pub size: u8,
     /// Barrier: the step's round. Reject: the [`RejectReason`].
     pub aux: u8,
@@ -455,6 +456,10 @@ impl PacketHeader {
         Some(total)
     }
 }
+
+/// A barrier packet's header `size` when the bytes after its [`BarrierPayload`] are the value a
+/// reduction's step sends (at most [`crate::reduce::REDUCE_MAX`] bytes).
+pub const BARRIER_CARRIES_REDUCTION: u8 = 1;
 
 #[cfg(test)]
 mod tests {

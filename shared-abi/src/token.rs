@@ -55,9 +55,17 @@ impl SendKind {
     /// `BAD_SCHEDULE`.
     pub const BROADCAST: Self = Self(6);
 
-    /// Whether the kind runs a barrier schedule ([`Self::BARRIER`] or [`Self::BROADCAST`]).
+    /// A reduction: the barrier of a [`Self::BARRIER`] token (same fields, its identity
+    /// required) whose every member supplies `size` bytes (at most
+    /// [`crate::reduce::REDUCE_MAX`]) from the arena right after the schedule, combined as
+    /// [`SendToken::reduce_spec`] says by the steps' [`crate::schedule::StepCombine`]; the
+    /// completion event carries the result as a broadcast's carries its bytes.
+    pub const REDUCE: Self = Self(7);
+
+    /// Whether the kind runs a barrier schedule ([`Self::BARRIER`], [`Self::BROADCAST`] or
+    /// [`Self::REDUCE`]).
     pub const fn is_barrier(self) -> bool {
-        self.0 == 2 || self.0 == 6
+        self.0 == 2 || self.0 == 6 || self.0 == 7
     }
 
     /// Whether the kind is a one-sided operation (put, get, atomic).
@@ -149,7 +157,8 @@ pub struct SendToken {
     pub compare: U64,
     /// Atomic: the [`crate::rdma::AtomicOp`].
     pub op: crate::rdma::AtomicOp,
-    /// Reserved, zero.
+    /// Reserved, zero; a reduction's operation and type in the first two
+    /// ([`SendToken::reduce_spec`]).
     pub reserved4: [u8; 3],
 }
 const _: () = assert!(core::mem::size_of::<SendToken>() == 64);
@@ -178,6 +187,21 @@ impl SendToken {
     pub fn with_barrier_id(mut self, barrier: BarrierId) -> Self {
         self.set_barrier_id(barrier);
         self
+    }
+
+    /// A reduction's operation and type (in the first two bytes of `reserved4`).
+    pub const fn reduce_spec(&self) -> crate::reduce::ReduceSpec {
+        crate::reduce::ReduceSpec::new(
+            crate::reduce::ReduceOp(self.reserved4[0]),
+            crate::reduce::ReduceType(self.reserved4[1]),
+        )
+    }
+
+    /// Makes this a reduction token combining with `spec`.
+    pub fn set_reduce_spec(&mut self, spec: crate::reduce::ReduceSpec) {
+        self.kind = SendKind::REDUCE;
+        self.reserved4[0] = spec.op.0;
+        self.reserved4[1] = spec.datatype.0;
     }
 }
 

@@ -69,6 +69,23 @@ pub(crate) struct BarrierRun {
     pub(crate) stalled_until: Option<Instant>,
     /// A broadcast: its completion carries the root's bytes.
     pub(crate) broadcast: bool,
+    /// A reduction: what it combines with, and this member's value so far.
+    pub(crate) reduce: Option<Reduction>,
+}
+
+/// A running reduction's state: its operation and type, and the value combined so far.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Reduction {
+    pub(crate) spec: shared_abi::reduce::ReduceSpec,
+    pub(crate) len: u8,
+    pub(crate) value: [u8; shared_abi::reduce::REDUCE_MAX],
+}
+
+impl Reduction {
+    /// The value so far.
+    pub(crate) fn data(&self) -> &[u8] {
+        self.value.get(..usize::from(self.len)).unwrap_or(&[])
+    }
 }
 
 impl BarrierRun {

@@ -3,22 +3,24 @@
 //! `Ports` is the table of slots. A slot outlives its port's opens and closes: the last
 //! generation handed out, and the bytes of the port's latest broadcasts (`broadcast_bytes`).
 //! An open port (`OpenPort`) holds its rings, the tokens it took, its registered memory
-//! ([`crate::memory`]), its running barrier and the barrier packets it waits to send again
+//! ([`crate::memory`]), its running barriers and the barrier packets it waits to send again
 //! (`barrier_run`). The engines drive this state; nothing here names an engine.
 
 use heapless::{Deque, Vec};
 use shared_abi::event::{Event, Status};
-use shared_abi::ids::{Generation, PORTS_PER_NIC};
+use shared_abi::ids::{BarrierId, Generation, PORTS_PER_NIC};
 use shared_abi::region::RegionLayout;
 use shared_abi::ring::{Consumer, Producer};
 use shared_abi::token::{ReceiveToken, SendToken};
 
 mod barrier_run;
 mod broadcast_bytes;
+mod reduce_values;
 
 pub use barrier_run::BarrierProgress;
-pub(crate) use barrier_run::{BarrierRun, RETRIES, Retry};
+pub(crate) use barrier_run::{BarrierRun, RETRIES, Reduction, Retry};
 pub(crate) use broadcast_bytes::{Broadcast, BroadcastBytes};
+pub(crate) use reduce_values::{REDUCE_VALUES, ReduceValue, ReduceValues, ValueKey};
 
 use crate::time::Instant;
 
@@ -27,8 +29,12 @@ use crate::time::Instant;
 pub const SEND_TOKENS: usize = 32;
 /// Receive buffers one port may have provided at once; further receive tokens wait in the ring.
 pub const RECEIVE_BUFFERS: usize = 64;
-/// Barrier completion tokens one port may have provided at once.
-pub const BARRIER_BUFFERS: u8 = 4;
+/// Barrier completion tokens one port may have provided at once: one per barrier it may run.
+pub const BARRIER_BUFFERS: u8 = RUNNING_BARRIERS as u8;
+/// Barriers one port may run at once, each with its own identity (job, group, sequence), state
+/// and completion buffer (paper §3.4's concurrent barriers, per port): a process's non-blocking
+/// barriers of different groups complete in whatever order their members start them.
+pub const RUNNING_BARRIERS: usize = shared_abi::schedule::RUNNING_BARRIERS;
 /// Events held for a port whose event ring is full. Every held token produces exactly one event,
 /// and a token is taken only while this has room for it, so no event is ever dropped.
 pub(crate) const PENDING_EVENTS: usize =
@@ -121,8 +127,9 @@ pub(crate) struct OpenPort {
     pub(crate) receive_buffers: Vec<ReceiveToken, RECEIVE_BUFFERS>,
     pub(crate) barrier_buffers: u8,
     pub(crate) pending_events: Deque<Event, PENDING_EVENTS>,
-    /// The running barrier: the paper's "send token pointer" in the port structure (§4.2).
-    pub(crate) barrier: Option<BarrierRun>,
+    /// The running barriers, by slot: each the paper's "send token pointer" in the port structure
+    /// (§4.2). Only [`OpenPort::start_run`] fills a slot and [`OpenPort::take_run`] empties it.
+    runs: [Option<BarrierRun>; RUNNING_BARRIERS],
     /// Barrier packets refused by a closed target port, to send again (they outlive the barrier
     /// that sent them).
     pub(crate) barrier_retries: heapless::Vec<Retry, RETRIES>,
@@ -159,7 +166,7 @@ impl OpenPort {
             receive_buffers: Vec::new(),
             barrier_buffers: 0,
             pending_events: Deque::new(),
-            barrier: None,
+            runs: [const { None }; RUNNING_BARRIERS],
             barrier_retries: heapless::Vec::new(),
             faulted: None,
             closing: None,
@@ -169,6 +176,51 @@ impl OpenPort {
             operating: SlotSet::EMPTY,
             assembling: 0,
         }
+    }
+
+    /// The running barriers, in slot order.
+    pub(crate) fn runs(&self) -> impl Iterator<Item = &BarrierRun> {
+        self.runs.iter().flatten()
+    }
+
+    /// How many barriers run.
+    pub(crate) fn running_count(&self) -> usize {
+        self.runs().count()
+    }
+
+    /// The running barrier in `slot`, if any.
+    pub(crate) fn run(&self, slot: usize) -> Option<&BarrierRun> {
+        self.runs.get(slot)?.as_ref()
+    }
+
+    /// The running barrier in `slot`, mutably.
+    pub(crate) fn run_mut(&mut self, slot: usize) -> Option<&mut BarrierRun> {
+        self.runs.get_mut(slot)?.as_mut()
+    }
+
+    /// The slot of the running barrier `barrier`, if it runs.
+    pub(crate) fn run_slot(&self, barrier: BarrierId) -> Option<usize> {
+        self.runs
+            .iter()
+            .position(|run| run.as_ref().is_some_and(|run| run.barrier == barrier))
+    }
+
+    /// The running barrier `barrier`, if it runs.
+    pub(crate) fn running(&self, barrier: BarrierId) -> Option<&BarrierRun> {
+        self.runs().find(|run| run.barrier == barrier)
+    }
+
+    /// Starts `run` in a free slot and returns the slot; `None` (and `run` is dropped) if every
+    /// slot runs a barrier.
+    pub(crate) fn start_run(&mut self, run: BarrierRun) -> Option<usize> {
+        let slot = self.runs.iter().position(Option::is_none)?;
+        *self.runs.get_mut(slot)? = Some(run);
+        Some(slot)
+    }
+
+    /// Ends the barrier in `slot`, returning it.
+    pub(crate) fn take_run(&mut self, slot: usize) -> Option<BarrierRun> {
+        self.runs.get_mut(slot)?.take()
     }
 
     /// How many send tokens the port holds.
@@ -384,4 +436,7 @@ pub(crate) struct PortSlot {
     /// The bytes of the port's latest broadcasts: they outlive the barrier and the port's close,
     /// as its packets do.
     pub(crate) broadcasts: BroadcastBytes,
+    /// The values of the port's reductions: those it sent (as long as its packets need them)
+    /// and those that arrived (until a step takes them).
+    pub(crate) reduce_values: ReduceValues,
 }

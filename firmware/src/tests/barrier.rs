@@ -70,8 +70,118 @@ fn a_barrier_token_without_a_barrier_buffer_or_during_a_barrier_is_rejected_busy
     assert_eq!(
         summary(&net[0].events(1)),
         [(EventKind::TOKEN_REJECTED, Status::BARRIER_BUSY, 0x53)],
-        "one barrier at a time per port"
+        "one barrier of one identity at a time per port"
     );
+}
+
+#[test]
+fn barriers_of_two_groups_complete_whatever_order_their_members_start_them_in() {
+    let mut net = Net::new(2);
+    net.open(0, 1);
+    net.open(1, 1);
+    let group_a = BarrierId::new(5, 0xa, 0);
+    let group_b = BarrierId::new(5, 0xb, 0);
+    // Node 0 starts A then B; node 1 starts B then A (MPI orders collectives per communicator
+    // only). Each token is taken before the next is written over the same schedule buffer.
+    net[0].start_barrier_of(1, &[exchange(1, 1, 0)], 0xa0, 0, group_a);
+    net.run();
+    net[0].start_barrier_of(1, &[exchange(1, 1, 0)], 0xb0, 0, group_b);
+    net.run();
+    net[1].start_barrier_of(1, &[exchange(0, 1, 0)], 0xb1, 0, group_b);
+    net.run();
+    assert!(net[0].nic.port_status(PortId(1)).unwrap().barrier_running);
+    net[1].start_barrier_of(1, &[exchange(0, 1, 0)], 0xa1, 0, group_a);
+    net.run();
+
+    let mut at_0 = completed(&net[0].events(1));
+    at_0.sort_unstable();
+    assert_eq!(at_0, [0xa0, 0xb0]);
+    let mut at_1 = completed(&net[1].events(1));
+    at_1.sort_unstable();
+    assert_eq!(at_1, [0xa1, 0xb1]);
+    assert!(!net[0].nic.port_status(PortId(1)).unwrap().barrier_running);
+    assert_eq!(net[0].nic.counters().barriers_completed, 2);
+}
+
+#[test]
+fn a_port_runs_as_many_barriers_as_it_has_barrier_buffers_and_refuses_one_more() {
+    let mut net = Net::new(2);
+    net.open(0, 1);
+    net.open(1, 1);
+    let running = crate::port::RUNNING_BARRIERS as u32;
+    for group in 0..running {
+        net[0].start_barrier_of(
+            1,
+            &[exchange(1, 1, 0)],
+            u64::from(group),
+            0,
+            BarrierId::new(5, group, 0),
+        );
+        net.run();
+    }
+    assert!(net[0].events(1).is_empty(), "every one runs");
+    // One more barrier buffer than the port may hold waits in the receive ring: the token finds
+    // no buffer of its own.
+    net[0].start_barrier_of(
+        1,
+        &[exchange(1, 1, 0)],
+        0xff,
+        0,
+        BarrierId::new(5, running, 0),
+    );
+    net.run();
+    assert_eq!(
+        summary(&net[0].events(1)),
+        [(EventKind::TOKEN_REJECTED, Status::BARRIER_BUSY, 0xff)]
+    );
+    // Node 1 enters them in the opposite order: all complete.
+    for group in (0..running).rev() {
+        net[1].start_barrier_of(
+            1,
+            &[exchange(0, 1, 0)],
+            u64::from(group),
+            0,
+            BarrierId::new(5, group, 0),
+        );
+        net.run();
+    }
+    let mut at_0 = completed(&net[0].events(1));
+    at_0.sort_unstable();
+    assert_eq!(at_0, (0..u64::from(running)).collect::<Vec<_>>());
+}
+
+#[test]
+fn of_two_running_barriers_the_one_whose_member_is_missing_fails_naming_it() {
+    let mut net = Net::new(3);
+    net.open(0, 1);
+    net.open(1, 1);
+    net.open(2, 1);
+    let with_1 = BarrierId::new(5, 0x1, 0);
+    let with_2 = BarrierId::new(5, 0x2, 0);
+    // Node 0 waits for node 2 (which never enters) and for node 1 (which enters): the first
+    // fails naming node 2, the second completes.
+    net[0].start_barrier_of(1, &[exchange(2, 1, 0)], 0x2, 1000, with_2);
+    net.run();
+    net[0].start_barrier_of(1, &[exchange(1, 1, 0)], 0x1, 1000, with_1);
+    net.run();
+    net.run_for(Duration::from_micros(200));
+    net[1].start_barrier_of(1, &[exchange(0, 1, 0)], 0x11, 0, with_1);
+    net.run_for(Duration::from_millis(5));
+
+    let events = net[0].events(1);
+    assert_eq!(
+        summary(&events),
+        [
+            (EventKind::BARRIER_COMPLETED, Status::SUCCESS, 0x1),
+            (EventKind::BARRIER_FAILED, Status::BARRIER_TIMED_OUT, 0x2)
+        ]
+    );
+    assert_eq!(
+        (events[1].peer_node, events[1].peer_port),
+        (NodeId::new(2), PortId(1)),
+        "the member really missing"
+    );
+    assert_eq!(completed(&net[1].events(1)), [0x11]);
 }
 
 #[test]

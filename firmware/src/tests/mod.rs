@@ -19,6 +19,7 @@ mod ports;
 mod properties;
 mod rdma;
 mod recv;
+mod reduce;
 mod remote;
 mod sdma;
 mod segment;
@@ -504,6 +505,33 @@ impl Node {
             }
             .with_barrier_id(barrier),
         );
+    }
+
+    /// Writes `steps` and then this member's `data` into the arena and posts a reduction token
+    /// for barrier `barrier` combining with `spec` (after a barrier buffer).
+    pub(crate) fn start_reduction(
+        &mut self,
+        port: u8,
+        steps: &[Step],
+        context: u64,
+        barrier: shared_abi::ids::BarrierId,
+        spec: shared_abi::reduce::ReduceSpec,
+        data: &[u8],
+    ) {
+        self.provide_barrier_buffer(port);
+        self.write_arena(port, SCHEDULE_AT, steps.as_bytes());
+        let after = SCHEDULE_AT + core::mem::size_of_val(steps) as u64;
+        self.write_arena(port, after, data);
+        let mut token = SendToken {
+            size: data.len() as u8,
+            length: (steps.len() as u32).into(),
+            buffer: SCHEDULE_AT.into(),
+            context: context.into(),
+            ..SendToken::default()
+        }
+        .with_barrier_id(barrier);
+        token.set_reduce_spec(spec);
+        self.post_send(port, &token);
     }
 
     /// Writes `steps` and then `data` into the arena and posts a broadcast token for barrier

@@ -16,6 +16,7 @@ pub mod hal;
 pub mod host;
 pub mod memory;
 pub mod messages;
+pub mod overlap;
 pub mod rdma;
 pub mod rng;
 pub mod world;

@@ -282,6 +282,121 @@
  */
 #define NICBAR_COLL_MAP_REFUSED -1
 
+/**
+ * nicbar_coll_allreduce_start()'s `op`: sum.
+ */
+#define NICBAR_REDUCE_SUM 1
+
+/**
+ * Product.
+ */
+#define NICBAR_REDUCE_PROD 2
+
+/**
+ * Minimum.
+ */
+#define NICBAR_REDUCE_MIN 3
+
+/**
+ * Maximum.
+ */
+#define NICBAR_REDUCE_MAX 4
+
+/**
+ * Logical and (integers).
+ */
+#define NICBAR_REDUCE_LAND 5
+
+/**
+ * Logical or (integers).
+ */
+#define NICBAR_REDUCE_LOR 6
+
+/**
+ * Logical exclusive or (integers).
+ */
+#define NICBAR_REDUCE_LXOR 7
+
+/**
+ * Bitwise and (integers).
+ */
+#define NICBAR_REDUCE_BAND 8
+
+/**
+ * Bitwise or (integers).
+ */
+#define NICBAR_REDUCE_BOR 9
+
+/**
+ * Bitwise exclusive or (integers).
+ */
+#define NICBAR_REDUCE_BXOR 10
+
+/**
+ * The minimum and the smallest index holding it: packed pairs of an element and an `int32_t`.
+ */
+#define NICBAR_REDUCE_MINLOC 11
+
+/**
+ * The maximum and the smallest index holding it: packed pairs of an element and an `int32_t`.
+ */
+#define NICBAR_REDUCE_MAXLOC 12
+
+/**
+ * nicbar_coll_allreduce_start()'s `type`: `int8_t`.
+ */
+#define NICBAR_REDUCE_INT8 1
+
+/**
+ * `uint8_t`.
+ */
+#define NICBAR_REDUCE_UINT8 2
+
+/**
+ * `int16_t`.
+ */
+#define NICBAR_REDUCE_INT16 3
+
+/**
+ * `uint16_t`.
+ */
+#define NICBAR_REDUCE_UINT16 4
+
+/**
+ * `int32_t`.
+ */
+#define NICBAR_REDUCE_INT32 5
+
+/**
+ * `uint32_t`.
+ */
+#define NICBAR_REDUCE_UINT32 6
+
+/**
+ * `int64_t`.
+ */
+#define NICBAR_REDUCE_INT64 7
+
+/**
+ * `uint64_t`.
+ */
+#define NICBAR_REDUCE_UINT64 8
+
+/**
+ * `float`.
+ */
+#define NICBAR_REDUCE_FLOAT 9
+
+/**
+ * `double`.
+ */
+#define NICBAR_REDUCE_DOUBLE 10
+
+/**
+ * The most bytes nicbar_coll_allreduce_start() combines in the NIC.
+ */
+#define NICBAR_NIC_REDUCE_MAX 32
+
 
 
 /**
@@ -2715,8 +2830,9 @@ int32_t nicbar_coll_group_set_id(struct nicbar_coll_endpoint *endpoint,
 
 /**
  * Starts a barrier of `group` on the endpoint and returns its ticket (never 0; 0 for a NULL
- * handle). The barrier goes to the NIC at once if the port is free, else when the barriers
- * started before it on this endpoint have ended. Follow it with nicbar_coll_barrier_test().
+ * handle). The barrier goes to the NIC at once if it runs fewer than four of this endpoint's
+ * barriers and none is queued, else when earlier ones have ended. Follow it with
+ * nicbar_coll_barrier_test().
  *
  * # Safety
  * `endpoint` and `group` are NULL or live handles.
@@ -2925,6 +3041,40 @@ int32_t nicbar_coll_alltoallv(struct nicbar_coll_endpoint *endpoint,
                               const size_t *send_lengths,
                               void *const *receive_blocks,
                               const size_t *receive_lengths);
+
+/**
+ * Starts an allreduce of `group` in the NIC: this member's `length` bytes at `data`, elements
+ * of `type` (a `NICBAR_REDUCE_*` type), combined with `op` (a `NICBAR_REDUCE_*` operation).
+ * Returns its ticket (never 0; 0 for a NULL handle, or NULL `data` with a nonzero `length`).
+ * Every member starts it at the same point of the group's barriers, with the same `op`,
+ * `type` and `length`. An operation or type out of range, one not defined on the type, or a
+ * length that is 0, over [`NICBAR_NIC_REDUCE_MAX`] or not whole elements ends the ticket
+ * failed (nicbar_coll_barrier_test() says so); nothing is sent then.
+ *
+ * # Safety
+ * `endpoint` and `group` are NULL or live handles; `data` is NULL or readable for `length`
+ * bytes.
+ */
+uint64_t nicbar_coll_allreduce_start(struct nicbar_coll_endpoint *endpoint,
+                                     const struct nicbar_coll_group *group,
+                                     int32_t op,
+                                     int32_t type,
+                                     const void *data,
+                                     size_t length);
+
+/**
+ * Copies the result of the ended allreduce with `ticket` (after nicbar_coll_barrier_test()
+ * said `NICBAR_COLL_COMPLETED`) into `out`, up to `length` bytes, and forgets it. Returns how
+ * many bytes the result has, or -1 if no result waits under `ticket` (not ended, failed, or
+ * taken already) or a handle or `out` is NULL.
+ *
+ * # Safety
+ * `endpoint` is NULL or a live handle; `out` is NULL or writable for `length` bytes.
+ */
+int64_t nicbar_coll_allreduce_result(struct nicbar_coll_endpoint *endpoint,
+                                     uint64_t ticket,
+                                     void *out,
+                                     size_t length);
 
 /**
  * Registers `length` bytes at `ptr` — any memory the process owns: `malloc`ed, on the stack,

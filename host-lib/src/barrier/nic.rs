@@ -4,14 +4,14 @@
 use std::time::{Duration, Instant};
 
 use shared_abi::ids::BarrierId;
-use shared_abi::schedule::Step;
+use shared_abi::schedule::{RUNNING_BARRIERS, Step};
 
 use crate::error::Error;
 use crate::failure::BarrierError;
 use crate::group::{BarrierOptions, Group};
 use crate::port::Port;
-use crate::port::barriers::Running;
-use nicbar_schedule::{Algorithm, Member};
+use crate::port::barriers::{Carried, Running};
+use nicbar_schedule::Algorithm;
 
 /// How long past its own timeout a NIC-based barrier may go unreported before
 /// [`Port::barrier_wait`] gives up on the NIC ([`BarrierError::NoReport`]).
@@ -47,8 +47,8 @@ impl Port {
     /// paper §5.2): writes the schedule into a buffer of the arena, which the port holds until the
     /// barrier ends, and posts the barrier send token. The end comes out of [`Port::receive`] as
     /// [`crate::Event::BarrierCompleted`] or [`crate::Event::BarrierFailed`] with `context`; a
-    /// refusal as [`crate::Event::SendRejected`] (`BARRIER_BUSY` if a barrier runs or no barrier
-    /// buffer was provided, `BAD_SCHEDULE` for an empty, too long or malformed schedule). The NIC
+    /// refusal as [`crate::Event::SendRejected`] (`BARRIER_BUSY` if the port runs as many barriers as the
+    /// NIC does at once, one of the same identity, or no barrier buffer is left for its end, `BAD_SCHEDULE` for an empty, too long or malformed schedule). The NIC
     /// fails the barrier after `timeout` (`None`: its default).
     ///
     /// # Errors
@@ -115,7 +115,7 @@ impl Port {
         group: &Group,
         options: &BarrierOptions,
     ) -> Result<PendingBarrier, BarrierError> {
-        self.start_in_nic(group, options.algorithm, options.timeout, None)
+        self.start_in_nic(group, Some(options.algorithm), options.timeout, None)
     }
 
     /// Broadcasts `data` from rank `root` of `group` to every member, run by the NIC's barrier
@@ -175,9 +175,9 @@ impl Port {
         let bytes = if is_root { data.to_vec() } else { Vec::new() };
         self.start_in_nic(
             group,
-            algorithm,
+            Some(algorithm),
             group.options.timeout,
-            Some((root_member, bytes)),
+            Some(Carried::Broadcast(root_member, bytes)),
         )
     }
 
@@ -196,8 +196,8 @@ impl Port {
             return Ok(out.len());
         };
         self.barrier_wait(pending)?;
-        match self.barrier.broadcast.take() {
-            Some((c, data)) if c == context => {
+        match self.barrier.broadcasts.remove(&context) {
+            Some(data) => {
                 let len = data.len().min(out.len());
                 out[..len].copy_from_slice(&data[..len]);
                 Ok(data.len())
@@ -208,14 +208,81 @@ impl Port {
         }
     }
 
-    /// Starts `algorithm`'s schedule of `group` in the NIC (a broadcast if `broadcast` names
-    /// its root and, at the root, the bytes).
+    /// Combines every member's `data` with `spec`'s operation in the NIC and leaves the result
+    /// in `data` at every member (an allreduce; a reduce is the same, its root reading the
+    /// result). `data` is 1 to [`shared_abi::reduce::REDUCE_MAX`] bytes of `spec`'s elements (for
+    /// `MINLOC`/`MAXLOC`, packed pairs of an element and a little-endian `i32` index), the same
+    /// length at every member. The NIC runs recursive doubling with the non-power-of-two fix-up
+    /// (`nicbar_schedule::allreduce`), combining in a fixed order: the result is bit-identical at
+    /// every member and from run to run (for floating point, the tree depends on the group's
+    /// size). It takes the group's next barrier number, as a barrier does, so every member must
+    /// call it at the same point of the group's barriers; it is also a barrier.
+    ///
+    /// # Errors
+    /// As [`Port::barrier`]; [`BarrierError::Refused`] with `TOO_LONG` for an empty or too long
+    /// `data` or one not a whole number of elements, `INVALID_TOKEN` for an operation not defined
+    /// on the type; [`BarrierError::Failed`] with `BAD_SCHEDULE` where members disagree on the
+    /// length.
+    pub fn nic_allreduce(
+        &mut self,
+        group: &Group,
+        spec: shared_abi::reduce::ReduceSpec,
+        data: &mut [u8],
+    ) -> Result<(), BarrierError> {
+        let pending = self.nic_allreduce_start(group, spec, data)?;
+        self.nic_allreduce_wait(pending, data)
+    }
+
+    /// Starts [`Port::nic_allreduce`] with this member's `data` and returns at once;
+    /// [`Port::barrier_test`] says when it ended, [`Port::nic_allreduce_wait`] waits and takes
+    /// the result.
+    ///
+    /// # Errors
+    /// As [`Port::nic_allreduce`].
+    pub fn nic_allreduce_start(
+        &mut self,
+        group: &Group,
+        spec: shared_abi::reduce::ReduceSpec,
+        data: &[u8],
+    ) -> Result<PendingBarrier, BarrierError> {
+        use shared_abi::reduce::ReduceRefusal;
+        spec.check(data.len())
+            .map_err(|refusal| BarrierError::Refused {
+                status: match refusal {
+                    ReduceRefusal::BadLength(_) => shared_abi::event::Status::TOO_LONG,
+                    _ => shared_abi::event::Status::INVALID_TOKEN,
+                },
+            })?;
+        self.start_in_nic(
+            group,
+            None,
+            group.options.timeout,
+            Some(Carried::Reduce(spec, data.to_vec())),
+        )
+    }
+
+    /// Waits for the end of an allreduce started by [`Port::nic_allreduce_start`] and copies
+    /// the result into `out` (up to its length; in a group of one, where nothing runs, `out`
+    /// is left as it is: the member's own value is the result).
+    ///
+    /// # Errors
+    /// As [`Port::barrier_wait`].
+    pub fn nic_allreduce_wait(
+        &mut self,
+        pending: PendingBarrier,
+        out: &mut [u8],
+    ) -> Result<(), BarrierError> {
+        self.nic_broadcast_wait(pending, out).map(|_| ())
+    }
+
+    /// Starts `algorithm`'s schedule of `group` in the NIC (`None`: the allreduce schedule),
+    /// carrying what `carried` says.
     fn start_in_nic(
         &mut self,
         group: &Group,
-        algorithm: Algorithm,
+        algorithm: Option<Algorithm>,
         timeout: Option<Duration>,
-        broadcast: Option<(Member, Vec<u8>)>,
+        carried: Option<Carried>,
     ) -> Result<PendingBarrier, BarrierError> {
         let started = Instant::now();
         let rank = group.rank_of_port(self.node_id(), self.port_id())?;
@@ -226,28 +293,37 @@ impl Port {
                 started,
             });
         }
-        if self.endpoint.barrier_tokens.in_flight > 0 || self.barrier.running.is_some() {
+        // The NIC runs a few barriers per port at once, each of its own identity.
+        let barrier = self.barrier.next_id(group);
+        if self.barrier.running.len() >= RUNNING_BARRIERS
+            || self.endpoint.barrier_tokens.in_flight as usize >= RUNNING_BARRIERS
+            || self.barrier.runs_barrier(barrier)
+        {
             return Err(BarrierError::Busy);
         }
-        let steps = self
-            .barrier
-            .schedule(group, algorithm, rank)
-            .map_err(BarrierError::Schedule)?;
-        self.barrier.outcome = None;
-        self.barrier.broadcast = None;
-        if self.endpoint.barrier_tokens.buffers == 0 {
+        let steps = match algorithm {
+            Some(algorithm) => self
+                .barrier
+                .schedule(group, algorithm, rank)
+                .map_err(BarrierError::Schedule)?,
+            None => {
+                let mut steps = vec![Step::default(); nicbar_schedule::MAX_SCHEDULE_STEPS];
+                let count = nicbar_schedule::allreduce(&group.members, rank, &mut steps)
+                    .map_err(BarrierError::Schedule)?;
+                steps.truncate(count);
+                steps.into()
+            }
+        };
+        // A barrier buffer for each running barrier's end, this one's included.
+        while (self.endpoint.barrier_tokens.buffers as usize) <= self.barrier.running.len() {
             self.provide_barrier_buffer()?;
         }
         self.barrier.next_serial = self.barrier.next_serial.wrapping_add(1);
         let context = GROUP_CONTEXT | u64::from(self.barrier.next_serial);
-        let barrier = self.barrier.next_id(group);
-        let sent = broadcast
-            .as_ref()
-            .map(|(root, bytes)| (*root, bytes.as_slice()));
         self.endpoint
-            .barrier_send(&steps, context, timeout, barrier, sent)?;
+            .barrier_send(&steps, context, timeout, barrier, carried.as_ref())?;
         self.barrier.count(barrier);
-        self.barrier.running = Some(Running {
+        self.barrier.running.push(Running {
             context,
             barrier,
             steps,
@@ -255,7 +331,7 @@ impl Port {
             timeout,
             reposts: 0,
             repost_at: None,
-            broadcast,
+            carried,
         });
         Ok(PendingBarrier {
             context: Some(context),
@@ -327,41 +403,42 @@ impl Port {
         }
     }
 
-    /// Posts the running group barrier again if it was refused as busy and its wait is over;
-    /// returns when it is due otherwise. A failure to post ends the barrier with it.
+    /// Posts again each running group barrier that was refused as busy and whose wait is over;
+    /// returns when the next is due otherwise. A failure to post ends that barrier with it.
     fn repost_if_due(&mut self) -> Result<Option<Instant>, BarrierError> {
-        let Some(running) = self.barrier.running.as_mut() else {
-            return Ok(None);
-        };
-        let Some(at) = running.repost_at else {
-            return Ok(None);
-        };
-        if Instant::now() < at {
-            return Ok(Some(at));
+        let now = Instant::now();
+        let mut next: Option<Instant> = None;
+        let mut due = Vec::new();
+        for running in &mut self.barrier.running {
+            match running.repost_at {
+                Some(at) if at <= now => {
+                    running.repost_at = None;
+                    due.push((
+                        running.steps.clone(),
+                        running.context,
+                        running.timeout,
+                        running.barrier,
+                        running.carried.clone(),
+                    ));
+                }
+                Some(at) => next = Some(next.map_or(at, |next| next.min(at))),
+                None => {}
+            }
         }
-        running.repost_at = None;
-        let (steps, context, timeout, barrier, broadcast) = (
-            running.steps.clone(),
-            running.context,
-            running.timeout,
-            running.barrier,
-            running.broadcast.clone(),
-        );
-        let posted = if self.endpoint.barrier_tokens.buffers == 0 {
-            self.provide_barrier_buffer()
-        } else {
-            Ok(())
+        for (steps, context, timeout, barrier, carried) in due {
+            let posted = if self.endpoint.barrier_tokens.buffers == 0 {
+                self.provide_barrier_buffer()
+            } else {
+                Ok(())
+            }
+            .and_then(|()| {
+                self.endpoint
+                    .barrier_send(&steps, context, timeout, barrier, carried.as_ref())
+            });
+            if let Err(error) = posted {
+                self.barrier.finish(context, Err(BarrierError::Port(error)));
+            }
         }
-        .and_then(|()| {
-            let sent = broadcast
-                .as_ref()
-                .map(|(root, bytes)| (*root, bytes.as_slice()));
-            self.endpoint
-                .barrier_send(&steps, context, timeout, barrier, sent)
-        });
-        if let Err(error) = posted {
-            self.barrier.finish(Err(BarrierError::Port(error)));
-        }
-        Ok(None)
+        Ok(next)
     }
 }

@@ -1,11 +1,17 @@
-//! The endpoint: one process's port, the barriers it has queued for the NIC (which runs one at
-//! a time per port), the one running, the ends not yet taken, and the collectives' transfers.
+//! The endpoint: one process's port, the barriers it has queued for the NIC (which runs up to
+//! [`RUNNING_BARRIERS`] at once per port, each of its own identity), the ones running, the ends
+//! not yet taken, and the collectives' transfers.
 //!
-//! Barriers run in the order they were started, so members that start barriers on the same
-//! groups in the same order (as MPI requires of blocking collectives) always meet.
+//! Barriers go to the NIC in the order they were started, as soon as it has room for one more;
+//! each then completes on its own. Members that start barriers of different groups in different
+//! orders meet as long as no member has more than [`RUNNING_BARRIERS`] outstanding (MPI orders
+//! collectives per communicator only); past that, the later ones wait in the queue for earlier
+//! ones to end.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
+
+use shared_abi::schedule::RUNNING_BARRIERS;
 
 use crate::{BarrierError, Error, Group, PendingBarrier, Port};
 
@@ -21,19 +27,36 @@ pub type Outcome = Result<(), (Option<usize>, String)>;
 /// nothing) when the group gives no timeout.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// A broadcast run by the NIC: its root's rank, and the bytes at the root.
-type NicBroadcast = (usize, Vec<u8>);
+/// What a queued barrier carries: nothing, a broadcast run by the NIC (its root's rank, and
+/// the bytes at the root), or an allreduce run by the NIC (its operation, and this member's
+/// value).
+#[derive(Clone, Debug)]
+enum Carries {
+    Nothing,
+    Broadcast(usize, Vec<u8>),
+    Allreduce(crate::ReduceSpec, Vec<u8>),
+}
 
-/// One process's port, with the barriers it has queued, the one running in the NIC, the ends
-/// not yet taken, and the collectives' transfers.
+/// What a running barrier brings at its end: nothing, a broadcast's bytes, or an allreduce's
+/// result (this member's value until then: the result in a group of one).
+#[derive(Debug)]
+enum Brings {
+    Nothing,
+    Bytes,
+    Result(Vec<u8>),
+}
+
+/// One process's port, with the barriers it has queued, those running in the NIC, the ends not
+/// yet taken, and the collectives' transfers.
 pub struct Endpoint {
     pub(super) port: Port,
     /// Barriers and the NIC's broadcasts in their order.
-    queued: VecDeque<(u64, Group, Option<NicBroadcast>)>,
-    /// The one running in the NIC, and whether it is a broadcast.
-    running: Option<(u64, PendingBarrier, bool)>,
+    queued: VecDeque<(u64, Group, Carries)>,
+    /// Those running in the NIC, in start order, and what each brings at its end.
+    running: Vec<(u64, PendingBarrier, Brings)>,
     ended: HashMap<u64, Outcome>,
-    /// The bytes of the NIC's broadcasts that ended, by ticket.
+    /// The bytes of the NIC's broadcasts and the results of its allreduces that ended, by
+    /// ticket.
     broadcasts: HashMap<u64, Vec<u8>>,
     next_ticket: u64,
     /// Barriers completed.
@@ -56,7 +79,7 @@ impl Endpoint {
         let mut endpoint = Self {
             port,
             queued: VecDeque::new(),
-            running: None,
+            running: Vec::new(),
             ended: HashMap::new(),
             broadcasts: HashMap::new(),
             next_ticket: 1,
@@ -133,25 +156,33 @@ impl Endpoint {
 
     /// Queues a barrier of `group`; returns its ticket (never 0).
     pub fn barrier_start(&mut self, group: &Group) -> u64 {
-        self.enqueue(group, None)
+        self.enqueue(group, Carries::Nothing)
+    }
+
+    /// Queues an allreduce of `group` run by the NIC (see [`Port::nic_allreduce`]): this
+    /// member's `data` combined with `spec`; returns its ticket (never 0). Its end comes as a
+    /// barrier's; then [`Endpoint::take_broadcast`] gives the result.
+    pub fn allreduce_start(&mut self, group: &Group, spec: crate::ReduceSpec, data: &[u8]) -> u64 {
+        self.enqueue(group, Carries::Allreduce(spec, data.to_vec()))
     }
 
     /// Queues a broadcast of `group` from rank `root` run by the NIC (`data`: the bytes, at the
     /// root); returns its ticket (never 0). Its end comes as a barrier's; then
     /// [`Endpoint::take_broadcast`] gives the bytes.
     pub fn broadcast_start(&mut self, group: &Group, root: usize, data: &[u8]) -> u64 {
-        self.enqueue(group, Some((root, data.to_vec())))
+        self.enqueue(group, Carries::Broadcast(root, data.to_vec()))
     }
 
-    /// The bytes of the ended broadcast with `ticket`, taken.
+    /// The bytes of the ended broadcast (or the result of the ended allreduce) with `ticket`,
+    /// taken.
     pub fn take_broadcast(&mut self, ticket: u64) -> Option<Vec<u8>> {
         self.broadcasts.remove(&ticket)
     }
 
-    fn enqueue(&mut self, group: &Group, broadcast: Option<NicBroadcast>) -> u64 {
+    fn enqueue(&mut self, group: &Group, carries: Carries) -> u64 {
         let ticket = self.next_ticket;
         self.next_ticket = self.next_ticket.wrapping_add(1).max(1);
-        self.queued.push_back((ticket, group.clone(), broadcast));
+        self.queued.push_back((ticket, group.clone(), carries));
         self.progress();
         ticket
     }
@@ -164,23 +195,27 @@ impl Endpoint {
             Some(outcome) => (Some(outcome), false),
             None => (
                 None,
-                self.running.as_ref().is_some_and(|(t, _, _)| *t == ticket)
+                self.running.iter().any(|(t, _, _)| *t == ticket)
                     || self.queued.iter().any(|(t, _, _)| *t == ticket),
             ),
         }
     }
 
-    /// Takes the running barrier's end if it has come, posts queued barriers while the port is
-    /// free, and moves the transfers on. Returns how many barriers ended.
+    /// Takes the ends of running barriers that have come, posts queued barriers while the NIC
+    /// has room for more, and moves the transfers on. Returns how many barriers ended.
     pub fn progress(&mut self) -> usize {
         let mut ended = 0;
         loop {
-            if let Some((_, pending, _)) = &self.running {
+            let mut index = 0;
+            while index < self.running.len() {
+                let (_, pending, _) = &self.running[index];
                 if let Ok(false) = self.port.barrier_test(pending) {
-                    break;
+                    index += 1;
+                    continue;
                 }
-                if let Some((ticket, pending, broadcast)) = self.running.take() {
-                    let outcome = if broadcast {
+                let (ticket, pending, broadcast) = self.running.remove(index);
+                let outcome = match broadcast {
+                    Brings::Bytes => {
                         let mut bytes = [0; crate::NIC_BROADCAST_MAX];
                         self.port
                             .nic_broadcast_wait(pending, &mut bytes)
@@ -188,22 +223,36 @@ impl Endpoint {
                                 let length = length.min(bytes.len());
                                 self.broadcasts.insert(ticket, bytes[..length].to_vec());
                             })
-                    } else {
-                        self.port.barrier_wait(pending)
-                    };
-                    self.record(ticket, outcome);
-                    ended += 1;
-                }
+                    }
+                    Brings::Result(mut value) => {
+                        self.port.nic_allreduce_wait(pending, &mut value).map(|()| {
+                            self.broadcasts.insert(ticket, value);
+                        })
+                    }
+                    Brings::Nothing => self.port.barrier_wait(pending),
+                };
+                self.record(ticket, outcome);
+                ended += 1;
             }
-            let Some((ticket, group, broadcast)) = self.queued.pop_front() else {
+            if self.running.len() >= RUNNING_BARRIERS {
+                break;
+            }
+            let Some((ticket, group, carries)) = self.queued.pop_front() else {
                 break;
             };
-            let started = match &broadcast {
-                Some((root, data)) => self.port.nic_broadcast_start(&group, *root, data),
-                None => self.port.barrier_start(&group),
+            let (started, brings) = match carries {
+                Carries::Broadcast(root, data) => (
+                    self.port.nic_broadcast_start(&group, root, &data),
+                    Brings::Bytes,
+                ),
+                Carries::Allreduce(spec, data) => (
+                    self.port.nic_allreduce_start(&group, spec, &data),
+                    Brings::Result(data),
+                ),
+                Carries::Nothing => (self.port.barrier_start(&group), Brings::Nothing),
             };
             match started {
-                Ok(pending) => self.running = Some((ticket, pending, broadcast.is_some())),
+                Ok(pending) => self.running.push((ticket, pending, brings)),
                 Err(error) => {
                     self.record(ticket, Err(error));
                     ended += 1;
@@ -241,7 +290,7 @@ impl Endpoint {
     /// many barriers ended.
     pub fn wait(&mut self, timeout: Duration) -> usize {
         let mut ended = self.progress();
-        if ended == 0 && (self.running.is_some() || self.transfers.has_outgoing()) {
+        if ended == 0 && (!self.running.is_empty() || self.transfers.has_outgoing()) {
             // Wakes for any event, the barrier's own end included (which `receive` keeps).
             let _ = self.port.wait_ready(timeout);
             ended = self.progress();

@@ -1,6 +1,6 @@
 //! What the port keeps for barriers, and the filter that takes the barrier code's events out of
-//! the port's stream: the running group barrier's end (or refusal), and the host-based barrier's
-//! messages and sends.
+//! the port's stream: the running group barriers' ends (or refusals), and the host-based
+//! barrier's messages and sends.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -56,7 +56,8 @@ struct CachedSchedule {
     steps: Arc<[Step]>,
 }
 
-/// The group barrier running in the NIC.
+/// A group barrier running in the NIC (a port runs up to
+/// [`shared_abi::schedule::RUNNING_BARRIERS`] at once).
 #[derive(Debug)]
 pub(crate) struct Running {
     pub(crate) context: u64,
@@ -67,8 +68,18 @@ pub(crate) struct Running {
     pub(crate) reposts: u32,
     /// Refused as busy: post it again then.
     pub(crate) repost_at: Option<Instant>,
+    /// What its packets carry: a broadcast's root and (at the root) bytes, or a reduction's
+    /// operation and this member's value.
+    pub(crate) carried: Option<Carried>,
+}
+
+/// What a group barrier's packets carry beside the barrier.
+#[derive(Clone, Debug)]
+pub(crate) enum Carried {
     /// A broadcast: its root, and (at the root) the bytes.
-    pub(crate) broadcast: Option<(Member, Vec<u8>)>,
+    Broadcast(Member, Vec<u8>),
+    /// A reduction: what it combines with, and this member's value.
+    Reduce(shared_abi::reduce::ReduceSpec, Vec<u8>),
 }
 
 /// What the port keeps for barriers (a field of [`crate::Port`]); the barrier tokens themselves
@@ -76,11 +87,12 @@ pub(crate) struct Running {
 #[derive(Debug, Default)]
 pub(crate) struct BarrierState {
     cache: Option<CachedSchedule>,
-    pub(crate) running: Option<Running>,
-    /// The end of the group barrier with this context, kept for [`crate::Port::barrier_wait`].
-    pub(crate) outcome: Option<(u64, Result<(), BarrierError>)>,
-    /// The bytes of the broadcast with this context, kept for [`crate::Port::nic_broadcast_wait`].
-    pub(crate) broadcast: Option<(u64, crate::event::BroadcastData)>,
+    /// The group barriers running in the NIC, in the order they started.
+    pub(crate) running: Vec<Running>,
+    /// The ends of group barriers, by context, kept for [`crate::Port::barrier_wait`].
+    pub(crate) outcomes: HashMap<u64, Result<(), BarrierError>>,
+    /// The bytes of ended broadcasts, by context, kept for [`crate::Port::nic_broadcast_wait`].
+    pub(crate) broadcasts: HashMap<u64, crate::event::BroadcastData>,
     pub(crate) next_serial: u32,
     pub(crate) host: HostState,
     /// The number of the next barrier of each (job, group) this port runs.
@@ -133,33 +145,43 @@ impl BarrierState {
     }
 
     pub(crate) fn is_running(&self, context: u64) -> bool {
-        self.running.as_ref().is_some_and(|r| r.context == context)
+        self.running_with(context).is_some()
+    }
+
+    /// The running group barrier with `context`.
+    pub(crate) fn running_with(&self, context: u64) -> Option<&Running> {
+        self.running.iter().find(|r| r.context == context)
+    }
+
+    /// Whether barrier `barrier` runs (a second of one identity would take the first's packets).
+    pub(crate) fn runs_barrier(&self, barrier: BarrierId) -> bool {
+        self.running.iter().any(|r| r.barrier == barrier)
     }
 
     pub(crate) fn has_ended(&self, context: u64) -> bool {
-        self.outcome.as_ref().is_some_and(|(c, _)| *c == context)
+        self.outcomes.contains_key(&context)
     }
 
     pub(crate) fn take_outcome(&mut self, context: u64) -> Option<Result<(), BarrierError>> {
-        if self.has_ended(context) {
-            self.outcome.take().map(|(_, outcome)| outcome)
-        } else {
-            None
-        }
+        self.outcomes.remove(&context)
     }
 
-    /// The running group barrier ended with `outcome`. One the NIC never ran (refused, or not
-    /// posted again) gives its number back: the members that did not see it run number their
-    /// next barrier the same.
-    pub(crate) fn finish(&mut self, outcome: Result<(), BarrierError>) {
-        if let Some(running) = self.running.take() {
+    /// The running group barrier with `context` ended with `outcome`. One the NIC never ran
+    /// (refused, or not posted again) gives its number back if no later barrier of its group
+    /// started: the members that did not see it run number their next barrier the same.
+    pub(crate) fn finish(&mut self, context: u64, outcome: Result<(), BarrierError>) {
+        let Some(at) = self.running.iter().position(|r| r.context == context) else {
+            return;
+        };
+        {
+            let running = self.running.remove(at);
             if matches!(
                 outcome,
                 Err(BarrierError::Refused { .. } | BarrierError::Port(_))
             ) {
                 self.numbering.give_back(running.barrier);
             }
-            self.outcome = Some((running.context, outcome));
+            self.outcomes.insert(running.context, outcome);
         }
     }
 }
@@ -173,13 +195,13 @@ pub(crate) fn absorb(
 ) -> Option<Event> {
     match event {
         Event::BarrierCompleted { context } if state.is_running(context) => {
-            state.finish(Ok(()));
+            state.finish(context, Ok(()));
             provide_ahead(endpoint);
             None
         }
         Event::BroadcastCompleted { context, data } if state.is_running(context) => {
-            state.broadcast = Some((context, data));
-            state.finish(Ok(()));
+            state.broadcasts.insert(context, data);
+            state.finish(context, Ok(()));
             provide_ahead(endpoint);
             None
         }
@@ -190,14 +212,16 @@ pub(crate) fn absorb(
         } if state.is_running(context) => {
             let waiting_for = Member::new(node, peer_port);
             let rank = state
-                .running
-                .as_ref()
+                .running_with(context)
                 .and_then(|r| r.members.iter().position(|m| *m == waiting_for));
-            state.finish(Err(BarrierError::Failed {
-                waiting_for,
-                rank,
-                reason: FailureReason::from_status(status),
-            }));
+            state.finish(
+                context,
+                Err(BarrierError::Failed {
+                    waiting_for,
+                    rank,
+                    reason: FailureReason::from_status(status),
+                }),
+            );
             provide_ahead(endpoint);
             None
         }
@@ -207,24 +231,24 @@ pub(crate) fn absorb(
             kind,
             ..
         } if SendKind(kind).is_barrier() && state.is_running(context) => {
-            let in_flight = endpoint.barrier_tokens.in_flight;
-            match state.running.as_mut() {
-                // Busy with no barrier of ours in the NIC: the barrier buffer has not reached the
-                // NIC (it waits in the receive ring behind buffers the NIC has no room for yet).
-                // Post it again a little later.
+            match state.running.iter_mut().find(|r| r.context == context) {
+                // Busy: the port starts no more barriers than the NIC runs, each of its own
+                // identity, so its barrier buffer has not reached the NIC (it waits in the
+                // receive ring behind buffers the NIC has no room for yet). Post it again a
+                // little later.
                 // A broadcast's root refused for want of room for its bytes (the NIC still holds
                 // earlier broadcasts' unacknowledged packets): the same.
                 Some(running)
                     if (status == Status::BARRIER_BUSY
-                        || (status == Status::NO_RESOURCES && running.broadcast.is_some()))
-                        && in_flight == 0
+                        || (status == Status::NO_RESOURCES
+                            && matches!(running.carried, Some(Carried::Broadcast(..)))))
                         && running.reposts < MAX_REPOSTS =>
                 {
                     let backoff = REPOST_BACKOFF * (1 << running.reposts.min(6));
                     running.reposts += 1;
                     running.repost_at = Some(Instant::now() + backoff);
                 }
-                _ => state.finish(Err(BarrierError::Refused { status })),
+                _ => state.finish(context, Err(BarrierError::Refused { status })),
             }
             None
         }

@@ -29,7 +29,7 @@ pub struct Port {
     /// Events taken from the ring while a barrier waited, for [`Port::receive`] to return first,
     /// in the order they came.
     deferred: VecDeque<Event>,
-    /// The barrier code's state: the running barrier, and the host-based barrier's record and
+    /// The barrier code's state: the running barriers, and the host-based barrier's record and
     /// buffers ([`crate::barrier`]).
     pub(crate) barrier: BarrierState,
     /// The memory registered through [`Port::register_memory`], kept alive while the NIC may

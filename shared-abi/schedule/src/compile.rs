@@ -2,7 +2,9 @@
 
 use crate::arith::{add_mod, dissemination_rounds, distinct_offsets, floor_log2, mul_mod, sub_mod};
 use crate::check::{check_group, steps_needed};
-use crate::{Algorithm, MAX_ROUNDS, MAX_SCHEDULE_STEPS, Member, ScheduleError, Step, StepOp};
+use crate::{
+    Algorithm, MAX_ROUNDS, MAX_SCHEDULE_STEPS, Member, ScheduleError, Step, StepCombine, StepOp,
+};
 
 /// Compiles `algorithm` for rank `rank` of the group `members` into `out`, and returns how many
 /// steps it wrote (the schedule is `out[..count]`).
@@ -111,6 +113,79 @@ pub fn dissemination(
     compile(Algorithm::Dissemination { n }, members, rank, out)
 }
 
+/// Compiles an allreduce (or reduce) of `members` for `rank` into `out`; returns the number of
+/// steps written. It is the pairwise exchange's schedule — recursive doubling, with the
+/// non-power-of-two fix-up (paper §5.1) — whose steps combine the values their packets carry:
+/// each member sends its value so far, and combines what it receives in a fixed order, the
+/// lower-ranked block's value on the left ([`StepCombine::PEER_LEFT`]); a member past the
+/// largest power of two hands its value to its partner first and gets the result back
+/// ([`StepCombine::REPLACE`]). No path counts a member twice, so operations that are not
+/// idempotent (`SUM`, `PROD`, `LXOR`, `BXOR`) come out right; and every member computes the
+/// same expression tree — `((x0 ⊕ x1) ⊕ (x2 ⊕ x3)) ⊕ …`, with `x_i ⊕ x_(i+2^k)` in place of `x_i`
+/// for the fix-up's pairs — so the result is bit-identical on every member and from run to run,
+/// whatever order packets arrive in.
+///
+/// # Errors
+/// As [`compile`] with [`Algorithm::PairwiseExchange`].
+pub fn allreduce(
+    members: &[Member],
+    rank: usize,
+    out: &mut [Step],
+) -> Result<usize, ScheduleError> {
+    check_group(members, rank)?;
+    let longest = steps_needed(Algorithm::PairwiseExchange, members.len())?;
+    if longest > MAX_SCHEDULE_STEPS {
+        return Err(ScheduleError::TooManySteps { steps: longest });
+    }
+    let mut writer = StepWriter {
+        out,
+        members,
+        written: 0,
+    };
+    emit_allreduce(&mut writer, rank)?;
+    let available = writer.out.len();
+    if writer.written > available {
+        return Err(ScheduleError::OutputTooSmall {
+            needed: writer.written,
+            available,
+        });
+    }
+    Ok(writer.written)
+}
+
+fn emit_allreduce(writer: &mut StepWriter<'_>, rank: usize) -> Result<(), ScheduleError> {
+    let members = writer.members.len();
+    let exchanges = floor_log2(members);
+    let power = 1usize << exchanges;
+    let extra = members - power;
+    let (pre_round, post_round) = (exchanges, exchanges + 1);
+    if rank >= power {
+        // Past the power of two: hand the value to the partner, take the result back.
+        writer.push(StepOp::SEND, rank - power, pre_round)?;
+        writer.push(StepOp::RECV, rank - power, post_round)?;
+        return writer.annotate_last(StepCombine::REPLACE);
+    }
+    if rank < extra {
+        // The partner ranks higher: its value goes on the right.
+        writer.push(StepOp::RECV, rank + power, pre_round)?;
+        writer.annotate_last(StepCombine::COMBINE)?;
+    }
+    for bit in 0..exchanges {
+        let peer = rank ^ (1 << bit);
+        writer.push(StepOp::EXCHANGE, peer, bit)?;
+        let combine = if peer < rank {
+            StepCombine::COMBINE.union(StepCombine::PEER_LEFT)
+        } else {
+            StepCombine::COMBINE
+        };
+        writer.annotate_last(combine)?;
+    }
+    if rank < extra {
+        writer.push(StepOp::SEND, rank + power, post_round)?;
+    }
+    Ok(())
+}
+
 /// Fills `out` in order and counts past its end, so that a short buffer reports the length it
 /// would have needed.
 struct StepWriter<'a> {
@@ -138,6 +213,18 @@ impl StepWriter<'_> {
             *slot = Step::new(op, member.node, member.port, round);
         }
         self.written += 1;
+        Ok(())
+    }
+
+    /// Sets the treatment of the received value on the step written last.
+    fn annotate_last(&mut self, combine: StepCombine) -> Result<(), ScheduleError> {
+        if let Some(slot) = self
+            .written
+            .checked_sub(1)
+            .and_then(|last| self.out.get_mut(last))
+        {
+            *slot = slot.with_combine(combine);
+        }
         Ok(())
     }
 }

@@ -44,10 +44,10 @@ mod error;
 
 pub use check::{check_members, rounds_needed, steps_needed};
 pub use compile::{
-    compile, dissemination, gather_broadcast, gather_broadcast_steps, pairwise_exchange,
+    allreduce, compile, dissemination, gather_broadcast, gather_broadcast_steps, pairwise_exchange,
 };
 pub use error::{GroupError, ScheduleError};
-pub use shared_abi::schedule::{MAX_ROUNDS, MAX_SCHEDULE_STEPS, Step, StepOp};
+pub use shared_abi::schedule::{MAX_ROUNDS, MAX_SCHEDULE_STEPS, Step, StepCombine, StepOp};
 
 use core::fmt;
 

@@ -77,7 +77,7 @@ fn check_static(algorithm: Algorithm, members: &[Member], schedules: &[Vec<Step>
         assert!(schedule.len() <= MAX_SCHEDULE_STEPS);
         for step in schedule {
             assert!(step.is_valid(), "{algorithm:?} rank {rank}: {step:?}");
-            assert_eq!((step.reserved0, step.reserved1.get()), (0, 0));
+            assert_eq!((step.combine.0, step.reserved1.get()), (0, 0));
             assert!(usize::from(step.round) < rounds, "{algorithm:?}: {step:?}");
             let peer = rank_of[&Member::new(step.node, step.port)];
             assert_ne!(peer, rank, "{algorithm:?}: rank {rank} names itself");
@@ -956,6 +956,158 @@ proptest! {
         if let Ok(len) = compile(algorithm, &members, rank, &mut out) {
             prop_assert!(len > 0 && len <= capacity);
             prop_assert!(out[..len].iter().all(Step::is_valid));
+        }
+    }
+}
+
+/// Runs every member's allreduce schedule of `members` members over a wire that delivers in
+/// an order drawn from `seed`, each value an expression (`x3`, `(x0+x1)`), and returns each
+/// member's final expression.
+fn run_allreduce_symbolically(members: usize, seed: u64) -> Vec<String> {
+    let group: Vec<Member> = (0..members)
+        .map(|n| Member::new(NodeId::new(n as u16), PortId(1)))
+        .collect();
+    let schedules: Vec<Vec<Step>> = (0..members)
+        .map(|rank| {
+            let mut steps = vec![Step::default(); MAX_SCHEDULE_STEPS];
+            let count = allreduce(&group, rank, &mut steps).unwrap();
+            steps.truncate(count);
+            steps
+        })
+        .collect();
+    let rank_of = |step: &Step| usize::from(step.node.get());
+    let mut values: Vec<String> = (0..members).map(|rank| format!("x{rank}")).collect();
+    let mut at = vec![0usize; members];
+    let mut sent = vec![false; members];
+    // Packets in flight: (from, to, round, value).
+    let mut wire: Vec<(usize, usize, u8, String)> = Vec::new();
+    let mut arrived: HashMap<(usize, usize, u8), String> = HashMap::new();
+    let mut rng = SplitMix64::seed_from_u64(seed);
+    for _ in 0..100_000 {
+        let mut moved = false;
+        for rank in 0..members {
+            let Some(step) = schedules[rank].get(at[rank]).copied() else {
+                continue;
+            };
+            let peer = rank_of(&step);
+            if (step.op == StepOp::SEND || step.op == StepOp::EXCHANGE) && !sent[rank] {
+                wire.push((rank, peer, step.round, values[rank].clone()));
+                sent[rank] = true;
+                moved = true;
+                if step.op == StepOp::SEND {
+                    at[rank] += 1;
+                    sent[rank] = false;
+                    continue;
+                }
+            }
+            if step.op == StepOp::RECV || step.op == StepOp::EXCHANGE {
+                if let Some(theirs) = arrived.remove(&(peer, rank, step.round)) {
+                    let mine = &values[rank];
+                    values[rank] = if step.combine.contains(StepCombine::REPLACE) {
+                        theirs
+                    } else if step.combine.contains(StepCombine::PEER_LEFT) {
+                        format!("({theirs}+{mine})")
+                    } else if step.combine.contains(StepCombine::COMBINE) {
+                        format!("({mine}+{theirs})")
+                    } else {
+                        panic!("rank {rank}: a receive that neither combines nor replaces")
+                    };
+                    at[rank] += 1;
+                    sent[rank] = false;
+                    moved = true;
+                }
+            }
+        }
+        // Deliver one packet in flight, drawn at random: arrival order is the wire's.
+        if !wire.is_empty() {
+            let (from, to, round, value) = wire.remove(rng.next_u64() as usize % wire.len());
+            assert!(
+                arrived.insert((from, to, round), value).is_none(),
+                "two packets of one round from {from} to {to}"
+            );
+            moved = true;
+        }
+        if !moved {
+            break;
+        }
+    }
+    assert!(
+        (0..members).all(|rank| at[rank] == schedules[rank].len()),
+        "{members} members: the allreduce did not finish ({at:?})"
+    );
+    values
+}
+
+/// The expression tree the allreduce must compute, built independently of the schedule:
+/// the fix-up's pairs first, then neighbours combined level by level, lower on the left.
+fn allreduce_tree(members: usize) -> String {
+    let power = 1usize << (usize::BITS - 1 - members.leading_zeros());
+    let extra = members - power;
+    let mut level: Vec<String> = (0..power)
+        .map(|i| {
+            if i < extra {
+                format!("(x{i}+x{})", i + power)
+            } else {
+                format!("x{i}")
+            }
+        })
+        .collect();
+    while level.len() > 1 {
+        level = level
+            .chunks(2)
+            .map(|pair| format!("({}+{})", pair[0], pair[1]))
+            .collect();
+    }
+    level.remove(0)
+}
+
+#[test]
+fn allreduce_gives_every_member_the_same_tree_counting_each_member_once_whatever_the_order() {
+    for members in 2..=64 {
+        let expected = allreduce_tree(members);
+        for seed in 0..8 {
+            let values = run_allreduce_symbolically(members, seed);
+            for (rank, value) in values.iter().enumerate() {
+                assert_eq!(
+                    value, &expected,
+                    "{members} members, rank {rank}, wire seed {seed}"
+                );
+            }
+        }
+        // Each member's value appears exactly once (no overlapping paths).
+        for rank in 0..members {
+            assert_eq!(
+                expected.matches(&format!("x{rank}")).count()
+                    - (0..members)
+                        .filter(|other| {
+                            *other != rank && format!("x{other}").starts_with(&format!("x{rank}"))
+                        })
+                        .map(|other| expected.matches(&format!("x{other}")).count())
+                        .sum::<usize>(),
+                1,
+                "{members} members: x{rank} counted other than once in {expected}"
+            );
+        }
+    }
+}
+
+#[test]
+fn allreduce_steps_are_the_pairwise_exchange_s_with_a_treatment_for_every_receive() {
+    for members in 2..=33 {
+        let group: Vec<Member> = (0..members)
+            .map(|n| Member::new(NodeId::new(n as u16), PortId(1)))
+            .collect();
+        for rank in 0..members {
+            let (mut reduce, mut barrier) = (vec![Step::default(); 64], vec![Step::default(); 64]);
+            let count = allreduce(&group, rank, &mut reduce).unwrap();
+            let barrier_count = pairwise_exchange(&group, rank, &mut barrier).unwrap();
+            assert_eq!(count, barrier_count);
+            for (with, without) in reduce[..count].iter().zip(&barrier[..count]) {
+                assert_eq!(with.with_combine(StepCombine::NONE), *without);
+                assert!(with.is_valid());
+                let receives = with.op != StepOp::SEND;
+                assert_eq!(receives, with.combine != StepCombine::NONE, "{with:?}");
+            }
         }
     }
 }

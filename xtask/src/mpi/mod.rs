@@ -519,6 +519,7 @@ fn compile_programs(dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir)?;
     for (compiler, source, name) in [
         ("mpicc", "tests/barrier_concurrent.c", "barrier_concurrent"),
+        ("mpicc", "tests/barrier_opposite.c", "barrier_opposite"),
         ("mpicc", "tests/barrier_kill.c", "barrier_kill"),
         ("mpicc", "tests/coll_check.c", "coll_check"),
         ("mpicc", "tests/coll_kill.c", "coll_kill"),
@@ -627,6 +628,8 @@ pub(crate) fn run_tests(args: &TestArgs) -> Result<()> {
         }
     }
 
+    check_opposite_order_barriers(&components, &nicctl, &programs, &run_dir)?;
+
     let daemon = Daemon::start(&nicctl, &run_dir.join("plain"), 4, &[])?;
 
     check_data_collectives(
@@ -693,6 +696,43 @@ pub(crate) fn run_tests(args: &TestArgs) -> Result<()> {
         }
     }
     println!("\nMPI checks passed");
+    Ok(())
+}
+
+/// Non-blocking barriers of two communicators started in opposite orders by even and odd ranks
+/// (`barrier_opposite`): a valid MPI program, which must complete every round at 2 to 8
+/// processes, each process on its own NIC.
+fn check_opposite_order_barriers(
+    components: &Path,
+    nicctl: &Path,
+    programs: &Path,
+    run_dir: &Path,
+) -> Result<()> {
+    const ROUNDS: u64 = 20;
+    let daemon = Daemon::start(nicctl, &run_dir.join("opposite"), 8, &[])?;
+    for processes in 2..=8 {
+        println!(
+            "\n-- MPI_Ibarrier on two communicators in opposite orders, {processes} processes"
+        );
+        let mut command = mpirun(
+            components,
+            &daemon.socket,
+            processes,
+            100,
+            Transport::SharedMemory,
+        )?;
+        command
+            .arg(programs.join("barrier_opposite"))
+            .arg(ROUNDS.to_string());
+        let (text, ok) = run_captured(&mut command, Duration::from_secs(120))?;
+        if !ok || !text.contains(&format!("opposite: {ROUNDS} rounds ok")) {
+            return Err(format!(
+                "the opposite-order non-blocking barriers failed at {processes} processes"
+            )
+            .into());
+        }
+        expect_through_nic(&text, processes as u64 * 2 * ROUNDS)?;
+    }
     Ok(())
 }
 

@@ -1073,3 +1073,40 @@ fn slow_receiver(rank: usize, endpoint: &mut Endpoint, members: &[Member], eager
         coll::bcast(call, &mut reply, 1, Bcast::Linear, 0).unwrap();
     }
 }
+
+/// The endpoint's allreduce in the NIC (what the C API's nicbar_coll_allreduce_start() queues):
+/// every rank gets the same result, queued behind and beside barriers; a group of one gets its
+/// own value.
+#[test]
+fn an_endpoint_allreduce_brings_every_rank_the_same_result() {
+    run_ranks(
+        "allreduce-endpoint",
+        3,
+        None,
+        move |rank, endpoint, members| {
+            let group = nicbar::Group::new(members.iter().copied()).unwrap();
+            endpoint.port_mut().restart_barrier_numbering(&group);
+            let spec = nicbar::ReduceSpec::new(nicbar::ReduceOp::PROD, nicbar::ReduceType::I64);
+            let value = (rank as i64 + 2).to_le_bytes();
+            let barrier = endpoint.barrier_start(&group);
+            let ticket = endpoint.allreduce_start(&group, spec, &value);
+            for wanted in [barrier, ticket] {
+                loop {
+                    match endpoint.barrier_end(wanted) {
+                        (Some(outcome), _) => break outcome.unwrap(),
+                        (None, true) => {
+                            endpoint.wait(Duration::from_millis(1));
+                        }
+                        (None, false) => panic!("ticket {wanted} lost"),
+                    }
+                }
+            }
+            let result = endpoint.take_broadcast(ticket).unwrap();
+            assert_eq!(result, (2i64 * 3 * 4).to_le_bytes(), "rank {rank}");
+            let alone = nicbar::Group::new([members[rank]]).unwrap();
+            let ticket = endpoint.allreduce_start(&alone, spec, &value);
+            assert!(endpoint.barrier_end(ticket).0.unwrap().is_ok());
+            assert_eq!(endpoint.take_broadcast(ticket).unwrap(), value);
+        },
+    );
+}

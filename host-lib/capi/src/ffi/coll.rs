@@ -2,15 +2,15 @@
 //! a group per communicator, barriers in the NIC, and broadcast, scatter, gather and all-to-all
 //! over messages.
 //!
-//! Barriers. The NIC runs one barrier at a time per port. A communication library needs more: a
+//! Barriers. The NIC runs a few barriers per port at once (four), each of its own identity, and a
 //! process may start non-blocking barriers on several communicators before it waits for any. An
-//! endpoint (`nicbar_coll_endpoint`) queues them: nicbar_coll_barrier_start() returns a ticket at
-//! once; nicbar_coll_progress() (called from the library's progress loop) posts the next queued
-//! barrier to the NIC as soon as the one running ends; nicbar_coll_barrier_test() says whether a
-//! ticket's barrier has ended and how. Barriers run in the order they were started, so members
-//! that start barriers on the same communicators in the same order (as MPI requires of blocking
-//! collectives) always meet; members that start non-blocking barriers of different
-//! communicators in different orders wait for each other until the barriers' timeout.
+//! endpoint (`nicbar_coll_endpoint`) posts them: nicbar_coll_barrier_start() returns a ticket at
+//! once; nicbar_coll_progress() (called from the library's progress loop) takes the ends and
+//! posts queued barriers as the NIC has room; nicbar_coll_barrier_test() says whether a ticket's
+//! barrier has ended and how. Barriers go to the NIC in the order they were started and each
+//! completes on its own, so members that start non-blocking barriers of different communicators
+//! in different orders (MPI orders collectives per communicator only) meet as long as none has
+//! more than four outstanding; past that, later ones wait for earlier ones to end.
 //!
 //! A failed barrier names the member the NIC waited for by its rank in the group, which is the
 //! rank in the communicator when the group lists the communicator's ranks in order.
@@ -38,6 +38,8 @@ use nicbar_rs::coll::{self, Alltoall, Bcast, CollError, Collective, Endpoint, Op
 use nicbar_rs::{Algorithm, BarrierOptions, Group, Member, NodeId, PortId};
 
 use super::{guard, guard_or};
+
+pub mod reduce;
 
 /// nicbar_coll_group_new()'s `algorithm`: the library's default for the group's size
 /// (pairwise exchange for a power of two, else one-way dissemination).
@@ -396,8 +398,9 @@ pub unsafe extern "C" fn nicbar_coll_group_set_id(
 }
 
 /// Starts a barrier of `group` on the endpoint and returns its ticket (never 0; 0 for a NULL
-/// handle). The barrier goes to the NIC at once if the port is free, else when the barriers
-/// started before it on this endpoint have ended. Follow it with nicbar_coll_barrier_test().
+/// handle). The barrier goes to the NIC at once if it runs fewer than four of this endpoint's
+/// barriers and none is queued, else when earlier ones have ended. Follow it with
+/// nicbar_coll_barrier_test().
 ///
 /// # Safety
 /// `endpoint` and `group` are NULL or live handles.
