@@ -137,8 +137,10 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 Some(now.saturating_add(self.config.retransmit_timeout))
             };
         }
-        for acked in acked {
-            match acked {
+        // By reference: a slice's iterator, with no index to check (heapless's owning iterator
+        // keeps a bounds check, and with it panic machinery, in the image).
+        for acked in acked.iter() {
+            match *acked {
                 Acked::Message { port, slot } => {
                     self.complete_send(usize::from(port), usize::from(slot), Status::SUCCESS);
                 }
@@ -712,6 +714,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
 }
 
 /// A packet of a send that an ack covered.
+#[derive(Clone, Copy)]
 enum Acked {
     /// A message of one packet: its send is complete.
     Message { port: u8, slot: u8 },
