@@ -145,7 +145,9 @@ impl World {
         latency: Duration,
     ) -> Self {
         let mut rng = Rng::new(seed);
-        let stamps: Vec<u32> = (0..nodes).map(|_| rng.next_u64() as u32).collect();
+        let stamps: Vec<(u32, [u8; 16])> = (0..nodes)
+            .map(|_| (rng.next_u64() as u32, entropy(&mut rng)))
+            .collect();
         // A NIC core is large (its connection tables), and an unoptimised build assembles it on
         // the stack before it moves to the heap: build the cores on a thread with the stack the
         // emulator's units have, whatever thread runs the campaign.
@@ -153,12 +155,13 @@ impl World {
             stamps
                 .iter()
                 .enumerate()
-                .map(|(id, &stamp)| SimNode {
+                .map(|(id, &(stamp, entropy))| SimNode {
                     nic: Box::new(Nic::new(
                         SimHal::default(),
                         NodeId::new(id as u16),
                         config,
                         stamp,
+                        entropy,
                     )),
                     stopped: false,
                     next_poll: None,
@@ -354,4 +357,12 @@ impl World {
             self.schedule(Instant::from_nanos(at), Happening::Poll { node });
         }
     }
+}
+
+/// A NIC boot's random bytes, from the world's seeded generator.
+fn entropy(rng: &mut Rng) -> [u8; 16] {
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&rng.next_u64().to_le_bytes());
+    bytes[8..].copy_from_slice(&rng.next_u64().to_le_bytes());
+    bytes
 }
