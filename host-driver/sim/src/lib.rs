@@ -9,6 +9,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod adversary;
 pub mod barriers;
 pub mod cost;
 pub mod drive;
@@ -17,6 +18,7 @@ pub mod host;
 pub mod memory;
 pub mod messages;
 pub mod rdma;
+pub mod restarts;
 pub mod rng;
 pub mod world;
 
