@@ -382,7 +382,7 @@ impl Emulator {
         let mut setups = Vec::new();
         // Every unit's sessions draw their nonces from bytes of the operating system's random
         // source, fresh at each start, so traffic of an earlier run can never be taken again.
-        let mut boot_entropy = || -> Result<[u8; 16], EmulatorError> {
+        let boot_entropy = || -> Result<[u8; 16], EmulatorError> {
             let mut bytes = [0u8; 16];
             std::fs::File::open("/dev/urandom")
                 .and_then(|mut source| std::io::Read::read_exact(&mut source, &mut bytes))
