@@ -251,8 +251,10 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             // Otherwise a duplicate of the handshake that made the session we have.
             return;
         }
-        if flags == HelloFlags::CONFIRM {
-            // A confirmation of a session we never offered (a replay): nothing to answer.
+        if flags == HelloFlags::CONFIRM || echo != 0 {
+            // An answer to, or a confirmation of, an offer that is not ours now: one of an
+            // earlier incarnation's (a replay), or of an offer we have since bound. Answering it
+            // would only start a handshake between two NICs that have a session already.
             return;
         }
         // A new offer (the peer restarted or gave up), or one of another incarnation: our unbound

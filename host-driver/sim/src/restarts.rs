@@ -302,9 +302,14 @@ fn read_events(world: &mut World, hosts: &mut Hosts) -> Result<(), String> {
             ));
         }
         if !hosts.delivered.insert((wave, number)) {
+            let counters: Vec<_> = (0..2)
+                .map(|n| world.nodes[n].nic.connection_counters().collect::<Vec<_>>())
+                .collect();
             return Err(format!(
-                "wave {wave} message {number} delivered twice to receiver process {}",
-                hosts.receiver_incarnation
+                "wave {wave} message {number} delivered twice to receiver process {} at {:?} \
+                 (connections: {counters:?})",
+                hosts.receiver_incarnation,
+                world.now()
             ));
         }
         hosts.report.delivered += 1;
