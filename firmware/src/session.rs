@@ -370,11 +370,18 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         if !session.hello_now && !offer_due {
             return false;
         }
+        let answering_now = session.hello_now;
         session.hello_now = false;
         let kept = session.kept.unwrap_or((0, 0));
         let (flags, fields) = match (session.offer, session.bound) {
             (Some(offer), _) => {
-                let echo = offer.answering.map_or(0, |(theirs, _, _)| theirs);
+                // An answer echoes the offer it answers; a repeated offer echoes nothing, so the
+                // peer answers it whatever it answered last (the offer we answered may have been
+                // a replay, whose answer a live peer ignores).
+                let echo = offer
+                    .answering
+                    .filter(|_| answering_now)
+                    .map_or(0, |(theirs, _, _)| theirs);
                 (HelloFlags(0), [offer.ours, echo, kept.0, kept.1])
             }
             (None, Some(bound)) => (
