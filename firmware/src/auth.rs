@@ -8,8 +8,14 @@
 //! byte of the header and payload — node ids, ports, epochs, sequence numbers, acks — so a packet
 //! that was not made by a holder of the key is dropped and counted, never parsed: it cannot
 //! deliver a message, complete a barrier, reset a connection with a forged SYN, or take a
-//! connection slot. A replayed packet is a real packet of an earlier moment, which the
-//! reliability protocol already takes as a duplicate or as a packet of an old epoch.
+//! connection slot.
+//!
+//! The fabric key itself authenticates only the session handshake ([`crate::session`]); every
+//! other packet between two NICs carries a tag under the key of their session, derived here
+//! ([`FabricKey::session_key`]) from the fabric key and the fresh nonces both NICs offered, as
+//! WireGuard, QUIC and Noise derive per-session keys. A packet recorded in an earlier session —
+//! before either NIC restarted, gave up on the other, or recycled the connection — fails its tag
+//! and is dropped before it is parsed.
 //!
 //! With the crate feature `std` (the emulator and the simulator turn it on) the code is the
 //! `blake3` crate's, which picks the widest SIMD the processor has when it runs; without it (the
@@ -51,6 +57,64 @@ impl FabricKey {
         {
             portable::keyed_tag(&self.0, bytes)
         }
+    }
+
+    /// The key of the session between `a` and `b` (each a node id and the nonce it offered):
+    /// two tags of the fabric key over the ordered pair, so both sides derive the same key and no
+    /// one without the fabric key can. No heap, no panic: the image derives it too.
+    pub fn session_key(&self, a: (u16, u64), b: (u16, u64)) -> FabricKey {
+        let (low, high) = if a <= b { (a, b) } else { (b, a) };
+        let mut input = [0u8; 37];
+        let label = b"nicbar session key v1.";
+        let fields = [
+            &low.0.to_le_bytes()[..],
+            &low.1.to_le_bytes()[..],
+            &high.0.to_le_bytes()[..],
+            &high.1.to_le_bytes()[..],
+        ];
+        let mut at = 0;
+        for part in fields {
+            for byte in part {
+                if let Some(slot) = input.get_mut(at) {
+                    *slot = *byte;
+                }
+                at += 1;
+            }
+        }
+        let mut key = [0u8; 32];
+        for (half, out) in key.chunks_exact_mut(MAC_LEN).enumerate() {
+            // The label and the half's number after the fields (20 bytes): 37 bytes in all.
+            for (slot, byte) in input.iter_mut().skip(20).zip(label.iter().take(16)) {
+                *slot = *byte;
+            }
+            if let Some(last) = input.last_mut() {
+                *last = half as u8;
+            }
+            out.copy_from_slice(&self.tag(&input));
+        }
+        FabricKey(key)
+    }
+
+    /// A nonce: a tag of the fabric key over a board's boot entropy and a counter, so that every
+    /// draw of one boot differs and none can be foreseen without the key and the entropy. Never
+    /// zero (zero means "none" on the wire).
+    pub fn nonce(&self, entropy: &[u8; 16], counter: u64) -> u64 {
+        let mut input = [0u8; 32];
+        for (slot, byte) in input.iter_mut().zip(b"nicbar-n".iter()) {
+            *slot = *byte;
+        }
+        for (slot, byte) in input.iter_mut().skip(8).zip(entropy.iter()) {
+            *slot = *byte;
+        }
+        for (slot, byte) in input.iter_mut().skip(24).zip(counter.to_le_bytes().iter()) {
+            *slot = *byte;
+        }
+        let tag = self.tag(&input);
+        let nonce = tag
+            .first_chunk::<8>()
+            .copied()
+            .map_or(0, u64::from_le_bytes);
+        if nonce == 0 { 1 } else { nonce }
     }
 
     /// The packet inside `wire` if its trailer is the right tag of the rest, compared in constant

@@ -279,6 +279,8 @@ pub struct ConnectionCounters {
     pub drops: u64,
     /// Times the connection gave up on the peer.
     pub give_ups: u64,
+    /// Sessions established with the peer ([`crate::session`]).
+    pub sessions: u64,
 }
 
 /// The state toward one node.
@@ -355,6 +357,8 @@ pub(crate) struct Connection {
     /// Barrier packets that arrived before their barrier wanted them (paper §3.1).
     pub(crate) record: UnexpectedBarrierRecord,
     pub(crate) counters: ConnectionCounters,
+    /// The session this connection's packets are authenticated under ([`crate::session`]).
+    pub(crate) session: crate::session::Session,
 }
 
 impl Connection {
@@ -390,7 +394,25 @@ impl Connection {
             last_heard: now,
             record: UnexpectedBarrierRecord::default(),
             counters: ConnectionCounters::default(),
+            session: crate::session::Session::default(),
         }
+    }
+
+    /// The peer starts over with nothing of its earlier incarnation (a new session with a peer
+    /// that holds none of our reliability state): its stream, what we refused of it, the barrier
+    /// packets it sent before they were wanted, and the answers we owed its operations are gone.
+    pub(crate) fn forget_peer_stream(&mut self) {
+        self.rx_epoch = None;
+        self.expected = Seq(0);
+        self.ack_pending = false;
+        self.nack_pending = None;
+        self.last_nack = None;
+        self.rejects.clear();
+        self.refused_closed = None;
+        self.data_refused = [[[None; 2]; PORTS_PER_NIC]; PORTS_PER_NIC];
+        self.barrier_refused = [[None; PORTS_PER_NIC]; PORTS_PER_NIC];
+        self.record = UnexpectedBarrierRecord::default();
+        self.failed_put = None;
     }
 
     /// Whether nothing is in flight, queued or recorded, and nothing is owed to the peer.
@@ -573,6 +595,9 @@ impl Connection {
     /// it, so only its time counts (a later packet's own, earlier time would name an instant at
     /// which there is nothing to send).
     pub(crate) fn next_transmit_at(&self) -> Option<Instant> {
+        if !self.session.open() {
+            return None;
+        }
         self.sent
             .iter()
             .find(|descriptor| descriptor.needs_transmit)

@@ -44,6 +44,7 @@ mod sdma;
 mod segment;
 mod send;
 pub mod seq;
+pub mod session;
 pub mod time;
 
 use core::time::Duration;
@@ -217,6 +218,11 @@ pub struct Nic<H: Hal, const CONNECTIONS: usize = DEFAULT_CONNECTIONS> {
     /// looks at no other port's events.
     events_waiting: u8,
     epoch_counter: u32,
+    /// What this boot's nonces are drawn from ([`session`]), and how many it drew.
+    boot_entropy: [u8; 16],
+    nonce_counter: u64,
+    /// When we last told a node we hold no session with it ([`session`]).
+    no_session_sent_at: Option<Instant>,
     counters: NicCounters,
     scratch: [u8; shared_abi::packet::MAX_WIRE_LEN],
     /// The number of the last one-sided operation taken ([`remote`]).
@@ -229,7 +235,18 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
     /// epochs start from it, so a peer sees a restarted NIC's epochs as newer than the old ones and
     /// follows them at once (epochs of boots more than about half an hour apart compare at random,
     /// and are then told apart by the silence of the restart, after the give-up time).
-    pub fn new(hal: H, node: NodeId, config: Config, boot_stamp: u32) -> Self {
+    ///
+    /// `boot_entropy` is 16 bytes the board draws at random at every boot (the emulator from the
+    /// operating system, the simulator from its seed): on an authenticated fabric the nonces of
+    /// this boot's sessions are drawn from it ([`session`]), so traffic of an earlier boot can
+    /// never be taken again. Two boots must never be given the same bytes.
+    pub fn new(
+        hal: H,
+        node: NodeId,
+        config: Config,
+        boot_stamp: u32,
+        boot_entropy: [u8; 16],
+    ) -> Self {
         Self {
             hal,
             node,
@@ -243,6 +260,9 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
             // 4 ms of boot time per 4096 epochs: a boot started 4 ms or more after another begins
             // past every epoch the other used, unless it made over 4096 connections per 4 ms.
             epoch_counter: (boot_stamp >> 2) << 12,
+            boot_entropy,
+            nonce_counter: 0,
+            no_session_sent_at: None,
             counters: NicCounters::default(),
             scratch: [0; shared_abi::packet::MAX_WIRE_LEN],
             operation_serial: 0,
@@ -596,6 +616,7 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
         for connection in self.connections.iter() {
             at = time::earliest(at, connection.retransmit_at);
             at = time::earliest(at, connection.next_transmit_at());
+            at = time::earliest(at, Self::hello_due_at(connection));
             at = time::earliest(at, connection.next_unpark_at());
             at = time::earliest(at, connection.ack_due);
         }
@@ -630,7 +651,8 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
             return Some(index);
         }
         self.epoch_counter = self.epoch_counter.wrapping_add(1);
-        let fresh = Connection::new(peer, self.epoch_counter, now);
+        let mut fresh = Connection::new(peer, self.epoch_counter, now);
+        fresh.session.keyed = self.config.fabric_key.is_some() && !self.hal.local_route(peer);
         if self.connections.is_full() {
             // Recycle only a connection silent for longer than the give-up time: by then the
             // peer has had every ack it will get, so forgetting our receive state loses nothing.

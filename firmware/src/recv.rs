@@ -13,23 +13,37 @@ use crate::seq::Seq;
 use crate::time::Instant;
 use crate::{Hal, Nic};
 
+/// What authenticated a packet.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Sealed {
+    /// Nothing: a fabric without a key, or a route that never leaves the board.
+    None,
+    /// The fabric key (handshakes only).
+    Fabric,
+    /// The key of the session with the packet's source.
+    Session,
+}
+
 impl<H: Hal, const C: usize> Nic<H, C> {
     /// Takes one packet from the wire. Anything that is not a well-formed packet for this node is
     /// counted and dropped; nothing a packet says can crash the NIC or reach a port it was not
     /// addressed to. Call [`Nic::poll`] afterwards to send the acks it caused.
     pub fn on_packet(&mut self, bytes: &[u8], now: Instant) {
-        // Nothing of a packet is looked at before its authentication code is checked.
-        let bytes = match self.config.fabric_key {
-            Some(key) => match key.open(bytes) {
-                Some(packet) => packet,
-                None => {
-                    self.counters.unauthenticated += 1;
-                    return;
-                }
-            },
-            None => bytes,
+        // Nothing of a packet is looked at before its authentication code is checked (but the
+        // source node it names, which picks the session key to check it under).
+        let Some(fabric) = self.config.fabric_key else {
+            self.take_packet(bytes, now, Sealed::None);
+            return;
         };
-        self.take_packet(bytes, now);
+        let Some((packet, in_session)) = self.open_keyed(fabric, bytes, now) else {
+            return;
+        };
+        let sealed = if in_session {
+            Sealed::Session
+        } else {
+            Sealed::Fabric
+        };
+        self.take_packet(packet, now, sealed);
     }
 
     /// Takes one packet that came over a route that never left the board's memory
@@ -37,10 +51,10 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     /// emulator daemon), which carries no authentication code. Checked and parsed as any other
     /// packet after that; a board must never hand in bytes from its wire here.
     pub fn on_local_packet(&mut self, bytes: &[u8], now: Instant) {
-        self.take_packet(bytes, now);
+        self.take_packet(bytes, now, Sealed::None);
     }
 
-    fn take_packet(&mut self, bytes: &[u8], now: Instant) {
+    fn take_packet(&mut self, bytes: &[u8], now: Instant, sealed: Sealed) {
         let Ok(packet) = Packet::new_checked(bytes) else {
             self.counters.malformed_packets += 1;
             return;
@@ -49,6 +63,31 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         if header.dst_node != self.node {
             self.counters.malformed_packets += 1;
             return;
+        }
+        match (sealed, header.kind) {
+            (Sealed::Fabric, PacketKind::HELLO) => {
+                self.take_hello(&header, packet.payload(), now);
+                return;
+            }
+            // The fabric key alone authenticates only handshakes; a HELLO elsewhere is out of
+            // place. Neither is taken.
+            (Sealed::Fabric, _) | (_, PacketKind::HELLO) => {
+                self.counters.unauthenticated += 1;
+                return;
+            }
+            (Sealed::Session, _) => {
+                // The session key is the connection's to the named node; a packet naming another
+                // source under it is not one a key holder made.
+                if self
+                    .connection_index(header.src_node)
+                    .and_then(|index| self.connections.get(index))
+                    .is_none_or(|c| c.session.bound.is_none())
+                {
+                    self.counters.unauthenticated += 1;
+                    return;
+                }
+            }
+            (Sealed::None, _) => {}
         }
         let index = if header.kind.is_sequenced() {
             self.connection_for(header.src_node, now)
@@ -504,7 +543,11 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             let newer = connection
                 .rx_epoch
                 .is_none_or(|current| Seq(current).precedes(Seq(epoch)));
-            if header.flags.contains(PacketFlags::SYN) && (newer || silent_for > give_up) {
+            // Within a session the peer's epochs only move forward (a new incarnation of the peer
+            // comes with a new session, whose receive state starts empty), so an old epoch's SYN
+            // is never taken, however long the peer was silent.
+            let silent_restart = !connection.session.keyed && silent_for > give_up;
+            if header.flags.contains(PacketFlags::SYN) && (newer || silent_restart) {
                 connection.rx_epoch = Some(epoch);
                 connection.expected = Seq(0);
                 connection.refused_closed = None;

@@ -68,7 +68,18 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             // leave `poll_at` naming a time already past).
             connection.unpark_due(now);
         }
-        let mut busy = false;
+        let mut busy = self.transmit_hello(index, now);
+        let Some(connection) = self.connections.get_mut(index) else {
+            return busy;
+        };
+        if !connection.session.open() {
+            // Nothing sequenced goes out before the handshake; the retransmission timer runs
+            // meanwhile, so an unreachable peer is given up on as if it took nothing.
+            if !connection.sent.is_empty() && connection.retransmit_at.is_none() {
+                connection.retransmit_at = Some(now.saturating_add(self.config.retransmit_timeout));
+            }
+            return busy;
+        }
         let mut position = 0;
         loop {
             let Some(connection) = self.connections.get(index) else {
@@ -296,15 +307,37 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     }
 
     /// Transmits the packet in `scratch[..len]` to `peer`, with its authentication code appended
-    /// on an authenticated fabric ([`crate::auth`]) unless the board's route to `peer` never
-    /// leaves its memory ([`Hal::local_route`]).
+    /// on an authenticated fabric ([`crate::auth`]) — under the key of the session with `peer`
+    /// ([`crate::session`]) — unless the board's route to `peer` never leaves its memory
+    /// ([`Hal::local_route`]). Without a session nothing goes out.
     pub(crate) fn transmit_scratch(
         &mut self,
         peer: NodeId,
         len: usize,
     ) -> Result<(), TransmitError> {
-        let wire_len = match self.config.fabric_key {
-            Some(key) if !self.hal.local_route(peer) => {
+        if self.config.fabric_key.is_none() || self.hal.local_route(peer) {
+            return self.transmit_sealed(peer, len, None);
+        }
+        let key = self
+            .connection_index(peer)
+            .and_then(|index| self.connections.get(index))
+            .and_then(|connection| connection.session.bound)
+            .map(|bound| bound.key);
+        match key {
+            Some(key) => self.transmit_sealed(peer, len, Some(key)),
+            None => Ok(()),
+        }
+    }
+
+    /// Transmits the packet in `scratch[..len]` to `peer`, tagged under `key` if one is given.
+    pub(crate) fn transmit_sealed(
+        &mut self,
+        peer: NodeId,
+        len: usize,
+        key: Option<crate::auth::FabricKey>,
+    ) -> Result<(), TransmitError> {
+        let wire_len = match key {
+            Some(key) => {
                 let tag = key.tag(self.scratch.get(..len).unwrap_or(&[]));
                 // The scratch buffer has room for the largest packet and its code.
                 let Some(trailer) = self.scratch.get_mut(len..len + MAC_LEN) else {
@@ -313,7 +346,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 trailer.copy_from_slice(&tag);
                 len + MAC_LEN
             }
-            _ => len,
+            None => len,
         };
         let packet = self.scratch.get(..wire_len).unwrap_or(&[]);
         self.hal.transmit(peer, packet)
@@ -454,6 +487,8 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             connection.tx_epoch = epoch;
             connection.tx_acked_in_epoch = false;
             connection.last_progress = now;
+            // The session ends too: the next packet to the peer opens a new one.
+            Self::end_session(connection);
         }
         for (port, slot) in lost {
             self.complete_send(

@@ -3,7 +3,7 @@
 //! [`Packet::new_checked`] validates a received byte slice once (magic, version, kind, length);
 //! after that every accessor is infallible. [`PacketHeader`] is the plain layout used to build one.
 
-use zerocopy::little_endian::{U16, U32};
+use zerocopy::little_endian::{U16, U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
 use crate::ids::{Generation, NodeId, PortId};
@@ -11,7 +11,7 @@ use crate::ids::{Generation, NodeId, PortId};
 /// First byte of every nicbar packet.
 pub const PACKET_MAGIC: u8 = 0x4e;
 /// Wire format version, second byte of every packet.
-pub const WIRE_VERSION: u8 = 4;
+pub const WIRE_VERSION: u8 = 5;
 
 /// What a packet is.
 #[derive(
@@ -72,6 +72,12 @@ impl PacketKind {
     /// other message of the same source port between them.
     pub const DATA_SEGMENT: Self = Self(13);
 
+    /// A session handshake (not sequenced): a [`HelloPayload`], authenticated under the fabric
+    /// key itself; every other packet between two NICs is authenticated under the key of their
+    /// session, derived from the fabric key and the nonces both sides offered. `aux` holds
+    /// [`HelloFlags`].
+    pub const HELLO: Self = Self(14);
+
     /// Whether packets of this kind occupy a sequence number.
     pub const fn is_sequenced(self) -> bool {
         matches!(self.0, 1 | 5 | 6 | 7 | 13) || self.is_rdma()
@@ -79,7 +85,7 @@ impl PacketKind {
 
     /// Whether the value names a known kind.
     pub const fn is_known(self) -> bool {
-        self.0 >= 1 && self.0 <= 7 || self.0 == 13 || self.is_rdma()
+        self.0 >= 1 && self.0 <= 7 || self.0 == 13 || self.0 == 14 || self.is_rdma()
     }
 
     /// Whether packets of this kind are one-sided operations or their answers (kinds 8 to 12;
@@ -266,6 +272,74 @@ pub struct BarrierPayload {
     pub failed_status: crate::event::Status,
 }
 
+/// The payload of a [`PacketKind::HELLO`] packet. 32 bytes.
+///
+/// A NIC offers a fresh random nonce per session it starts or answers, and binds each nonce at
+/// most once: a session is the pair (our nonce, theirs), and it is established when the other
+/// side shows it saw our offer (it echoes our nonce, or sends a packet under the pair's key).
+#[derive(
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Debug,
+    Default,
+    FromBytes,
+    IntoBytes,
+    Immutable,
+    KnownLayout,
+    Unaligned,
+)]
+#[repr(C)]
+pub struct HelloPayload {
+    /// The sender's offered nonce (never zero in an offer; zero with [`HelloFlags::NO_SESSION`]
+    /// or [`HelloFlags::BUSY`]).
+    pub nonce: U64,
+    /// The receiver's nonce this answers, or zero for an opening offer.
+    pub echo: U64,
+    /// The session whose reliability state (sequence numbers, epochs) the sender still holds
+    /// toward the receiver: the sender's nonce of it and the receiver's, or zeros. When the
+    /// receiver holds the same one, both keep their streams across the new session; otherwise
+    /// both start their streams afresh.
+    pub kept_ours: U64,
+    /// See `kept_ours`.
+    pub kept_theirs: U64,
+}
+const _: () = assert!(core::mem::size_of::<HelloPayload>() == 32);
+
+/// Payload bytes of a [`PacketKind::HELLO`] packet.
+pub const HELLO_PAYLOAD_LEN: usize = core::mem::size_of::<HelloPayload>();
+
+/// The flags of a [`PacketKind::HELLO`] packet, in `aux`.
+#[derive(
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Debug,
+    Default,
+    FromBytes,
+    IntoBytes,
+    Immutable,
+    KnownLayout,
+    Unaligned,
+)]
+#[repr(transparent)]
+pub struct HelloFlags(pub u8);
+
+impl HelloFlags {
+    /// The sender holds no session with the receiver: a packet it could not authenticate came
+    /// from the receiver's address. A receiver with packets in flight to it offers a new one.
+    pub const NO_SESSION: Self = Self(1);
+    /// The sender has no room for a connection to the receiver now (`echo` names the offer it
+    /// answers): the receiver keeps trying, paced.
+    pub const BUSY: Self = Self(2);
+    /// The sender established the session (`nonce`, `echo`): the receiver, if it still waits,
+    /// establishes it too, and never answers a confirmation with another.
+    pub const CONFIRM: Self = Self(4);
+}
+
 /// Payload bytes of a [`PacketKind::BARRIER`] packet ([`BarrierPayload`]), before a broadcast's
 /// bytes.
 pub const BARRIER_PAYLOAD_LEN: usize = core::mem::size_of::<BarrierPayload>();
@@ -373,6 +447,12 @@ impl<T: AsRef<[u8]>> Packet<T> {
         if header.kind == PacketKind::BARRIER
             && !(BARRIER_PAYLOAD_LEN..=BARRIER_PAYLOAD_LEN + BROADCAST_MAX).contains(&payload.len())
         {
+            return Err(PacketError::BadPayload {
+                kind: header.kind.0,
+                actual: payload.len(),
+            });
+        }
+        if header.kind == PacketKind::HELLO && payload.len() != HELLO_PAYLOAD_LEN {
             return Err(PacketError::BadPayload {
                 kind: header.kind.0,
                 actual: payload.len(),

@@ -190,6 +190,21 @@ mod nic_loop {
             None
         };
 
+        // The board has no random source of its own: its session nonces are drawn from the boot
+        // stamp the host wrote (milliseconds of wall-clock time), the node and the machine
+        // timer's count at this moment. They differ from boot to boot, which is what keeps an
+        // earlier boot's traffic out; the nonces are tags of the fabric key over them, so no
+        // one without the key can foresee them.
+        let mut boot_entropy = [0u8; 16];
+        let sources = configuration
+            .boot_stamp_ms
+            .to_le_bytes()
+            .into_iter()
+            .chain(timer.ticks().to_le_bytes())
+            .chain(configuration.node.get().to_le_bytes());
+        for (slot, byte) in boot_entropy.iter_mut().zip(sources) {
+            *slot = byte;
+        }
         let hal = BoardHal::new(
             configuration.node,
             configuration.node_count,
@@ -208,6 +223,7 @@ mod nic_loop {
                     ..firmware::Config::default()
                 },
                 configuration.boot_stamp_ms,
+                boot_entropy,
             )
         }) else {
             finisher::fail(finisher::EXIT_PANIC)

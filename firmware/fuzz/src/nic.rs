@@ -60,6 +60,7 @@ impl Node {
                 node,
                 Config::default(),
                 u32::from(id) + 1,
+                [id as u8; 16],
             ),
             hosts: Default::default(),
         }

@@ -24,6 +24,7 @@ mod remote;
 mod sdma;
 mod segment;
 mod send;
+mod session;
 
 use core::cell::Cell;
 use core::time::Duration;
@@ -111,15 +112,31 @@ pub(crate) struct WirePacket {
     pub(crate) bytes: Vec<u8>,
 }
 
+/// The packet in `bytes`, with or without an authentication code after it.
+pub(crate) fn uncoded(bytes: &[u8]) -> Result<&[u8], shared_abi::packet::PacketError> {
+    match Packet::new_checked(bytes) {
+        Ok(_) => Ok(bytes),
+        Err(error) => {
+            let split = bytes.len().saturating_sub(shared_abi::packet::MAC_LEN);
+            Packet::new_checked(&bytes[..split])
+                .map(|_| &bytes[..split])
+                .map_err(|_| error)
+        }
+    }
+}
+
 impl WirePacket {
     pub(crate) fn header(&self) -> PacketHeader {
-        *Packet::new_checked(&self.bytes[..])
-            .expect("recorded packets were checked on transmit")
-            .header()
+        *Packet::new_checked(
+            uncoded(&self.bytes).expect("recorded packets were checked on transmit"),
+        )
+        .expect("recorded packets were checked on transmit")
+        .header()
     }
 
     pub(crate) fn payload(&self) -> &[u8] {
-        &self.bytes[shared_abi::packet::HEADER_LEN..]
+        let packet = uncoded(&self.bytes).expect("recorded packets were checked on transmit");
+        &packet[shared_abi::packet::HEADER_LEN..]
     }
 
     pub(crate) fn kind(&self) -> PacketKind {
@@ -196,7 +213,8 @@ impl Hal for FakeWire {
         if self.blocked {
             return Err(TransmitError::WouldBlock);
         }
-        let header = *Packet::new_checked(packet)
+        let header = *uncoded(packet)
+            .and_then(Packet::new_checked)
             .unwrap_or_else(|error| panic!("the firmware transmitted a malformed packet: {error}"))
             .header();
         assert_eq!(
@@ -319,9 +337,22 @@ pub(crate) struct Node {
 
 impl Node {
     fn new(id: u16, config: Config) -> Self {
+        Self::booted(id, config, 0)
+    }
+
+    /// Node `id` in its boot number `boot` (each boot has its own boot stamp and entropy).
+    fn booted(id: u16, config: Config, boot: u8) -> Self {
         let node = NodeId::new(id);
+        let mut entropy = [id as u8; 16];
+        entropy[15] = boot;
         Self {
-            nic: Nic::new(FakeWire::new(node), node, config, u32::from(id) + 1),
+            nic: Nic::new(
+                FakeWire::new(node),
+                node,
+                config,
+                u32::from(id) + 1 + u32::from(boot) * 100,
+                entropy,
+            ),
             hosts: Default::default(),
             silent: false,
         }
@@ -708,6 +739,13 @@ impl Net {
     pub(crate) fn close(&mut self, node: u16, port: u8) -> Option<Generation> {
         let now = self.now;
         self[node].close(port, now)
+    }
+
+    /// Restarts `node`: a new NIC (its boot number `boot`) with the same configuration and no
+    /// open ports.
+    pub(crate) fn restart(&mut self, node: u16, boot: u8) {
+        let config = *self[node].nic.config();
+        self.nodes[usize::from(node)] = Node::booted(node, config, boot);
     }
 
     /// Polls `node` now and takes what it transmitted.

@@ -412,6 +412,15 @@ impl Emulator {
         let origin = std::time::Instant::now();
         let boot_nonce = nicbar_control::server::boot_stamp();
         let mut setups = Vec::new();
+        // Every unit's sessions draw their nonces from bytes of the operating system's random
+        // source, fresh at each start, so traffic of an earlier run can never be taken again.
+        let boot_entropy = || -> Result<[u8; 16], EmulatorError> {
+            let mut bytes = [0u8; 16];
+            std::fs::File::open("/dev/urandom")
+                .and_then(|mut source| std::io::Read::read_exact(&mut source, &mut bytes))
+                .map_err(EmulatorError::Resources)?;
+            Ok(bytes)
+        };
         for (index, ((unit, udp), (wake, inbox))) in config
             .units
             .iter()
@@ -432,6 +441,7 @@ impl Emulator {
                 nic: config.nic,
                 origin,
                 boot_nonce,
+                boot_entropy: boot_entropy()?,
                 idle: config.idle,
             });
         }

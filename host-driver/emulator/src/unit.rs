@@ -84,6 +84,9 @@ pub(crate) struct UnitSetup {
     pub(crate) nic: firmware::Config,
     pub(crate) origin: std::time::Instant,
     pub(crate) boot_nonce: u32,
+    /// Random bytes of this boot, from the operating system: the NIC's session nonces are drawn
+    /// from them.
+    pub(crate) boot_entropy: [u8; 16],
     pub(crate) idle: IdlePolicy,
 }
 
@@ -124,6 +127,7 @@ impl UnitSetup {
             wire,
             nic: self.nic,
             boot_nonce: self.boot_nonce,
+            boot_entropy: self.boot_entropy,
             commands: receiver,
             wake: self.wake,
             inbox: self.inbox,
@@ -144,6 +148,7 @@ pub(crate) struct UnitParts {
     wire: Wire,
     nic: firmware::Config,
     boot_nonce: u32,
+    boot_entropy: [u8; 16],
     commands: Receiver<Command>,
     wake: Arc<OwnedFd>,
     inbox: Arc<Inbox>,
@@ -167,6 +172,7 @@ impl UnitParts {
                 self.node,
                 self.nic,
                 self.boot_nonce,
+                self.boot_entropy,
             )),
             commands: self.commands,
             wake: self.wake,

@@ -333,6 +333,13 @@ pub fn run(campaign: &BarrierCampaign) -> Result<BarrierReport, CampaignFailure<
         campaign.faults,
         Duration::from_micros(5),
     );
+    // An attacker on the path replays recorded packets while the traffic runs and after the
+    // give-up time (past node stops, give-ups and idle gaps).
+    world.adversary = Some(crate::adversary::Adversary::new(
+        campaign.seed,
+        Duration::from_millis(3),
+        config.give_up_after + Duration::from_millis(50),
+    ));
     let process_count = campaign.nodes * campaign.ports;
     let mut processes: Vec<Process> = Vec::with_capacity(process_count);
     let mut late: BTreeSet<usize> = BTreeSet::new();

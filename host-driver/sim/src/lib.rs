@@ -9,6 +9,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod adversary;
 pub mod barriers;
 pub mod cost;
 pub mod drive;
@@ -18,6 +19,7 @@ pub mod memory;
 pub mod messages;
 pub mod overlap;
 pub mod rdma;
+pub mod restarts;
 pub mod rng;
 pub mod world;
 

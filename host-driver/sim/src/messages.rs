@@ -197,6 +197,13 @@ pub fn run(campaign: &MessageCampaign) -> Result<CampaignReport, CampaignFailure
         campaign.faults,
         Duration::from_micros(5),
     );
+    // An attacker on the path replays recorded packets while the traffic runs and after the
+    // give-up time (past node stops, give-ups and idle gaps).
+    world.adversary = Some(crate::adversary::Adversary::new(
+        campaign.seed,
+        Duration::from_millis(3),
+        config.give_up_after + Duration::from_millis(50),
+    ));
     let mut programs: Vec<Vec<PortProgram>> = Vec::new();
     for node in 0..campaign.nodes {
         let mut ports = Vec::new();

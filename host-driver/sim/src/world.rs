@@ -9,6 +9,7 @@ use firmware::{Config, Instant, Nic};
 use shared_abi::ids::{NodeId, PortId};
 use zerocopy::IntoBytes;
 
+use super::adversary::Adversary;
 use super::hal::SimHal;
 use super::host::{HostRings, layout};
 use super::memory::HeapRegion;
@@ -128,6 +129,9 @@ pub struct World {
     pub steps: u64,
     /// Packets put on the wire / lost / duplicated.
     pub wire_counts: [u64; 3],
+    /// An attacker on the path who records genuine packets and sends them again later
+    /// ([`Adversary`]); `None` in a world without one.
+    pub adversary: Option<Adversary>,
     /// The longest a doorbell takes to reach the NIC (zero: at once).
     pub doorbell_delay: Duration,
 }
@@ -145,7 +149,9 @@ impl World {
         latency: Duration,
     ) -> Self {
         let mut rng = Rng::new(seed);
-        let stamps: Vec<u32> = (0..nodes).map(|_| rng.next_u64() as u32).collect();
+        let stamps: Vec<(u32, [u8; 16])> = (0..nodes)
+            .map(|_| (rng.next_u64() as u32, entropy(&mut rng)))
+            .collect();
         // A NIC core is large (its connection tables), and an unoptimised build assembles it on
         // the stack before it moves to the heap: build the cores on a thread with the stack the
         // emulator's units have, whatever thread runs the campaign.
@@ -153,12 +159,13 @@ impl World {
             stamps
                 .iter()
                 .enumerate()
-                .map(|(id, &stamp)| SimNode {
+                .map(|(id, &(stamp, entropy))| SimNode {
                     nic: Box::new(Nic::new(
                         SimHal::default(),
                         NodeId::new(id as u16),
                         config,
                         stamp,
+                        entropy,
                     )),
                     stopped: false,
                     next_poll: None,
@@ -185,6 +192,7 @@ impl World {
             now: 0,
             steps: 0,
             wire_counts: [0; 3],
+            adversary: None,
             doorbell_delay: DOORBELL_DELAY,
         }
     }
@@ -212,6 +220,20 @@ impl World {
 
     /// Takes the next happening, advancing time to it.
     pub fn next_happening(&mut self) -> Option<Happening> {
+        // The adversary's bursts come between happenings: its packets arrive as any other.
+        while let Some(at) = self.adversary.as_ref().and_then(Adversary::next_burst)
+            && self.heap.peek().is_some_and(|Reverse(next)| next.at >= at)
+        {
+            self.now = self.now.max(at);
+            let burst = self
+                .adversary
+                .as_mut()
+                .map(Adversary::take_burst)
+                .unwrap_or_default();
+            for (node, bytes) in burst {
+                self.schedule_in(self.latency, Happening::Arrive { node, bytes });
+            }
+        }
         let Reverse(next) = self.heap.pop()?;
         self.now = next.at;
         self.steps += 1;
@@ -240,6 +262,29 @@ impl World {
             );
         }
         HostRings::new()
+    }
+
+    /// Restarts `node`'s NIC: a new boot (its own boot stamp and random bytes), with every port
+    /// closed and nothing of the old one's state. The node runs again at once.
+    pub fn restart_node(&mut self, node: usize) {
+        let stamp = self.rng.next_u64() as u32;
+        let entropy = entropy(&mut self.rng);
+        let config = *self.nodes[node].nic.config();
+        let id = NodeId::new(node as u16);
+        let build = move || Box::new(Nic::new(SimHal::default(), id, config, stamp, entropy));
+        let nic = std::thread::scope(|scope| {
+            std::thread::Builder::new()
+                .name("sim-build".to_owned())
+                .stack_size(NIC_BUILD_STACK)
+                .spawn_scoped(scope, build)
+                .ok()
+                .and_then(|builder| builder.join().ok())
+        })
+        .unwrap_or_else(build);
+        let sim_node = &mut self.nodes[node];
+        sim_node.nic = nic;
+        sim_node.stopped = false;
+        sim_node.next_poll = None;
     }
 
     /// Closes `port` on `node` (its process died) and frees its region.
@@ -319,6 +364,9 @@ impl World {
         for (destination, bytes) in outbox {
             self.wire_counts[0] += 1;
             let destination = usize::from(destination.get());
+            if let Some(adversary) = self.adversary.as_mut() {
+                adversary.observe(destination, &bytes);
+            }
             if self.rng.chance(self.faults.loss) {
                 self.wire_counts[1] += 1;
                 continue;
@@ -354,4 +402,12 @@ impl World {
             self.schedule(Instant::from_nanos(at), Happening::Poll { node });
         }
     }
+}
+
+/// A NIC boot's random bytes, from the world's seeded generator.
+fn entropy(rng: &mut Rng) -> [u8; 16] {
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&rng.next_u64().to_le_bytes());
+    bytes[8..].copy_from_slice(&rng.next_u64().to_le_bytes());
+    bytes
 }
