@@ -404,7 +404,7 @@ impl Connection {
     pub(crate) fn forget_peer_stream(&mut self) {
         self.rx_epoch = None;
         self.expected = Seq(0);
-        self.ack_pending = false;
+        self.ack_due = None;
         self.nack_pending = None;
         self.last_nack = None;
         self.rejects.clear();
