@@ -46,7 +46,7 @@ enum Bench {
         #[arg(long)]
         curve: bool,
         /// Round trips per length of the curve.
-        #[arg(long, default_value_t = 20)]
+        #[arg(long, default_value_t = 100)]
         curve_round_trips: u32,
         /// The longest message of the curve.
         #[arg(long, default_value_t = 1 << 20)]

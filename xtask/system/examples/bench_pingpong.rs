@@ -29,7 +29,7 @@ use nicbar_emulator::fabric::FabricMap;
 use nicbar_emulator::{Emulator, EmulatorConfig, FabricKey};
 use nicbar_system::{
     DATAGRAM_MOST, cores, cpu_model, curve_lengths, free_udp_port, median, receive_message,
-    scratch_dir, send_message, wait_output, wait_with_timeout,
+    scratch_dir, send_message, set_receive_buffer, wait_output, wait_with_timeout,
 };
 
 type Result<T = (), E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
@@ -59,7 +59,7 @@ usage: bench_pingpong --sweep MOST [--round-trips N]
                       [--nic SOCKET_A,UNIT_A,NODE_A,SOCKET_B,UNIT_B,NODE_B]
 
   --sweep MOST       one curve from 0 bytes to MOST (each power of two and 3 bytes either
-                     side), N round trips per length (default 20) after a tenth as many
+                     side), N round trips per length (default 100) after a tenth as many
                      (at least one) to warm up; prints `sweep BYTES MEDIAN_ROUND_TRIP_NS`
                      per length. Without --nic: raw UDP on loopback
   --nic ...          the Port ping-pong between port 2 of UNIT_A (node NODE_A) of the daemon
@@ -81,7 +81,7 @@ fn main() -> Result {
 }
 
 /// Round trips per length of a sweep, unless `--round-trips` says.
-const SWEEP_ROUND_TRIPS: usize = 20;
+const SWEEP_ROUND_TRIPS: usize = 100;
 
 /// `--sweep`: one curve, raw UDP or (`--nic`) the `Port` ping-pong; prints each length's median
 /// round trip.
@@ -840,12 +840,6 @@ fn udp_sweep(role: &str, port: u16, round_trips: usize, most: usize) -> Result {
     }
     print!("{out}");
     Ok(())
-}
-
-fn set_receive_buffer(socket: &UdpSocket, bytes: usize) {
-    use nix::sys::socket::{setsockopt, sockopt};
-    // The kernel caps it at net.core.rmem_max; what it grants is what the reference gets.
-    let _ = setsockopt(socket, sockopt::RcvBuf, &bytes);
 }
 
 /// Sends the first ping until it is delivered, again after each TARGET_PORT_CLOSED while the

@@ -207,6 +207,13 @@ pub fn send_message(
     }
 }
 
+/// Asks for `bytes` of receive buffer on `socket`: the kernel caps it at `net.core.rmem_max`,
+/// and what it grants is what a UDP reference gets.
+pub fn set_receive_buffer(socket: &UdpSocket, bytes: usize) {
+    use nix::sys::socket::{setsockopt, sockopt};
+    let _ = setsockopt(socket, sockopt::RcvBuf, &bytes);
+}
+
 /// Receives message `number` into the whole of `message` on the connected `socket`: datagrams
 /// are taken (into `datagram`, at least [`DATAGRAM_MOST`] bytes) and their parts copied in order
 /// until `message.len()` bytes of that number have come; a datagram of another number (a late
