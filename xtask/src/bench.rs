@@ -41,11 +41,12 @@ enum Bench {
         plot_only: bool,
         /// Instead, a GM program's curve: host-lib/capi/tests/c/gm_pingpong.c from 0 bytes to
         /// --most (each power of two and 3 bytes either side), in one daemon and over UDP between
-        /// two (OUT/bench-pingpong-curve.csv and .svg).
+        /// two, beside the Rust API's Port ping-pong in the same daemons and a raw UDP ping-pong
+        /// on loopback (OUT/bench-pingpong-curve.csv and .svg).
         #[arg(long)]
         curve: bool,
         /// Round trips per length of the curve.
-        #[arg(long, default_value_t = 20)]
+        #[arg(long, default_value_t = 100)]
         curve_round_trips: u32,
         /// The longest message of the curve.
         #[arg(long, default_value_t = 1 << 20)]
@@ -151,8 +152,17 @@ pub(crate) fn run_bench(args: Args) -> Result<()> {
         } => {
             let out = crate::workspace_root().join(out);
             if curve {
-                let program = || c_program("host-lib/capi/tests/c/gm_pingpong.c", "gm_pingpong");
-                return gm_curve::run_curve(&out, program, curve_round_trips, most, plot_only);
+                let programs = || {
+                    let (gm_pingpong, nicctl) =
+                        c_program("host-lib/capi/tests/c/gm_pingpong.c", "gm_pingpong")?;
+                    let bench_pingpong = example("bench_pingpong")?.get_program().into();
+                    Ok(gm_curve::Programs {
+                        gm_pingpong,
+                        nicctl,
+                        bench_pingpong,
+                    })
+                };
+                return gm_curve::run_curve(&out, programs, curve_round_trips, most, plot_only);
             }
             let csv = out.join("bench-pingpong.csv");
             if !plot_only {

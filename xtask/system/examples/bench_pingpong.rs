@@ -7,6 +7,12 @@
 //! except for the GM C programs' pair (`--c-pingpong`), which run against `nicctl emulate
 //! --units 2` with its default settings, waiting with gm_blocking_receive and then polling
 //! gm_receive.
+//!
+//! With `--sweep MOST` it instead runs one curve from 0 bytes to `MOST` (each power of two and 3
+//! bytes either side): a raw UDP ping-pong on loopback (messages longer than a datagram split and
+//! counted back together), or with `--nic` the `Port` ping-pong between two ports of running
+//! daemons, each length in receive buffers of its own size class. `cargo xtask bench pingpong
+//! --curve` runs it beside GM's C ping-pong.
 #![deny(unsafe_code)]
 
 use std::net::UdpSocket;
@@ -15,10 +21,16 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use nicbar::{DmaBuffer, Event, NodeId, Port, PortId, Priority, Status, WaitMode};
+use nicbar::{
+    DmaBuffer, Event, NodeId, Port, Priority, Status, WaitMode, max_length_for_size,
+    min_size_for_length,
+};
 use nicbar_emulator::fabric::FabricMap;
 use nicbar_emulator::{Emulator, EmulatorConfig, FabricKey};
-use nicbar_system::{cores, cpu_model, free_udp_port, scratch_dir, wait_output, wait_with_timeout};
+use nicbar_system::{
+    DATAGRAM_MOST, cores, cpu_model, curve_lengths, free_udp_port, median, receive_message,
+    scratch_dir, send_message, set_receive_buffer, wait_output, wait_with_timeout,
+};
 
 type Result<T = (), E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
 
@@ -42,6 +54,17 @@ usage: bench_pingpong [--round-trips N] [--csv FILE]
                      `NICCTL emulate --units 2` (default settings): blocking on
                      gm_blocking_receive, then spinning on gm_receive, with their ratio
   --c-round-trips N  round trips of each C measurement (default 5000)
+
+usage: bench_pingpong --sweep MOST [--round-trips N]
+                      [--nic SOCKET_A,UNIT_A,NODE_A,SOCKET_B,UNIT_B,NODE_B]
+
+  --sweep MOST       one curve from 0 bytes to MOST (each power of two and 3 bytes either
+                     side), N round trips per length (default 100) after a tenth as many
+                     (at least one) to warm up; prints `sweep BYTES MEDIAN_ROUND_TRIP_NS`
+                     per length. Without --nic: raw UDP on loopback
+  --nic ...          the Port ping-pong between port 2 of UNIT_A (node NODE_A) of the daemon
+                     on SOCKET_A, which measures, and port 2 of UNIT_B (node NODE_B) of the
+                     daemon on SOCKET_B; both spin on their event rings
 ";
 
 fn main() -> Result {
@@ -52,8 +75,68 @@ fn main() -> Result {
             print!("{HELP}");
             Ok(())
         }
+        _ if args.iter().any(|arg| arg == "--sweep") => sweep(&args),
         _ => orchestrate(&args),
     }
+}
+
+/// Round trips per length of a sweep, unless `--round-trips` says.
+const SWEEP_ROUND_TRIPS: usize = 100;
+
+/// `--sweep`: one curve, raw UDP or (`--nic`) the `Port` ping-pong; prints each length's median
+/// round trip.
+fn sweep(args: &[String]) -> Result {
+    let mut most: Option<usize> = None;
+    let mut round_trips = SWEEP_ROUND_TRIPS;
+    let mut nic: Option<String> = None;
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        match arg.as_str() {
+            "--sweep" => most = Some(rest.next().ok_or("--sweep needs a length")?.parse()?),
+            "--round-trips" => {
+                round_trips = rest.next().ok_or("--round-trips needs a value")?.parse()?
+            }
+            "--nic" => nic = Some(rest.next().ok_or("--nic needs its six fields")?.clone()),
+            other => return Err(format!("unknown argument {other:?}; see --help").into()),
+        }
+    }
+    let most = most.ok_or("--sweep needs a length")?.to_string();
+    let trips = round_trips.to_string();
+    let text = match nic {
+        None => {
+            let port = free_udp_port("127.0.0.1")?.to_string();
+            run_pair(
+                &["udp-sweep", "b", &port, &trips, &most],
+                &["udp-sweep", "a", &port, &trips, &most],
+            )?
+        }
+        Some(fields) => {
+            let [socket_a, unit_a, node_a, socket_b, unit_b, node_b] = fields
+                .split(',')
+                .collect::<Vec<_>>()
+                .try_into()
+                .map_err(|_| format!("--nic {fields:?}: six fields, comma-separated"))?;
+            run_pair(
+                &["nic-sweep", "b", socket_b, unit_b, node_a, &trips, &most],
+                &["nic-sweep", "a", socket_a, unit_a, node_b, &trips, &most],
+            )?
+        }
+    };
+    let mut samples: Vec<(usize, f64)> = text
+        .lines()
+        .filter_map(|line| {
+            let (bytes, ns) = line.split_once(' ')?;
+            Some((bytes.parse().ok()?, ns.parse().ok()?))
+        })
+        .collect();
+    samples.sort_by_key(|&(bytes, _)| bytes);
+    for group in samples.chunk_by(|a, b| a.0 == b.0) {
+        let mut round_trips_ns: Vec<f64> = group.iter().map(|&(_, ns)| ns).collect();
+        if let Some(middle) = median(&mut round_trips_ns) {
+            println!("sweep {} {middle:.0}", group[0].0);
+        }
+    }
+    Ok(())
 }
 
 /// One measurement: its name, and one-way latencies in nanoseconds, sorted.
@@ -321,6 +404,22 @@ fn orchestrate(args: &[String]) -> Result {
 /// Runs the responder `b` and the initiator `a` as two processes; `a` prints one round trip in
 /// nanoseconds per line.
 fn pair(name: &'static str, b: &[&str], a: &[&str]) -> Result<Measured> {
+    let text = run_pair(b, a)?;
+    let mut one_way_ns: Vec<f64> = text
+        .lines()
+        .filter_map(|l| l.trim().parse::<f64>().ok())
+        .map(|rtt| rtt / 2.0)
+        .collect();
+    if one_way_ns.is_empty() {
+        return Err(format!("{name}: the initiator reported nothing").into());
+    }
+    one_way_ns.sort_by(f64::total_cmp);
+    Ok(Measured { name, one_way_ns })
+}
+
+/// Runs this program's children: the responder with arguments `b`, the initiator with `a`;
+/// returns what the initiator printed.
+fn run_pair(b: &[&str], a: &[&str]) -> Result<String> {
     let exe = std::env::current_exe()?;
     let mut responder = Command::new(&exe)
         .arg("--child")
@@ -336,17 +435,7 @@ fn pair(name: &'static str, b: &[&str], a: &[&str]) -> Result<Measured> {
     let responder_done = wait_with_timeout(&mut responder, Duration::from_secs(30));
     let output = output?;
     responder_done?;
-    let text = String::from_utf8(output)?;
-    let mut one_way_ns: Vec<f64> = text
-        .lines()
-        .filter_map(|l| l.trim().parse::<f64>().ok())
-        .map(|rtt| rtt / 2.0)
-        .collect();
-    if one_way_ns.is_empty() {
-        return Err(format!("{name}: the initiator reported nothing").into());
-    }
-    one_way_ns.sort_by(f64::total_cmp);
-    Ok(Measured { name, one_way_ns })
+    Ok(String::from_utf8(output)?)
 }
 
 /// A `nicctl emulate` daemon, stopped when dropped.
@@ -436,6 +525,17 @@ fn child(args: &[String]) -> Result {
     match (arg(0)?, arg(1)?) {
         ("shm", role) => shm(role, Path::new(arg(2)?), arg(3)?.parse()?),
         ("udp", role) => udp(role, arg(2)?.parse()?, arg(3)?.parse()?),
+        ("udp-sweep", role) => {
+            udp_sweep(role, arg(2)?.parse()?, arg(3)?.parse()?, arg(4)?.parse()?)
+        }
+        ("nic-sweep", role) => nic_sweep(
+            role,
+            Path::new(arg(2)?),
+            arg(3)?.parse()?,
+            arg(4)?.parse()?,
+            arg(5)?.parse()?,
+            arg(6)?.parse()?,
+        ),
         ("nic", role) => nic(
             role,
             Path::new(arg(2)?),
@@ -564,18 +664,18 @@ fn nic(role: &str, socket: &Path, unit: u8, peer: u16, mode: &str, round_trips: 
         // Wait for the first ping however long the initiator takes to open its port.
         for _ in 0..total {
             await_message(&mut port, &mut spare)?;
-            send(&mut port, &mut spare, peer)?;
+            send(&mut port, &mut spare, peer, SMALL)?;
         }
     } else {
         for i in 0..total {
             let start = Instant::now();
             if i == 0 {
                 // The responder may not have opened its port yet.
-                if !first_ping(&mut port, &mut spare, peer)? {
+                if first_ping(&mut port, &mut spare, peer, SMALL)?.is_none() {
                     await_message(&mut port, &mut spare)?;
                 }
             } else {
-                send(&mut port, &mut spare, peer)?;
+                send(&mut port, &mut spare, peer, SMALL)?;
                 await_message(&mut port, &mut spare)?;
             }
             if i >= warm_up(round_trips) {
@@ -591,19 +691,180 @@ fn nic(role: &str, socket: &Path, unit: u8, peer: u16, mode: &str, round_trips: 
     Ok(())
 }
 
+/// What one ping-pong sends: its length, and the size class of the buffers it goes in.
+#[derive(Clone, Copy, Debug)]
+struct Shape {
+    length: usize,
+    size: u8,
+}
+
+/// The fixed-length ping-pong's messages.
+const SMALL: Shape = Shape {
+    length: LENGTH,
+    size: SIZE,
+};
+
+/// The `Port` ping-pong at every length of the curve to `most`: port 3 of `unit` of the daemon
+/// on `socket` with port 3 of node `peer`, spinning on the event ring. One receive buffer of each
+/// size class the curve uses is provided up front, and one given back as soon as its message is
+/// read (before the answer goes), so a message always finds one: the exchange is in lockstep.
+/// The initiator (`a`) prints `LENGTH NANOSECONDS` per timed round trip.
+fn nic_sweep(
+    role: &str,
+    socket: &Path,
+    unit: u8,
+    peer: u16,
+    round_trips: usize,
+    most: usize,
+) -> Result {
+    let mut port = Port::open_at(socket, unit, 3)?;
+    port.set_wait_mode(WaitMode::Spin);
+    let lengths = curve_lengths(most);
+    let shapes = lengths
+        .iter()
+        .map(|&length| {
+            let size = u32::try_from(length)
+                .ok()
+                .and_then(min_size_for_length)
+                .ok_or_else(|| format!("no size class holds {length} bytes"))?;
+            Ok(Shape { length, size })
+        })
+        .collect::<Result<Vec<Shape>>>()?;
+    let mut sizes: Vec<u8> = shapes.iter().map(|shape| shape.size).collect();
+    sizes.dedup();
+    for size in sizes {
+        let buffer = port.dma_alloc(max_length_for_size(size) as usize)?;
+        port.provide_receive_buffer(buffer, size, Priority::LOW, 0)
+            .map_err(|e| e.error)?;
+    }
+    let peer = NodeId::new(peer);
+    let warm = warm_up(round_trips).max(1);
+    let mut spare: Vec<DmaBuffer> = Vec::new();
+    let mut out = String::new();
+    let mut first = true;
+    for shape in shapes {
+        for i in 0..warm + round_trips {
+            let start = Instant::now();
+            let length = if role == "b" {
+                let length = await_message(&mut port, &mut spare)?;
+                send(&mut port, &mut spare, peer, shape)?;
+                length
+            } else if std::mem::take(&mut first) {
+                match first_ping(&mut port, &mut spare, peer, shape)? {
+                    Some(length) => length,
+                    None => await_message(&mut port, &mut spare)?,
+                }
+            } else {
+                send(&mut port, &mut spare, peer, shape)?;
+                await_message(&mut port, &mut spare)?
+            };
+            if length != shape.length {
+                return Err(format!("a {length}-byte message where {shape:?} was due").into());
+            }
+            if role == "a" && i >= warm {
+                out += &format!("{} {}\n", shape.length, start.elapsed().as_nanos());
+            }
+        }
+    }
+    while port.send_tokens() < 64 {
+        port.blocking_receive()?;
+    }
+    print!("{out}");
+    Ok(())
+}
+
+/// The raw UDP reference at every length of the curve to `most`: each message sent whole in
+/// datagrams of at most 64 KiB less the headers, the receiver counting its bytes back together
+/// ([`send_message`], [`receive_message`]); blocking sockets on loopback with receive buffers
+/// room for the longest. After a handshake (empty datagrams) the responder (`b`, on `port`)
+/// answers each message with one as long; the initiator (`a`) prints `LENGTH NANOSECONDS` per
+/// timed round trip.
+fn udp_sweep(role: &str, port: u16, round_trips: usize, most: usize) -> Result {
+    let lengths = curve_lengths(most);
+    let longest = lengths.last().copied().unwrap_or(0);
+    let mut message = vec![0x5au8; longest];
+    let mut datagram = vec![0u8; DATAGRAM_MOST];
+    let socket = if role == "b" {
+        UdpSocket::bind(("127.0.0.1", port))?
+    } else {
+        UdpSocket::bind("127.0.0.1:0")?
+    };
+    set_receive_buffer(&socket, 4 << 20);
+    if role == "b" {
+        socket.set_read_timeout(Some(Duration::from_secs(30)))?;
+        let (_, from) = socket.recv_from(&mut datagram)?;
+        socket.connect(from)?;
+        socket.send(&[])?;
+    } else {
+        socket.connect(("127.0.0.1", port))?;
+        socket.set_read_timeout(Some(Duration::from_millis(200)))?;
+        let give_up = Instant::now() + Duration::from_secs(30);
+        loop {
+            socket.send(&[])?;
+            match socket.recv(&mut datagram) {
+                Ok(_) => break,
+                // The responder may not be bound yet: say hello again.
+                Err(error)
+                    if Instant::now() < give_up
+                        && matches!(
+                            error.kind(),
+                            std::io::ErrorKind::WouldBlock
+                                | std::io::ErrorKind::ConnectionRefused
+                                | std::io::ErrorKind::TimedOut
+                        ) => {}
+                Err(error) => return Err(error.into()),
+            }
+        }
+    }
+    // A lost datagram (none is, on loopback with these buffers) ends the run here.
+    socket.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let warm = warm_up(round_trips).max(1);
+    let mut number = 0u32;
+    let mut out = String::new();
+    for length in lengths {
+        let message = &mut message[..length];
+        for i in 0..warm + round_trips {
+            number = number.wrapping_add(1);
+            if role == "b" {
+                receive_message(&socket, number, message, &mut datagram)?;
+                send_message(&socket, number, message, &mut datagram)?;
+                continue;
+            }
+            let start = Instant::now();
+            send_message(&socket, number, message, &mut datagram)?;
+            receive_message(&socket, number, message, &mut datagram)?;
+            if i >= warm {
+                out += &format!("{length} {}\n", start.elapsed().as_nanos());
+            }
+        }
+    }
+    print!("{out}");
+    Ok(())
+}
+
 /// Sends the first ping until it is delivered, again after each TARGET_PORT_CLOSED while the
-/// responder opens its port (for 30 s at most); returns whether the answer came too.
-fn first_ping(port: &mut Port, spare: &mut Vec<DmaBuffer>, to: NodeId) -> Result<bool> {
+/// responder opens its port (for 30 s at most); returns the answer's length if it came too.
+fn first_ping(
+    port: &mut Port,
+    spare: &mut Vec<DmaBuffer>,
+    to: NodeId,
+    shape: Shape,
+) -> Result<Option<usize>> {
     let give_up = Instant::now() + Duration::from_secs(30);
-    let mut answered = false;
+    let mut answered = None;
     loop {
-        send(port, spare, to)?;
+        send(port, spare, to, shape)?;
         loop {
             match port.blocking_receive()? {
-                Event::Received { buffer, .. } => {
-                    port.provide_receive_buffer(buffer, SIZE, Priority::LOW, 0)
+                Event::Received {
+                    buffer,
+                    length,
+                    size,
+                    ..
+                } => {
+                    port.provide_receive_buffer(buffer, size, Priority::LOW, 0)
                         .map_err(|e| e.error)?;
-                    answered = true;
+                    answered = Some(length);
                 }
                 Event::Sent { buffer, status, .. } => {
                     spare.push(buffer);
@@ -622,13 +883,19 @@ fn first_ping(port: &mut Port, spare: &mut Vec<DmaBuffer>, to: NodeId) -> Result
     }
 }
 
-fn await_message(port: &mut Port, spare: &mut Vec<DmaBuffer>) -> Result {
+/// Waits for the next message, gives its buffer back at its size class, and returns its length.
+fn await_message(port: &mut Port, spare: &mut Vec<DmaBuffer>) -> Result<usize> {
     loop {
         match port.blocking_receive()? {
-            Event::Received { buffer, .. } => {
-                port.provide_receive_buffer(buffer, SIZE, Priority::LOW, 0)
+            Event::Received {
+                buffer,
+                length,
+                size,
+                ..
+            } => {
+                port.provide_receive_buffer(buffer, size, Priority::LOW, 0)
                     .map_err(|e| e.error)?;
-                return Ok(());
+                return Ok(length);
             }
             Event::Sent { buffer, status, .. } if status == Status::SUCCESS => spare.push(buffer),
             other => return Err(format!("unexpected event {other:?}").into()),
@@ -636,12 +903,31 @@ fn await_message(port: &mut Port, spare: &mut Vec<DmaBuffer>) -> Result {
     }
 }
 
-fn send(port: &mut Port, spare: &mut Vec<DmaBuffer>, to: NodeId) -> Result {
-    let buffer = match spare.pop() {
-        Some(buffer) => buffer,
-        None => port.dma_alloc(128)?,
+/// Sends a `shape` message from the smallest spare buffer that holds its size class (a new one
+/// of that class if none does).
+fn send(port: &mut Port, spare: &mut Vec<DmaBuffer>, to: NodeId, shape: Shape) -> Result {
+    let needed = max_length_for_size(shape.size) as usize;
+    let fitting = spare
+        .iter()
+        .enumerate()
+        .filter(|(_, buffer)| buffer.len() >= needed)
+        .min_by_key(|(_, buffer)| buffer.len())
+        .map(|(at, _)| at);
+    let buffer = match fitting {
+        Some(at) => spare.swap_remove(at),
+        None => port.dma_alloc(needed)?,
     };
-    port.send(buffer, LENGTH, SIZE, Priority::LOW, to, PortId(1), 0)
-        .map_err(|e| e.error)?;
+    // The peer's port has this one's number.
+    let peer_port = port.port_id();
+    port.send(
+        buffer,
+        shape.length,
+        shape.size,
+        Priority::LOW,
+        to,
+        peer_port,
+        0,
+    )
+    .map_err(|e| e.error)?;
     Ok(())
 }

@@ -34,7 +34,8 @@ use nicbar::{AtomicOp, Event, MemoryRegion, NodeId, Port, PortId, Status, WaitMo
 use nicbar_emulator::fabric::FabricMap;
 use nicbar_emulator::{Emulator, EmulatorConfig, FabricKey};
 use nicbar_system::{
-    cores, cpu_model, free_udp_port, median, scratch_dir, shuffle, wait_with_timeout,
+    cores, cpu_model, free_udp_port, median, scratch_dir, set_receive_buffer, shuffle,
+    wait_with_timeout,
 };
 use rand_core::SeedableRng;
 use rand_xoshiro::Xoshiro256StarStar;
@@ -536,12 +537,6 @@ fn stream_receiver(socket: &UdpSocket) {
         std::hint::black_box(&mut destination);
         bytes += data.len() as u64;
     }
-}
-
-fn set_receive_buffer(socket: &UdpSocket, bytes: usize) {
-    use nix::sys::socket::{setsockopt, sockopt};
-    // The kernel caps it at net.core.rmem_max; what it grants is what the reference gets.
-    let _ = setsockopt(socket, sockopt::RcvBuf, &bytes);
 }
 
 /// One route to the target: a port, its registered source and destination, the target's key.
