@@ -1,7 +1,8 @@
 /*
  * coll/nicbar: an Open MPI collective component that runs MPI_Barrier and MPI_Ibarrier in the
- * NIC, and MPI_Bcast, MPI_Scatter[v], MPI_Gather[v] and MPI_Alltoall[v] over the NIC's messages,
- * through the nicbar library. The component is thin: it maps communicators to nicbar groups,
+ * NIC, MPI_Allreduce, MPI_Reduce and their non-blocking forms in the NIC up to
+ * NICBAR_NIC_REDUCE_MAX bytes, and MPI_Bcast, MPI_Scatter[v], MPI_Gather[v] and MPI_Alltoall[v]
+ * over the NIC's messages, through the nicbar library. The component is thin: it maps communicators to nicbar groups,
  * MPI datatypes to contiguous bytes, and nicbar's ends to MPI requests and errors; the barriers,
  * their queueing, the collectives' algorithms and transfers, and the failure reports are the
  * library's (nicbar/gm.h, the nicbar_coll_* calls).
@@ -74,6 +75,14 @@ typedef struct {
     mca_coll_base_module_t *alltoall_module;
     mca_coll_base_module_alltoallv_fn_t alltoallv;
     mca_coll_base_module_t *alltoallv_module;
+    mca_coll_base_module_allreduce_fn_t allreduce;
+    mca_coll_base_module_t *allreduce_module;
+    mca_coll_base_module_reduce_fn_t reduce;
+    mca_coll_base_module_t *reduce_module;
+    mca_coll_base_module_iallreduce_fn_t iallreduce;
+    mca_coll_base_module_t *iallreduce_module;
+    mca_coll_base_module_ireduce_fn_t ireduce;
+    mca_coll_base_module_t *ireduce_module;
 } mca_coll_nicbar_previous_t;
 
 typedef struct {
@@ -84,10 +93,14 @@ typedef struct {
 } mca_coll_nicbar_module_t;
 OBJ_CLASS_DECLARATION(mca_coll_nicbar_module_t);
 
-/* A non-blocking barrier: an Open MPI request completed by the progress function. */
+/* A non-blocking barrier or reduction: an Open MPI request completed by the progress function. */
 typedef struct {
     ompi_request_t super;
     uint64_t ticket;
+    const char *operation; /* for the error that names a missing rank */
+    int reduction;         /* a reduction's result waits under the ticket */
+    void *result;          /* where it goes (NULL: dropped, a non-root of MPI_Ireduce) */
+    size_t result_length;
 } mca_coll_nicbar_request_t;
 OBJ_CLASS_DECLARATION(mca_coll_nicbar_request_t);
 
@@ -98,6 +111,27 @@ int mca_coll_nicbar_barrier(struct ompi_communicator_t *comm, mca_coll_base_modu
 int mca_coll_nicbar_ibarrier(struct ompi_communicator_t *comm, ompi_request_t **request,
                              mca_coll_base_module_t *module);
 int mca_coll_nicbar_progress(void);
+int mca_coll_nicbar_wait(struct ompi_communicator_t *comm, uint64_t ticket,
+                         const char *operation);
+int mca_coll_nicbar_post(struct ompi_communicator_t *comm, mca_coll_nicbar_request_t *request,
+                         ompi_request_t **out);
+mca_coll_nicbar_request_t *mca_coll_nicbar_request_new(struct ompi_communicator_t *comm,
+                                                       const char *operation);
+int mca_coll_nicbar_allreduce(const void *sbuf, void *rbuf, int count,
+                              struct ompi_datatype_t *dtype, struct ompi_op_t *op,
+                              struct ompi_communicator_t *comm, mca_coll_base_module_t *module);
+int mca_coll_nicbar_reduce(const void *sbuf, void *rbuf, int count, struct ompi_datatype_t *dtype,
+                           struct ompi_op_t *op, int root, struct ompi_communicator_t *comm,
+                           mca_coll_base_module_t *module);
+int mca_coll_nicbar_iallreduce(const void *sbuf, void *rbuf, int count,
+                               struct ompi_datatype_t *dtype, struct ompi_op_t *op,
+                               struct ompi_communicator_t *comm, ompi_request_t **request,
+                               mca_coll_base_module_t *module);
+int mca_coll_nicbar_ireduce(const void *sbuf, void *rbuf, int count,
+                            struct ompi_datatype_t *dtype, struct ompi_op_t *op, int root,
+                            struct ompi_communicator_t *comm, ompi_request_t **request,
+                            mca_coll_base_module_t *module);
+uint64_t mca_coll_nicbar_reductions(void);
 int mca_coll_nicbar_failure_code(ompi_communicator_t *comm, const char *operation,
                                  int failed_rank, const char *reason);
 int mca_coll_nicbar_enable(mca_coll_base_module_t *module, struct ompi_communicator_t *comm);

@@ -158,6 +158,8 @@ static int nicbar_close(void)
                        (unsigned long long) resent, (unsigned long long) dropped,
                        (unsigned long long) put, (unsigned long long) landed,
                        (unsigned long long) forwarded);
+        NICBAR_VERBOSE(1, "%llu reductions were combined in the NIC",
+                       (unsigned long long) mca_coll_nicbar_reductions());
         nicbar_coll_close(C.endpoint);
         C.endpoint = NULL;
     }
@@ -320,8 +322,12 @@ mca_coll_base_module_t *mca_coll_nicbar_comm_query(struct ompi_communicator_t *c
     module->super.coll_gatherv = mca_coll_nicbar_gatherv;
     module->super.coll_alltoall = mca_coll_nicbar_alltoall;
     module->super.coll_alltoallv = mca_coll_nicbar_alltoallv;
+    module->super.coll_allreduce = mca_coll_nicbar_allreduce;
+    module->super.coll_reduce = mca_coll_nicbar_reduce;
+    module->super.coll_iallreduce = mca_coll_nicbar_iallreduce;
+    module->super.coll_ireduce = mca_coll_nicbar_ireduce;
     *priority = C.priority;
-    NICBAR_VERBOSE(2, "%s (context %u, %d ranks): barriers in the NIC, data collectives over it",
+    NICBAR_VERBOSE(2, "%s (context %u, %d ranks): barriers and short reductions in the NIC, data collectives over it",
                    comm->c_name,
                    (unsigned) comm->c_contextid, size);
     return &module->super;

@@ -1,5 +1,6 @@
 /*
- * coll/nicbar: the module of one communicator: MPI_Barrier, MPI_Ibarrier, the progress function
+ * coll/nicbar: the module of one communicator: MPI_Barrier, MPI_Ibarrier, the wait and the
+ * requests every collective in the NIC shares (barriers and reductions), the progress function
  * that completes the non-blocking ones, and the errors that name a missing rank.
  */
 #include "coll_nicbar.h"
@@ -23,7 +24,7 @@ static void module_construct(mca_coll_nicbar_module_t *module)
 
 #define PREVIOUS_MODULES(apply)                                                              \
     apply(bcast) apply(scatter) apply(scatterv) apply(gather) apply(gatherv) apply(alltoall) \
-    apply(alltoallv)
+    apply(alltoallv) apply(allreduce) apply(reduce) apply(iallreduce) apply(ireduce)
 
 static void module_destruct(mca_coll_nicbar_module_t *module)
 {
@@ -100,16 +101,15 @@ int mca_coll_nicbar_failure_code(ompi_communicator_t *comm, const char *operatio
     return code;
 }
 
-int mca_coll_nicbar_barrier(struct ompi_communicator_t *comm, mca_coll_base_module_t *module)
+/*
+ * Waits for the NIC collective with `ticket` to end: spins C.spin polls, then sleeps on the port
+ * between calls to opal_progress. A failure becomes an error code naming the missing rank.
+ */
+int mca_coll_nicbar_wait(struct ompi_communicator_t *comm, uint64_t ticket, const char *operation)
 {
-    mca_coll_nicbar_module_t *self = (mca_coll_nicbar_module_t *) module;
     char reason[MPI_MAX_ERROR_STRING] = "";
     int failed_rank = -1, state;
-    uint64_t ticket;
 
-    pthread_mutex_lock(&C.lock);
-    ticket = nicbar_coll_barrier_start(C.endpoint, self->group);
-    pthread_mutex_unlock(&C.lock);
     if (0 == ticket) {
         return MPI_ERR_INTERN;
     }
@@ -126,13 +126,24 @@ int mca_coll_nicbar_barrier(struct ompi_communicator_t *comm, mca_coll_base_modu
             return MPI_SUCCESS;
         }
         if (NICBAR_COLL_FAILED == state) {
-            return mca_coll_nicbar_failure_code(comm, "MPI_Barrier", failed_rank, reason);
+            return mca_coll_nicbar_failure_code(comm, operation, failed_rank, reason);
         }
         if (NICBAR_COLL_UNKNOWN == state) {
             return MPI_ERR_INTERN;
         }
         opal_progress();
     }
+}
+
+int mca_coll_nicbar_barrier(struct ompi_communicator_t *comm, mca_coll_base_module_t *module)
+{
+    mca_coll_nicbar_module_t *self = (mca_coll_nicbar_module_t *) module;
+    uint64_t ticket;
+
+    pthread_mutex_lock(&C.lock);
+    ticket = nicbar_coll_barrier_start(C.endpoint, self->group);
+    pthread_mutex_unlock(&C.lock);
+    return mca_coll_nicbar_wait(comm, ticket, "MPI_Barrier");
 }
 
 static int request_free(ompi_request_t **request)
@@ -153,48 +164,77 @@ static int request_cancel(ompi_request_t *request, int complete)
     return MPI_ERR_REQUEST; /* collectives cannot be cancelled */
 }
 
-int mca_coll_nicbar_ibarrier(struct ompi_communicator_t *comm, ompi_request_t **request,
-                             mca_coll_base_module_t *module)
+/* A new active request of `comm` for a non-blocking `operation` in the NIC, or NULL. */
+mca_coll_nicbar_request_t *mca_coll_nicbar_request_new(struct ompi_communicator_t *comm,
+                                                       const char *operation)
 {
-    mca_coll_nicbar_module_t *self = (mca_coll_nicbar_module_t *) module;
-    mca_coll_nicbar_request_t *barrier = OBJ_NEW(mca_coll_nicbar_request_t);
-    if (NULL == barrier) {
-        return MPI_ERR_NO_MEM;
+    mca_coll_nicbar_request_t *request = OBJ_NEW(mca_coll_nicbar_request_t);
+    if (NULL == request) {
+        return NULL;
     }
-    OMPI_REQUEST_INIT(&barrier->super, false);
-    barrier->super.req_type = OMPI_REQUEST_COLL;
-    barrier->super.req_state = OMPI_REQUEST_ACTIVE;
-    barrier->super.req_free = request_free;
-    barrier->super.req_cancel = request_cancel;
-    barrier->super.req_mpi_object.comm = comm;
-    barrier->super.req_status.MPI_SOURCE = MPI_ANY_SOURCE;
-    barrier->super.req_status.MPI_TAG = MPI_ANY_TAG;
-    barrier->super.req_status.MPI_ERROR = MPI_SUCCESS;
-    barrier->super.req_status._cancelled = 0;
-    barrier->super.req_status._ucount = 0;
+    OMPI_REQUEST_INIT(&request->super, false);
+    request->super.req_type = OMPI_REQUEST_COLL;
+    request->super.req_state = OMPI_REQUEST_ACTIVE;
+    request->super.req_free = request_free;
+    request->super.req_cancel = request_cancel;
+    request->super.req_mpi_object.comm = comm;
+    request->super.req_status.MPI_SOURCE = MPI_ANY_SOURCE;
+    request->super.req_status.MPI_TAG = MPI_ANY_TAG;
+    request->super.req_status.MPI_ERROR = MPI_SUCCESS;
+    request->super.req_status._cancelled = 0;
+    request->super.req_status._ucount = 0;
+    request->ticket = 0;
+    request->operation = operation;
+    request->reduction = 0;
+    request->result = NULL;
+    request->result_length = 0;
+    return request;
+}
 
-    pthread_mutex_lock(&C.lock);
+/*
+ * Hands `request`, whose collective the caller started under C.lock (its ticket set), to the
+ * progress function, and gives it to MPI as `*out`. Called with C.lock held; releases it. A
+ * request whose start failed (ticket 0) is freed.
+ */
+int mca_coll_nicbar_post(struct ompi_communicator_t *comm, mca_coll_nicbar_request_t *request,
+                         ompi_request_t **out)
+{
+    (void) comm;
+    if (0 == request->ticket) {
+        pthread_mutex_unlock(&C.lock);
+        OBJ_RELEASE(request);
+        return MPI_ERR_INTERN;
+    }
     if (outstanding_count == outstanding_capacity) {
         size_t capacity = outstanding_capacity ? 2 * outstanding_capacity : 16;
         void *grown = realloc(outstanding, capacity * sizeof *outstanding);
         if (NULL == grown) {
+            /* The collective runs on in the NIC; waiting for it here keeps its members' order. */
             pthread_mutex_unlock(&C.lock);
-            OBJ_RELEASE(barrier);
-            return MPI_ERR_NO_MEM;
+            int rc = mca_coll_nicbar_wait(comm, request->ticket, request->operation);
+            OBJ_RELEASE(request);
+            return MPI_SUCCESS == rc ? MPI_ERR_NO_MEM : rc;
         }
         outstanding = grown;
         outstanding_capacity = capacity;
     }
-    barrier->ticket = nicbar_coll_barrier_start(C.endpoint, self->group);
-    if (0 == barrier->ticket) {
-        pthread_mutex_unlock(&C.lock);
-        OBJ_RELEASE(barrier);
-        return MPI_ERR_INTERN;
-    }
-    outstanding[outstanding_count++] = barrier;
+    outstanding[outstanding_count++] = request;
     pthread_mutex_unlock(&C.lock);
-    *request = &barrier->super;
+    *out = &request->super;
     return MPI_SUCCESS;
+}
+
+int mca_coll_nicbar_ibarrier(struct ompi_communicator_t *comm, ompi_request_t **request,
+                             mca_coll_base_module_t *module)
+{
+    mca_coll_nicbar_module_t *self = (mca_coll_nicbar_module_t *) module;
+    mca_coll_nicbar_request_t *barrier = mca_coll_nicbar_request_new(comm, "MPI_Ibarrier");
+    if (NULL == barrier) {
+        return MPI_ERR_NO_MEM;
+    }
+    pthread_mutex_lock(&C.lock);
+    barrier->ticket = nicbar_coll_barrier_start(C.endpoint, self->group);
+    return mca_coll_nicbar_post(comm, barrier, request);
 }
 
 /*
@@ -221,10 +261,19 @@ int mca_coll_nicbar_progress(void)
         }
         codes[count] = MPI_SUCCESS;
         if (NICBAR_COLL_FAILED == state) {
-            codes[count] = mca_coll_nicbar_failure_code(barrier->super.req_mpi_object.comm, "MPI_Ibarrier",
-                                        failed_rank, reason);
+            codes[count] = mca_coll_nicbar_failure_code(barrier->super.req_mpi_object.comm,
+                                                        barrier->operation, failed_rank, reason);
         } else if (NICBAR_COLL_UNKNOWN == state) {
             codes[count] = MPI_ERR_INTERN;
+        } else if (barrier->reduction) {
+            unsigned char value[NICBAR_NIC_REDUCE_MAX];
+            int64_t got = nicbar_coll_allreduce_result(C.endpoint, barrier->ticket, value,
+                                                       sizeof value);
+            if (got != (int64_t) barrier->result_length) {
+                codes[count] = MPI_ERR_INTERN;
+            } else if (NULL != barrier->result) {
+                memcpy(barrier->result, value, barrier->result_length);
+            }
         }
         ended[count++] = barrier;
         memmove(&outstanding[i], &outstanding[i + 1],

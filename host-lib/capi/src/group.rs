@@ -349,14 +349,19 @@ mod tests {
         .unwrap();
         let forward = [peer(0, 2), peer(1, 2)];
         let backward = [peer(1, 2), peer(0, 2)];
+        // Neither port closes before both second barriers ended: a closed port would fail the
+        // other's barrier at once (GM_SEND_TARGET_PORT_CLOSED) instead of at its timeout.
+        let both_done = std::sync::Arc::new(std::sync::Barrier::new(2));
         let run = |unit: u8, second: [gm_barrier_peer_t; 2]| {
             let socket = socket.clone();
+            let both_done = both_done.clone();
             std::thread::spawn(move || {
                 let mut port =
                     PortState::new(nicbar_rs::RawPort::open_at(&socket, unit, 2).unwrap());
                 port.barriers.timeout = Some(Duration::from_millis(500));
                 let first = port.group_barrier(&forward, NICBAR_BARRIER_DEFAULT, 0);
                 let second = port.group_barrier(&second, NICBAR_BARRIER_DEFAULT, 0);
+                both_done.wait();
                 (first, second)
             })
         };

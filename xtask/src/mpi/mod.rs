@@ -247,6 +247,7 @@ fn build(prefix: &Path, profile: &str) -> Result<PathBuf> {
         .arg(sources.join("coll_nicbar_component.c"))
         .arg(sources.join("coll_nicbar_module.c"))
         .arg(sources.join("coll_nicbar_data.c"))
+        .arg(sources.join("coll_nicbar_reduce.c"))
         .arg(format!("-L{}", lib.display()))
         .arg(format!("-Wl,-rpath,{}", lib.display()))
         .arg("-lnicbar");
@@ -522,6 +523,7 @@ fn compile_programs(dir: &Path) -> Result<()> {
         ("mpicc", "tests/barrier_opposite.c", "barrier_opposite"),
         ("mpicc", "tests/barrier_kill.c", "barrier_kill"),
         ("mpicc", "tests/coll_check.c", "coll_check"),
+        ("mpicc", "tests/reduce_check.c", "reduce_check"),
         ("mpicc", "tests/coll_kill.c", "coll_kill"),
         ("mpifort", "tests/barrier.f90", "barrier_fortran"),
         ("mpicc", "bench/barrier_bench.c", "barrier_bench"),
@@ -629,6 +631,7 @@ pub(crate) fn run_tests(args: &TestArgs) -> Result<()> {
     }
 
     check_opposite_order_barriers(&components, &nicctl, &programs, &run_dir)?;
+    check_reductions(&components, &nicctl, &programs, &run_dir)?;
 
     let daemon = Daemon::start(&nicctl, &run_dir.join("plain"), 4, &[])?;
 
@@ -734,6 +737,72 @@ fn check_opposite_order_barriers(
         expect_through_nic(&text, processes as u64 * 2 * ROUNDS)?;
     }
     Ok(())
+}
+
+/// MPI_Allreduce, MPI_Reduce and their non-blocking forms (`reduce_check`): every predefined
+/// operation on every type, each result against the reference the program folds with Open MPI's
+/// own operations, at 1 to 5 processes (odd sizes take the recursive doubling's fix-up), with
+/// the short ones combined in the NIC (the component's count says so) and the rest through the
+/// component below; once more through the fault injector.
+fn check_reductions(
+    components: &Path,
+    nicctl: &Path,
+    programs: &Path,
+    run_dir: &Path,
+) -> Result<()> {
+    let faults: Vec<String> = ["--loss", "0.05", "--duplicate", "0.05", "--reorder", "0.05"]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .chain(["--seed".to_owned(), "7".to_owned()])
+        .collect();
+    let plain = Daemon::start(nicctl, &run_dir.join("reduce"), 5, &[])?;
+    let faulty = Daemon::start(nicctl, &run_dir.join("reduce-faulty"), 4, &faults)?;
+    for (daemon, processes, wire) in [
+        (&plain, 1, "plain"),
+        (&plain, 2, "plain"),
+        (&plain, 3, "plain"),
+        (&plain, 5, "plain"),
+        (&faulty, 4, "lossy"),
+    ] {
+        println!("\n-- MPI_Allreduce and MPI_Reduce, {processes} processes, {wire} wire");
+        let mut command = mpirun(
+            components,
+            &daemon.socket,
+            processes,
+            100,
+            Transport::SharedMemory,
+        )?;
+        command.arg(programs.join("reduce_check"));
+        let (text, ok) = run_captured(&mut command, Duration::from_secs(300))?;
+        if !ok || !text.contains("reduce_check: ok") {
+            return Err(
+                format!("reduce_check failed at {processes} processes on the {wire} wire").into(),
+            );
+        }
+        let combined = reductions_in_nic(&text);
+        println!("reductions combined in the NIC (all processes): {combined}");
+        // One process: the component leaves a communicator of one to the component below.
+        if processes > 1 && combined == 0 {
+            return Err("no reduction was combined in the NIC".into());
+        }
+    }
+    Ok(())
+}
+
+/// The sum of the processes' "N reductions were combined in the NIC" lines.
+fn reductions_in_nic(text: &str) -> u64 {
+    const LINE: &str = " reductions were combined in the NIC";
+    text.lines()
+        .filter(|line| line.contains(LINE))
+        .filter_map(|line| {
+            line.split(LINE)
+                .next()?
+                .split_whitespace()
+                .last()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
 }
 
 /// The data collectives (`coll_check`): every result checked against MPI's definition by the
