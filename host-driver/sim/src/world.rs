@@ -139,6 +139,22 @@ pub struct World {
 /// Stack of the thread that builds a world's NIC cores.
 const NIC_BUILD_STACK: usize = 16 << 20;
 
+/// Runs `build` on a thread with [`NIC_BUILD_STACK`]: a NIC core is large (its connection tables
+/// and port state), and an unoptimised build assembles it on the stack before it moves to the
+/// heap, which the thread running a campaign (a test's, 2 MiB) cannot hold. Never on the
+/// caller's stack: even a fallback there would make the caller's frame that large.
+fn on_build_stack<T: Send>(build: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("sim-build".to_owned())
+            .stack_size(NIC_BUILD_STACK)
+            .spawn_scoped(scope, build)
+            .expect("a thread to build the simulated NICs on")
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
+}
+
 impl World {
     /// A world of `nodes` NICs with `config`, all drawn from `seed`.
     pub fn new(
@@ -152,10 +168,7 @@ impl World {
         let stamps: Vec<(u32, [u8; 16])> = (0..nodes)
             .map(|_| (rng.next_u64() as u32, entropy(&mut rng)))
             .collect();
-        // A NIC core is large (its connection tables), and an unoptimised build assembles it on
-        // the stack before it moves to the heap: build the cores on a thread with the stack the
-        // emulator's units have, whatever thread runs the campaign.
-        let build = || -> Vec<SimNode> {
+        let nodes = on_build_stack(|| -> Vec<SimNode> {
             stamps
                 .iter()
                 .enumerate()
@@ -171,16 +184,7 @@ impl World {
                     next_poll: None,
                 })
                 .collect()
-        };
-        let nodes = std::thread::scope(|scope| {
-            std::thread::Builder::new()
-                .name("sim-build".to_owned())
-                .stack_size(NIC_BUILD_STACK)
-                .spawn_scoped(scope, build)
-                .ok()
-                .and_then(|builder| builder.join().ok())
-        })
-        .unwrap_or_else(build);
+        });
         Self {
             nodes,
             seed,
@@ -271,16 +275,9 @@ impl World {
         let entropy = entropy(&mut self.rng);
         let config = *self.nodes[node].nic.config();
         let id = NodeId::new(node as u16);
-        let build = move || Box::new(Nic::new(SimHal::default(), id, config, stamp, entropy));
-        let nic = std::thread::scope(|scope| {
-            std::thread::Builder::new()
-                .name("sim-build".to_owned())
-                .stack_size(NIC_BUILD_STACK)
-                .spawn_scoped(scope, build)
-                .ok()
-                .and_then(|builder| builder.join().ok())
-        })
-        .unwrap_or_else(build);
+        let nic = on_build_stack(move || {
+            Box::new(Nic::new(SimHal::default(), id, config, stamp, entropy))
+        });
         let sim_node = &mut self.nodes[node];
         sim_node.nic = nic;
         sim_node.stopped = false;
