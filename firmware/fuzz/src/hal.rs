@@ -76,16 +76,19 @@ pub(crate) struct Wire {
     /// Nodes the wire reaches; packets to others have no route.
     nodes: u16,
     regions: [Option<Memory>; PORTS_PER_NIC],
+    /// Whether the fabric is keyed: every packet then ends in its authentication code.
+    keyed: bool,
     /// Packets transmitted and not yet delivered or lost: (destination, bytes).
     pub(crate) outbox: Vec<(NodeId, Vec<u8>)>,
 }
 
 impl Wire {
-    pub(crate) fn new(node: NodeId, nodes: u16) -> Self {
+    pub(crate) fn new(node: NodeId, nodes: u16, keyed: bool) -> Self {
         Self {
             node,
             nodes,
             regions: Default::default(),
+            keyed,
             outbox: Vec::new(),
         }
     }
@@ -111,7 +114,18 @@ impl Hal for Wire {
     }
 
     fn transmit(&mut self, destination: NodeId, packet: &[u8]) -> Result<(), TransmitError> {
-        let header = *Packet::new_checked(packet)
+        // On a keyed fabric the code follows the packet; what it covers must be well formed.
+        let code = if self.keyed {
+            shared_abi::packet::MAC_LEN
+        } else {
+            0
+        };
+        let covered = packet
+            .len()
+            .checked_sub(code)
+            .and_then(|len| packet.get(..len))
+            .unwrap_or_else(|| panic!("the firmware transmitted {} bytes, no code", packet.len()));
+        let header = *Packet::new_checked(covered)
             .unwrap_or_else(|error| panic!("the firmware transmitted a malformed packet: {error}"))
             .header();
         assert_eq!(header.src_node, self.node, "a packet names another source");

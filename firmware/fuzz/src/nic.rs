@@ -1,8 +1,10 @@
 //! The firmware fed untrusted input: arbitrary bytes from the wire ([`nic_packets`]), and
-//! arbitrary sequences of host actions, packet arrivals, losses and timer ticks between two NICs
-//! ([`nic_sequence`]).
+//! arbitrary sequences of host actions, packet arrivals, losses, timer ticks, NIC restarts and
+//! replays of earlier packets between two NICs ([`nic_sequence`]), with or without a fabric key
+//! (with one, the session handshake and its per-session keys are on the path).
 
 use arbitrary::{Arbitrary, Unstructured};
+use firmware::auth::FabricKey;
 use firmware::{Config, Hal, Instant, Nic};
 use shared_abi::event::Event;
 use shared_abi::ids::{Generation, NodeId, PORTS_PER_NIC, PortId};
@@ -25,6 +27,8 @@ const MAX_ACTIONS: usize = 256;
 const MAX_ROUNDS: usize = 32;
 /// Arena offset where schedules are written.
 const SCHEDULE_AT: u64 = 0;
+/// Packets kept for [`Action::Replay`]: the latest ones delivered.
+const CAPTURED: usize = 64;
 
 /// The process on one port: the host side of its three rings.
 struct Host {
@@ -52,15 +56,22 @@ fn layout(tiny: bool) -> RegionLayout {
 }
 
 impl Node {
-    fn new(id: u16) -> Self {
+    /// NIC `id` at its `boot`-th start (a restart draws other boot entropy), keyed or not.
+    fn new(id: u16, key: Option<FabricKey>, boot: u8) -> Self {
         let node = NodeId::new(id);
+        let config = Config {
+            fabric_key: key,
+            ..Config::default()
+        };
+        let mut entropy = [id as u8; 16];
+        entropy[0] = boot;
         Self {
             nic: Nic::new(
-                Wire::new(node, NODES),
+                Wire::new(node, NODES, key.is_some()),
                 node,
-                Config::default(),
-                u32::from(id) + 1,
-                [id as u8; 16],
+                config,
+                u32::from(id) + 1 + u32::from(boot),
+                entropy,
             ),
             hosts: Default::default(),
         }
@@ -174,24 +185,52 @@ impl Node {
     }
 }
 
-/// Two NICs, the processes on their ports, and one clock.
+/// Two NICs, the processes on their ports, one clock, and what an attacker on the wire recorded.
 struct Net {
     nodes: [Node; NODES as usize],
     now: Instant,
+    key: Option<FabricKey>,
+    /// How many times each NIC started.
+    boots: [u8; NODES as usize],
+    /// The latest packets delivered, with their destination: what a replay re-sends.
+    captured: Vec<(u16, Vec<u8>)>,
 }
 
 impl Net {
     /// Both NICs with ports 0 and 1 open, so inputs start where traffic can flow.
-    fn new() -> Self {
+    fn new(key: Option<FabricKey>) -> Self {
         let mut net = Self {
-            nodes: [Node::new(0), Node::new(1)],
+            nodes: [Node::new(0, key, 0), Node::new(1, key, 0)],
             now: Instant::ZERO,
+            key,
+            boots: [0; NODES as usize],
+            captured: Vec::new(),
         };
         for node in &mut net.nodes {
             node.open(0, false, None, Instant::ZERO);
             node.open(1, false, None, Instant::ZERO);
         }
         net
+    }
+
+    /// NIC `which` restarts: everything it held is gone, its processes with it.
+    fn restart(&mut self, which: bool) {
+        let index = usize::from(which);
+        self.boots[index] = self.boots[index].wrapping_add(1);
+        self.nodes[index] = Node::new(index as u16, self.key, self.boots[index]);
+    }
+
+    /// Re-sends a recorded packet to the NIC it went to.
+    fn replay(&mut self, pick: u8) {
+        let now = self.now;
+        if self.captured.is_empty() {
+            return;
+        }
+        let (to, bytes) = self.captured[usize::from(pick) % self.captured.len()].clone();
+        if let Some(node) = self.nodes.get_mut(usize::from(to)) {
+            node.nic.on_packet(&bytes, now);
+            node.nic.poll(now);
+        }
     }
 
     fn node(&mut self, which: bool) -> &mut Node {
@@ -221,6 +260,10 @@ impl Net {
             if lose != 0 && i % usize::from(lose) == 0 {
                 continue;
             }
+            if self.captured.len() == CAPTURED {
+                self.captured.remove(0);
+            }
+            self.captured.push((to.get(), bytes.clone()));
             let Some(node) = self.nodes.get_mut(usize::from(to.get())) else {
                 continue;
             };
@@ -379,6 +422,10 @@ enum Action {
         header: [u8; HEADER_LEN],
         payload: Vec<u8>,
     },
+    /// A NIC restarts (its processes gone with it).
+    Restart { node: bool },
+    /// A packet delivered earlier arrives again (an attacker re-sends a capture).
+    Replay { pick: u8 },
     /// Time passes.
     Tick { micros: u32 },
     /// Both NICs run until quiet, then time moves to the next deadline.
@@ -518,6 +565,8 @@ impl Action {
                     net.node(node).nic.on_packet(&out[..len], now);
                 }
             }
+            Action::Restart { node } => net.restart(node),
+            Action::Replay { pick } => net.replay(pick),
             Action::Tick { micros } => net.advance(micros % 10_000_000),
             Action::Run => net.run(),
         }
@@ -534,7 +583,9 @@ fn priority(high: bool) -> Priority {
 pub fn nic_sequence(data: &[u8]) {
     let trace = std::env::var_os("NICBAR_FUZZ_TRACE").is_some();
     let mut u = Unstructured::new(data);
-    let mut net = Net::new();
+    // The first byte: whether the fabric is keyed (sessions, per-session keys) or not.
+    let keyed = u.arbitrary::<bool>().unwrap_or(false);
+    let mut net = Net::new(keyed.then(|| FabricKey::new([0x5a; 32])));
     for _ in 0..MAX_ACTIONS {
         if u.is_empty() {
             break;
@@ -555,7 +606,7 @@ pub fn nic_sequence(data: &[u8]) {
 /// 1 waits in a barrier with node 0. The input is a list of packets, each `[len: u16 LE]
 /// [micros to wait: u8] [len bytes]`.
 pub fn nic_packets(data: &[u8]) {
-    let mut net = Net::new();
+    let mut net = Net::new(None);
     let node = net.node(true);
     for (i, size) in [3u8, 7, 12].into_iter().enumerate() {
         node.post_receive(

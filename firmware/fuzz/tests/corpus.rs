@@ -5,8 +5,24 @@
 
 use std::path::Path;
 
+/// Stack of the thread that replays the corpora: an unoptimised build assembles each NIC core
+/// (its connection tables and port state, most of a megabyte) on the stack, and a target holds
+/// two and builds more when a NIC restarts — more than a test thread's 2 MiB. libFuzzer runs the
+/// targets optimised, on the main thread's 8 MiB.
+const REPLAY_STACK: usize = 64 << 20;
+
 #[test]
 fn every_corpus_input_runs_clean() {
+    std::thread::Builder::new()
+        .name("corpus-replay".to_owned())
+        .stack_size(REPLAY_STACK)
+        .spawn(replay_every_corpus)
+        .expect("a thread to replay the corpora on")
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+}
+
+fn replay_every_corpus() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
     for (name, body) in nicbar_fuzz::TARGETS {
         let dir = root.join(name);
