@@ -193,6 +193,8 @@ pub struct BarrierReport {
     pub virtual_time: Duration,
     /// Packets put on the wire.
     pub packets: u64,
+    /// Recorded packets the replay adversary sent again during the run.
+    pub replayed: u64,
 }
 
 /// One barrier of the global sequence.
@@ -547,6 +549,7 @@ pub fn run(campaign: &BarrierCampaign) -> Result<BarrierReport, CampaignFailure<
     }
     report.virtual_time = world.now().saturating_since(Instant::ZERO);
     report.packets = world.wire_counts[0];
+    report.replayed = world.replayed();
     Ok(report)
 }
 

@@ -105,6 +105,8 @@ pub struct CampaignReport {
     pub virtual_time: Duration,
     /// Happenings processed.
     pub steps: u64,
+    /// Recorded packets the replay adversary sent again during the run.
+    pub replayed: u64,
 }
 
 /// One message's identity: sender (node, port, incarnation) and its number on that stream.
@@ -550,6 +552,7 @@ pub fn run(campaign: &MessageCampaign) -> Result<CampaignReport, CampaignFailure
     report.wire = world.wire_counts;
     report.virtual_time = world.now().saturating_since(firmware::Instant::ZERO);
     report.steps = world.steps;
+    report.replayed = world.replayed();
     Ok(report)
 }
 

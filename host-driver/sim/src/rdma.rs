@@ -113,6 +113,8 @@ pub struct RdmaReport {
     pub wire: [u64; 3],
     /// Virtual time at the end.
     pub virtual_time: Duration,
+    /// Recorded packets the replay adversary sent again during the run.
+    pub replayed: u64,
 }
 
 /// One incarnation of a port: `(node, port, incarnation)`.
@@ -455,6 +457,7 @@ pub fn run(campaign: &RdmaCampaign) -> Result<RdmaReport, CampaignFailure<RdmaCa
     }
     report.wire = world.wire_counts;
     report.virtual_time = Duration::from_nanos(world.now().as_nanos());
+    report.replayed = world.replayed();
     Ok(report)
 }
 

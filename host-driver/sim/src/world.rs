@@ -284,6 +284,13 @@ impl World {
         sim_node.next_poll = None;
     }
 
+    /// Recorded packets the replay adversary (if any) sent again so far.
+    pub fn replayed(&self) -> u64 {
+        self.adversary
+            .as_ref()
+            .map_or(0, |adversary| adversary.replayed)
+    }
+
     /// Closes `port` on `node` (its process died) and frees its region.
     pub fn close_port(&mut self, node: usize, port: usize) {
         let now = self.now();

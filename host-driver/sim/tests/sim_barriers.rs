@@ -21,13 +21,14 @@ fn campaigns(family: Family, default_seeds: u64, draw: fn(u64, Family, usize) ->
         .and_then(|v| v.parse().ok())
         .unwrap_or(1024);
     let seeds = seeds_from_env(default_seeds);
-    let (mut completions, mut failures) = (0, 0);
+    let (mut completions, mut failures, mut replayed) = (0, 0, 0);
     for seed in &seeds {
         let campaign = draw(*seed, family, max_nodes);
         match run(&campaign) {
             Ok(report) => {
                 completions += report.completions;
                 failures += report.failures;
+                replayed += report.replayed;
             }
             Err(failure) => panic!(
                 "{failure}\n  replay: NICBAR_SIM_SEED={seed} cargo test -p nicbar-sim --test sim_barriers"
@@ -35,10 +36,12 @@ fn campaigns(family: Family, default_seeds: u64, draw: fn(u64, Family, usize) ->
         }
     }
     println!(
-        "{family:?}: {} seeds, {completions} completions, {failures} failures reported",
+        "{family:?}: {} seeds, {completions} completions, {failures} failures reported, \
+         {replayed} packets replayed",
         seeds.len()
     );
     assert!(completions > 0);
+    assert!(replayed > 0, "the replay adversary sent nothing again");
 }
 
 #[test]
