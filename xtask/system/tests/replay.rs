@@ -10,7 +10,6 @@
 mod common;
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,100 +17,21 @@ use std::time::Duration;
 use nicbar::{Event, Group, Member, NodeId, Port, PortId, Priority, Status};
 use nicbar_emulator::fabric::FabricMap;
 use nicbar_emulator::{Emulator, EmulatorConfig, FabricKey};
-use nix::sys::socket::{
-    AddressFamily, MsgFlags, SockFlag, SockProtocol, SockType, SockaddrIn, recv, sendto, socket,
-};
+use nix::sys::socket::{AddressFamily, MsgFlags, SockFlag, SockProtocol, SockType, recv, socket};
 
+use common::netns::{forge, free_port};
 use common::temp_dir;
 
-const INSIDE: &str = "NICBAR_TEST_IN_NAMESPACE";
 const SIZE: u8 = 7;
 const GIVE_UP: Duration = Duration::from_millis(300);
 
 #[test]
 fn a_capture_re_sent_after_a_restart_delivers_nothing_and_completes_nothing() {
-    if std::env::var_os(INSIDE).is_some() {
-        run_inside();
-        return;
-    }
-    let usable = ["unshare", "ip"]
-        .iter()
-        .all(|tool| Command::new(tool).arg("-V").output().is_ok());
-    if !usable {
-        eprintln!("replay: skipped: `unshare` and `ip` are needed for a network namespace");
-        return;
-    }
-    let output = Command::new("unshare")
-        .args(["-rn", "sh", "-c", "ip link set lo up && exec \"$0\" \"$@\""])
-        .arg(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "a_capture_re_sent_after_a_restart_delivers_nothing_and_completes_nothing",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(INSIDE, "1")
-        .output()
-        .unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
+    common::netns::in_namespace(
+        "replay",
+        "a_capture_re_sent_after_a_restart_delivers_nothing_and_completes_nothing",
+        run_inside,
     );
-    if !output.status.success() && said.contains("unshare: ") {
-        eprintln!("replay: skipped: no network namespace could be made here:\n{said}");
-        return;
-    }
-    eprintln!("{said}");
-    assert!(output.status.success(), "inside the namespace:\n{said}");
-    assert!(
-        said.contains("1 passed"),
-        "the test did not run inside:\n{said}"
-    );
-}
-
-fn free_port(ip: Ipv4Addr) -> u16 {
-    std::net::UdpSocket::bind((ip, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Sends `packet` (and `trailer`) as a UDP datagram from `from` to `to` through a raw socket: the
-/// source address is whatever the attacker writes.
-fn forge(raw: &std::os::fd::OwnedFd, from: SocketAddrV4, to: SocketAddrV4, datagram: &[u8]) {
-    let udp_len = 8 + datagram.len();
-    let total = 20 + udp_len;
-    let mut bytes = Vec::with_capacity(total);
-    bytes.extend_from_slice(&[
-        0x45,
-        0,
-        (total >> 8) as u8,
-        total as u8,
-        0,
-        0,
-        0,
-        0,
-        64,
-        17,
-        0,
-        0,
-    ]);
-    bytes.extend_from_slice(&from.ip().octets());
-    bytes.extend_from_slice(&to.ip().octets());
-    bytes.extend_from_slice(&from.port().to_be_bytes());
-    bytes.extend_from_slice(&to.port().to_be_bytes());
-    bytes.extend_from_slice(&(udp_len as u16).to_be_bytes());
-    bytes.extend_from_slice(&[0, 0]); // no UDP checksum (allowed over IPv4)
-    bytes.extend_from_slice(datagram);
-    sendto(
-        std::os::fd::AsRawFd::as_raw_fd(raw),
-        &bytes,
-        &SockaddrIn::from(to),
-        MsgFlags::empty(),
-    )
-    .unwrap();
 }
 
 /// UDP datagrams seen on the namespace's loopback: (source, destination, payload).

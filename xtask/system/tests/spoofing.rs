@@ -11,7 +11,6 @@
 mod common;
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -20,104 +19,24 @@ use nicbar::{Event, Group, Member, NodeId, Port, PortId, Priority, Status};
 use nicbar_control::query_status;
 use nicbar_emulator::fabric::FabricMap;
 use nicbar_emulator::{Emulator, EmulatorConfig, FabricKey};
-use nix::sys::socket::{
-    AddressFamily, MsgFlags, SockFlag, SockProtocol, SockType, SockaddrIn, sendto, socket,
-};
+use nix::sys::socket::{AddressFamily, SockFlag, SockProtocol, SockType, socket};
 use shared_abi::packet::{PacketFlags, PacketHeader, PacketKind};
 use zerocopy::little_endian::U32;
 
+use common::netns::{forge, free_port};
 use common::temp_dir;
 
-/// Set in the copy of this test that runs inside the namespace.
-const INSIDE: &str = "NICBAR_TEST_IN_NAMESPACE";
 const MESSAGES: u32 = 300;
 const BARRIERS: usize = 100;
 const SIZE: u8 = 7;
 
 #[test]
 fn forged_packets_are_dropped_and_counted_while_real_traffic_stays_exact() {
-    if std::env::var_os(INSIDE).is_some() {
-        run_inside();
-        return;
-    }
-    let usable = ["unshare", "ip"]
-        .iter()
-        .all(|tool| Command::new(tool).arg("-V").output().is_ok());
-    if !usable {
-        eprintln!("spoofing: skipped: `unshare` and `ip` are needed for a network namespace");
-        return;
-    }
-    let output = Command::new("unshare")
-        .args(["-rn", "sh", "-c", "ip link set lo up && exec \"$0\" \"$@\""])
-        .arg(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "forged_packets_are_dropped_and_counted_while_real_traffic_stays_exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(INSIDE, "1")
-        .output()
-        .unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
+    common::netns::in_namespace(
+        "spoofing",
+        "forged_packets_are_dropped_and_counted_while_real_traffic_stays_exact",
+        run_inside,
     );
-    if !output.status.success() && said.contains("unshare: ") {
-        eprintln!("spoofing: skipped: no network namespace could be made here:\n{said}");
-        return;
-    }
-    eprintln!("{said}");
-    assert!(output.status.success(), "inside the namespace:\n{said}");
-    assert!(
-        said.contains("1 passed"),
-        "the test did not run inside:\n{said}"
-    );
-}
-
-fn free_port(ip: Ipv4Addr) -> u16 {
-    std::net::UdpSocket::bind((ip, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Sends `packet` (and `trailer`) as a UDP datagram from `from` to `to` through a raw socket: the
-/// source address is whatever the attacker writes.
-fn forge(raw: &std::os::fd::OwnedFd, from: SocketAddrV4, to: SocketAddrV4, datagram: &[u8]) {
-    let udp_len = 8 + datagram.len();
-    let total = 20 + udp_len;
-    let mut bytes = Vec::with_capacity(total);
-    bytes.extend_from_slice(&[
-        0x45,
-        0,
-        (total >> 8) as u8,
-        total as u8,
-        0,
-        0,
-        0,
-        0,
-        64,
-        17,
-        0,
-        0,
-    ]);
-    bytes.extend_from_slice(&from.ip().octets());
-    bytes.extend_from_slice(&to.ip().octets());
-    bytes.extend_from_slice(&from.port().to_be_bytes());
-    bytes.extend_from_slice(&to.port().to_be_bytes());
-    bytes.extend_from_slice(&(udp_len as u16).to_be_bytes());
-    bytes.extend_from_slice(&[0, 0]); // no UDP checksum (allowed over IPv4)
-    bytes.extend_from_slice(datagram);
-    sendto(
-        std::os::fd::AsRawFd::as_raw_fd(raw),
-        &bytes,
-        &SockaddrIn::from(to),
-        MsgFlags::empty(),
-    )
-    .unwrap();
 }
 
 /// A packet with the right authentication code under `key` (an attacker who holds the key).

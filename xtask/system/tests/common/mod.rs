@@ -2,6 +2,7 @@
 //! lines, and small helpers. Each test file has its own `child()` role table.
 #![allow(dead_code, reason = "each test file uses part of the harness")]
 
+pub(crate) mod netns;
 pub(crate) mod one_sided;
 pub(crate) mod qemu_fabric;
 
