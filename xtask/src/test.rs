@@ -25,7 +25,7 @@ pub(crate) struct Args {
     #[arg(long)]
     no_qemu: bool,
     /// Seeds per simulation campaign (CI runs the default; thousands are a flag away).
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 100)]
     sim_seeds: u64,
     /// Skip the Open MPI stage (the coll/nicbar component, C, Fortran and mpi4py's suite).
     #[arg(long)]
