@@ -30,17 +30,18 @@
 //! ```
 //!
 //! The first line that is not a comment names the format and its version. Each entry names a
-//! collective (`bcast`, `scatter`, `gather`, `alltoall`), the communicator sizes (`N` or `N-M`,
-//! from 2), the message sizes in bytes (`N-M` or `N-max`: the broadcast's message, the scatter's,
-//! gather's and all-to-all's block per rank) and the algorithm (bcast: `linear`, `binomial`,
-//! `binary`, `split-binary`, `pipeline`; scatter and gather: `flat`, `binomial`; alltoall:
-//! `linear`, `pairwise`, `bruck`). A collective's entries may not overlap.
+//! collective (`bcast`, `scatter`, `gather`, `alltoall`, `allreduce`), the communicator sizes
+//! (`N` or `N-M`, from 2), the message sizes in bytes (`N-M` or `N-max`: the broadcast's and the
+//! allreduce's message, the scatter's, gather's and all-to-all's block per rank) and the
+//! algorithm (bcast: `linear`, `binomial`, `binary`, `split-binary`, `pipeline`; scatter and
+//! gather: `flat`, `binomial`; alltoall: `linear`, `pairwise`, `bruck`; allreduce:
+//! `recursive-doubling`, `rabenseifner`, `ring`). A collective's entries may not overlap.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use super::algorithm::{Alltoall, Bcast, Choice, Collective, Tree};
+use super::algorithm::{Allreduce, Alltoall, Bcast, Choice, Collective, Tree};
 
 /// The environment variable that names the map file.
 pub const MAP_ENV: &str = "NICBAR_COLL_MAP";
@@ -56,6 +57,7 @@ fn collective_named(word: &str) -> Option<Collective> {
         "scatter" => Collective::Scatter,
         "gather" => Collective::Gather,
         "alltoall" => Collective::Alltoall,
+        "allreduce" => Collective::Allreduce,
         _ => return None,
     })
 }
@@ -73,6 +75,7 @@ fn algorithm_names(collective: Collective) -> &'static [&'static str] {
         ],
         Collective::Scatter | Collective::Gather => &["flat", "binomial"],
         Collective::Alltoall => &["linear", "pairwise", "bruck"],
+        Collective::Allreduce => &["recursive-doubling", "rabenseifner", "ring"],
     }
 }
 
@@ -90,6 +93,11 @@ fn choice_named(collective: Collective, word: &str) -> Option<Choice> {
         (Collective::Alltoall, "linear") => Choice::Alltoall(Alltoall::Linear),
         (Collective::Alltoall, "pairwise") => Choice::Alltoall(Alltoall::Pairwise),
         (Collective::Alltoall, "bruck") => Choice::Alltoall(Alltoall::Bruck),
+        (Collective::Allreduce, "recursive-doubling") => {
+            Choice::Allreduce(Allreduce::RecursiveDoubling)
+        }
+        (Collective::Allreduce, "rabenseifner") => Choice::Allreduce(Allreduce::Rabenseifner),
+        (Collective::Allreduce, "ring") => Choice::Allreduce(Allreduce::Ring),
         _ => return None,
     })
 }

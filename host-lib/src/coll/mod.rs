@@ -31,18 +31,19 @@
 //! - `endpoint` ([`Endpoint`]): the port, its queue of barriers for the NIC (one runs at a
 //!   time per port), and its transfers; `open` ([`open_port`]): the first free port of a NIC.
 //! - `op` ([`Op`]): one collective operation's sends and receives with the wait between them.
-//! - `algorithm` ([`Bcast`], [`Tree`], [`Alltoall`]): the algorithms' names and the defaults
+//! - `algorithm` ([`Bcast`], [`Tree`], [`Alltoall`], [`Allreduce`]): the algorithms' names and the defaults
 //!   without a map; [`map`]: the measured selection map (`cargo xtask tune`) that names them;
 //!   [`select`]: the choice — the map's entry, else the default.
 //! - the collectives over contiguous bytes: [`bcast`]; [`scatter`], [`gather`], [`scatterv`],
-//!   [`gatherv`]; [`alltoall`], [`alltoallv`] (on the shapes of `topology`). Packing other
-//!   datatypes is the caller's.
+//!   [`gatherv`]; [`alltoall`], [`alltoallv`] (on the shapes of `topology`); [`allreduce`]
+//!   with the caller's operation. Packing other datatypes is the caller's.
 //!
 //! Every rank of a communicator calls the same operations in the same order with matching
 //! lengths, as MPI requires; a rank whose lengths differ gets [`CollError::Length`], and a
 //! rank that stops answering [`CollError::Timeout`] naming it.
 
 mod algorithm;
+mod allreduce;
 mod alltoall;
 mod bcast;
 mod endpoint;
@@ -55,7 +56,8 @@ pub mod select;
 mod topology;
 pub mod transfer;
 
-pub use algorithm::{Alltoall, Bcast, Choice, Collective, Tree};
+pub use algorithm::{Allreduce, Alltoall, Bcast, Choice, Collective, Tree};
+pub use allreduce::allreduce;
 pub use alltoall::{alltoall, alltoallv};
 pub use bcast::bcast;
 pub use endpoint::{DEFAULT_TIMEOUT, Endpoint, Outcome};

@@ -3,7 +3,7 @@
 //! (`default_for` of [`Bcast`], [`Tree`], [`Alltoall`]). Every rank of a communicator sees the
 //! same sizes (MPI requires matching counts) and, with the same map, makes the same choice.
 
-use super::algorithm::{Alltoall, Bcast, Choice, Collective, Tree};
+use super::algorithm::{Allreduce, Alltoall, Bcast, Choice, Collective, Tree};
 use super::map::{self, CollMap};
 
 /// The broadcast of `bytes` on `size` ranks: `map`'s choice, or [`Bcast::default_for`] where
@@ -36,6 +36,15 @@ pub fn alltoall(map: Option<&CollMap>, size: usize, block: usize) -> Alltoall {
     }
 }
 
+/// The allreduce over messages of `bytes` on `size` ranks: `map`'s choice, or
+/// [`Allreduce::default_for`] where it has none.
+pub fn allreduce(map: Option<&CollMap>, size: usize, bytes: usize) -> Allreduce {
+    match map.and_then(|m| m.choose(Collective::Allreduce, size, bytes)) {
+        Some(Choice::Allreduce(algorithm)) => algorithm,
+        _ => Allreduce::default_for(size, bytes),
+    }
+}
+
 /// [`bcast`] with the process's map ([`map::current`]).
 pub fn process_bcast(size: usize, bytes: usize) -> Bcast {
     bcast(map::current().map.as_ref(), size, bytes)
@@ -44,6 +53,11 @@ pub fn process_bcast(size: usize, bytes: usize) -> Bcast {
 /// [`tree`] with the process's map ([`map::current`]).
 pub fn process_tree(collective: Collective, size: usize, block: usize) -> Tree {
     tree(map::current().map.as_ref(), collective, size, block)
+}
+
+/// [`allreduce`] with the process's map ([`map::current`]).
+pub fn process_allreduce(size: usize, bytes: usize) -> Allreduce {
+    allreduce(map::current().map.as_ref(), size, bytes)
 }
 
 /// [`alltoall`] with the process's map ([`map::current`]).
@@ -61,7 +75,8 @@ mod tests {
             "nicbar-coll-map 1\n\
              bcast 4-8 0-1023 pipeline\n\
              gather 2-16 0-max binomial\n\
-             alltoall 8 0-max bruck\n",
+             alltoall 8 0-max bruck\n\
+             allreduce 4-16 65536-max ring\n",
         )
         .unwrap();
         let map = Some(&map);
@@ -70,6 +85,8 @@ mod tests {
         assert_eq!(bcast(map, 8, 1023), Bcast::Pipeline);
         assert_eq!(tree(map, Collective::Gather, 16, 1 << 20), Tree::Binomial);
         assert_eq!(alltoall(map, 8, 1 << 20), Alltoall::Bruck);
+        assert_eq!(allreduce(map, 8, 1 << 20), Allreduce::Ring);
+        assert_eq!(allreduce(map, 8, 65535), Allreduce::default_for(8, 65535));
         // Outside them: the defaults.
         assert_eq!(bcast(map, 4, 1024), Bcast::default_for(4, 1024));
         assert_eq!(bcast(map, 2, 8), Bcast::default_for(2, 8));
