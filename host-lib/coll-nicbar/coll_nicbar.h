@@ -48,6 +48,7 @@ typedef struct {
     int scatter_algorithm;  /* and scatterv (always flat) */
     int gather_algorithm;   /* and gatherv (always flat) */
     int alltoall_algorithm; /* and alltoallv (linear or pairwise) */
+    int allreduce_algorithm; /* and reduce, for what the NIC does not combine */
     int segment;            /* bytes per segment of the segmented broadcasts (0: the library's) */
     char *map;              /* the selection map file for algorithm 0 (NULL or "": the library's
                              * default place; "off": none) */
@@ -132,6 +133,11 @@ int mca_coll_nicbar_ireduce(const void *sbuf, void *rbuf, int count,
                             struct ompi_communicator_t *comm, ompi_request_t **request,
                             mca_coll_base_module_t *module);
 uint64_t mca_coll_nicbar_reductions(void);
+int mca_coll_nicbar_reduce_by_messages(int count, struct ompi_datatype_t *dtype);
+int mca_coll_nicbar_reduce_messages(const void *sbuf, void *rbuf, int count,
+                                    struct ompi_datatype_t *dtype, struct ompi_op_t *op,
+                                    struct ompi_communicator_t *comm,
+                                    mca_coll_nicbar_module_t *self, int root);
 int mca_coll_nicbar_failure_code(ompi_communicator_t *comm, const char *operation,
                                  int failed_rank, const char *reason);
 int mca_coll_nicbar_enable(mca_coll_base_module_t *module, struct ompi_communicator_t *comm);

@@ -49,6 +49,7 @@ mca_coll_nicbar_component_t mca_coll_nicbar_component = {
     .scatter_algorithm = 0,
     .gather_algorithm = 0,
     .alltoall_algorithm = 0,
+    .allreduce_algorithm = 0,
     .segment = 0,
     .map = NULL,
     .endpoint = NULL,
@@ -121,6 +122,13 @@ static int nicbar_register(void)
                  "MPI_Alltoall[v] over the NIC: -1 off, 0 chosen by the map or size, 1 linear, "
                  "2 pairwise, 3 Bruck (MPI_Alltoallv: linear or pairwise)",
                  &C.alltoall_algorithm);
+    register_int("allreduce_algorithm",
+                 "MPI_Allreduce and MPI_Reduce over the NIC's messages, for what the NIC does "
+                 "not combine (more than 32 bytes, user operations) on predefined types: -1 off "
+                 "(the component below serves), 0 chosen by the map or size, 1 recursive "
+                 "doubling, 2 Rabenseifner's, 3 ring (operations that do not commute always "
+                 "take recursive doubling)",
+                 &C.allreduce_algorithm);
     register_int("segment",
                  "Bytes per segment of the binary, split-binary and pipeline broadcasts (0: "
                  "32768)",

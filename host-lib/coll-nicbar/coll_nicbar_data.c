@@ -4,10 +4,14 @@
  * bytes (in place when the datatype's layout is contiguous, else packed with Open MPI's
  * convertor), the library moves the bytes between the ranks (nicbar_coll_bcast() and its
  * siblings: algorithms, segmentation, reliable transfers), and packed receives are unpacked.
- * A collective switched off by its MCA parameter (-1) goes to the component below.
+ * MPI_Allreduce and MPI_Reduce of what the NIC does not combine go here too, on predefined
+ * types: the library runs the algorithm over messages and calls back Open MPI's own operation
+ * (user-defined ones included) to combine. A collective switched off by its MCA parameter (-1)
+ * goes to the component below.
  */
 #include "coll_nicbar.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -514,4 +518,77 @@ int mca_coll_nicbar_alltoallv(const void *sbuf, const int *scounts, const int *s
     }
     return NICBAR_COLL_COMPLETED == state ? unpacked
                                           : outcome(state, &op, comm, "MPI_Alltoallv");
+}
+
+/* What the library's allreduce calls to combine: Open MPI's operation on `count` elements,
+ * through MPI_Reduce_local (the operation's own code, user-defined ones too; Open MPI's internal
+ * op header needs Fortran headers its development package does not ship). */
+typedef struct {
+    struct ompi_op_t *op;
+    struct ompi_datatype_t *dtype;
+    size_t size;
+} combine_t;
+
+static void combine(const void *source, void *target, size_t count, void *argument)
+{
+    combine_t *with = argument;
+    while (count > 0) {
+        int part = count > INT_MAX ? INT_MAX : (int) count;
+        MPI_Reduce_local(source, target, part, with->dtype, with->op);
+        source = (const char *) source + (size_t) part * with->size;
+        target = (char *) target + (size_t) part * with->size;
+        count -= (size_t) part;
+    }
+}
+
+/* Whether a reduction of `count` elements of `dtype` that the NIC does not combine goes over
+ * the NIC's messages: a predefined type, whose elements lie side by side (so the library can
+ * split the vector between any two of them); the pair types with padding and derived types go
+ * to the component below. Depends only on what MPI makes the same on every rank. */
+int mca_coll_nicbar_reduce_by_messages(int count, struct ompi_datatype_t *dtype)
+{
+    size_t size = 0;
+    ptrdiff_t lb = 0, extent = 0;
+    if (C.allreduce_algorithm < 0 || count <= 0 || !ompi_datatype_is_predefined(dtype)) {
+        return 0;
+    }
+    ompi_datatype_type_size(dtype, &size);
+    ompi_datatype_get_extent(dtype, &lb, &extent);
+    return size > 0 && 0 == lb && (ptrdiff_t) size == extent;
+}
+
+/* MPI_Allreduce (root < 0) or MPI_Reduce to `root` over the NIC's messages: the allreduce runs
+ * in the result buffer (a scratch one on a reduce's other ranks), every rank getting the same
+ * bits; a reduce's root keeps them. */
+int mca_coll_nicbar_reduce_messages(const void *sbuf, void *rbuf, int count,
+                                    struct ompi_datatype_t *dtype, struct ompi_op_t *op,
+                                    struct ompi_communicator_t *comm,
+                                    mca_coll_nicbar_module_t *self, int root)
+{
+    size_t size = 0;
+    nicbar_coll_op call;
+    int state, commutative = 0, keeps = root < 0 || ompi_comm_rank(comm) == root;
+    const char *operation = root < 0 ? "MPI_Allreduce" : "MPI_Reduce";
+    void *buffer = rbuf;
+
+    ompi_datatype_type_size(dtype, &size);
+    combine_t with = {op, dtype, size};
+    size_t length = size * (size_t) count;
+    MPI_Op_commutative(op, &commutative);
+    if (!keeps) {
+        buffer = malloc(length);
+        if (NULL == buffer) {
+            return MPI_ERR_NO_MEM;
+        }
+    }
+    if (MPI_IN_PLACE != sbuf) {
+        memcpy(buffer, sbuf, length);
+    }
+    op_init(&call, self, comm, C.allreduce_algorithm);
+    LOCKED(nicbar_coll_allreduce(C.endpoint, self->group, &call, buffer, length, size, combine,
+                                 &with, commutative));
+    if (!keeps) {
+        free(buffer);
+    }
+    return NICBAR_COLL_COMPLETED == state ? MPI_SUCCESS : outcome(state, &call, comm, operation);
 }

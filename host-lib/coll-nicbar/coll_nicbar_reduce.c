@@ -2,10 +2,12 @@
  * coll/nicbar: MPI_Allreduce, MPI_Reduce, MPI_Iallreduce and MPI_Ireduce. A predefined operation
  * on a predefined type, up to NICBAR_NIC_REDUCE_MAX bytes, combines in the NIC: a barrier whose
  * packets carry the values, recursive doubling in a fixed order, so every rank gets the same bits
- * in every run (docs/mpi.md). Anything else — longer vectors, user operations, derived types, the
- * pair types whose C layout has padding — goes to the component below, as does every rank alike:
- * the choice depends only on the operation, the type and the count, which MPI makes the same on
- * every rank.
+ * in every run (docs/mpi.md). Longer vectors and user operations on predefined types run over
+ * the NIC's messages (mca_coll_nicbar_reduce_messages: recursive doubling, Rabenseifner's or the
+ * ring, Open MPI's operation combining); derived types, the pair types whose C layout has
+ * padding, and the non-blocking forms of all that go to the component below. Every rank chooses
+ * alike: the choice depends only on the operation, the type and the count, which MPI makes the
+ * same on every rank.
  *
  * MPI_Reduce is an allreduce whose result only the root keeps: in the NIC, a reduction to one
  * rank costs what the reduction to all costs.
@@ -188,6 +190,9 @@ int mca_coll_nicbar_allreduce(const void *sbuf, void *rbuf, int count,
     mca_coll_nicbar_module_t *self = (mca_coll_nicbar_module_t *) module;
     nic_reduction_t reduction = nic_reduction(count, dtype, op);
     if (0 == reduction.length) {
+        if (mca_coll_nicbar_reduce_by_messages(count, dtype)) {
+            return mca_coll_nicbar_reduce_messages(sbuf, rbuf, count, dtype, op, comm, self, -1);
+        }
         return self->previous.allreduce(sbuf, rbuf, count, dtype, op, comm,
                                         self->previous.allreduce_module);
     }
@@ -202,6 +207,10 @@ int mca_coll_nicbar_reduce(const void *sbuf, void *rbuf, int count, struct ompi_
     mca_coll_nicbar_module_t *self = (mca_coll_nicbar_module_t *) module;
     nic_reduction_t reduction = nic_reduction(count, dtype, op);
     if (0 == reduction.length) {
+        if (mca_coll_nicbar_reduce_by_messages(count, dtype)) {
+            return mca_coll_nicbar_reduce_messages(sbuf, rbuf, count, dtype, op, comm, self,
+                                                   root);
+        }
         return self->previous.reduce(sbuf, rbuf, count, dtype, op, root, comm,
                                      self->previous.reduce_module);
     }

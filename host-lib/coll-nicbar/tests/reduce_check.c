@@ -5,8 +5,12 @@
  * every rank's input in rank order with MPI_Reduce_local (Open MPI's own operation code).
  * Inputs are small integers, exact in every type, so every order of combination gives the same
  * bits. Runs on MPI_COMM_WORLD, a dup of it and a split of it; in place and not; every root.
+ * Then long vectors (which go over the NIC's messages) and user-defined operations: one that
+ * does not commute (composing affine maps on MPI_2INT, so only rank order gives the reference)
+ * and one that does.
  *
- * usage: reduce_check [ROUNDS]   prints "reduce_check: ok N checks" on rank 0
+ * usage: reduce_check [ROUNDS [long]]   prints "reduce_check: ok N checks" on rank 0; "long"
+ *                                       runs only the long vectors and the user operations
  */
 #include <mpi.h>
 #include <stdint.h>
@@ -150,8 +154,9 @@ static void run(MPI_Comm comm, const char *comm_name, const type_t *type, const 
                 int count)
 {
     int rank, size;
-    unsigned char mine[MOST], expected[MOST], theirs[MOST], got[MOST];
     size_t bytes = (size_t) count * (size_t) type->size;
+    unsigned char *mine = malloc(bytes), *expected = malloc(bytes), *theirs = malloc(bytes),
+                  *got = malloc(bytes);
     MPI_Request request;
 
     MPI_Comm_rank(comm, &rank);
@@ -166,7 +171,7 @@ static void run(MPI_Comm comm, const char *comm_name, const type_t *type, const 
     }
     input(type, op->op, rank, count, mine);
 
-    memset(got, 0xa5, sizeof got);
+    memset(got, 0xa5, bytes);
     MPI_Allreduce(mine, got, count, type->type, op->op, comm);
     check(same(type, got, expected, count), "MPI_Allreduce", type, op, count, comm_name);
 
@@ -175,13 +180,13 @@ static void run(MPI_Comm comm, const char *comm_name, const type_t *type, const 
     check(same(type, got, expected, count), "MPI_Allreduce in place", type, op, count,
           comm_name);
 
-    memset(got, 0xa5, sizeof got);
+    memset(got, 0xa5, bytes);
     MPI_Iallreduce(mine, got, count, type->type, op->op, comm, &request);
     MPI_Wait(&request, MPI_STATUS_IGNORE);
     check(same(type, got, expected, count), "MPI_Iallreduce", type, op, count, comm_name);
 
     int root = (count + 1) % size;
-    memset(got, 0xa5, sizeof got);
+    memset(got, 0xa5, bytes);
     MPI_Reduce(mine, got, count, type->type, op->op, root, comm);
     if (rank == root) {
         check(same(type, got, expected, count), "MPI_Reduce", type, op, count, comm_name);
@@ -198,11 +203,108 @@ static void run(MPI_Comm comm, const char *comm_name, const type_t *type, const 
         check(same(type, got, expected, count), "MPI_Ireduce in place", type, op, count,
               comm_name);
     }
+    free(mine);
+    free(expected);
+    free(theirs);
+    free(got);
+}
+
+/* An affine map x -> a x + b (mod 2^32) as an MPI_2INT: composing them is associative and does
+ * not commute. */
+typedef struct {
+    int a, b;
+} affine_t;
+
+/* inout = in o inout: the map that applies inout's, then in's. */
+static void compose(void *in, void *inout, int *len, MPI_Datatype *type)
+{
+    (void) type;
+    const affine_t *f = in;
+    affine_t *g = inout;
+    for (int i = 0; i < *len; i++) {
+        uint32_t a = (uint32_t) f[i].a * (uint32_t) g[i].a;
+        uint32_t b = (uint32_t) f[i].a * (uint32_t) g[i].b + (uint32_t) f[i].b;
+        g[i].a = (int) a;
+        g[i].b = (int) b;
+    }
+}
+
+/* inout = in + inout, wrapping: commutes. */
+static void wrapping_sum(void *in, void *inout, int *len, MPI_Datatype *type)
+{
+    (void) type;
+    const uint64_t *x = in;
+    uint64_t *y = inout;
+    for (int i = 0; i < *len; i++) {
+        y[i] += x[i];
+    }
+}
+
+/* A user operation's input: large values, so that any other order or a lost rank shows. */
+static void user_input(MPI_Datatype type, int rank, int count, void *buffer)
+{
+    for (int i = 0; i < count; i++) {
+        uint64_t value = (uint64_t) (rank + 1) * 0x9e3779b97f4a7c15u + (uint64_t) i * 0xbf58476d1ce4e5b9u;
+        if (MPI_2INT == type) {
+            affine_t *maps = buffer;
+            maps[i].a = (int) (value | 1);
+            maps[i].b = (int) (value >> 32);
+        } else {
+            ((uint64_t *) buffer)[i] = value;
+        }
+    }
+}
+
+/* MPI_Allreduce (in place and not) and MPI_Reduce to every other root of `count` elements of
+ * `type` with the user operation `op`, against the reference folded in rank order. */
+static void run_user(MPI_Comm comm, const char *comm_name, MPI_Datatype type, MPI_Op op,
+                     const char *op_name, int count)
+{
+    int rank, size, type_size;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    MPI_Type_size(type, &type_size);
+    size_t bytes = (size_t) count * (size_t) type_size;
+    unsigned char *mine = malloc(bytes), *expected = malloc(bytes), *theirs = malloc(bytes),
+                  *got = malloc(bytes);
+    type_t described = {type, MPI_2INT == type ? "MPI_2INT" : "MPI_UINT64_T", type_size, 0, 0, 0};
+    op_t named = {op, op_name};
+
+    user_input(type, 0, count, expected);
+    for (int other = 1; other < size; other++) {
+        user_input(type, other, count, theirs);
+        memcpy(got, expected, bytes);
+        memcpy(expected, theirs, bytes);
+        MPI_Reduce_local(got, expected, count, type, op);
+    }
+    user_input(type, rank, count, mine);
+
+    memset(got, 0xa5, bytes);
+    MPI_Allreduce(mine, got, count, type, op, comm);
+    check(0 == memcmp(got, expected, bytes), "MPI_Allreduce", &described, &named, count,
+          comm_name);
+    memcpy(got, mine, bytes);
+    MPI_Allreduce(MPI_IN_PLACE, got, count, type, op, comm);
+    check(0 == memcmp(got, expected, bytes), "MPI_Allreduce in place", &described, &named, count,
+          comm_name);
+    for (int root = 0; root < size; root += 2) {
+        memset(got, 0xa5, bytes);
+        MPI_Reduce(mine, got, count, type, op, root, comm);
+        if (rank == root) {
+            check(0 == memcmp(got, expected, bytes), "MPI_Reduce", &described, &named, count,
+                  comm_name);
+        }
+    }
+    free(mine);
+    free(expected);
+    free(theirs);
+    free(got);
 }
 
 int main(int argc, char **argv)
 {
     int rounds = argc > 1 ? atoi(argv[1]) : 1;
+    int long_only = argc > 2 && 0 == strcmp(argv[2], "long");
     int rank, total;
     MPI_Comm dup, split;
     const type_t types[] = {
@@ -238,8 +340,11 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &total);
     MPI_Comm_dup(MPI_COMM_WORLD, &dup);
     MPI_Comm_split(MPI_COMM_WORLD, rank % 2, total - rank, &split);
+    MPI_Op composition, sum;
+    MPI_Op_create(compose, 0, &composition);
+    MPI_Op_create(wrapping_sum, 1, &sum);
     for (int round = 0; round < rounds; round++) {
-        for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        for (size_t t = 0; t < sizeof types / sizeof types[0] && !long_only; t++) {
             const type_t *type = &types[t];
             for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
                 const op_t *op = &ops[o];
@@ -260,7 +365,29 @@ int main(int argc, char **argv)
                 }
             }
         }
+        /* Long vectors: recursive doubling's sizes and Rabenseifner's (over 64 KiB), an odd
+         * count, so that blocks split unevenly. */
+        const int longs[][2] = {{6, 0}, {14, 0}, {6, 2}, {14, 3}, {15, 8}, {16, 10}};
+        for (size_t l = 0; l < sizeof longs / sizeof longs[0]; l++) {
+            for (int count = 1001; count <= 40001; count += 39000) {
+                run(MPI_COMM_WORLD, "MPI_COMM_WORLD", &types[longs[l][0]], &ops[longs[l][1]],
+                    count);
+                run(split, "a split of MPI_COMM_WORLD", &types[longs[l][0]], &ops[longs[l][1]],
+                    count);
+            }
+        }
+        for (int count = 1; count <= 20001; count += 10000) {
+            run_user(MPI_COMM_WORLD, "MPI_COMM_WORLD", MPI_2INT, composition, "composition",
+                     count);
+            run_user(split, "a split of MPI_COMM_WORLD", MPI_2INT, composition, "composition",
+                     count);
+            run_user(MPI_COMM_WORLD, "MPI_COMM_WORLD", MPI_UINT64_T, sum, "a wrapping sum",
+                     count);
+            run_user(dup, "a dup of MPI_COMM_WORLD", MPI_UINT64_T, sum, "a wrapping sum", count);
+        }
     }
+    MPI_Op_free(&composition);
+    MPI_Op_free(&sum);
     MPI_Allreduce(MPI_IN_PLACE, &failures, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (0 == rank) {
         if (0 == failures) {

@@ -283,6 +283,22 @@
 #define NICBAR_COLL_MAP_REFUSED -1
 
 /**
+ * Allreduce (nicbar_coll_op's `algorithm`): log2(P) exchanges of the whole vector, in rank order.
+ */
+#define NICBAR_COLL_ALLREDUCE_RECURSIVE_DOUBLING 1
+
+/**
+ * Allreduce: Rabenseifner's reduce-scatter by recursive halving and allgather by recursive
+ * doubling (commutative operations).
+ */
+#define NICBAR_COLL_ALLREDUCE_RABENSEIFNER 2
+
+/**
+ * Allreduce: a ring, 2 (P - 1) messages of a P-th of the vector (commutative operations).
+ */
+#define NICBAR_COLL_ALLREDUCE_RING 3
+
+/**
  * nicbar_coll_allreduce_start()'s `op`: sum.
  */
 #define NICBAR_REDUCE_SUM 1
@@ -1026,6 +1042,15 @@ typedef struct nicbar_coll_op {
      */
     char message[NICBAR_COLL_MESSAGE_LENGTH];
 } nicbar_coll_op;
+
+/**
+ * nicbar_coll_allreduce()'s operation: leaves `source ∘ target` in `target`, `count` elements
+ * each (the order of MPI_Reduce_local(source, target)); `argument` is the caller's.
+ */
+typedef void (*nicbar_coll_combine_fn)(const void *source,
+                                       void *target,
+                                       size_t count,
+                                       void *argument);
 
 /**
  * A pointer into another node's memory (GM's `gm_remote_ptr_t`: 64 bits on every host). No
@@ -3041,6 +3066,28 @@ int32_t nicbar_coll_alltoallv(struct nicbar_coll_endpoint *endpoint,
                               const size_t *send_lengths,
                               void *const *receive_blocks,
                               const size_t *receive_lengths);
+
+/**
+ * MPI_Allreduce of `length` bytes at `buffer`, in place: elements of `element` bytes combined
+ * with `combine` (`argument` its last argument); `commutative` nonzero when the operation
+ * commutes. `op`'s algorithm: 0 chosen by size (or the selection map), else a
+ * NICBAR_COLL_ALLREDUCE_*. Every rank calls it with the same length, element size, operation
+ * and algorithm. Returns as nicbar_coll_bcast(); a `length` that is not whole elements, a
+ * NULL `combine` or `buffer` (with bytes to combine) is NICBAR_COLL_UNKNOWN.
+ *
+ * # Safety
+ * As nicbar_coll_bcast(); `buffer` valid for reads and writes of `length` bytes; `combine`
+ * safe to call with two distinct buffers of whole elements and `argument`.
+ */
+int32_t nicbar_coll_allreduce(struct nicbar_coll_endpoint *endpoint,
+                              const struct nicbar_coll_group *group,
+                              struct nicbar_coll_op *op,
+                              void *buffer,
+                              size_t length,
+                              size_t element,
+                              nicbar_coll_combine_fn combine,
+                              void *argument,
+                              int32_t commutative);
 
 /**
  * Starts an allreduce of `group` in the NIC: this member's `length` bytes at `data`, elements

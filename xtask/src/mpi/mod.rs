@@ -744,10 +744,11 @@ fn check_opposite_order_barriers(
 }
 
 /// MPI_Allreduce, MPI_Reduce and their non-blocking forms (`reduce_check`): every predefined
-/// operation on every type, each result against the reference the program folds with Open MPI's
-/// own operations, at 2 and 5 processes (5 takes the recursive doubling's fix-up), with
-/// the short ones combined in the NIC (the component's count says so) and the rest through the
-/// component below; once more through the fault injector.
+/// operation on every type, long vectors and user operations, each result against the
+/// reference the program folds with Open MPI's own operations, at 2 and 5 processes (5 takes
+/// the non-power-of-two fix-up), with the short ones combined in the NIC (the component's count
+/// says so), the long ones over its messages and the rest through the component below; once
+/// more through the fault injector; then the long ones with each algorithm forced.
 fn check_reductions(
     components: &Path,
     nicctl: &Path,
@@ -787,6 +788,23 @@ fn check_reductions(
         if processes > 1 && combined == 0 {
             return Err("no reduction was combined in the NIC".into());
         }
+    }
+    // The long vectors and user operations again with each algorithm over messages forced (the
+    // runs above chose by size: recursive doubling and Rabenseifner's).
+    for (algorithm, name) in [("1", "recursive doubling"), ("3", "the ring")] {
+        println!("\n-- long MPI_Allreduce and MPI_Reduce, 5 processes, {name} forced");
+        let mut command = mpirun(components, &plain.socket, 5, 100, Transport::SharedMemory)?;
+        command.args(["--mca", "coll_nicbar_allreduce_algorithm", algorithm]);
+        command
+            .arg(programs.join("reduce_check"))
+            .args(["1", "long"]);
+        let (text, ok) = run_captured(&mut command, Duration::from_secs(300))?;
+        if !ok || !text.contains("reduce_check: ok") {
+            return Err(format!("reduce_check failed with {name} forced").into());
+        }
+        // Each rank's long reductions are over a hundred; had they gone to the component below,
+        // none would count.
+        expect_data_over_nic(&text, 5 * 100)?;
     }
     Ok(())
 }

@@ -39,6 +39,7 @@ use nicbar_rs::{Algorithm, BarrierOptions, Group, Member, NodeId, PortId};
 
 use super::{guard, guard_or};
 
+pub mod allreduce;
 pub mod reduce;
 
 /// nicbar_coll_group_new()'s `algorithm`: the library's default for the group's size

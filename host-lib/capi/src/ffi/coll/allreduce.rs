@@ -1,0 +1,105 @@
+//! Allreduce over messages for collective layers: vectors longer than the NIC combines, and
+//! operations it does not know, with the caller's combining function (an MPI implementation's
+//! own operation, user-defined ones included). Recursive doubling keeps the ranks' order, so an
+//! operation that does not commute takes it whatever the algorithm asked for.
+
+use core::ffi::c_void;
+
+use nicbar_rs::coll::{self, Allreduce, CollError};
+
+use super::super::guard_or;
+use super::{
+    bytes_mut, collective, nicbar_coll_endpoint, nicbar_coll_group, nicbar_coll_op, panicked,
+    unknown_algorithm,
+};
+
+/// Allreduce (nicbar_coll_op's `algorithm`): log2(P) exchanges of the whole vector, in rank order.
+pub const NICBAR_COLL_ALLREDUCE_RECURSIVE_DOUBLING: i32 = 1;
+/// Allreduce: Rabenseifner's reduce-scatter by recursive halving and allgather by recursive
+/// doubling (commutative operations).
+pub const NICBAR_COLL_ALLREDUCE_RABENSEIFNER: i32 = 2;
+/// Allreduce: a ring, 2 (P - 1) messages of a P-th of the vector (commutative operations).
+pub const NICBAR_COLL_ALLREDUCE_RING: i32 = 3;
+
+/// nicbar_coll_allreduce()'s operation: leaves `source ∘ target` in `target`, `count` elements
+/// each (the order of MPI_Reduce_local(source, target)); `argument` is the caller's.
+pub type nicbar_coll_combine_fn = Option<
+    unsafe extern "C" fn(
+        source: *const c_void,
+        target: *mut c_void,
+        count: usize,
+        argument: *mut c_void,
+    ),
+>;
+
+/// MPI_Allreduce of `length` bytes at `buffer`, in place: elements of `element` bytes combined
+/// with `combine` (`argument` its last argument); `commutative` nonzero when the operation
+/// commutes. `op`'s algorithm: 0 chosen by size (or the selection map), else a
+/// NICBAR_COLL_ALLREDUCE_*. Every rank calls it with the same length, element size, operation
+/// and algorithm. Returns as nicbar_coll_bcast(); a `length` that is not whole elements, a
+/// NULL `combine` or `buffer` (with bytes to combine) is NICBAR_COLL_UNKNOWN.
+///
+/// # Safety
+/// As nicbar_coll_bcast(); `buffer` valid for reads and writes of `length` bytes; `combine`
+/// safe to call with two distinct buffers of whole elements and `argument`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nicbar_coll_allreduce(
+    endpoint: *mut nicbar_coll_endpoint,
+    group: *const nicbar_coll_group,
+    op: *mut nicbar_coll_op,
+    buffer: *mut c_void,
+    length: usize,
+    element: usize,
+    combine: nicbar_coll_combine_fn,
+    argument: *mut c_void,
+    commutative: i32,
+) -> i32 {
+    guard_or(
+        "nicbar_coll_allreduce",
+        // SAFETY: the caller's promise about `op`.
+        |panic| unsafe { panicked(op, panic) },
+        // SAFETY: the caller's promises.
+        || unsafe {
+            collective(endpoint, group, op, |call, algorithm, _| {
+                let algorithm = allreduce_algorithm(algorithm, call.size(), length)?;
+                let combine =
+                    combine.ok_or_else(|| CollError::Argument("a NULL operation".into()))?;
+                if element == 0 {
+                    return Err(CollError::Argument("elements of 0 bytes".into()));
+                }
+                let buffer = bytes_mut(buffer, length)
+                    .ok_or_else(|| CollError::Argument("a NULL buffer".into()))?;
+                let mut combine = |source: &[u8], target: &mut [u8]| {
+                    // SAFETY: two distinct buffers of the same whole number of elements, the
+                    // function and argument the caller vouched for.
+                    combine(
+                        source.as_ptr().cast(),
+                        target.as_mut_ptr().cast(),
+                        target.len() / element,
+                        argument,
+                    )
+                };
+                coll::allreduce(
+                    call,
+                    buffer,
+                    element,
+                    &mut combine,
+                    commutative != 0,
+                    algorithm,
+                )
+            })
+        },
+    )
+}
+
+/// The allreduce numbered `id` on `size` ranks and `bytes` (0: the selection map's, else by
+/// size).
+fn allreduce_algorithm(id: i32, size: usize, bytes: usize) -> Result<Allreduce, CollError> {
+    Ok(match id {
+        0 => coll::select::process_allreduce(size, bytes),
+        NICBAR_COLL_ALLREDUCE_RECURSIVE_DOUBLING => Allreduce::RecursiveDoubling,
+        NICBAR_COLL_ALLREDUCE_RABENSEIFNER => Allreduce::Rabenseifner,
+        NICBAR_COLL_ALLREDUCE_RING => Allreduce::Ring,
+        _ => return Err(unknown_algorithm("allreduce", id)),
+    })
+}
