@@ -1,8 +1,9 @@
 /*
  * Latency of the data collectives — MPI_Bcast, MPI_Scatter, MPI_Gather, MPI_Alltoall and the v
- * forms — for whichever coll component serves the communicator, over message sizes (bytes per
- * rank: the broadcast's message, the scatter's and gather's block, the all-to-all's block to each
- * rank).
+ * forms, and MPI_Allreduce (a sum of doubles) — for whichever coll component serves the
+ * communicator, over message sizes (bytes per rank: the broadcast's and the allreduce's message,
+ * the scatter's and gather's block, the all-to-all's block to each rank; an allreduce of fewer
+ * than 8 bytes is skipped).
  *
  * Usage: coll_bench SIZES TIME_BUDGET_MS ALLTOALL_LIMIT [COLLECTIVES]. SIZES is a comma-separated
  * list of byte counts; COLLECTIVES, a comma-separated list of the names below (default: all). Each (collective, size) runs a warm-up and then as many iterations as fit about
@@ -17,9 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { BCAST, SCATTER, GATHER, SCATTERV, GATHERV, ALLTOALL, ALLTOALLV, COLLECTIVES };
-static const char *names[COLLECTIVES] = {"bcast",    "scatter",  "gather",   "scatterv",
-                                         "gatherv",  "alltoall", "alltoallv"};
+enum { BCAST, SCATTER, GATHER, SCATTERV, GATHERV, ALLTOALL, ALLTOALLV, ALLREDUCE, COLLECTIVES };
+static const char *names[COLLECTIVES] = {"bcast",   "scatter",  "gather",    "scatterv",
+                                         "gatherv", "alltoall", "alltoallv", "allreduce"};
 
 static int rank, size;
 static char *send_buffer, *receive_buffer;
@@ -54,6 +55,10 @@ static void run(int collective, int bytes, int root)
     case ALLTOALLV:
         MPI_Alltoallv(send_buffer, counts, displs, MPI_BYTE, receive_buffer, counts, displs,
                       MPI_BYTE, MPI_COMM_WORLD);
+        break;
+    case ALLREDUCE:
+        MPI_Allreduce(send_buffer, receive_buffer, bytes / (int) sizeof(double), MPI_DOUBLE,
+                      MPI_SUM, MPI_COMM_WORLD);
         break;
     }
 }
@@ -110,6 +115,9 @@ int main(int argc, char **argv)
             if (*p == ',') p++;
             int all_to_all = collective == ALLTOALL || collective == ALLTOALLV;
             if (all_to_all && (double) bytes * size * size > alltoall_limit) {
+                continue;
+            }
+            if (collective == ALLREDUCE && bytes < (int) sizeof(double)) {
                 continue;
             }
             for (int r = 0; r < size; r++) {

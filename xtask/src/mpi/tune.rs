@@ -18,12 +18,12 @@ pub(crate) struct TuneArgs {
     /// Also measure 16 processes (slow where the machine has few cores).
     #[arg(long)]
     large: bool,
-    /// Message sizes, bytes (the broadcast's message; the scatter's, gather's and all-to-all's
-    /// block per rank).
+    /// Message sizes, bytes (the broadcast's and the allreduce's message; the scatter's,
+    /// gather's and all-to-all's block per rank).
     #[arg(long, value_delimiter = ',', default_values_t = [8, 64, 512, 4096, 32768, 262144, 1048576])]
     bytes: Vec<usize>,
     /// The collectives to tune.
-    #[arg(long, value_delimiter = ',', default_values_t = ["bcast".to_owned(), "scatter".to_owned(), "gather".to_owned(), "alltoall".to_owned()])]
+    #[arg(long, value_delimiter = ',', default_values_t = ["bcast".to_owned(), "scatter".to_owned(), "gather".to_owned(), "alltoall".to_owned(), "allreduce".to_owned()])]
     collectives: Vec<String>,
     /// Time to spend on each point of one run, in ms (at least 3 iterations each).
     #[arg(long, default_value_t = 60)]
@@ -55,7 +55,7 @@ type Algorithms = &'static [(i32, &'static str)];
 
 /// The collectives, their MCA parameter, and their algorithms by the parameter's number and the
 /// map's name.
-const COLLECTIVES: [(&str, &str, Algorithms); 4] = [
+const COLLECTIVES: [(&str, &str, Algorithms); 5] = [
     (
         "bcast",
         "coll_nicbar_bcast_algorithm",
@@ -83,11 +83,20 @@ const COLLECTIVES: [(&str, &str, Algorithms); 4] = [
         "coll_nicbar_alltoall_algorithm",
         &[(1, "linear"), (2, "pairwise"), (3, "bruck")],
     ),
+    (
+        "allreduce",
+        "coll_nicbar_allreduce_algorithm",
+        &[(1, "recursive-doubling"), (2, "rabenseifner"), (3, "ring")],
+    ),
 ];
 
 /// The most bytes the NIC's broadcast (`nic`) carries: it is measured at those sizes only (the
 /// library hands longer messages to the choice by size).
 const NIC_BROADCAST_MAX: usize = 32;
+
+/// The most bytes the NIC combines: an allreduce over messages is measured above it only (the
+/// component combines shorter vectors in the NIC whatever algorithm is forced).
+const NIC_REDUCE_MAX: usize = 32;
 
 /// The message sizes `algorithm` of `collective` is measured at, of `sizes`.
 fn sizes_for(collective: &str, algorithm: &str, sizes: &[usize]) -> Vec<usize> {
@@ -95,6 +104,7 @@ fn sizes_for(collective: &str, algorithm: &str, sizes: &[usize]) -> Vec<usize> {
         .iter()
         .copied()
         .filter(|&bytes| collective != "bcast" || algorithm != "nic" || bytes <= NIC_BROADCAST_MAX)
+        .filter(|&bytes| collective != "allreduce" || bytes > NIC_REDUCE_MAX)
         .collect()
 }
 
@@ -231,7 +241,7 @@ fn measure(args: &TuneArgs) -> Result<Vec<Point>> {
         .find(|c| !COLLECTIVES.iter().any(|(name, ..)| name == c))
     {
         return Err(format!(
-            "--collectives: no collective {unknown:?} (bcast, scatter, gather, alltoall)"
+            "--collectives: no collective {unknown:?} (bcast, scatter, gather, alltoall, allreduce)"
         )
         .into());
     }
@@ -614,6 +624,7 @@ mod tests {
         assert_eq!(sizes_for("bcast", "binomial", &sizes), sizes);
         assert_eq!(sizes_for("scatter", "flat", &sizes), sizes);
         assert!(sizes_for("bcast", "nic", &[64, 4096]).is_empty());
+        assert_eq!(sizes_for("allreduce", "ring", &sizes), [33, 1024]);
     }
 
     fn point(
