@@ -33,6 +33,10 @@ pub(crate) struct BenchArgs {
     /// Message sizes of the data collectives, bytes per rank.
     #[arg(long, value_delimiter = ',', default_values_t = [8, 64, 512, 4096, 32768, 262144, 1048576, 4194304, 16777216])]
     bytes: Vec<usize>,
+    /// The data collectives to measure (of bcast, scatter, gather, scatterv, gatherv, alltoall,
+    /// alltoallv, allreduce; default: all).
+    #[arg(long, value_delimiter = ',')]
+    collectives: Vec<String>,
     /// Time to spend on each (collective, size), in ms (at least 3 iterations each).
     #[arg(long, default_value_t = 300)]
     budget_ms: u64,
@@ -320,6 +324,18 @@ struct CollectiveMeasurement {
     us: f64,
 }
 
+/// The collectives `coll_bench` times, by the names it takes.
+const BENCHED_COLLECTIVES: [&str; 8] = [
+    "bcast",
+    "scatter",
+    "gather",
+    "scatterv",
+    "gatherv",
+    "alltoall",
+    "alltoallv",
+    "allreduce",
+];
+
 /// The data collectives over sizes and process counts, the component beside Open MPI over
 /// shared memory and TCP: bench-mpi-coll.csv, a table, and bench-mpi-coll.svg.
 fn bench_collectives(
@@ -329,6 +345,17 @@ fn bench_collectives(
     programs: &Path,
     out: &Path,
 ) -> Result<()> {
+    if let Some(unknown) = args
+        .collectives
+        .iter()
+        .find(|name| !BENCHED_COLLECTIVES.contains(&name.as_str()))
+    {
+        return Err(format!(
+            "--collectives: no collective {unknown:?} ({})",
+            BENCHED_COLLECTIVES.join(", ")
+        )
+        .into());
+    }
     let (process_counts, bytes, budget) = if args.quick {
         (vec![2, 4, 8], vec![8, 4096, 65536, 1 << 20], 100)
     } else {
@@ -363,6 +390,9 @@ fn bench_collectives(
                 .arg(sizes.join(","))
                 .arg(budget.to_string())
                 .arg(ALLTOALL_LIMIT.to_string());
+            if !args.collectives.is_empty() {
+                command.arg(args.collectives.join(","));
+            }
             let (text, ok) = run_captured(&mut command, Duration::from_secs(1800))?;
             let lines = parse_collective_results(&text);
             if !ok || lines.is_empty() {
