@@ -1,10 +1,12 @@
 /*
- * One rank dies between all-to-alls; every other rank's next MPI_Alltoall returns an error whose
- * message names a missing rank (the dead one, or a survivor that left the collective when it
- * failed), instead of hanging; at least one names the dead rank.
+ * One rank dies between collectives; every other rank's next one returns an error whose message
+ * names a missing rank (the dead one, or a survivor that left the collective when it failed),
+ * instead of hanging; at least one names the dead rank.
  *
- * Usage: coll_kill VICTIM. Prints "rank R: MPI_Alltoall failed: <message>" on each survivor and
- * exits 0 if the message names a missing rank; exits 1 otherwise.
+ * Usage: coll_kill VICTIM [alltoall|allreduce]. The collective is MPI_Alltoall (over the NIC's
+ * messages) or an 8-byte MPI_Allreduce (combined in the NIC). Prints "rank R: <MPI call> failed:
+ * <message>" on each survivor and exits 0 if the message names a missing rank; exits 1
+ * otherwise.
  */
 #include <mpi.h>
 #include <signal.h>
@@ -18,18 +20,23 @@ int main(int argc, char **argv)
     int rank, size, victim, rc, length;
     char message[MPI_MAX_ERROR_STRING];
     int *send, *receive;
+    double sum = 1.0;
 
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     victim = argc > 1 ? atoi(argv[1]) : size - 1;
+    int allreduce = argc > 2 && 0 == strcmp(argv[2], "allreduce");
+    const char *call = allreduce ? "MPI_Allreduce" : "MPI_Alltoall";
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     send = calloc(size * 1024, sizeof *send);
     receive = calloc(size * 1024, sizeof *receive);
     for (int i = 0; i < 10; i++) {
-        if (MPI_SUCCESS != MPI_Alltoall(send, 1024, MPI_INT, receive, 1024, MPI_INT,
-                                        MPI_COMM_WORLD)) {
-            fprintf(stderr, "rank %d: all-to-all %d failed before any rank died\n", rank, i);
+        rc = allreduce ? MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD)
+                       : MPI_Alltoall(send, 1024, MPI_INT, receive, 1024, MPI_INT,
+                                      MPI_COMM_WORLD);
+        if (MPI_SUCCESS != rc) {
+            fprintf(stderr, "rank %d: %s %d failed before any rank died\n", rank, call, i);
             return 1;
         }
     }
@@ -39,13 +46,14 @@ int main(int argc, char **argv)
     if (rank == victim) {
         raise(SIGKILL);
     }
-    rc = MPI_Alltoall(send, 1024, MPI_INT, receive, 1024, MPI_INT, MPI_COMM_WORLD);
+    rc = allreduce ? MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD)
+                   : MPI_Alltoall(send, 1024, MPI_INT, receive, 1024, MPI_INT, MPI_COMM_WORLD);
     if (MPI_SUCCESS == rc) {
-        fprintf(stderr, "rank %d: MPI_Alltoall completed without rank %d\n", rank, victim);
+        fprintf(stderr, "rank %d: %s completed without rank %d\n", rank, call, victim);
         return 1;
     }
     MPI_Error_string(rc, message, &length);
-    printf("rank %d: MPI_Alltoall failed: %s\n", rank, message);
+    printf("rank %d: %s failed: %s\n", rank, call, message);
     fflush(stdout);
     /* The others cannot finalize with a dead member; leave without MPI_Finalize. */
     _exit(strstr(message, " is missing") ? 0 : 1);

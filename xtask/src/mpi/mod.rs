@@ -675,6 +675,15 @@ pub(crate) fn run_tests(args: &TestArgs) -> Result<()> {
     let (text, _) = run_captured(&mut command, Duration::from_secs(60))?;
     check_kill_report(&text, 4, victim, "MPI_Alltoall")?;
 
+    println!("\n-- a killed rank in an allreduce in the NIC");
+    let mut command = mpirun(&components, &daemon.socket, 4, 100, Transport::SharedMemory)?;
+    command
+        .args(["--enable-recovery", "--mca", "coll_nicbar_timeout", "3000"])
+        .arg(programs.join("coll_kill"))
+        .args([victim.to_string().as_str(), "allreduce"]);
+    let (text, _) = run_captured(&mut command, Duration::from_secs(60))?;
+    check_kill_report(&text, 4, victim, "MPI_Allreduce")?;
+
     if args.no_mpi4py {
         println!("\n(mpi4py's test suite skipped: --no-mpi4py)");
     } else {
