@@ -41,6 +41,8 @@ use super::{guard, guard_or};
 
 pub mod reduce;
 
+pub mod persistent;
+
 /// nicbar_coll_group_new()'s `algorithm`: the library's default for the group's size
 /// (pairwise exchange for a power of two, else one-way dissemination).
 pub const NICBAR_COLL_ALGORITHM_DEFAULT: i32 = 0;
