@@ -410,7 +410,11 @@ fn persistent_collectives_compiled_once_start_many_times_in_either_order() {
                         i64::from_le_bytes(result[8..].try_into().unwrap()),
                     ];
                     // Ranks 0, 1 and 2: (0 + 1 + 2) + 3 * start, and -(0 + 1 + 2) * start.
-                    assert_eq!(got, [3 + 3 * start, -3 * start], "rank {rank}, start {start}");
+                    assert_eq!(
+                        got,
+                        [3 + 3 * start, -3 * start],
+                        "rank {rank}, start {start}"
+                    );
                     if start % 8 == 7 {
                         port.barrier(&barriers).unwrap();
                     }
@@ -443,11 +447,7 @@ fn persistent_collectives_compiled_once_start_many_times_in_either_order() {
         })
     ));
     assert!(matches!(
-        first.persistent_allreduce(
-            &sums,
-            ReduceSpec::new(ReduceOp::BXOR, ReduceType::F64),
-            8
-        ),
+        first.persistent_allreduce(&sums, ReduceSpec::new(ReduceOp::BXOR, ReduceType::F64), 8),
         Err(BarrierError::Refused {
             status: Status::INVALID_TOKEN
         })

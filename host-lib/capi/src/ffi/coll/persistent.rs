@@ -99,15 +99,17 @@ pub unsafe extern "C" fn nicbar_coll_allreduce_init(
                 let why = match refusal {
                     ReduceRefusal::UnknownOp(_) => "no such operation".to_owned(),
                     ReduceRefusal::UnknownType(_) => "no such type".to_owned(),
-                    ReduceRefusal::NotDefined(..) => "the operation is not defined on the type"
-                        .to_owned(),
+                    ReduceRefusal::NotDefined(..) => {
+                        "the operation is not defined on the type".to_owned()
+                    }
                     ReduceRefusal::BadLength(_) => format!(
                         "the length is 0, over {} or not whole elements",
                         nicbar_rs::NIC_REDUCE_MAX
                     ),
                 };
-                let message =
-                    format!("no allreduce of {length} bytes of type {type} with operation {op} in the NIC: {why}");
+                let message = format!(
+                    "no allreduce of {length} bytes of type {type} with operation {op} in the NIC: {why}"
+                );
                 // SAFETY: the caller's promise about `error`.
                 return unsafe { refused(error, error_length, &message) };
             }
