@@ -529,6 +529,7 @@ fn compile_programs(dir: &Path) -> Result<()> {
         ("mpifort", "tests/barrier.f90", "barrier_fortran"),
         ("mpicc", "bench/barrier_bench.c", "barrier_bench"),
         ("mpicc", "bench/coll_bench.c", "coll_bench"),
+        ("mpicc", "bench/persistent_bench.c", "persistent_bench"),
     ] {
         run(Command::new(compiler)
             .args(["-O2", "-Wall", "-o"])
