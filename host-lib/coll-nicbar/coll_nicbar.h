@@ -1,7 +1,8 @@
 /*
  * coll/nicbar: an Open MPI collective component that runs MPI_Barrier and MPI_Ibarrier in the
  * NIC, MPI_Allreduce, MPI_Reduce and their non-blocking forms in the NIC up to
- * NICBAR_NIC_REDUCE_MAX bytes, and MPI_Bcast, MPI_Scatter[v], MPI_Gather[v] and MPI_Alltoall[v]
+ * NICBAR_NIC_REDUCE_MAX bytes, the persistent MPIX_Barrier_init, MPIX_Allreduce_init and
+ * MPIX_Reduce_init of Open MPI's pcollreq extension the same way, and MPI_Bcast, MPI_Scatter[v], MPI_Gather[v] and MPI_Alltoall[v]
  * over the NIC's messages, through the nicbar library. The component is thin: it maps communicators to nicbar groups,
  * MPI datatypes to contiguous bytes, and nicbar's ends to MPI requests and errors; the barriers,
  * their queueing, the collectives' algorithms and transfers, and the failure reports are the
@@ -84,6 +85,13 @@ typedef struct {
     mca_coll_base_module_t *iallreduce_module;
     mca_coll_base_module_ireduce_fn_t ireduce;
     mca_coll_base_module_t *ireduce_module;
+    /* The persistent forms, which a component below may lack (NULL then). */
+    mca_coll_base_module_barrier_init_fn_t barrier_init;
+    mca_coll_base_module_t *barrier_init_module;
+    mca_coll_base_module_allreduce_init_fn_t allreduce_init;
+    mca_coll_base_module_t *allreduce_init_module;
+    mca_coll_base_module_reduce_init_fn_t reduce_init;
+    mca_coll_base_module_t *reduce_init_module;
 } mca_coll_nicbar_previous_t;
 
 typedef struct {
@@ -94,7 +102,11 @@ typedef struct {
 } mca_coll_nicbar_module_t;
 OBJ_CLASS_DECLARATION(mca_coll_nicbar_module_t);
 
-/* A non-blocking barrier or reduction: an Open MPI request completed by the progress function. */
+/*
+ * A non-blocking barrier or reduction: an Open MPI request completed by the progress function.
+ * A persistent one (MPIX_Barrier_init, MPIX_Allreduce_init, MPIX_Reduce_init) keeps its
+ * collective compiled in the library, and each MPI_Start posts it as one send token.
+ */
 typedef struct {
     ompi_request_t super;
     uint64_t ticket;
@@ -102,6 +114,8 @@ typedef struct {
     int reduction;         /* a reduction's result waits under the ticket */
     void *result;          /* where it goes (NULL: dropped, a non-root of MPI_Ireduce) */
     size_t result_length;
+    nicbar_coll_persistent *persistent; /* NULL unless persistent */
+    const void *data;                   /* a persistent reduction's input, read at each start */
 } mca_coll_nicbar_request_t;
 OBJ_CLASS_DECLARATION(mca_coll_nicbar_request_t);
 
@@ -138,6 +152,20 @@ int mca_coll_nicbar_reduce_messages(const void *sbuf, void *rbuf, int count,
                                     struct ompi_datatype_t *dtype, struct ompi_op_t *op,
                                     struct ompi_communicator_t *comm,
                                     mca_coll_nicbar_module_t *self, int root);
+void mca_coll_nicbar_count_reduction(void);
+int mca_coll_nicbar_persistent_new(struct ompi_communicator_t *comm, const char *operation,
+                                   nicbar_coll_persistent *persistent, const void *data,
+                                   void *result, size_t length, ompi_request_t **out);
+int mca_coll_nicbar_barrier_init(struct ompi_communicator_t *comm, struct ompi_info_t *info,
+                                 ompi_request_t **request, mca_coll_base_module_t *module);
+int mca_coll_nicbar_allreduce_init(const void *sbuf, void *rbuf, int count,
+                                   struct ompi_datatype_t *dtype, struct ompi_op_t *op,
+                                   struct ompi_communicator_t *comm, struct ompi_info_t *info,
+                                   ompi_request_t **request, mca_coll_base_module_t *module);
+int mca_coll_nicbar_reduce_init(const void *sbuf, void *rbuf, int count,
+                                struct ompi_datatype_t *dtype, struct ompi_op_t *op, int root,
+                                struct ompi_communicator_t *comm, struct ompi_info_t *info,
+                                ompi_request_t **request, mca_coll_base_module_t *module);
 int mca_coll_nicbar_failure_code(ompi_communicator_t *comm, const char *operation,
                                  int failed_rank, const char *reason);
 int mca_coll_nicbar_enable(mca_coll_base_module_t *module, struct ompi_communicator_t *comm);

@@ -334,6 +334,9 @@ mca_coll_base_module_t *mca_coll_nicbar_comm_query(struct ompi_communicator_t *c
     module->super.coll_reduce = mca_coll_nicbar_reduce;
     module->super.coll_iallreduce = mca_coll_nicbar_iallreduce;
     module->super.coll_ireduce = mca_coll_nicbar_ireduce;
+    module->super.coll_barrier_init = mca_coll_nicbar_barrier_init;
+    module->super.coll_allreduce_init = mca_coll_nicbar_allreduce_init;
+    module->super.coll_reduce_init = mca_coll_nicbar_reduce_init;
     *priority = C.priority;
     NICBAR_VERBOSE(2, "%s (context %u, %d ranks): barriers and short reductions in the NIC, data collectives over it",
                    comm->c_name,

@@ -1,7 +1,8 @@
 /*
- * coll/nicbar: the module of one communicator: MPI_Barrier, MPI_Ibarrier, the wait and the
- * requests every collective in the NIC shares (barriers and reductions), the progress function
- * that completes the non-blocking ones, and the errors that name a missing rank.
+ * coll/nicbar: the module of one communicator: MPI_Barrier, MPI_Ibarrier, MPIX_Barrier_init,
+ * the wait and the requests every collective in the NIC shares (barriers and reductions,
+ * non-blocking and persistent), the progress function that completes them, and the errors that
+ * name a missing rank.
  */
 #include "coll_nicbar.h"
 
@@ -25,6 +26,8 @@ static void module_construct(mca_coll_nicbar_module_t *module)
 #define PREVIOUS_MODULES(apply)                                                              \
     apply(bcast) apply(scatter) apply(scatterv) apply(gather) apply(gatherv) apply(alltoall) \
     apply(alltoallv) apply(allreduce) apply(reduce) apply(iallreduce) apply(ireduce)
+/* Those a component below may lack. */
+#define PREVIOUS_OPTIONAL(apply) apply(barrier_init) apply(allreduce_init) apply(reduce_init)
 
 static void module_destruct(mca_coll_nicbar_module_t *module)
 {
@@ -34,6 +37,7 @@ static void module_destruct(mca_coll_nicbar_module_t *module)
         module->previous.name##_module = NULL;             \
     }
     PREVIOUS_MODULES(RELEASE)
+    PREVIOUS_OPTIONAL(RELEASE)
 #undef RELEASE
     nicbar_coll_group_free(module->group);
     module->group = NULL;
@@ -56,6 +60,14 @@ int mca_coll_nicbar_enable(mca_coll_base_module_t *base, struct ompi_communicato
     OBJ_RETAIN(module->previous.name##_module);
     PREVIOUS_MODULES(SAVE)
 #undef SAVE
+#define SAVE_OPTIONAL(name)                                                              \
+    if (NULL != comm->c_coll->coll_##name && NULL != comm->c_coll->coll_##name##_module) { \
+        module->previous.name = comm->c_coll->coll_##name;                               \
+        module->previous.name##_module = comm->c_coll->coll_##name##_module;             \
+        OBJ_RETAIN(module->previous.name##_module);                                      \
+    }
+    PREVIOUS_OPTIONAL(SAVE_OPTIONAL)
+#undef SAVE_OPTIONAL
     return OMPI_SUCCESS;
 }
 
@@ -188,7 +200,53 @@ mca_coll_nicbar_request_t *mca_coll_nicbar_request_new(struct ompi_communicator_
     request->reduction = 0;
     request->result = NULL;
     request->result_length = 0;
+    request->persistent = NULL;
+    request->data = NULL;
     return request;
+}
+
+/* Adds `request` to the outstanding ones; C.lock held. Returns 0, or -1 with no memory for it. */
+static int outstanding_add(mca_coll_nicbar_request_t *request)
+{
+    if (outstanding_count == outstanding_capacity) {
+        size_t capacity = outstanding_capacity ? 2 * outstanding_capacity : 16;
+        void *grown = realloc(outstanding, capacity * sizeof *outstanding);
+        if (NULL == grown) {
+            return -1;
+        }
+        outstanding = grown;
+        outstanding_capacity = capacity;
+    }
+    outstanding[outstanding_count++] = request;
+    return 0;
+}
+
+/*
+ * The MPI code of `request`'s end, the NIC's `state` for its ticket (`failed_rank`, `reason`:
+ * a failure's), taking a reduction's result into place. C.lock held.
+ */
+static int take_end(mca_coll_nicbar_request_t *request, int state, int failed_rank,
+                    const char *reason)
+{
+    if (NICBAR_COLL_FAILED == state) {
+        return mca_coll_nicbar_failure_code(request->super.req_mpi_object.comm,
+                                            request->operation, failed_rank, reason);
+    }
+    if (NICBAR_COLL_COMPLETED != state) {
+        return MPI_ERR_INTERN;
+    }
+    if (request->reduction) {
+        unsigned char value[NICBAR_NIC_REDUCE_MAX];
+        int64_t got = nicbar_coll_allreduce_result(C.endpoint, request->ticket, value,
+                                                   sizeof value);
+        if (got != (int64_t) request->result_length) {
+            return MPI_ERR_INTERN;
+        }
+        if (NULL != request->result) {
+            memcpy(request->result, value, request->result_length);
+        }
+    }
+    return MPI_SUCCESS;
 }
 
 /*
@@ -205,20 +263,13 @@ int mca_coll_nicbar_post(struct ompi_communicator_t *comm, mca_coll_nicbar_reque
         OBJ_RELEASE(request);
         return MPI_ERR_INTERN;
     }
-    if (outstanding_count == outstanding_capacity) {
-        size_t capacity = outstanding_capacity ? 2 * outstanding_capacity : 16;
-        void *grown = realloc(outstanding, capacity * sizeof *outstanding);
-        if (NULL == grown) {
-            /* The collective runs on in the NIC; waiting for it here keeps its members' order. */
-            pthread_mutex_unlock(&C.lock);
-            int rc = mca_coll_nicbar_wait(comm, request->ticket, request->operation);
-            OBJ_RELEASE(request);
-            return MPI_SUCCESS == rc ? MPI_ERR_NO_MEM : rc;
-        }
-        outstanding = grown;
-        outstanding_capacity = capacity;
+    if (0 != outstanding_add(request)) {
+        /* The collective runs on in the NIC; waiting for it here keeps its members' order. */
+        pthread_mutex_unlock(&C.lock);
+        int rc = mca_coll_nicbar_wait(comm, request->ticket, request->operation);
+        OBJ_RELEASE(request);
+        return MPI_SUCCESS == rc ? MPI_ERR_NO_MEM : rc;
     }
-    outstanding[outstanding_count++] = request;
     pthread_mutex_unlock(&C.lock);
     *out = &request->super;
     return MPI_SUCCESS;
@@ -235,6 +286,110 @@ int mca_coll_nicbar_ibarrier(struct ompi_communicator_t *comm, ompi_request_t **
     pthread_mutex_lock(&C.lock);
     barrier->ticket = nicbar_coll_barrier_start(C.endpoint, self->group);
     return mca_coll_nicbar_post(comm, barrier, request);
+}
+
+/*
+ * MPI_Start and MPI_Startall: each request's compiled collective goes to the endpoint's queue,
+ * one send token, in the order given (MPI orders a communicator's starts as its collectives).
+ */
+static int persistent_start(size_t count, ompi_request_t **requests)
+{
+    for (size_t i = 0; i < count; i++) {
+        mca_coll_nicbar_request_t *request = (mca_coll_nicbar_request_t *) requests[i];
+        request->super.req_state = OMPI_REQUEST_ACTIVE;
+        request->super.req_complete = REQUEST_PENDING;
+        request->super.req_status.MPI_ERROR = MPI_SUCCESS;
+        pthread_mutex_lock(&C.lock);
+        request->ticket = nicbar_coll_persistent_start(
+            C.endpoint, request->persistent, request->data,
+            request->reduction ? request->result_length : 0);
+        if (0 == request->ticket) {
+            pthread_mutex_unlock(&C.lock);
+            request->super.req_state = OMPI_REQUEST_INACTIVE;
+            request->super.req_complete = REQUEST_COMPLETED;
+            return MPI_ERR_INTERN;
+        }
+        if (request->reduction) {
+            mca_coll_nicbar_count_reduction();
+        }
+        if (0 == outstanding_add(request)) {
+            pthread_mutex_unlock(&C.lock);
+            continue;
+        }
+        pthread_mutex_unlock(&C.lock);
+        /* No memory to track it: run it to its end here, which keeps its members' order. */
+        int rc = mca_coll_nicbar_wait(request->super.req_mpi_object.comm, request->ticket,
+                                      request->operation);
+        if (MPI_SUCCESS == rc) {
+            pthread_mutex_lock(&C.lock);
+            rc = take_end(request, NICBAR_COLL_COMPLETED, -1, "");
+            pthread_mutex_unlock(&C.lock);
+        }
+        request->super.req_status.MPI_ERROR = rc;
+        ompi_request_complete(&request->super, true);
+    }
+    return MPI_SUCCESS;
+}
+
+/* MPI_Request_free of a persistent request, not started or complete: its compiled collective
+ * goes too (starts still queued keep their own copy). */
+static int persistent_free(ompi_request_t **request)
+{
+    mca_coll_nicbar_request_t *self = (mca_coll_nicbar_request_t *) *request;
+    if (!REQUEST_COMPLETE(*request)) {
+        return MPI_ERR_REQUEST;
+    }
+    nicbar_coll_persistent_free(self->persistent);
+    self->persistent = NULL;
+    OMPI_REQUEST_FINI(*request);
+    OBJ_RELEASE(*request);
+    *request = MPI_REQUEST_NULL;
+    return MPI_SUCCESS;
+}
+
+/*
+ * A persistent request of `comm` for `operation` over `persistent` (which it owns from now on,
+ * freed with it): `data` is a reduction's input of `length` bytes, read at each start (NULL for
+ * a barrier), `result` where its result goes (NULL: dropped).
+ */
+int mca_coll_nicbar_persistent_new(struct ompi_communicator_t *comm, const char *operation,
+                                   nicbar_coll_persistent *persistent, const void *data,
+                                   void *result, size_t length, ompi_request_t **out)
+{
+    mca_coll_nicbar_request_t *request = mca_coll_nicbar_request_new(comm, operation);
+    if (NULL == request) {
+        nicbar_coll_persistent_free(persistent);
+        return MPI_ERR_NO_MEM;
+    }
+    OMPI_REQUEST_INIT(&request->super, true); /* inactive, and complete until started */
+    request->super.req_start = persistent_start;
+    request->super.req_free = persistent_free;
+    request->persistent = persistent;
+    request->data = data;
+    request->reduction = NULL != data;
+    request->result = result;
+    request->result_length = length;
+    *out = &request->super;
+    return MPI_SUCCESS;
+}
+
+int mca_coll_nicbar_barrier_init(struct ompi_communicator_t *comm, struct ompi_info_t *info,
+                                 ompi_request_t **request, mca_coll_base_module_t *module)
+{
+    mca_coll_nicbar_module_t *self = (mca_coll_nicbar_module_t *) module;
+    char error[MPI_MAX_ERROR_STRING] = "";
+    nicbar_coll_persistent *persistent;
+    (void) info;
+
+    pthread_mutex_lock(&C.lock);
+    persistent = nicbar_coll_barrier_init(C.endpoint, self->group, error, sizeof error);
+    pthread_mutex_unlock(&C.lock);
+    if (NULL == persistent) {
+        /* The group's barrier runs in the NIC or nowhere: the same on every rank. */
+        return mca_coll_nicbar_failure_code(comm, "MPIX_Barrier_init", -1, error);
+    }
+    return mca_coll_nicbar_persistent_new(comm, "MPIX_Barrier_init", persistent, NULL, NULL, 0,
+                                          request);
 }
 
 /*
@@ -259,22 +414,7 @@ int mca_coll_nicbar_progress(void)
             i++;
             continue;
         }
-        codes[count] = MPI_SUCCESS;
-        if (NICBAR_COLL_FAILED == state) {
-            codes[count] = mca_coll_nicbar_failure_code(barrier->super.req_mpi_object.comm,
-                                                        barrier->operation, failed_rank, reason);
-        } else if (NICBAR_COLL_UNKNOWN == state) {
-            codes[count] = MPI_ERR_INTERN;
-        } else if (barrier->reduction) {
-            unsigned char value[NICBAR_NIC_REDUCE_MAX];
-            int64_t got = nicbar_coll_allreduce_result(C.endpoint, barrier->ticket, value,
-                                                       sizeof value);
-            if (got != (int64_t) barrier->result_length) {
-                codes[count] = MPI_ERR_INTERN;
-            } else if (NULL != barrier->result) {
-                memcpy(barrier->result, value, barrier->result_length);
-            }
-        }
+        codes[count] = take_end(barrier, state, failed_rank, reason);
         ended[count++] = barrier;
         memmove(&outstanding[i], &outstanding[i + 1],
                 (outstanding_count - i - 1) * sizeof *outstanding);

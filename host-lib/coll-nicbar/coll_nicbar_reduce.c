@@ -1,5 +1,6 @@
 /*
- * coll/nicbar: MPI_Allreduce, MPI_Reduce, MPI_Iallreduce and MPI_Ireduce. A predefined operation
+ * coll/nicbar: MPI_Allreduce, MPI_Reduce, MPI_Iallreduce and MPI_Ireduce, and the persistent
+ * MPIX_Allreduce_init and MPIX_Reduce_init. A predefined operation
  * on a predefined type, up to NICBAR_NIC_REDUCE_MAX bytes, combines in the NIC: a barrier whose
  * packets carry the values, recursive doubling in a fixed order, so every rank gets the same bits
  * in every run (docs/mpi.md). Longer vectors and user operations on predefined types run over
@@ -25,6 +26,12 @@ static uint64_t reductions;
 uint64_t mca_coll_nicbar_reductions(void)
 {
     return reductions;
+}
+
+/* One more reduction combined in the NIC (C.lock held). */
+void mca_coll_nicbar_count_reduction(void)
+{
+    reductions++;
 }
 
 /* The NIC's operation for `op`, or 0 for one it does not have (user operations, MPI_REPLACE). */
@@ -266,4 +273,75 @@ int mca_coll_nicbar_ireduce(const void *sbuf, void *rbuf, int count,
     const void *data = is_root && MPI_IN_PLACE == sbuf ? rbuf : sbuf;
     return ireduce_in_nic(comm, self, reduction, data, is_root ? rbuf : NULL, "MPI_Ireduce",
                           request);
+}
+
+/*
+ * The persistent forms: the reduction compiled once for this rank (its operation, type and
+ * length fixed), each MPI_Start one send token with the input read from the buffer then; the
+ * rest, as the blocking forms, to the component below.
+ */
+static int init_in_nic(struct ompi_communicator_t *comm, mca_coll_nicbar_module_t *self,
+                       nic_reduction_t reduction, const void *data, void *result,
+                       const char *operation, ompi_request_t **out)
+{
+    char error[MPI_MAX_ERROR_STRING] = "";
+    nicbar_coll_persistent *persistent;
+
+    pthread_mutex_lock(&C.lock);
+    persistent = nicbar_coll_allreduce_init(C.endpoint, self->group, reduction.op, reduction.type,
+                                            reduction.length, error, sizeof error);
+    pthread_mutex_unlock(&C.lock);
+    if (NULL == persistent) {
+        return mca_coll_nicbar_failure_code(comm, operation, -1, error);
+    }
+    return mca_coll_nicbar_persistent_new(comm, operation, persistent, data, result,
+                                          reduction.length, out);
+}
+
+/* A persistent reduction the NIC does not combine, and the component below has no persistent
+ * form of: said, as an error of the component's class. */
+static int no_persistent_form(struct ompi_communicator_t *comm, const char *operation)
+{
+    return mca_coll_nicbar_failure_code(
+        comm, operation, -1,
+        "the NIC combines up to 32 bytes of the predefined operations and types only, and no "
+        "component below offers this persistent reduction");
+}
+
+int mca_coll_nicbar_allreduce_init(const void *sbuf, void *rbuf, int count,
+                                   struct ompi_datatype_t *dtype, struct ompi_op_t *op,
+                                   struct ompi_communicator_t *comm, struct ompi_info_t *info,
+                                   ompi_request_t **request, mca_coll_base_module_t *module)
+{
+    mca_coll_nicbar_module_t *self = (mca_coll_nicbar_module_t *) module;
+    nic_reduction_t reduction = nic_reduction(count, dtype, op);
+    if (0 == reduction.length) {
+        if (NULL == self->previous.allreduce_init) {
+            return no_persistent_form(comm, "MPIX_Allreduce_init");
+        }
+        return self->previous.allreduce_init(sbuf, rbuf, count, dtype, op, comm, info, request,
+                                             self->previous.allreduce_init_module);
+    }
+    const void *data = MPI_IN_PLACE == sbuf ? rbuf : sbuf;
+    return init_in_nic(comm, self, reduction, data, rbuf, "MPIX_Allreduce_init", request);
+}
+
+int mca_coll_nicbar_reduce_init(const void *sbuf, void *rbuf, int count,
+                                struct ompi_datatype_t *dtype, struct ompi_op_t *op, int root,
+                                struct ompi_communicator_t *comm, struct ompi_info_t *info,
+                                ompi_request_t **request, mca_coll_base_module_t *module)
+{
+    mca_coll_nicbar_module_t *self = (mca_coll_nicbar_module_t *) module;
+    nic_reduction_t reduction = nic_reduction(count, dtype, op);
+    if (0 == reduction.length) {
+        if (NULL == self->previous.reduce_init) {
+            return no_persistent_form(comm, "MPIX_Reduce_init");
+        }
+        return self->previous.reduce_init(sbuf, rbuf, count, dtype, op, root, comm, info,
+                                          request, self->previous.reduce_init_module);
+    }
+    int is_root = ompi_comm_rank(comm) == root;
+    const void *data = is_root && MPI_IN_PLACE == sbuf ? rbuf : sbuf;
+    return init_in_nic(comm, self, reduction, data, is_root ? rbuf : NULL, "MPIX_Reduce_init",
+                       request);
 }

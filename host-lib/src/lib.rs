@@ -55,7 +55,7 @@ pub use raw::dma;
 pub use barrier::{
     BarrierError, BarrierNumbering, BarrierOptions, DEFAULT_HOST_TIMEOUT, FailureReason, Group,
     GroupError, HOST_BARRIER_PRIORITY, HOST_BARRIER_SIZE, HOST_RETRY_INTERVAL, JOB_ENV,
-    PendingBarrier,
+    PendingBarrier, PersistentCollective,
 };
 pub use dma::{BufferError, DmaBuffer};
 pub use error::Error;

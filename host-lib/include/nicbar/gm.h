@@ -586,6 +586,11 @@ typedef struct nicbar_coll_endpoint nicbar_coll_endpoint;
 typedef struct nicbar_coll_group nicbar_coll_group;
 
 /**
+ * A group's barrier or allreduce compiled once for an endpoint's rank.
+ */
+typedef struct nicbar_coll_persistent nicbar_coll_persistent;
+
+/**
  * A fast path: its port, its peers' rings, its lock words. Opaque.
  */
 typedef struct nicbar_fastpath nicbar_fastpath;
@@ -3122,6 +3127,72 @@ int64_t nicbar_coll_allreduce_result(struct nicbar_coll_endpoint *endpoint,
                                      uint64_t ticket,
                                      void *out,
                                      size_t length);
+
+/**
+ * Compiles `group`'s barrier (its algorithm) for `endpoint`'s rank, to start with
+ * nicbar_coll_persistent_start() on that endpoint any number of times. Sends nothing and takes
+ * none of the group's barrier numbers (name the group with nicbar_coll_group_set_id() first:
+ * the persistent barrier keeps the group's name as it is now). Returns NULL with the reason
+ * in `error` (`error_length` bytes, NUL-terminated; `error` may be NULL) for a NULL handle, an
+ * endpoint that is not a member, or a schedule that does not compile. Free it with
+ * nicbar_coll_persistent_free().
+ *
+ * # Safety
+ * `endpoint` and `group` are NULL or live handles; `error` is NULL or valid for writes of
+ * `error_length` bytes.
+ */
+struct nicbar_coll_persistent *nicbar_coll_barrier_init(const struct nicbar_coll_endpoint *endpoint,
+                                                        const struct nicbar_coll_group *group,
+                                                        char *error,
+                                                        size_t error_length);
+
+/**
+ * Compiles `group`'s allreduce in the NIC (as nicbar_coll_allreduce_start() runs it) of
+ * `length` bytes of `type` combined with `op` (`NICBAR_REDUCE_*`) for `endpoint`'s rank, to
+ * start with nicbar_coll_persistent_start() on that endpoint any number of times. Sends
+ * nothing and takes none of the group's barrier numbers. Returns NULL with the reason in
+ * `error` for a NULL handle, an endpoint that is not a member, an operation or type out of
+ * range or not defined on the type, or a length that is 0, over `NICBAR_NIC_REDUCE_MAX` or not
+ * whole elements. Free it with nicbar_coll_persistent_free().
+ *
+ * # Safety
+ * `endpoint` and `group` are NULL or live handles; `error` is NULL or valid for writes of
+ * `error_length` bytes.
+ */
+struct nicbar_coll_persistent *nicbar_coll_allreduce_init(const struct nicbar_coll_endpoint *endpoint,
+                                                          const struct nicbar_coll_group *group,
+                                                          int32_t op,
+                                                          int32_t type,
+                                                          size_t length,
+                                                          char *error,
+                                                          size_t error_length);
+
+/**
+ * Starts `persistent` on `endpoint` (the one it was compiled for) and returns its ticket (never
+ * 0; 0 for a NULL handle, or NULL `data` with a nonzero `length`): queued as
+ * nicbar_coll_barrier_start() queues a barrier, in the same order as the endpoint's other
+ * barriers and reductions. `data` is this member's value of an allreduce, `length` bytes (its
+ * compiled length; the start ends failed otherwise); a barrier ignores it. Every member starts
+ * it at the same point of the group's barriers. Follow it with nicbar_coll_barrier_test() and,
+ * for an allreduce, nicbar_coll_allreduce_result().
+ *
+ * # Safety
+ * `endpoint` and `persistent` are NULL or live handles; `data` is NULL or readable for
+ * `length` bytes.
+ */
+uint64_t nicbar_coll_persistent_start(struct nicbar_coll_endpoint *endpoint,
+                                      const struct nicbar_coll_persistent *persistent,
+                                      const void *data,
+                                      size_t length);
+
+/**
+ * Frees a persistent collective. Takes NULL. Starts queued or running keep running.
+ *
+ * # Safety
+ * `persistent` is NULL or from nicbar_coll_barrier_init() or nicbar_coll_allreduce_init() and
+ * not freed yet.
+ */
+void nicbar_coll_persistent_free(struct nicbar_coll_persistent *persistent);
 
 /**
  * Registers `length` bytes at `ptr` — any memory the process owns: `malloc`ed, on the stack,

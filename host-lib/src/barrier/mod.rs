@@ -14,6 +14,9 @@
 //!   [`crate::Port::barrier_start`] / [`crate::Port::barrier_test`] / [`crate::Port::barrier_wait`] are the fuzzy
 //!   barrier (Gupta, paper §1): start, compute, then test or wait. Events that arrive meanwhile
 //!   are kept, in order, for the next [`crate::Port::receive`].
+//!   [`crate::Port::persistent_barrier`] and [`crate::Port::persistent_allreduce`] compile a
+//!   group's schedule once ([`PersistentCollective`], MPI's persistent collectives);
+//!   [`crate::Port::persistent_start`] then starts it with one send token.
 //! - **The host-based baseline**: [`crate::Port::host_barrier`] runs the schedule the NIC would run on
 //!   the host instead, over small messages between the ports, so that NIC-based against
 //!   host-based is the comparison of the paper's §6 with everything else equal.
@@ -41,11 +44,12 @@
 //! Who takes part and how ([`Group`], [`BarrierOptions`]) and how a barrier fails
 //! ([`BarrierError`]) are plain values below the port; the state the port keeps for barriers, and
 //! the filter that takes barrier events out of its stream, are the port's (`port::barriers`); the
-//! port's barrier calls are here: `nic` (the NIC-based barrier) and `host` (the host-based
-//! baseline).
+//! port's barrier calls are here: `nic` (the NIC-based barrier), `persistent` (its schedules
+//! compiled once and started many times) and `host` (the host-based baseline).
 
 mod host;
 mod nic;
+mod persistent;
 
 pub use crate::failure::{BarrierError, FailureReason};
 pub use crate::group::{BarrierNumbering, BarrierOptions, Group, GroupError, JOB_ENV};
@@ -53,3 +57,4 @@ pub use crate::port::barriers::{
     DEFAULT_HOST_TIMEOUT, HOST_BARRIER_PRIORITY, HOST_BARRIER_SIZE, HOST_RETRY_INTERVAL,
 };
 pub use nic::PendingBarrier;
+pub use persistent::PersistentCollective;

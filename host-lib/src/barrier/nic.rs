@@ -1,6 +1,7 @@
 //! The NIC-based barrier (paper §5.2): GM's two calls, and a group's barrier run in the NIC,
 //! whole or fuzzy (start, then test or wait).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use shared_abi::ids::BarrierId;
@@ -29,6 +30,17 @@ pub struct PendingBarrier {
     /// When the NIC should have reported the end at the latest.
     report_by: Option<Instant>,
     started: Instant,
+}
+
+impl PendingBarrier {
+    /// A barrier of a group of one: complete at once, nothing runs.
+    pub(super) fn complete(started: Instant) -> Self {
+        Self {
+            context: None,
+            report_by: None,
+            started,
+        }
+    }
 }
 
 impl Port {
@@ -287,20 +299,9 @@ impl Port {
         let started = Instant::now();
         let rank = group.rank_of_port(self.node_id(), self.port_id())?;
         if group.len() == 1 {
-            return Ok(PendingBarrier {
-                context: None,
-                report_by: None,
-                started,
-            });
+            return Ok(PendingBarrier::complete(started));
         }
-        // The NIC runs a few barriers per port at once, each of its own identity.
-        let barrier = self.barrier.next_id(group);
-        if self.barrier.running.len() >= RUNNING_BARRIERS
-            || self.endpoint.barrier_tokens.in_flight as usize >= RUNNING_BARRIERS
-            || self.barrier.runs_barrier(barrier)
-        {
-            return Err(BarrierError::Busy);
-        }
+        self.check_room(group)?;
         let steps = match algorithm {
             Some(algorithm) => self
                 .barrier
@@ -314,6 +315,34 @@ impl Port {
                 steps.into()
             }
         };
+        self.post_compiled(group, steps, timeout, carried, started)
+    }
+
+    /// [`BarrierError::Busy`] unless the NIC has room for another barrier of this port and
+    /// `group`'s next barrier is not running already (a second of one identity would take the
+    /// first's packets).
+    pub(super) fn check_room(&self, group: &Group) -> Result<(), BarrierError> {
+        let barrier = self.barrier.next_id(group);
+        if self.barrier.running.len() >= RUNNING_BARRIERS
+            || self.endpoint.barrier_tokens.in_flight as usize >= RUNNING_BARRIERS
+            || self.barrier.runs_barrier(barrier)
+        {
+            return Err(BarrierError::Busy);
+        }
+        Ok(())
+    }
+
+    /// Posts compiled `steps` as `group`'s next barrier (one send token; the caller checked
+    /// [`Port::check_room`]), carrying what `carried` says.
+    pub(super) fn post_compiled(
+        &mut self,
+        group: &Group,
+        steps: Arc<[Step]>,
+        timeout: Option<Duration>,
+        carried: Option<Carried>,
+        started: Instant,
+    ) -> Result<PendingBarrier, BarrierError> {
+        let barrier = self.barrier.next_id(group);
         // A barrier buffer for each running barrier's end, this one's included.
         while (self.endpoint.barrier_tokens.buffers as usize) <= self.barrier.running.len() {
             self.provide_barrier_buffer()?;

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use shared_abi::schedule::RUNNING_BARRIERS;
 
-use crate::{BarrierError, Error, Group, PendingBarrier, Port};
+use crate::{BarrierError, Error, Group, PendingBarrier, PersistentCollective, Port};
 
 use super::transfer::{TransferCounters, TransferError, Transfers};
 #[cfg(doc)]
@@ -35,6 +35,9 @@ enum Carries {
     Nothing,
     Broadcast(usize, Vec<u8>),
     Allreduce(crate::ReduceSpec, Vec<u8>),
+    /// A persistent barrier or allreduce, compiled once, and this member's value (an
+    /// allreduce's).
+    Persistent(PersistentCollective, Vec<u8>),
 }
 
 /// What a running barrier brings at its end: nothing, a broadcast's bytes, or an allreduce's
@@ -166,6 +169,18 @@ impl Endpoint {
         self.enqueue(group, Carries::Allreduce(spec, data.to_vec()))
     }
 
+    /// Queues a start of `persistent` (a barrier or allreduce compiled once by
+    /// [`Port::persistent_barrier`] or [`Port::persistent_allreduce`] on this endpoint's port),
+    /// with this member's `data` for an allreduce; returns its ticket (never 0). It goes to the
+    /// NIC as its compiled steps, one send token, in the order of the endpoint's queue; its end
+    /// comes as a barrier's, and [`Endpoint::take_broadcast`] gives an allreduce's result.
+    pub fn persistent_start(&mut self, persistent: &PersistentCollective, data: &[u8]) -> u64 {
+        self.enqueue(
+            persistent.group(),
+            Carries::Persistent(persistent.clone(), data.to_vec()),
+        )
+    }
+
     /// Queues a broadcast of `group` from rank `root` run by the NIC (`data`: the bytes, at the
     /// root); returns its ticket (never 0). Its end comes as a barrier's; then
     /// [`Endpoint::take_broadcast`] gives the bytes.
@@ -248,6 +263,14 @@ impl Endpoint {
                 Carries::Allreduce(spec, data) => (
                     self.port.nic_allreduce_start(&group, spec, &data),
                     Brings::Result(data),
+                ),
+                Carries::Persistent(persistent, data) => (
+                    self.port.persistent_start(&persistent, &data),
+                    if persistent.reduce().is_some() {
+                        Brings::Result(data)
+                    } else {
+                        Brings::Nothing
+                    },
                 ),
                 Carries::Nothing => (self.port.barrier_start(&group), Brings::Nothing),
             };

@@ -527,10 +527,12 @@ fn compile_programs(dir: &Path) -> Result<()> {
         ("mpicc", "tests/barrier_kill.c", "barrier_kill"),
         ("mpicc", "tests/coll_check.c", "coll_check"),
         ("mpicc", "tests/reduce_check.c", "reduce_check"),
+        ("mpicc", "tests/persistent_check.c", "persistent_check"),
         ("mpicc", "tests/coll_kill.c", "coll_kill"),
         ("mpifort", "tests/barrier.f90", "barrier_fortran"),
         ("mpicc", "bench/barrier_bench.c", "barrier_bench"),
         ("mpicc", "bench/coll_bench.c", "coll_bench"),
+        ("mpicc", "bench/persistent_bench.c", "persistent_bench"),
     ] {
         run(Command::new(compiler)
             .args(["-O2", "-Wall", "-o"])
@@ -635,6 +637,7 @@ pub(crate) fn run_tests(args: &TestArgs) -> Result<()> {
 
     check_opposite_order_barriers(&components, &nicctl, &programs, &run_dir)?;
     check_reductions(&components, &nicctl, &programs, &run_dir)?;
+    check_persistent(&components, &nicctl, &programs, &run_dir)?;
 
     let daemon = Daemon::start(&nicctl, &run_dir.join("plain"), 4, &[])?;
 
@@ -814,6 +817,55 @@ fn check_reductions(
         // Each rank's long reductions are over a hundred; had they gone to the component below,
         // none would count.
         expect_data_over_nic(&text, 5 * 100)?;
+    }
+    Ok(())
+}
+
+/// The persistent collectives (`persistent_check`): MPIX_Barrier_init, MPIX_Allreduce_init and
+/// MPIX_Reduce_init started many times, each result against Open MPI's own operations, and
+/// MPI_Startall of two requests on two communicators listed in opposite orders by even and odd
+/// ranks; at 2 and 5 processes (5 takes the recursive doubling's fix-up), each on its own NIC.
+/// The component's counts say the short reductions went through the NIC, every start of them.
+fn check_persistent(
+    components: &Path,
+    nicctl: &Path,
+    programs: &Path,
+    run_dir: &Path,
+) -> Result<()> {
+    const STARTS: u64 = 3;
+    // What one process combines in the NIC at the least: 26 (operation, type) pairs, two lengths
+    // each, three persistent reductions started STARTS times; and the MPI_Startall's allreduce,
+    // started 4 * STARTS times.
+    const IN_NIC: u64 = 26 * 2 * 3 * STARTS + 4 * STARTS;
+    let daemon = Daemon::start(nicctl, &run_dir.join("persistent"), 5, &[])?;
+    for processes in [2, 5] {
+        println!("\n-- persistent collectives, {processes} processes");
+        let mut command = mpirun(
+            components,
+            &daemon.socket,
+            processes,
+            100,
+            Transport::SharedMemory,
+        )?;
+        command
+            .arg(programs.join("persistent_check"))
+            .arg(STARTS.to_string());
+        let (text, ok) = run_captured(&mut command, Duration::from_secs(120))?;
+        if !ok || !text.contains("persistent_check: ok") {
+            return Err(format!("persistent_check failed at {processes} processes").into());
+        }
+        let combined = reductions_in_nic(&text);
+        println!("reductions combined in the NIC (all processes): {combined}");
+        if combined < processes as u64 * IN_NIC {
+            return Err(format!(
+                "{combined} reductions were combined in the NIC, expected at least {}: a \
+                 persistent start went elsewhere",
+                processes as u64 * IN_NIC
+            )
+            .into());
+        }
+        // The persistent barrier's starts and the MPI_Startall's, beside the reductions.
+        expect_through_nic(&text, processes as u64 * (IN_NIC + 2 * 4 * STARTS))?;
     }
     Ok(())
 }

@@ -357,6 +357,121 @@ fn a_nic_allreduce_gives_every_member_the_same_bits_of_the_schedules_tree() {
     }
 }
 
+/// Persistent collectives (MPI's `MPI_Barrier_init`, `MPI_Allreduce_init`): three members on
+/// three NICs (an odd group: the allreduce takes the non-power-of-two fix-up) compile a barrier
+/// of one group and an `i64` sum of another once, then start both 40 times, the even ranks the
+/// allreduce first and the odd ranks the barrier first, with an ordinary barrier of the first
+/// group now and then (they share its numbering). Every sum is checked; the compiled barrier is
+/// the steps the group's barrier sends; what a start refuses is refused before anything is posted.
+#[test]
+fn persistent_collectives_compiled_once_start_many_times_in_either_order() {
+    use nicbar::{ReduceOp, ReduceSpec, ReduceType};
+    const STARTS: i64 = 40;
+    let cluster = Cluster::new("persistent", 3);
+    let ports = vec![cluster.open(0, 3), cluster.open(1, 3), cluster.open(2, 3)];
+    let members: Vec<Member> = ports.iter().map(member).collect();
+    let barriers = Group::new(members.clone())
+        .unwrap()
+        .with_id(71)
+        .with_timeout(BOUND);
+    let sums = Group::new(members.clone())
+        .unwrap()
+        .with_id(72)
+        .with_timeout(BOUND);
+    let spec = ReduceSpec::new(ReduceOp::SUM, ReduceType::I64);
+    let threads: Vec<_> = ports
+        .into_iter()
+        .enumerate()
+        .map(|(rank, mut port)| {
+            let (barriers, sums, members) = (barriers.clone(), sums.clone(), members.clone());
+            std::thread::spawn(move || {
+                let barrier = port.persistent_barrier(&barriers).unwrap();
+                assert_eq!(
+                    barrier.steps(),
+                    compile(barriers.options().algorithm, &members, rank).as_slice()
+                );
+                let sum = port.persistent_allreduce(&sums, spec, 16).unwrap();
+                assert_eq!(sum.reduce(), Some((spec, 16)));
+                for start in 0..STARTS {
+                    let mine = [rank as i64 + start, -(rank as i64) * start];
+                    let data: Vec<u8> = mine.iter().flat_map(|v| v.to_le_bytes()).collect();
+                    let (pending_sum, pending_barrier) = if rank % 2 == 0 {
+                        let s = port.persistent_start(&sum, &data).unwrap();
+                        (s, port.persistent_start(&barrier, &[]).unwrap())
+                    } else {
+                        let b = port.persistent_start(&barrier, &[]).unwrap();
+                        (port.persistent_start(&sum, &data).unwrap(), b)
+                    };
+                    port.barrier_wait(pending_barrier).unwrap();
+                    let mut result = [0u8; 16];
+                    port.nic_allreduce_wait(pending_sum, &mut result).unwrap();
+                    let got = [
+                        i64::from_le_bytes(result[..8].try_into().unwrap()),
+                        i64::from_le_bytes(result[8..].try_into().unwrap()),
+                    ];
+                    // Ranks 0, 1 and 2: (0 + 1 + 2) + 3 * start, and -(0 + 1 + 2) * start.
+                    assert_eq!(
+                        got,
+                        [3 + 3 * start, -3 * start],
+                        "rank {rank}, start {start}"
+                    );
+                    if start % 8 == 7 {
+                        port.barrier(&barriers).unwrap();
+                    }
+                }
+                // Another length than compiled is refused before anything is posted.
+                assert!(matches!(
+                    port.persistent_start(&sum, &[0; 8]),
+                    Err(BarrierError::Refused {
+                        status: Status::TOO_LONG
+                    })
+                ));
+                port.barrier(&barriers).unwrap();
+                (port, barrier)
+            })
+        })
+        .collect();
+    let mut ports: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    // A persistent collective starts only on the port it was compiled for (its rank's steps).
+    let (mut first, _) = ports.remove(0);
+    let (_, second_barrier) = ports.remove(0);
+    match first.persistent_start(&second_barrier, &[]) {
+        Err(BarrierError::NotAMember { member: m }) => assert_eq!(m, member(&first)),
+        other => panic!("{other:?}"),
+    }
+    // Refused at compile time: a bad length, an operation the type lacks, a stranger's group.
+    assert!(matches!(
+        first.persistent_allreduce(&sums, spec, nicbar::NIC_REDUCE_MAX + 8),
+        Err(BarrierError::Refused {
+            status: Status::TOO_LONG
+        })
+    ));
+    assert!(matches!(
+        first.persistent_allreduce(&sums, ReduceSpec::new(ReduceOp::BXOR, ReduceType::F64), 8),
+        Err(BarrierError::Refused {
+            status: Status::INVALID_TOKEN
+        })
+    ));
+    let strangers = Group::new(members[1..].iter().copied()).unwrap();
+    assert!(matches!(
+        first.persistent_barrier(&strangers),
+        Err(BarrierError::NotAMember { .. })
+    ));
+    // A group of one: nothing goes to the NIC; the allreduce's result is the member's value.
+    let alone = Group::new([member(&first)]).unwrap();
+    let tokens = (first.send_tokens(), first.receive_tokens());
+    let one = first.persistent_allreduce(&alone, spec, 8).unwrap();
+    let pending = first.persistent_start(&one, &7i64.to_le_bytes()).unwrap();
+    let mut result = 7i64.to_le_bytes();
+    first.nic_allreduce_wait(pending, &mut result).unwrap();
+    assert_eq!(i64::from_le_bytes(result), 7);
+    let pending = first
+        .persistent_start(&first.persistent_barrier(&alone).unwrap(), &[])
+        .unwrap();
+    first.barrier_wait(pending).unwrap();
+    assert_eq!((first.send_tokens(), first.receive_tokens()), tokens);
+}
+
 #[test]
 fn a_nic_broadcast_brings_every_member_the_roots_bytes_and_bad_roots_are_refused() {
     let cluster = Cluster::new("broadcast", 2);

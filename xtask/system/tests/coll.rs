@@ -1193,6 +1193,50 @@ fn slow_receiver(rank: usize, endpoint: &mut Endpoint, members: &[Member], eager
     }
 }
 
+/// The endpoint's persistent collectives (what the C API's nicbar_coll_persistent_start()
+/// queues): a barrier and a sum compiled once, started 10 times behind and beside ordinary
+/// barriers of the same group, each sum of the inputs of its own start.
+#[test]
+fn an_endpoint_starts_persistent_collectives_in_queue_order() {
+    run_ranks(
+        "persistent-endpoint",
+        3,
+        None,
+        move |rank, endpoint, members| {
+            let group = nicbar::Group::new(members.iter().copied()).unwrap();
+            endpoint.port_mut().restart_barrier_numbering(&group);
+            let spec = nicbar::ReduceSpec::new(nicbar::ReduceOp::SUM, nicbar::ReduceType::I64);
+            let barrier = endpoint.port().persistent_barrier(&group).unwrap();
+            let sum = endpoint
+                .port()
+                .persistent_allreduce(&group, spec, 8)
+                .unwrap();
+            for start in 0..10i64 {
+                let value = (rank as i64 * 100 + start).to_le_bytes();
+                let tickets = [
+                    endpoint.persistent_start(&barrier, &[]),
+                    endpoint.barrier_start(&group),
+                    endpoint.persistent_start(&sum, &value),
+                ];
+                for wanted in tickets {
+                    loop {
+                        match endpoint.barrier_end(wanted) {
+                            (Some(outcome), _) => break outcome.unwrap(),
+                            (None, true) => {
+                                endpoint.wait(Duration::from_millis(1));
+                            }
+                            (None, false) => panic!("ticket {wanted} lost"),
+                        }
+                    }
+                }
+                let result = endpoint.take_broadcast(tickets[2]).unwrap();
+                // Ranks 0, 1 and 2: 0 + 100 + 200, and the start three times.
+                assert_eq!(result, (300 + 3 * start).to_le_bytes(), "rank {rank}");
+            }
+        },
+    );
+}
+
 /// The endpoint's allreduce in the NIC (what the C API's nicbar_coll_allreduce_start() queues):
 /// every rank gets the same result, queued behind and beside barriers; a group of one gets its
 /// own value.

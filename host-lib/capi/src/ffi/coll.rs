@@ -15,6 +15,9 @@
 //! A failed barrier names the member the NIC waited for by its rank in the group, which is the
 //! rank in the communicator when the group lists the communicator's ranks in order.
 //!
+//! Allreduce in the NIC ([`reduce`]) and persistent barriers and allreduces, compiled once and
+//! started many times ([`persistent`]), are queued and end as barriers do.
+//!
 //! Data collectives (CollGM's: Hoefler et al., *CollGM*, a Myrinet/GM optimized collective
 //! component for Open MPI): nicbar_coll_bcast(), nicbar_coll_scatter[v](),
 //! nicbar_coll_gather[v](), nicbar_coll_alltoall[v]() move contiguous bytes (the caller packs
@@ -41,6 +44,8 @@ use super::{guard, guard_or};
 
 pub mod allreduce;
 pub mod reduce;
+
+pub mod persistent;
 
 /// nicbar_coll_group_new()'s `algorithm`: the library's default for the group's size
 /// (pairwise exchange for a power of two, else one-way dissemination).
