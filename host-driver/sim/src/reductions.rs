@@ -65,12 +65,12 @@ pub struct ReductionCampaign {
 }
 
 impl ReductionCampaign {
-    /// A campaign drawn from `seed`: 2–16 nodes of 1–3 ports, 1 to [`RUNNING_BARRIERS`] groups,
+    /// A campaign drawn from `seed`: 2–12 nodes of 1–3 ports, 1 to [`RUNNING_BARRIERS`] groups,
     /// 2–6 rounds, 0–30 % loss, duplication and reordering; one seed in five kills one or two
     /// processes, and a third of those also stop a node.
     pub fn from_seed(seed: u64) -> Self {
         let mut rng = Rng::new(seed ^ 0x7265_6475_6374_696f);
-        let nodes = rng.range(2..17) as usize;
+        let nodes = rng.range(2..13) as usize;
         let ports = rng.range(1..4) as usize;
         let failures = rng.chance(0.2);
         Self {

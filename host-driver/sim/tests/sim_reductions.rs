@@ -13,9 +13,12 @@ use std::time::Instant;
 use nicbar_sim::reductions::{ReductionCampaign, run};
 use nicbar_sim::seeds_from_env;
 
+/// Seeds the test runs by default (each builds a fabric of real NICs, most of its cost).
+const DEFAULT_SEEDS: u64 = 20;
+
 #[test]
 fn allreduces_through_faults_and_deaths_give_every_member_the_hosts_bytes() {
-    let seeds = seeds_from_env(40);
+    let seeds = seeds_from_env(DEFAULT_SEEDS);
     let started = Instant::now();
     let (mut completions, mut odd, mut failures, mut replayed) = (0, 0, 0, 0);
     let (mut operations, mut types) = (
@@ -53,8 +56,8 @@ fn allreduces_through_faults_and_deaths_give_every_member_the_hosts_bytes() {
     );
     assert!(completions > 0);
     assert!(replayed > 0, "the replay adversary sent nothing again");
-    if seeds.len() >= 40 {
-        // What the default seeds must cover, so that the campaign tests what it says it does.
+    if seeds == (1..=DEFAULT_SEEDS).collect::<Vec<_>>() {
+        // What the default seeds cover, so that the campaign tests what it says it does.
         assert!(
             odd > 0,
             "no allreduce in a group of a size not a power of two"
