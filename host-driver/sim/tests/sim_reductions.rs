@@ -8,6 +8,7 @@
 //! `NICBAR_SIM_SEEDS=10000 cargo test -p nicbar-sim --release --test sim_reductions` runs more;
 //! `NICBAR_SIM_SEED=S` replays one.
 
+use std::collections::BTreeSet;
 use std::time::Instant;
 
 use nicbar_sim::reductions::{ReductionCampaign, run};
@@ -21,10 +22,7 @@ fn allreduces_through_faults_and_deaths_give_every_member_the_hosts_bytes() {
     let seeds = seeds_from_env(DEFAULT_SEEDS);
     let started = Instant::now();
     let (mut completions, mut odd, mut failures, mut replayed) = (0, 0, 0, 0);
-    let (mut operations, mut types) = (
-        std::collections::BTreeSet::new(),
-        std::collections::BTreeSet::new(),
-    );
+    let (mut operations, mut types) = (BTreeSet::new(), BTreeSet::new());
     let mut with_failures = 0;
     for seed in &seeds {
         let campaign = ReductionCampaign::from_seed(*seed);
@@ -45,11 +43,13 @@ fn allreduces_through_faults_and_deaths_give_every_member_the_hosts_bytes() {
     }
     let elapsed = started.elapsed();
     println!(
-        "{} seeds ({with_failures} with deaths or stops) in {elapsed:.2?} ({:.0} seeds/s): \
-         {completions} completions ({odd} in groups of a size not a power of two), \
+        "{} seeds ({}..={}, {with_failures} with deaths or stops) in {elapsed:.2?} ({:.0} \
+         seeds/s): {completions} completions ({odd} in groups of a size not a power of two), \
          {failures} failures reported, {replayed} packets replayed, {} operations and {} types \
          completed",
         seeds.len(),
+        seeds.first().copied().unwrap_or(0),
+        seeds.last().copied().unwrap_or(0),
         seeds.len() as f64 / elapsed.as_secs_f64(),
         operations.len(),
         types.len()
