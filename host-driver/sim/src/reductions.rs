@@ -10,7 +10,7 @@
 //!
 //! Checked as it runs:
 //! - **Results**: every member that completes an allreduce gets exactly the bytes the host
-//!   computes natively ([`reference`]), and so the same bytes at every member.
+//!   computes natively ([`mod@reference`]), and so the same bytes at every member.
 //! - **Safety**: no member completes an allreduce before every member entered it (the
 //!   completion is observed the instant the NIC writes it).
 //! - **Liveness**: every allreduce completes at every living member, or a member that does not
