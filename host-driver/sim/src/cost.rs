@@ -81,6 +81,13 @@
 //! formulas, computed per step with no storage, and every run checks them against `compile` for
 //! a sample of ranks (the tests check every rank at every size up to a few hundred).
 //!
+//! # Allreduce
+//!
+//! [`allreduce`] runs the NIC's small allreduce (recursive doubling with the non-power-of-two
+//! fix-up, combining up to 32 bytes in each step) NIC-based or host-based: the pairwise exchange
+//! barrier's packets, plus a caller-given cost for each step that combines, on the processor that
+//! runs the schedule.
+//!
 //! # Hoefler et al.'s self-tuning
 //!
 //! [`lop`] fits Hoefler et al.'s LoP model to a 1:P ping-pong's round trips, measured (`cargo xtask
@@ -88,6 +95,7 @@
 //! dissemination `n` best for each group size; `cargo xtask sim tune` simulates that `n` beside
 //! `n = 1` and the other algorithms to 65,536 nodes.
 
+pub mod allreduce;
 pub mod engine;
 pub mod figures;
 pub mod lop;
@@ -96,6 +104,9 @@ pub mod params;
 pub mod schedules;
 pub mod sweep;
 
-pub use engine::{Mode, Outcome, SimulationError, Transmission, simulate, simulate_traced};
+pub use allreduce::{AllreduceSchedules, simulate_allreduce};
+pub use engine::{
+    Mode, Outcome, SimulationError, Transmission, simulate, simulate_combining, simulate_traced,
+};
 pub use params::CostParams;
 pub use schedules::{ModelStep, SchedulePolicy, ScheduleSet, ScheduleSource};

@@ -19,6 +19,7 @@ pub mod memory;
 pub mod messages;
 pub mod overlap;
 pub mod rdma;
+pub mod reductions;
 pub mod restarts;
 pub mod rng;
 pub mod world;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use firmware::{Config, Hal};
 use nicbar_schedule::{Algorithm, compile};
+use nicbar_sim::cost::allreduce::simulate_allreduce;
 use nicbar_sim::cost::engine::{Mode, simulate, simulate_traced};
 use nicbar_sim::cost::figures;
 use nicbar_sim::cost::params::{CostParams, FitAssumptions, fit};
@@ -550,4 +551,62 @@ fn bad_costs_are_refused() {
         ..CostParams::ZERO
     };
     assert!(simulate(&schedules, &params, Mode::Nic).is_err());
+}
+
+/// The allreduce a user models is the pairwise exchange barrier plus its combines. With no
+/// combine cost it takes the barrier's time at every size, NIC-based and host-based (the same
+/// packets between the same ranks). With a combine cost `c`, at a power of two it takes exactly
+/// the barrier's time plus `log2 N · c` (one combine per round on the critical path, and nothing
+/// queues behind one); NIC-based, at any size, never less than the barrier plus `⌈log2 N⌉ · c`
+/// (the fix-up's combine and one per round, on one serial processor). It grows with the group
+/// as the barrier does: from one power of two to the next, and no group is faster than the
+/// largest power of two within it (the fix-up's two extra messages make 3 members slower than 4).
+#[test]
+fn allreduce_is_the_pairwise_exchange_barrier_plus_its_combines_and_grows_with_the_group() {
+    let fit = fitted();
+    let combine = 1.5;
+    for (card, params) in [("LANai 4.3", fit.lanai43), ("LANai 7.2", fit.lanai72)] {
+        for mode in [Mode::Nic, Mode::Host] {
+            let mut at_power = 0.0;
+            for nodes in 2..=130usize {
+                let barrier = simulate(
+                    &CompiledSchedules::new(Algorithm::PairwiseExchange, nodes).unwrap(),
+                    &params,
+                    mode,
+                )
+                .unwrap()
+                .latency;
+                let free = simulate_allreduce(nodes, &params, mode, 0.0).unwrap();
+                assert!(
+                    close(free.latency, barrier),
+                    "{card} {mode} {nodes}: allreduce without combine cost {} != barrier {barrier}",
+                    free.latency
+                );
+                let reduce = simulate_allreduce(nodes, &params, mode, combine)
+                    .unwrap()
+                    .latency;
+                let rounds = f64::from(nodes.next_power_of_two().trailing_zeros());
+                let combined = barrier + rounds * combine;
+                if nodes.is_power_of_two() {
+                    assert!(
+                        close(reduce, combined),
+                        "{card} {mode} {nodes}: allreduce {reduce} != barrier {barrier} + \
+                         {rounds} · {combine}"
+                    );
+                    at_power = reduce;
+                } else if mode == Mode::Nic {
+                    assert!(
+                        reduce >= combined - 1e-9,
+                        "{card} {mode} {nodes}: allreduce {reduce} < barrier {barrier} + \
+                         {rounds} · {combine}"
+                    );
+                }
+                assert!(
+                    reduce >= at_power,
+                    "{card} {mode}: allreduce at {nodes} ({reduce}) faster than at the power of \
+                     two below ({at_power})"
+                );
+            }
+        }
+    }
 }

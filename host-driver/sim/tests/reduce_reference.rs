@@ -2,7 +2,8 @@
 //! every group size from 1 to 9, each member running its allreduce schedule
 //! (`nicbar_schedule::allreduce`) with the firmware's combine (`firmware::reduce::combine`) over
 //! a wire that delivers in a seeded random order. Every member's result must be the bytes the
-//! host computes with native arithmetic in the schedule's documented order, and so the same on
+//! host computes with native arithmetic in the schedule's documented order
+//! (`nicbar_sim::reductions::reference`), and so the same on
 //! every member and in every run.
 //!
 //! `NICBAR_SIM_SEED=S` replays one wire order; the seeds are printed on failure.
@@ -11,6 +12,7 @@ use std::collections::HashMap;
 
 use firmware::reduce::combine;
 use nicbar_schedule::{Member, StepCombine, StepOp, allreduce};
+use nicbar_sim::reductions::reference;
 use shared_abi::ids::{NodeId, PortId};
 use shared_abi::reduce::{REDUCE_MAX, ReduceOp, ReduceSpec, ReduceType};
 use shared_abi::schedule::{MAX_SCHEDULE_STEPS, Step};
@@ -100,139 +102,6 @@ fn run_in_nics(spec: ReduceSpec, inputs: &[Vec<u8>], seed: u64) -> Vec<Vec<u8>> 
     values
 }
 
-/// One element's reference combination, in native arithmetic (`a ⊕ b`).
-macro_rules! int_element {
-    ($t:ty, $op:expr, $a:expr, $b:expr) => {{
-        let (a, b) = (
-            <$t>::from_le_bytes($a.try_into().unwrap()),
-            <$t>::from_le_bytes($b.try_into().unwrap()),
-        );
-        let r: $t = match $op {
-            ReduceOp::SUM => a.wrapping_add(b),
-            ReduceOp::PROD => a.wrapping_mul(b),
-            ReduceOp::MIN => a.min(b),
-            ReduceOp::MAX => a.max(b),
-            ReduceOp::LAND => <$t>::from(a != 0 && b != 0),
-            ReduceOp::LOR => <$t>::from(a != 0 || b != 0),
-            ReduceOp::LXOR => <$t>::from((a != 0) != (b != 0)),
-            ReduceOp::BAND => a & b,
-            ReduceOp::BOR => a | b,
-            ReduceOp::BXOR => a ^ b,
-            _ => unreachable!(),
-        };
-        r.to_le_bytes().to_vec()
-    }};
-}
-
-macro_rules! float_element {
-    ($t:ty, $op:expr, $a:expr, $b:expr) => {{
-        let (a, b) = (
-            <$t>::from_le_bytes($a.try_into().unwrap()),
-            <$t>::from_le_bytes($b.try_into().unwrap()),
-        );
-        let r: $t = match $op {
-            ReduceOp::SUM => a + b,
-            ReduceOp::PROD => a * b,
-            ReduceOp::MIN => {
-                if b < a {
-                    b
-                } else {
-                    a
-                }
-            }
-            ReduceOp::MAX => {
-                if b > a {
-                    b
-                } else {
-                    a
-                }
-            }
-            _ => unreachable!(),
-        };
-        r.to_le_bytes().to_vec()
-    }};
-}
-
-/// `a < b` for one value of `datatype`, natively.
-fn value_less(datatype: ReduceType, a: &[u8], b: &[u8]) -> bool {
-    macro_rules! lt {
-        ($t:ty) => {
-            <$t>::from_le_bytes(a.try_into().unwrap()) < <$t>::from_le_bytes(b.try_into().unwrap())
-        };
-    }
-    match datatype {
-        ReduceType::I8 => lt!(i8),
-        ReduceType::U8 => lt!(u8),
-        ReduceType::I16 => lt!(i16),
-        ReduceType::U16 => lt!(u16),
-        ReduceType::I32 => lt!(i32),
-        ReduceType::U32 => lt!(u32),
-        ReduceType::I64 => lt!(i64),
-        ReduceType::U64 => lt!(u64),
-        ReduceType::F32 => lt!(f32),
-        ReduceType::F64 => lt!(f64),
-        _ => unreachable!(),
-    }
-}
-
-/// `a ⊕ b` for whole payloads, natively.
-fn reference_combine(spec: ReduceSpec, a: &[u8], b: &[u8]) -> Vec<u8> {
-    let element = spec.element_size();
-    let width = spec.datatype.size();
-    let mut out = Vec::with_capacity(a.len());
-    for (x, y) in a.chunks(element).zip(b.chunks(element)) {
-        if spec.op.is_pairwise() {
-            let (xv, yv) = (&x[..width], &y[..width]);
-            let (xi, yi) = (
-                i32::from_le_bytes(x[width..].try_into().unwrap()),
-                i32::from_le_bytes(y[width..].try_into().unwrap()),
-            );
-            let better = if spec.op == ReduceOp::MINLOC {
-                value_less(spec.datatype, yv, xv)
-            } else {
-                value_less(spec.datatype, xv, yv)
-            };
-            let tie = xv == yv;
-            out.extend_from_slice(if better || (tie && yi < xi) { y } else { x });
-            continue;
-        }
-        out.extend(match spec.datatype {
-            ReduceType::I8 => int_element!(i8, spec.op, x, y),
-            ReduceType::U8 => int_element!(u8, spec.op, x, y),
-            ReduceType::I16 => int_element!(i16, spec.op, x, y),
-            ReduceType::U16 => int_element!(u16, spec.op, x, y),
-            ReduceType::I32 => int_element!(i32, spec.op, x, y),
-            ReduceType::U32 => int_element!(u32, spec.op, x, y),
-            ReduceType::I64 => int_element!(i64, spec.op, x, y),
-            ReduceType::U64 => int_element!(u64, spec.op, x, y),
-            ReduceType::F32 => float_element!(f32, spec.op, x, y),
-            ReduceType::F64 => float_element!(f64, spec.op, x, y),
-            _ => unreachable!(),
-        });
-    }
-    out
-}
-
-/// The host's result: the schedule's documented tree — the fix-up's pairs `x_i ⊕ x_(i+p)`
-/// first, then neighbours level by level, lower on the left.
-fn reference(spec: ReduceSpec, inputs: &[Vec<u8>]) -> Vec<u8> {
-    let members = inputs.len();
-    let power = 1usize << (usize::BITS - 1 - members.leading_zeros());
-    let mut level: Vec<Vec<u8>> = (0..power)
-        .map(|i| match inputs.get(i + power) {
-            Some(partner) => reference_combine(spec, &inputs[i], partner),
-            None => inputs[i].clone(),
-        })
-        .collect();
-    while level.len() > 1 {
-        level = level
-            .chunks(2)
-            .map(|pair| reference_combine(spec, &pair[0], &pair[1]))
-            .collect();
-    }
-    level.remove(0)
-}
-
 /// A member's payload: values that cover signs, zero, one and extremes, and (for pairs) the
 /// member's rank as the index, ties made likely by a small value range.
 fn payload(spec: ReduceSpec, rank: usize, rng: &mut Rng) -> Vec<u8> {
@@ -285,7 +154,7 @@ fn every_operation_on_every_type_at_1_to_9_members_matches_the_host_on_every_mem
                 let inputs: Vec<Vec<u8>> = (0..members)
                     .map(|rank| payload(spec, rank, &mut rng))
                     .collect();
-                let expected = reference(spec, &inputs);
+                let expected = reference::allreduce(spec, &inputs);
                 for run in 0..3 {
                     let wire_seed = rng.next();
                     let results = run_in_nics(spec, &inputs, wire_seed);

@@ -121,6 +121,28 @@ pub fn simulate<S: ScheduleSource + ?Sized>(
     Engine::new(schedules, params, mode, false)?.run()
 }
 
+/// As [`simulate`], for a reduction: every receiving step that
+/// [`ScheduleSource::combines`] costs `combine` µs more on the processor that runs the schedule
+/// (the NIC's, NIC-based; the host's, host-based), once its packet is taken.
+///
+/// # Errors
+/// As [`simulate`], and [`SimulationError::BadParams`] if `combine` is negative or not finite.
+pub fn simulate_combining<S: ScheduleSource + ?Sized>(
+    schedules: &S,
+    params: &CostParams,
+    mode: Mode,
+    combine: f64,
+) -> Result<Outcome, SimulationError> {
+    if !combine.is_finite() || combine < 0.0 {
+        return Err(SimulationError::BadParams(format!(
+            "the combine cost is {combine}"
+        )));
+    }
+    let mut engine = Engine::new(schedules, params, mode, false)?;
+    engine.combine = combine;
+    engine.run()
+}
+
 /// As [`simulate`], and also returns every packet put on the wire, in the order transmitted.
 ///
 /// # Errors
@@ -247,6 +269,8 @@ struct Engine<'a, S: ?Sized> {
     params: CostParams,
     busy: Busy,
     mode: Mode,
+    /// A reduction's cost per combining step (0 for a barrier).
+    combine: f64,
     ranks: Vec<RankState>,
     heap: BinaryHeap<Event>,
     order: u32,
@@ -275,6 +299,7 @@ impl<'a, S: ScheduleSource + ?Sized> Engine<'a, S> {
                 rdma: params.rdma * params.busy_share,
             },
             mode,
+            combine: 0.0,
             ranks: vec![RankState::default(); count],
             heap: BinaryHeap::with_capacity(count * 2),
             order: 0,
@@ -422,6 +447,15 @@ impl<'a, S: ScheduleSource + ?Sized> Engine<'a, S> {
             .remove(&arrival_key(rank as u32, step.peer, step.round))
     }
 
+    /// What taking step `index` of `rank` costs on top: a reduction's combine, if it combines.
+    fn combine_cost(&self, rank: usize, index: usize) -> f64 {
+        if self.combine > 0.0 && self.schedules.combines(rank, index) {
+            self.combine
+        } else {
+            0.0
+        }
+    }
+
     /// NIC-based: the barrier engine runs from `now` as far as the record lets it, back to back
     /// on the NIC processor.
     fn run_nic(&mut self, rank: usize, now: f64) {
@@ -452,6 +486,7 @@ impl<'a, S: ScheduleSource + ?Sized> Engine<'a, S> {
                 self.ranks[rank].flags |= SENT_CURRENT;
             }
             if self.take_arrived(rank, step) {
+                now += self.combine_cost(rank, index);
                 let state = &mut self.ranks[rank];
                 state.index += 1;
                 state.flags &= !SENT_CURRENT;
@@ -496,7 +531,9 @@ impl<'a, S: ScheduleSource + ?Sized> Engine<'a, S> {
                 self.ranks[rank].flags |= SENT_CURRENT;
             }
             if self.take_arrived(rank, step) {
-                // Already taken (and HRecv paid) when it reached host memory.
+                // Already taken (and HRecv paid) when it reached host memory; a reduction
+                // combines it now.
+                now += self.combine_cost(rank, index);
                 let state = &mut self.ranks[rank];
                 state.index += 1;
                 state.flags &= !SENT_CURRENT;

@@ -65,7 +65,7 @@ impl ModelStep {
     }
 
     /// The model's form of a compiled step in a group where rank `i` is node `i`.
-    fn from_compiled(step: &Step) -> Option<Self> {
+    pub(crate) fn from_compiled(step: &Step) -> Option<Self> {
         let kind = match step.op {
             StepOp::SEND => StepKind::Send,
             StepOp::RECV => StepKind::Recv,
@@ -88,6 +88,11 @@ pub trait ScheduleSource {
     fn steps(&self, rank: usize) -> usize;
     /// Step `index` of `rank`'s schedule, for `rank < ranks()` and `index < steps(rank)`.
     fn step(&self, rank: usize, index: usize) -> ModelStep;
+    /// Whether step `index` of `rank`'s schedule combines the value its packet carries with the
+    /// rank's own (a reduction's step; a barrier's never does).
+    fn combines(&self, _rank: usize, _index: usize) -> bool {
+        false
+    }
 }
 
 /// Why a schedule set could not be built.
