@@ -134,7 +134,11 @@ impl<const N: usize> Neighbours<N> {
             }) => Resolution::Known(*mac),
             Some(entry) => {
                 let due = match entry.state {
-                    State::Asked(since) => now.saturating_sub(since) >= REQUEST_INTERVAL,
+                    // In nanoseconds: `Duration`'s own subtraction links a panic path.
+                    State::Asked(since) => {
+                        now.as_nanos().saturating_sub(since.as_nanos())
+                            >= REQUEST_INTERVAL.as_nanos()
+                    }
                     _ => true,
                 };
                 if due {
