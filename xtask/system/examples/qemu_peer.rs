@@ -4,7 +4,9 @@
 //!
 //! `cargo run -p nicbar-system --example qemu_peer -- --socket S --unit U --nodes N`
 //!
-//! Peer `U` opens port `--port` of unit `U` (whose node id is `U`), and the peers form a ring:
+//! Peer `U` opens port `--port` of unit `U`, whose node id is `U` (or `--node`: on a fabric that
+//! mixes QEMU and daemon NICs, each control socket numbers its own units), and the peers form a
+//! ring by node id:
 //! each sends `--messages` messages to the next node and checks every byte of those the previous
 //! node sends it. Then, for each algorithm, `--barriers` barriers of all `N` ports, entering at
 //! staggered times. It prints one line per result, which `cargo xtask qemu` checks across the
@@ -39,9 +41,12 @@ struct Args {
     /// The control socket of `nicctl qemu`.
     #[arg(long)]
     socket: PathBuf,
-    /// The unit (and node id) this peer's port is on.
+    /// The unit this peer's port is on.
     #[arg(long)]
     unit: u8,
+    /// The unit's node id [default: the unit].
+    #[arg(long)]
+    node: Option<u16>,
     /// How many nodes (peers) there are.
     #[arg(long)]
     nodes: u16,
@@ -66,11 +71,19 @@ fn main() {
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
+impl Args {
+    /// The node id this peer's port is on.
+    fn node(&self) -> u16 {
+        self.node.unwrap_or(u16::from(self.unit))
+    }
+}
+
 fn run(args: &Args) -> Result<()> {
-    if args.nodes < 2 || u16::from(args.unit) >= args.nodes {
+    if args.nodes < 2 || args.node() >= args.nodes {
         return Err(format!(
-            "unit {} is not one of {} nodes (2 at least)",
-            args.unit, args.nodes
+            "node {} is not one of {} nodes (2 at least)",
+            args.node(),
+            args.nodes
         )
         .into());
     }
@@ -82,12 +95,12 @@ fn run(args: &Args) -> Result<()> {
         args.port,
         port.generation().get()
     );
-    if port.node_id().get() != u16::from(args.unit) {
+    if port.node_id().get() != args.node() {
         return Err(format!(
             "unit {} is node {}, expected node {}",
             args.unit,
             port.node_id().get(),
-            args.unit
+            args.node()
         )
         .into());
     }
@@ -121,7 +134,7 @@ fn run(args: &Args) -> Result<()> {
     if nodes > 2 {
         algorithms.push(("dissemination-2", Algorithm::Dissemination { n: 2 }));
     }
-    let rank = usize::from(args.unit);
+    let rank = usize::from(args.node());
     for (name, algorithm) in algorithms {
         let options = BarrierOptions::for_members(nodes)
             .with_algorithm(algorithm)
@@ -150,7 +163,7 @@ fn run(args: &Args) -> Result<()> {
 }
 
 /// The bytes of message `index` from `sender`.
-fn message(sender: u8, index: u32) -> Vec<u8> {
+fn message(sender: u16, index: u32) -> Vec<u8> {
     let length = 16 + (index as usize * 37) % 232;
     (0..length)
         .map(|k| (usize::from(sender) * 31 + index as usize * 7 + k) as u8)
@@ -161,14 +174,14 @@ fn message(sender: u8, index: u32) -> Vec<u8> {
 /// checking each byte, sender and status: message `i` goes out once message `i - 1` was sent and
 /// received (the previous node may be one message ahead, so arrivals are counted on their own).
 fn exchange_messages(port: &mut Port, args: &Args) -> Result<()> {
-    let next = NodeId::new((u16::from(args.unit) + 1) % args.nodes);
-    let previous = (u16::from(args.unit) + args.nodes - 1) % args.nodes;
+    let next = NodeId::new((args.node() + 1) % args.nodes);
+    let previous = (args.node() + args.nodes - 1) % args.nodes;
     let started = Instant::now();
     let mut bytes = 0;
     let mut spare = Vec::new();
     let mut received = 0;
     for index in 0..args.messages {
-        let payload = message(args.unit, index);
+        let payload = message(args.node(), index);
         let mut buffer = match spare.pop() {
             Some(buffer) => buffer,
             None => port.dma_alloc(256)?,
@@ -222,7 +235,7 @@ fn exchange_messages(port: &mut Port, args: &Args) -> Result<()> {
                     status,
                     ..
                 } => {
-                    let expected = message(previous as u8, received);
+                    let expected = message(previous, received);
                     if status != Status::SUCCESS
                         || sender_node.get() != previous
                         || buffer[..length] != expected[..]
