@@ -19,6 +19,10 @@
 //! done
 //! ```
 //!
+//! With `--ping-pong-with P`, the peer instead measures `--round-trips` round trips of one
+//! 64-byte message with node `P` (the lower node sends, the other echoes) and the lower node
+//! prints `pingpong round_trips=R mean_us=M p50_us=Q min_us=L`.
+//!
 //! Times are `CLOCK_MONOTONIC` nanoseconds, comparable across the processes of one host. Every
 //! wait is bounded; any failure exits non-zero with a message saying what and where.
 
@@ -59,6 +63,12 @@ struct Args {
     /// Barriers per algorithm.
     #[arg(long, default_value_t = 40)]
     barriers: u32,
+    /// Measure round trips with this node instead of the ring and the barriers.
+    #[arg(long)]
+    ping_pong_with: Option<u16>,
+    /// Round trips of `--ping-pong-with`.
+    #[arg(long, default_value_t = 1000)]
+    round_trips: u32,
 }
 
 fn main() {
@@ -108,6 +118,9 @@ fn run(args: &Args) -> Result<()> {
         let buffer = port.dma_alloc(256)?;
         port.provide_receive_buffer(buffer, SIZE, Priority::LOW, tag as u32)
             .map_err(|refused| refused.error)?;
+    }
+    if let Some(other) = args.ping_pong_with {
+        return ping_pong(port, args, other);
     }
     let group =
         Group::from_endpoints((0..args.nodes).map(|node| (NodeId::new(node), PortId(args.port))))?;
@@ -159,6 +172,113 @@ fn run(args: &Args) -> Result<()> {
         .map_err(|error| format!("the closing barrier: {error}"))?;
     port.close()?;
     println!("done");
+    Ok(())
+}
+
+/// Round trips of one 64-byte message with node `other`: the lower node sends and times, the
+/// other echoes what it receives. Both ports meet in a barrier before and after.
+fn ping_pong(mut port: Port, args: &Args, other: u16) -> Result<()> {
+    const LENGTH: usize = 64;
+    let me = args.node();
+    // Both sides list the members in the same order: lower node first.
+    let group = Group::from_endpoints([
+        (NodeId::new(me.min(other)), PortId(args.port)),
+        (NodeId::new(me.max(other)), PortId(args.port)),
+    ])?
+    .with_timeout(Duration::from_secs(60));
+    port.barrier(&group)
+        .map_err(|error| format!("the ping-pong's starting barrier: {error}"))?;
+    let initiator = me < other;
+    let mut spare = Vec::new();
+    let mut times = Vec::with_capacity(args.round_trips as usize);
+    for index in 0..args.round_trips {
+        let started = Instant::now();
+        if initiator {
+            let payload = message(me, index);
+            send_one(
+                &mut port,
+                &mut spare,
+                &payload[..LENGTH.min(payload.len())],
+                other,
+                index,
+            )?;
+        }
+        // Wait for the message (and take the SENT of what went out).
+        let received = loop {
+            let event = port
+                .receive_timeout(STEP_TIMEOUT)?
+                .ok_or_else(|| format!("round trip {index}: nothing within {STEP_TIMEOUT:?}"))?;
+            match event {
+                Event::Sent { buffer, status, .. } if status == Status::SUCCESS => {
+                    spare.push(buffer);
+                }
+                Event::Received {
+                    buffer,
+                    length,
+                    tag,
+                    sender_node,
+                    status,
+                    ..
+                } if status == Status::SUCCESS && sender_node.get() == other => {
+                    let bytes = buffer[..length].to_vec();
+                    port.provide_receive_buffer(buffer, SIZE, Priority::LOW, tag)
+                        .map_err(|refused| refused.error)?;
+                    break bytes;
+                }
+                other => return Err(format!("round trip {index}: unexpected {other:?}").into()),
+            }
+        };
+        if initiator {
+            times.push(started.elapsed());
+        } else {
+            send_one(&mut port, &mut spare, &received, other, index)?;
+        }
+    }
+    port.barrier(&group)
+        .map_err(|error| format!("the ping-pong's closing barrier: {error}"))?;
+    if initiator {
+        times.sort_unstable();
+        let total: Duration = times.iter().sum();
+        let count = times.len().max(1) as u32;
+        println!(
+            "pingpong round_trips={} mean_us={:.1} p50_us={:.1} min_us={:.1}",
+            times.len(),
+            (total / count).as_secs_f64() * 1e6,
+            times
+                .get(times.len() / 2)
+                .map_or(0.0, |t| t.as_secs_f64() * 1e6),
+            times.first().map_or(0.0, |t| t.as_secs_f64() * 1e6),
+        );
+    }
+    port.close()?;
+    println!("done");
+    Ok(())
+}
+
+/// Sends `payload` to port `--port` of node `to`, in a spare buffer if there is one.
+fn send_one(
+    port: &mut Port,
+    spare: &mut Vec<nicbar::DmaBuffer>,
+    payload: &[u8],
+    to: u16,
+    context: u32,
+) -> Result<()> {
+    let mut buffer = match spare.pop() {
+        Some(buffer) => buffer,
+        None => port.dma_alloc(256)?,
+    };
+    buffer[..payload.len()].copy_from_slice(payload);
+    let port_id = port.port_id();
+    port.send(
+        buffer,
+        payload.len(),
+        SIZE,
+        Priority::LOW,
+        NodeId::new(to),
+        port_id,
+        u64::from(context),
+    )
+    .map_err(|refused| format!("round trip {context}: {}", refused.error))?;
     Ok(())
 }
 
