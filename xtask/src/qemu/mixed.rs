@@ -8,7 +8,8 @@
 //! address 10.77.0.K, and writes one fabric map naming every node at 10.77.0.K:47000. Even
 //! nodes are QEMU NICs (`nicctl qemu --virtio-net tap --fabric --node`), odd ones daemon NICs
 //! (`nicctl emulate --fabric --node`), so every hop of the peers' ring crosses from one kind to
-//! the other. One `qemu_peer` per node runs the messages and the barriers of every algorithm,
+//! the other. One `qemu_peer` per node runs the messages, the barriers of every algorithm and
+//! NIC broadcasts from every root,
 //! checked as in the other stages; the QEMU NICs' reports must show a clean power-off and no
 //! packet through the switch. With `--ping-pong N`, node pairs of each kind then measure round
 //! trips of one 64-byte message.
@@ -32,6 +33,11 @@ const TAP_PREFIX: &str = "nbtap";
 const MTU: &str = "9000";
 /// How long the namespaced run may take, boots and peers included.
 const INSIDE_TIMEOUT: Duration = Duration::from_secs(240);
+
+/// NIC broadcasts each peer runs: two rounds of roots.
+fn broadcasts(shape: &Args) -> u32 {
+    2 * u32::from(shape.nodes)
+}
 
 /// Whether node `node` of a mixed fabric is a QEMU NIC (else a daemon NIC).
 fn is_qemu(node: u16) -> bool {
@@ -220,7 +226,8 @@ pub(super) fn run_inside(tools: &Tools, target: &str, image: &Path, shape: &Args
             .args(["--unit", &unit.to_string(), "--node", &node.to_string()])
             .args(["--nodes", &shape.nodes.to_string()])
             .args(["--messages", &shape.messages.to_string()])
-            .args(["--barriers", &shape.barriers.to_string()]);
+            .args(["--barriers", &shape.barriers.to_string()])
+            .args(["--broadcasts", &broadcasts(shape).to_string()]);
         println!("running: {}", show(&command));
         peers.push(children.spawn(&format!("peer {node}"), &mut command, false)?);
     }
@@ -238,6 +245,12 @@ pub(super) fn run_inside(tools: &Tools, target: &str, image: &Path, shape: &Args
     }
     let peers_took = peers_started.elapsed();
     let outcome = check_peers(&children, &peers, shape)?;
+    let expected = format!("broadcasts={} checked", broadcasts(shape));
+    for &peer in &peers {
+        if !children.lines(peer).contains(&expected) {
+            return Err(format!("{} did not report {expected:?}", children.name(peer)).into());
+        }
+    }
 
     let mut pairs = Vec::new();
     if shape.ping_pong > 0 {
@@ -304,12 +317,18 @@ pub(super) fn run_inside(tools: &Tools, target: &str, image: &Path, shape: &Args
         if field(line, "barriers_failed") != Some("0") {
             return Err(format!("a QEMU NIC failed barriers: {line}").into());
         }
-        // The ring's messages, and the ping-pongs' the node took part in.
+        // The checked barriers, the ring's opening and closing ones, and the broadcasts (each
+        // is a barrier too); the ping-pongs' two each.
         let node = field(line, "node").and_then(|node| node.parse::<u16>().ok());
         let ping_pongs = pairs
             .iter()
             .filter(|(_, a, b, _)| Some(*a) == node || Some(*b) == node)
             .count() as u64;
+        let barriers = outcome.barriers as u64 + 2 + u64::from(broadcasts(shape)) + 2 * ping_pongs;
+        if field(line, "barriers_completed") != Some(&barriers.to_string()) {
+            return Err(format!("a QEMU NIC did not complete {barriers} barriers: {line}").into());
+        }
+        // The ring's messages, and the ping-pongs' the node took part in.
         let expected = u64::from(shape.messages) + ping_pongs * u64::from(shape.ping_pong);
         if field(line, "messages_delivered") != Some(&expected.to_string()) {
             return Err(format!("a QEMU NIC did not deliver {expected} messages: {line}").into());
@@ -327,14 +346,15 @@ pub(super) fn run_inside(tools: &Tools, target: &str, image: &Path, shape: &Args
 
     println!(
         "mixed: {} nodes ({} QEMU, {} daemon), {} messages each way checked byte for byte and \
-         in order, {} barriers of {} algorithms on every node, none left early; {:.1} s to a \
-         serving fabric, {:.1} s of peers",
+         in order, {} barriers of {} algorithms on every node, none left early, {} NIC \
+         broadcasts from every root checked; {:.1} s to a serving fabric, {:.1} s of peers",
         shape.nodes,
         qemu_nodes.len(),
         daemon_nodes.len(),
         shape.messages,
         outcome.barriers,
         outcome.algorithms,
+        broadcasts(shape),
         booted.as_secs_f64(),
         peers_took.as_secs_f64()
     );

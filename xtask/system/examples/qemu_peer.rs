@@ -16,8 +16,12 @@
 //! open unit=U node=N port=P generation=G
 //! messages sent=M received=M bytes=B elapsed_us=T
 //! barrier algorithm=NAME index=I enter_ns=E exit_ns=X
+//! broadcasts=B checked
 //! done
 //! ```
+//!
+//! With `--broadcasts B`, the peers then run B NIC broadcasts, the root going round the nodes,
+//! each of a length and bytes of its own, checked byte for byte at every member.
 //!
 //! With `--ping-pong-with P`, the peer instead measures `--round-trips` round trips of one
 //! 64-byte message with node `P` (the lower node sends, the other echoes) and the lower node
@@ -63,6 +67,9 @@ struct Args {
     /// Barriers per algorithm.
     #[arg(long, default_value_t = 40)]
     barriers: u32,
+    /// NIC broadcasts after the barriers, the root going round the nodes.
+    #[arg(long, default_value_t = 0)]
+    broadcasts: u32,
     /// Measure round trips with this node instead of the ring and the barriers.
     #[arg(long)]
     ping_pong_with: Option<u16>,
@@ -166,6 +173,29 @@ fn run(args: &Args) -> Result<()> {
             println!("barrier algorithm={name} index={index} enter_ns={enter} exit_ns={exit}");
         }
     }
+    for index in 0..args.broadcasts {
+        let root = index as usize % nodes;
+        let expected = broadcast_bytes(root, index);
+        let mut data = if root == rank {
+            expected.clone()
+        } else {
+            vec![0; nicbar::NIC_BROADCAST_MAX]
+        };
+        let length = port
+            .nic_broadcast(&group, root, &mut data)
+            .map_err(|error| format!("broadcast {index} from node {root}: {error}"))?;
+        if length != expected.len() || data[..length] != expected[..] {
+            return Err(format!(
+                "broadcast {index} from node {root}: {length} bytes {:?}, expected {:?}",
+                &data[..length.min(data.len())],
+                expected
+            )
+            .into());
+        }
+    }
+    if args.broadcasts > 0 {
+        println!("broadcasts={} checked", args.broadcasts);
+    }
     // The last barrier may have completed here before its last packets reached the others; one
     // more keeps every port open until everyone is through.
     port.barrier_with(&group, &options)
@@ -173,6 +203,14 @@ fn run(args: &Args) -> Result<()> {
     port.close()?;
     println!("done");
     Ok(())
+}
+
+/// The bytes broadcast `index` from node `root` carries: 1 to `NIC_BROADCAST_MAX` of them.
+fn broadcast_bytes(root: usize, index: u32) -> Vec<u8> {
+    let length = 1 + (index as usize * 13 + root) % nicbar::NIC_BROADCAST_MAX;
+    (0..length)
+        .map(|k| (root * 17 + index as usize * 5 + k) as u8)
+        .collect()
 }
 
 /// Round trips of one 64-byte message with node `other`: the lower node sends and times, the
