@@ -137,7 +137,11 @@ pub fn run_qemu(args: QemuArgs) -> CliResult {
     config.virtio_net = args.virtio_net;
     config.tap_prefix = args.tap_prefix.clone();
     if let Some(path) = &args.fabric {
-        place_on_fabric(&mut config, &FabricMap::read(path)?, &args.node_ids)?;
+        let (node_ids, node_count) =
+            fabric_placement(&FabricMap::read(path)?, &args.node_ids, config.virtio_net)?;
+        config.nodes = u16::try_from(node_ids.len()).map_err(|_| "too many --node ids")?;
+        config.node_ids = Some(node_ids);
+        config.node_count = Some(node_count);
         if let Some(key) = &args.fabric_key {
             config.fabric_key = Some(nicbar_emulator::key::read_key_bytes(key)?);
         }
@@ -241,13 +245,20 @@ pub fn run_qemu(args: QemuArgs) -> CliResult {
     outcome.map_err(Into::into)
 }
 
-/// Makes the NICs nodes `nodes` of the fabric `map`: every node on the map must sit at its QEMU
-/// address (10.77.hi.lo:47000, where the firmware sends to it), every one of `nodes` must be on
-/// it, and the wire must be the taps.
-fn place_on_fabric(config: &mut QemuConfig, map: &FabricMap, nodes: &[u16]) -> CliResult {
-    if config.virtio_net != Some(VirtioNet::Tap) {
+/// The node ids and the fabric's size of QEMU NICs that are nodes `nodes` of the fabric `map`:
+/// every node on the map must sit at its QEMU address (10.77.hi.lo:47000, where the firmware
+/// sends to it), every one of `nodes` must be on it, and the wire must be the taps.
+///
+/// # Errors
+/// A message saying which of those does not hold.
+fn fabric_placement(
+    map: &FabricMap,
+    nodes: &[u16],
+    virtio_net: Option<VirtioNet>,
+) -> Result<(Vec<u16>, u16), String> {
+    if virtio_net != Some(VirtioNet::Tap) {
         return Err(
-            "--fabric needs `--virtio-net tap`: the NICs meet the daemons on a bridge".into(),
+            "--fabric needs `--virtio-net tap`: the NICs meet the daemons on a bridge".to_owned(),
         );
     }
     let mut highest = 0;
@@ -261,8 +272,7 @@ fn place_on_fabric(config: &mut QemuConfig, map: &FabricMap, nodes: &[u16]) -> C
                 "the fabric map puts node {} at {address}; on a fabric with QEMU NICs every node \
                  is at {expected}",
                 node.get()
-            )
-            .into());
+            ));
         }
         highest = highest.max(node.get());
     }
@@ -270,12 +280,41 @@ fn place_on_fabric(config: &mut QemuConfig, map: &FabricMap, nodes: &[u16]) -> C
         .iter()
         .find(|&&node| map.address(NodeId::new(node)).is_none())
     {
-        return Err(format!("node {node} is not on the fabric map").into());
+        return Err(format!("node {node} is not on the fabric map"));
     }
-    config.nodes = u16::try_from(nodes.len()).map_err(|_| "too many --node ids")?;
-    config.node_ids = Some(nodes.to_vec());
-    config.node_count = Some(highest.saturating_add(1));
-    Ok(())
+    Ok((nodes.to_vec(), highest.saturating_add(1)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIXED: &str = "node 0 10.77.0.0:47000\nnode 1 10.77.0.1:47000\nnode 2 10.77.0.2:47000\n";
+
+    #[test]
+    fn a_map_of_qemu_addresses_places_the_nodes_and_sizes_the_fabric() {
+        let map = FabricMap::parse(MIXED).unwrap();
+        assert_eq!(
+            fabric_placement(&map, &[2, 0], Some(VirtioNet::Tap)),
+            Ok((vec![2, 0], 3))
+        );
+    }
+
+    #[test]
+    fn other_addresses_absent_nodes_and_other_wires_are_refused_by_name() {
+        let map = FabricMap::parse(MIXED).unwrap();
+        let wire = fabric_placement(&map, &[0], Some(VirtioNet::Wire)).unwrap_err();
+        assert!(wire.contains("--virtio-net tap"), "{wire}");
+        let absent = fabric_placement(&map, &[5], Some(VirtioNet::Tap)).unwrap_err();
+        assert_eq!(absent, "node 5 is not on the fabric map");
+        let elsewhere =
+            FabricMap::parse("node 0 10.77.0.0:47000\nnode 1 127.0.0.1:7400\n").unwrap();
+        let moved = fabric_placement(&elsewhere, &[0], Some(VirtioNet::Tap)).unwrap_err();
+        assert!(
+            moved.contains("node 1 at 127.0.0.1:7400") && moved.contains("10.77.0.1:47000"),
+            "{moved}"
+        );
+    }
 }
 
 /// Reads standard input (which polled readable) and says whether it is at its end; other input
