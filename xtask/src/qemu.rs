@@ -22,8 +22,9 @@
 //!    measured.
 //! 5. For each target, a mixed fabric in a network namespace of its own ([`mixed`]): QEMU NICs
 //!    on taps of a bridge and daemon NICs (`nicctl emulate`) with their addresses on it, one
-//!    fabric map; prints the fabric it formed and runs messages and barriers of every algorithm
-//!    across the mix (the 64-bit run shorter), checked as above.
+//!    fabric map; prints the fabric it formed and runs messages, barriers of every algorithm and
+//!    NIC broadcasts across the mix (the 64-bit run shorter), checked as above. `--mixed-only`
+//!    runs only this stage after the images.
 //! 6. Runs the one-sided tests on QEMU NICs (`cargo test -p nicbar-system --test qemu_rdma`): a
 //!    1 MiB put and get between processes checked byte for byte, fetch-and-adds from three
 //!    processes ending exact, refusals naming their rule, a target killed during a put. They
@@ -212,6 +213,20 @@ pub(crate) fn run_check(args: Args) -> Result<()> {
     let tools = host_tools();
     let work = WorkDir::create()?;
     let mut fabrics = Vec::new();
+    for (index, (target, image, _)) in images.iter().enumerate() {
+        if args.mixed_only {
+            break;
+        }
+        // The primary target runs the whole traffic; the 64-bit one a shorter run of the same.
+        let shape = if index == 0 {
+            args.clone()
+        } else {
+            args.shorter()
+        };
+        section(&format!("NICs under QEMU: {target}"));
+        let fabric = run_fabric(&tools, &work, target, image, &shape)?;
+        fabrics.push((*target, shape, fabric));
+    }
     let mut mixed_runs = Vec::new();
     for (index, (target, image, _)) in images.iter().enumerate() {
         let shape = args.mixed(index == 0);
@@ -222,17 +237,6 @@ pub(crate) fn run_check(args: Args) -> Result<()> {
         section("result");
         print_mixed(&mixed_runs);
         return Ok(());
-    }
-    for (index, (target, image, _)) in images.iter().enumerate() {
-        // The primary target runs the whole traffic; the 64-bit one a shorter run of the same.
-        let shape = if index == 0 {
-            args.clone()
-        } else {
-            args.shorter()
-        };
-        section(&format!("NICs under QEMU: {target}"));
-        let fabric = run_fabric(&tools, &work, target, image, &shape)?;
-        fabrics.push((*target, shape, fabric));
     }
 
     section("one-sided operations on QEMU NICs");

@@ -285,6 +285,16 @@ fn fabric_placement(
     Ok((nodes.to_vec(), highest.saturating_add(1)))
 }
 
+/// Reads standard input (which polled readable) and says whether it is at its end; other input
+/// is read and ignored.
+fn stdin_at_end(stdin: &std::io::Stdin) -> bool {
+    let mut buffer = [0u8; 256];
+    matches!(
+        nix::unistd::read(stdin.as_fd(), &mut buffer),
+        Ok(0) | Err(_)
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -315,14 +325,4 @@ mod tests {
             "{moved}"
         );
     }
-}
-
-/// Reads standard input (which polled readable) and says whether it is at its end; other input
-/// is read and ignored.
-fn stdin_at_end(stdin: &std::io::Stdin) -> bool {
-    let mut buffer = [0u8; 256];
-    matches!(
-        nix::unistd::read(stdin.as_fd(), &mut buffer),
-        Ok(0) | Err(_)
-    )
 }
