@@ -1,7 +1,8 @@
 //! The firmware's [`Hal`] on this board: port regions are the PCI windows the host's memfds
 //! appear in, the wire is the packet rings in the shared area (or, when the host asks for it, UDP
-//! datagrams through the virtio-net device, [`crate::virtio_net`]), and the host's doorbells are
-//! bytes on the UART.
+//! datagrams through the virtio-net device, [`crate::virtio_net`], with ARP to find the peers'
+//! MACs and answer for this node's address: `shared_abi::qemu::neighbour`), and the host's
+//! doorbells are bytes on the UART.
 #![allow(
     unsafe_code,
     reason = "wrapping the port windows and the shared area as raw memory"
