@@ -660,3 +660,68 @@ fn temporary_run_dir(socket: &Path) -> PathBuf {
     let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     parent.join(format!("qemu-{}-{n}", std::process::id()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shared_abi::image::ImageHeader;
+
+    /// A configuration of `nodes` NICs booting a small valid image (never started here).
+    fn config(nodes: u16) -> QemuConfig {
+        let payload = [0u8; 16];
+        let header = ImageHeader::new(
+            ImageTarget::RISCV32IMAC,
+            u64::from(RAM_BASE),
+            u64::from(RAM_BASE),
+            &payload,
+        )
+        .unwrap();
+        let mut bytes = header.to_bytes().to_vec();
+        bytes.extend_from_slice(&payload);
+        let image = ImageFile::from_bytes(Path::new("test.img"), bytes).unwrap();
+        QemuConfig::new("control.sock", image, nodes)
+    }
+
+    fn refusal(config: &QemuConfig) -> String {
+        match config.check_nodes() {
+            Err(QemuError::Nodes(reason)) => reason,
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_default_nodes_are_0_to_n_on_any_wire() {
+        let config = config(3);
+        assert_eq!(config.unit_nodes(), vec![0, 1, 2]);
+        assert!(config.check_nodes().is_ok());
+    }
+
+    #[test]
+    fn some_nodes_of_a_larger_fabric_on_taps_are_accepted() {
+        let mut config = config(2);
+        config.virtio_net = Some(VirtioNet::Tap);
+        config.node_ids = Some(vec![0, 2]);
+        config.node_count = Some(4);
+        assert!(config.check_nodes().is_ok());
+        assert_eq!(config.tap_interface(2), "nbtap2");
+    }
+
+    #[test]
+    fn node_ids_that_do_not_fit_are_refused_saying_why() {
+        let mut config = config(2);
+        config.virtio_net = Some(VirtioNet::Tap);
+        config.node_ids = Some(vec![0]);
+        assert_eq!(refusal(&config), "1 node ids for 2 NICs");
+        config.node_ids = Some(vec![0, 4]);
+        config.node_count = Some(4);
+        assert_eq!(refusal(&config), "node 4 is not below the fabric's 4 nodes");
+        config.node_ids = Some(vec![1, 1]);
+        assert_eq!(refusal(&config), "node 1 is named twice");
+        config.node_ids = Some(vec![0, 2]);
+        config.tap_prefix = "a-long-tap-name-".to_owned();
+        assert!(refusal(&config).contains("over 15 bytes"));
+        // Through the switch, units are found by node id.
+        config.virtio_net = None;
+        assert!(refusal(&config).contains("need the wire on virtio-net"));
+    }
+}
