@@ -20,7 +20,12 @@
 //!    report (clean power-off, no failed barrier, the counts the peers saw; on the virtio-net
 //!    wire, that the switch moved no packet) and prints the stack high-water marks the firmware
 //!    measured.
-//! 5. Runs the one-sided tests on QEMU NICs (`cargo test -p nicbar-system --test qemu_rdma`): a
+//! 5. For each target, a mixed fabric in a network namespace of its own ([`mixed`]): QEMU NICs
+//!    on taps of a bridge and daemon NICs (`nicctl emulate`) with their addresses on it, one
+//!    fabric map; prints the fabric it formed and runs messages, barriers of every algorithm and
+//!    NIC broadcasts across the mix (the 64-bit run shorter), checked as above. `--mixed-only`
+//!    runs only this stage after the images.
+//! 6. Runs the one-sided tests on QEMU NICs (`cargo test -p nicbar-system --test qemu_rdma`): a
 //!    1 MiB put and get between processes checked byte for byte, fetch-and-adds from three
 //!    processes ending exact, refusals naming their rule, a target killed during a put. They
 //!    run here, where QEMU is known to be installed, so they cannot pass by being skipped; the
@@ -41,6 +46,8 @@ use crate::apt;
 use crate::command::{cargo, run, show};
 use crate::image::{FIRMWARE_TARGET, FIRMWARE_TARGET_64};
 use crate::{Result, target_dir, workspace_root};
+
+mod mixed;
 
 /// The QEMU binaries the NICs run on: one per image target.
 const QEMUS: [&str; 2] = ["qemu-system-riscv32", "qemu-system-riscv64"];
@@ -79,6 +86,19 @@ pub(crate) struct Args {
     /// 64-bit run takes the other, so that both are checked.
     #[arg(skip = Network::Wire)]
     virtio_net: Network,
+    /// Run only the mixed-fabric stage (QEMU and daemon NICs on one fabric, both targets).
+    #[arg(long)]
+    mixed_only: bool,
+    /// After the mixed fabric's checks, measure this many round trips of one 64-byte message
+    /// between a QEMU NIC and a daemon NIC, two daemon NICs and two QEMU NICs (0: none).
+    #[arg(long, default_value_t = 0)]
+    ping_pong: u32,
+    /// Inside the mixed stage's network namespace: run the mixed fabric for this target.
+    #[arg(long, hide = true, requires = "mixed_image")]
+    mixed_inside: Option<String>,
+    /// Inside the mixed stage's network namespace: the image to boot.
+    #[arg(long, hide = true)]
+    mixed_image: Option<PathBuf>,
 }
 
 /// The network of the NICs' virtio-net devices in a run.
@@ -108,6 +128,29 @@ impl Args {
             barriers: 40,
             no_install: false,
             virtio_net: Network::Wire,
+            mixed_only: false,
+            ping_pong: 0,
+            mixed_inside: None,
+            mixed_image: None,
+        }
+    }
+
+    /// The mixed fabric's run: one more node than the others (so that both kinds have two at
+    /// the default three), the same messages, a quarter of the barriers (each crosses the
+    /// kinds; CI's budget is tight). The 64-bit run takes `--nodes` nodes and a fifth of that.
+    fn mixed(&self, primary: bool) -> Self {
+        if primary {
+            Self {
+                nodes: self.nodes + 1,
+                barriers: self.barriers.div_ceil(4),
+                ..self.clone()
+            }
+        } else {
+            Self {
+                messages: self.messages.div_ceil(5),
+                barriers: self.barriers.div_ceil(20),
+                ..self.clone()
+            }
         }
     }
 
@@ -129,6 +172,9 @@ pub(crate) fn run_check(args: Args) -> Result<()> {
     }
     let started = Instant::now();
     let root = workspace_root();
+    if let (Some(target), Some(image)) = (&args.mixed_inside, &args.mixed_image) {
+        return mixed::run_inside(&host_tools(), target, image, &args);
+    }
 
     section("QEMU");
     let version = ensure_qemu(!args.no_install)?;
@@ -164,16 +210,13 @@ pub(crate) fn run_check(args: Args) -> Result<()> {
         "--example",
         "qemu_peer",
     ]))?;
-    let tools = Tools {
-        nicctl: target_dir().join("debug").join("nicctl"),
-        peer: target_dir()
-            .join("debug")
-            .join("examples")
-            .join("qemu_peer"),
-    };
+    let tools = host_tools();
     let work = WorkDir::create()?;
     let mut fabrics = Vec::new();
     for (index, (target, image, _)) in images.iter().enumerate() {
+        if args.mixed_only {
+            break;
+        }
         // The primary target runs the whole traffic; the 64-bit one a shorter run of the same.
         let shape = if index == 0 {
             args.clone()
@@ -183,6 +226,17 @@ pub(crate) fn run_check(args: Args) -> Result<()> {
         section(&format!("NICs under QEMU: {target}"));
         let fabric = run_fabric(&tools, &work, target, image, &shape)?;
         fabrics.push((*target, shape, fabric));
+    }
+    let mut mixed_runs = Vec::new();
+    for (index, (target, image, _)) in images.iter().enumerate() {
+        let shape = args.mixed(index == 0);
+        section(&format!("mixed fabric: QEMU and daemon NICs, {target}"));
+        mixed_runs.push((*target, mixed::run_in_namespace(target, image, &shape)?));
+    }
+    if args.mixed_only {
+        section("result");
+        print_mixed(&mixed_runs);
+        return Ok(());
     }
 
     section("one-sided operations on QEMU NICs");
@@ -258,6 +312,7 @@ pub(crate) fn run_check(args: Args) -> Result<()> {
         figure("1 MiB put between QEMU NICs:"),
         figure("1 MiB get between QEMU NICs: None in"),
     );
+    print_mixed(&mixed_runs);
     let total = started.elapsed();
     for (target, _, fabric) in &fabrics {
         println!(
@@ -278,6 +333,33 @@ pub(crate) fn run_check(args: Args) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Prints what the mixed fabrics showed.
+fn print_mixed(runs: &[(&str, mixed::MixedRun)]) {
+    for (target, run) in runs {
+        for line in &run.fabric {
+            println!("fabric    {target}: {line}");
+        }
+        for line in &run.summary {
+            println!("mixed     {target}: {line}");
+        }
+        println!(
+            "time      {target}: {:.1} s for the mixed fabric, namespace included",
+            run.took.as_secs_f64()
+        );
+    }
+}
+
+/// The host programs, as `cargo build` put them.
+fn host_tools() -> Tools {
+    Tools {
+        nicctl: target_dir().join("debug").join("nicctl"),
+        peer: target_dir()
+            .join("debug")
+            .join("examples")
+            .join("qemu_peer"),
+    }
 }
 
 /// The host programs the fabric runs.

@@ -1,7 +1,8 @@
 //! The firmware's [`Hal`] on this board: port regions are the PCI windows the host's memfds
 //! appear in, the wire is the packet rings in the shared area (or, when the host asks for it, UDP
-//! datagrams through the virtio-net device, [`crate::virtio_net`]), and the host's doorbells are
-//! bytes on the UART.
+//! datagrams through the virtio-net device, [`crate::virtio_net`], with ARP to find the peers'
+//! MACs and answer for this node's address: `shared_abi::qemu::neighbour`), and the host's
+//! doorbells are bytes on the UART.
 #![allow(
     unsafe_code,
     reason = "wrapping the port windows and the shared area as raw memory"
@@ -25,9 +26,10 @@ use shared_abi::ring::{Consumer, RingError, SharedMemory};
 use shared_abi::token::{ReceiveToken, SendToken};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
+use shared_abi::qemu::neighbour::{Neighbours, Resolution};
 use shared_abi::qemu::net::{
-    self, Endpoint, FABRIC_UDP_PORT, Frame, MAX_FRAME_LEN, address_node, build_udp, node_address,
-    node_mac,
+    self, ARP_LEN, Arp, ArpOperation, ETHERNET_HEADER_LEN, Endpoint, FABRIC_UDP_PORT, Frame,
+    MAX_FRAME_LEN, MacAddress, address_node, build_arp, build_udp, node_address, node_mac,
 };
 
 use crate::clint::MachineTimer;
@@ -44,6 +46,9 @@ const MEMORY_DOORBELL_AGAIN: Duration = Duration::from_millis(5);
 /// How long the core spins on the answer before it waits for an interrupt: a QEMU vCPU that
 /// spins takes a host CPU from the very thread that would answer it.
 const MEMORY_SPIN: Duration = Duration::from_micros(20);
+/// Neighbours whose MAC addresses the board keeps (one per peer of a QEMU fabric of a handful of
+/// nodes; a larger fabric replaces entries in turn and asks again).
+const NEIGHBOURS: usize = 16;
 
 /// The shared area: the mailbox and the wire rings.
 pub(crate) fn shared_area() -> RawMemory {
@@ -70,6 +75,9 @@ pub(crate) enum Datagram {
     /// A frame that is not a fabric packet for this node (refused by [`net::parse_frame`], for
     /// another address or port, or from an address that is no node): dropped.
     Dropped,
+    /// An ARP packet from a node of the fabric: taken into the neighbour table, and answered if
+    /// it asked for this node's address.
+    Arp,
     /// A packet of this many bytes, copied out; not yet authenticated.
     Packet(usize),
 }
@@ -80,6 +88,10 @@ pub(crate) struct BoardHal {
     node_count: u16,
     /// The wire through virtio-net, when the host asked for it.
     net: Option<VirtioNet>,
+    /// The device's MAC address (zero without one).
+    mac: MacAddress,
+    /// The MAC addresses of the fabric's nodes, learned by ARP.
+    neighbours: Neighbours<NEIGHBOURS>,
     /// A frame being built or taken apart.
     frame: [u8; MAX_FRAME_LEN],
     /// The next IPv4 identification.
@@ -121,10 +133,13 @@ impl BoardHal {
         let shared = shared_area();
         // Take up where the mailbox stands (zero in fresh RAM).
         let memory_request = shared.load_acquire(offsets::MEMORY_REQUEST).unwrap_or(0);
+        let mac = net.as_ref().map(VirtioNet::mac).unwrap_or_default();
         Self {
             node,
             node_count,
             net,
+            mac,
+            neighbours: Neighbours::new(),
             frame: [0; MAX_FRAME_LEN],
             identification: 0,
             windows,
@@ -158,8 +173,9 @@ impl BoardHal {
     }
 
     /// Takes the next frame from the virtio-net device and, if it is a fabric datagram for this
-    /// node from another node of the fabric, copies its payload into `out`. Every frame is
-    /// checked before any field of it is used ([`net::parse_frame`]).
+    /// node from another node of the fabric, copies its payload into `out`; an ARP packet from a
+    /// node of the fabric goes to the neighbour table (and is answered if it asks for this node).
+    /// Every frame is checked before any field of it is used ([`net::parse_frame`]).
     pub(crate) fn take_datagram(&mut self, out: &mut [u8]) -> Datagram {
         let Some(net) = self.net.as_mut() else {
             return Datagram::None;
@@ -167,12 +183,17 @@ impl BoardHal {
         let Some(len) = net.receive(&mut self.frame) else {
             return Datagram::None;
         };
-        if self.frame.get(..6) != Some(&node_mac(self.node.get()).0[..]) {
+        let destination = self.frame.get(..6);
+        let broadcast = destination == Some(&MacAddress::BROADCAST.0[..]);
+        if destination != Some(&self.mac.0[..]) && !broadcast {
             return Datagram::NotForUs;
         }
-        let Ok(Frame::Udp(datagram)) = net::parse_frame(self.frame.get(..len).unwrap_or(&[]))
-        else {
-            return Datagram::Dropped;
+        let datagram = match net::parse_frame(self.frame.get(..len).unwrap_or(&[])) {
+            Ok(Frame::Udp(datagram)) if !broadcast => datagram,
+            Ok(Frame::Arp(arp)) => return self.take_arp(arp),
+            // Broadcasts other than ARP are not the fabric's.
+            Ok(Frame::Udp(_)) => return Datagram::NotForUs,
+            Err(_) => return Datagram::Dropped,
         };
         let from_node =
             address_node(datagram.source.address).filter(|&node| node < self.node_count);
@@ -198,6 +219,53 @@ impl BoardHal {
                 Datagram::Packet(datagram.payload.len())
             }
             None => Datagram::Dropped,
+        }
+    }
+
+    /// Takes an ARP packet in: one from an address that is no node of the fabric is ignored;
+    /// one from a node is merged into the neighbour table, and answered if it asked for this
+    /// node's address (a reply that finds the transmit queue full is dropped: the requester
+    /// asks again).
+    fn take_arp(&mut self, arp: Arp) -> Datagram {
+        if address_node(arp.sender_ip).is_none_or(|node| node >= self.node_count) {
+            return Datagram::NotForUs;
+        }
+        let own = (node_address(self.node.get()), self.mac);
+        if let Some(reply) = self.neighbours.on_arp(&arp, own).reply {
+            self.send_arp(reply.target_mac, &reply);
+        }
+        Datagram::Arp
+    }
+
+    /// Sends one ARP packet to `destination`.
+    fn send_arp(&mut self, destination: MacAddress, arp: &Arp) {
+        let mut frame = [0u8; ETHERNET_HEADER_LEN + ARP_LEN];
+        if let (Some(net), Ok(len)) = (self.net.as_mut(), build_arp(&mut frame, destination, arp)) {
+            let _ = net.transmit(frame.get(..len).unwrap_or(&[]));
+        }
+    }
+
+    /// The MAC address to send `address`'s datagrams to: the one ARP gave, or, until it has,
+    /// the node-named MAC (a QEMU NIC's), with a request for the real one broadcast at most
+    /// once per `shared_abi::qemu::neighbour::REQUEST_INTERVAL`.
+    fn neighbour_mac(&mut self, destination: NodeId) -> MacAddress {
+        let address = node_address(destination.get());
+        let now = Duration::from_nanos(self.timer.now().as_nanos());
+        match self.neighbours.resolve(address, now) {
+            Resolution::Known(mac) => mac,
+            Resolution::Unknown { ask } => {
+                if ask {
+                    let request = Arp {
+                        operation: ArpOperation::REQUEST,
+                        sender_mac: self.mac,
+                        sender_ip: node_address(self.node.get()),
+                        target_mac: MacAddress::default(),
+                        target_ip: address,
+                    };
+                    self.send_arp(MacAddress::BROADCAST, &request);
+                }
+                node_mac(destination.get())
+            }
         }
     }
 
@@ -407,7 +475,8 @@ impl Hal for BoardHal {
         if destination.get() >= self.node_count {
             return Err(TransmitError::NoRoute);
         }
-        if let Some(net) = self.net.as_mut() {
+        if self.net.is_some() {
+            let destination_mac = self.neighbour_mac(destination);
             let endpoint = |node: NodeId| Endpoint {
                 address: node_address(node.get()),
                 port: FABRIC_UDP_PORT,
@@ -415,8 +484,8 @@ impl Hal for BoardHal {
             self.identification = self.identification.wrapping_add(1);
             let Ok(len) = build_udp(
                 &mut self.frame,
-                node_mac(self.node.get()),
-                node_mac(destination.get()),
+                self.mac,
+                destination_mac,
                 endpoint(self.node),
                 endpoint(destination),
                 self.identification,
@@ -426,6 +495,9 @@ impl Hal for BoardHal {
                 return Err(TransmitError::NoRoute);
             };
             let frame = self.frame.get(..len).unwrap_or(&[]);
+            let Some(net) = self.net.as_mut() else {
+                return Err(TransmitError::NoRoute);
+            };
             return match net.transmit(frame) {
                 Ok(()) => {
                     self.packets_transmitted = self.packets_transmitted.wrapping_add(1);

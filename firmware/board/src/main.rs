@@ -389,7 +389,7 @@ mod nic_loop {
             for _ in 0..crate::virtio_net::QUEUE {
                 match self.nic.hal_mut().take_datagram(self.packet) {
                     Datagram::None => break,
-                    Datagram::NotForUs => busy = true,
+                    Datagram::NotForUs | Datagram::Arp => busy = true,
                     Datagram::Dropped => {
                         busy = true;
                         self.count_receive_error();

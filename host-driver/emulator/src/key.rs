@@ -39,6 +39,15 @@ const MAX_KEY_FILE_LEN: u64 = 128;
 /// once, never waited on), is open to others, belongs to another user, does not hold 64
 /// hexadecimal digits, or holds the all-zero key.
 pub fn read_key(path: &Path) -> Result<FabricKey, KeyFileError> {
+    read_key_bytes(path).map(FabricKey::new)
+}
+
+/// The 32 bytes of the key in `path`, checked as [`read_key`] checks them: for a NIC that takes
+/// its key as bytes (a QEMU NIC's mailbox).
+///
+/// # Errors
+/// As [`read_key`].
+pub fn read_key_bytes(path: &Path) -> Result<[u8; 32], KeyFileError> {
     let refuse = |problem: String| KeyFileError {
         path: path.display().to_string(),
         problem,
@@ -75,7 +84,7 @@ pub fn read_key(path: &Path) -> Result<FabricKey, KeyFileError> {
                 .into(),
         ));
     }
-    Ok(FabricKey::new(bytes))
+    Ok(bytes)
 }
 
 /// Refuses what is not a regular file of this user's that only this user may read.

@@ -64,20 +64,25 @@ pub struct SwitchCounters {
 #[derive(Debug)]
 pub(crate) struct Console {
     echo: bool,
+    /// The node id of each unit, to label its lines.
+    node_ids: Vec<u16>,
     lines: Mutex<Vec<VecDeque<String>>>,
 }
 
 impl Console {
-    pub(crate) fn new(nodes: u16, echo: bool) -> Self {
+    /// The console of NICs whose units have these node ids.
+    pub(crate) fn new(node_ids: Vec<u16>, echo: bool) -> Self {
         Self {
             echo,
-            lines: Mutex::new(vec![VecDeque::new(); usize::from(nodes)]),
+            lines: Mutex::new(vec![VecDeque::new(); node_ids.len()]),
+            node_ids,
         }
     }
 
     fn push(&self, node: usize, line: String) {
         if self.echo {
-            println!("node {node}: {line}");
+            let id = self.node_ids.get(node).copied().unwrap_or(node as u16);
+            println!("node {id}: {line}");
         }
         let mut lines = self
             .lines

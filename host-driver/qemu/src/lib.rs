@@ -37,6 +37,14 @@
 //! device on one Ethernet segment of the fabric's NICs, and the firmware's packets go through it
 //! as UDP/IPv4 datagrams (`shared_abi::qemu::net`) instead of through the switch.
 //!
+//! With [`VirtioNet::Tap`], each NIC's device is a tap interface someone else created and put on
+//! a bridge (`<tap_prefix><node>`), and the NICs can be some nodes of a larger fabric
+//! ([`QemuConfig::node_ids`], [`QemuConfig::node_count`], [`QemuConfig::fabric_key`]) whose
+//! other nodes are daemon NICs (`nicctl emulate --fabric`) with their addresses on that bridge:
+//! one fabric, QEMU and daemon NICs side by side, every node at `10.77.hi.lo:47000`
+//! (`shared_abi::qemu::net::node_address`). The firmware finds a daemon's MAC by ARP
+//! (`shared_abi::qemu::neighbour`).
+//!
 //! # Differences from the emulator
 //!
 //! A port's memories live as long as the QEMU NIC: QEMU cannot swap the memory behind a BAR of a
@@ -119,7 +127,21 @@ pub struct QemuConfig {
     pub allow_group: Option<u32>,
     /// Give each NIC a virtio-net device, and on which network ([`VirtioNet`]); `None`: none.
     pub virtio_net: Option<VirtioNet>,
+    /// With [`VirtioNet::Tap`]: node `K`'s tap interface is this prefix and `K` in decimal.
+    pub tap_prefix: String,
+    /// The node id of each unit, in unit order (as many as `nodes`); `None`: `0..nodes`. Other
+    /// ids than those need a wire that does not go through this process's switch
+    /// ([`VirtioNet::Wire`] or [`VirtioNet::Tap`]).
+    pub node_ids: Option<Vec<u16>>,
+    /// How many nodes the fabric has (every node id is below it); `None`: `nodes`.
+    pub node_count: Option<u16>,
+    /// The key the fabric's packets are authenticated under (the daemons' `--fabric-key`, on a
+    /// fabric shared with them); `None`: a key of this fabric's own, made at start.
+    pub fabric_key: Option<[u8; 32]>,
 }
+
+/// The tap interfaces' prefix by default: node `K`'s is `nbtapK`.
+pub const DEFAULT_TAP_PREFIX: &str = "nbtap";
 
 /// The network of the NICs' virtio-net devices.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -132,6 +154,18 @@ pub enum VirtioNet {
     /// the loopback interface, a group and port of this fabric's own), the firmware's packets in
     /// UDP/IPv4 datagrams through the device; the switch carries none.
     Wire,
+    /// The fabric's wire on a tap interface per NIC ([`QemuConfig::tap_prefix`]), made and
+    /// bridged beforehand by someone allowed to (as root, or in a network namespace of one's
+    /// own): the NICs meet daemon NICs whose addresses are on the bridge. The switch carries
+    /// none.
+    Tap,
+}
+
+impl VirtioNet {
+    /// Whether the firmware's packets go through the virtio-net devices (not the switch).
+    pub fn is_wire(self) -> bool {
+        matches!(self, Self::Wire | Self::Tap)
+    }
 }
 
 impl QemuConfig {
@@ -150,7 +184,65 @@ impl QemuConfig {
             boot_timeout: DEFAULT_BOOT_TIMEOUT,
             allow_group: None,
             virtio_net: None,
+            tap_prefix: DEFAULT_TAP_PREFIX.to_owned(),
+            node_ids: None,
+            node_count: None,
+            fabric_key: None,
         }
+    }
+
+    /// The node id of each unit.
+    pub fn unit_nodes(&self) -> Vec<u16> {
+        self.node_ids
+            .clone()
+            .unwrap_or_else(|| (0..self.nodes).collect())
+    }
+
+    /// The tap interface of node `node` ([`VirtioNet::Tap`]).
+    pub fn tap_interface(&self, node: u16) -> String {
+        format!("{}{node}", self.tap_prefix)
+    }
+
+    /// Checks the node ids, the fabric's size and the tap names against each other.
+    fn check_nodes(&self) -> Result<(), QemuError> {
+        let refuse = |reason: String| Err(QemuError::Nodes(reason));
+        let ids = self.unit_nodes();
+        if ids.len() != usize::from(self.nodes) {
+            return refuse(format!("{} node ids for {} NICs", ids.len(), self.nodes));
+        }
+        let count = self.node_count.unwrap_or(self.nodes);
+        if let Some(&node) = ids.iter().find(|&&node| node >= count) {
+            return refuse(format!(
+                "node {node} is not below the fabric's {count} nodes"
+            ));
+        }
+        let mut sorted = ids.clone();
+        sorted.sort_unstable();
+        if let Some(pair) = sorted.windows(2).find(|pair| pair[0] == pair[1]) {
+            return refuse(format!("node {} is named twice", pair[0]));
+        }
+        let identity = ids.iter().copied().eq(0..self.nodes);
+        if !identity && !self.virtio_net.is_some_and(VirtioNet::is_wire) {
+            return refuse(
+                "node ids other than 0..N need the wire on virtio-net (`wire` or `tap`): the \
+                 switch reaches units by node id"
+                    .to_owned(),
+            );
+        }
+        if self.virtio_net == Some(VirtioNet::Tap) {
+            // Linux's interface names hold 15 bytes.
+            let longest = ids
+                .iter()
+                .map(|&node| self.tap_interface(node))
+                .max_by_key(String::len);
+            if let Some(name) = longest.filter(|name| name.len() > 15 || self.tap_prefix.is_empty())
+            {
+                return refuse(format!(
+                    "tap interface name {name:?} is empty or over 15 bytes"
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -159,6 +251,9 @@ impl QemuConfig {
 pub enum QemuError {
     /// No NICs asked for, or more than 256.
     NodeCount(u16),
+    /// The node ids, the fabric's size or the tap names do not fit together (the reason says
+    /// how).
+    Nodes(String),
     /// The image cannot be booted on QEMU `virt`.
     Image(String),
     /// The control socket could not be set up.
@@ -192,6 +287,7 @@ impl fmt::Display for QemuError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::NodeCount(count) => write!(f, "a QEMU fabric runs 1 to 256 NICs, not {count}"),
+            Self::Nodes(reason) => write!(f, "cannot place the QEMU NICs: {reason}"),
             Self::Image(reason) => write!(f, "cannot boot the image: {reason}"),
             Self::Socket(error) => write!(f, "{error}"),
             Self::Start { node, reason } => write!(f, "node {node}: cannot start QEMU: {reason}"),
@@ -335,6 +431,7 @@ impl QemuFabric {
         if config.nodes == 0 || config.nodes > 256 {
             return Err(QemuError::NodeCount(config.nodes));
         }
+        config.check_nodes()?;
         let header = config.image.header();
         if qemu_for_target(header.target).is_none() {
             return Err(QemuError::Image(format!(
@@ -393,9 +490,13 @@ impl QemuFabric {
         let kernel = self.run_dir.join("firmware.bin");
         std::fs::write(&kernel, config.image.payload()).map_err(QemuError::Resources)?;
         let boot_stamp = nicbar_control::server::boot_stamp();
-        // The NICs of one QEMU fabric talk only through this process's switch: a key of their
-        // own, made here, authenticates their packets.
-        let fabric_key = nicbar_control::server::random_key().map_err(QemuError::Resources)?;
+        // The NICs of a QEMU fabric of its own talk only among themselves: a key of their own,
+        // made here, authenticates their packets. On a fabric shared with daemons, the key is
+        // the fabric's.
+        let fabric_key = match config.fabric_key {
+            Some(key) => key,
+            None => nicbar_control::server::random_key().map_err(QemuError::Resources)?,
+        };
         // The segment's UDP port: one the kernel found free (another fabric's segment has its
         // own; a stray frame would fail authentication under this fabric's key anyway).
         let segment_port = std::net::UdpSocket::bind(("127.0.0.1", 0))
@@ -409,10 +510,11 @@ impl QemuFabric {
             ));
         }
         let mut uarts = Vec::new();
-        for node in 0..config.nodes {
+        let node_ids = config.unit_nodes();
+        for &node in &node_ids {
             let (machine, uart) = Machine::start(&MachineSetup {
                 node,
-                node_count: config.nodes,
+                node_count: config.node_count.unwrap_or(config.nodes),
                 qemu: &config.qemu,
                 kernel: &kernel,
                 run_dir: &self.run_dir,
@@ -421,12 +523,13 @@ impl QemuFabric {
                 virtio_net: config.virtio_net.map(|kind| match kind {
                     VirtioNet::User => machine::Network::User,
                     VirtioNet::Wire => machine::Network::Segment(segment_port),
+                    VirtioNet::Tap => machine::Network::Tap(config.tap_interface(node)),
                 }),
             })?;
             self.machines.push(Arc::new(machine));
             uarts.push(uart);
         }
-        let console = Arc::new(hub::Console::new(config.nodes, config.echo_console));
+        let console = Arc::new(hub::Console::new(node_ids, config.echo_console));
         self.hub = Some(
             hub::spawn(hub::HubSetup {
                 machines: self.machines.clone(),
@@ -556,4 +659,69 @@ fn temporary_run_dir(socket: &Path) -> PathBuf {
     static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     parent.join(format!("qemu-{}-{n}", std::process::id()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shared_abi::image::ImageHeader;
+
+    /// A configuration of `nodes` NICs booting a small valid image (never started here).
+    fn config(nodes: u16) -> QemuConfig {
+        let payload = [0u8; 16];
+        let header = ImageHeader::new(
+            ImageTarget::RISCV32IMAC,
+            u64::from(RAM_BASE),
+            u64::from(RAM_BASE),
+            &payload,
+        )
+        .unwrap();
+        let mut bytes = header.to_bytes().to_vec();
+        bytes.extend_from_slice(&payload);
+        let image = ImageFile::from_bytes(Path::new("test.img"), bytes).unwrap();
+        QemuConfig::new("control.sock", image, nodes)
+    }
+
+    fn refusal(config: &QemuConfig) -> String {
+        match config.check_nodes() {
+            Err(QemuError::Nodes(reason)) => reason,
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_default_nodes_are_0_to_n_on_any_wire() {
+        let config = config(3);
+        assert_eq!(config.unit_nodes(), vec![0, 1, 2]);
+        assert!(config.check_nodes().is_ok());
+    }
+
+    #[test]
+    fn some_nodes_of_a_larger_fabric_on_taps_are_accepted() {
+        let mut config = config(2);
+        config.virtio_net = Some(VirtioNet::Tap);
+        config.node_ids = Some(vec![0, 2]);
+        config.node_count = Some(4);
+        assert!(config.check_nodes().is_ok());
+        assert_eq!(config.tap_interface(2), "nbtap2");
+    }
+
+    #[test]
+    fn node_ids_that_do_not_fit_are_refused_saying_why() {
+        let mut config = config(2);
+        config.virtio_net = Some(VirtioNet::Tap);
+        config.node_ids = Some(vec![0]);
+        assert_eq!(refusal(&config), "1 node ids for 2 NICs");
+        config.node_ids = Some(vec![0, 4]);
+        config.node_count = Some(4);
+        assert_eq!(refusal(&config), "node 4 is not below the fabric's 4 nodes");
+        config.node_ids = Some(vec![1, 1]);
+        assert_eq!(refusal(&config), "node 1 is named twice");
+        config.node_ids = Some(vec![0, 2]);
+        config.tap_prefix = "a-long-tap-name-".to_owned();
+        assert!(refusal(&config).contains("over 15 bytes"));
+        // Through the switch, units are found by node id.
+        config.virtio_net = None;
+        assert!(refusal(&config).contains("need the wire on virtio-net"));
+    }
 }

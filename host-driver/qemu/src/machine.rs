@@ -184,13 +184,15 @@ pub(crate) struct MachineSetup<'a> {
 }
 
 /// The network of a NIC's virtio-net device.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) enum Network {
     /// QEMU's user-mode network.
     User,
     /// The fabric's Ethernet segment: QEMU's multicast socket network on the loopback interface,
     /// on this UDP port.
     Segment(u16),
+    /// The fabric's wire on this tap interface, which someone else created and bridged.
+    Tap(String),
 }
 
 /// The multicast group of the fabric's Ethernet segments.
@@ -294,13 +296,18 @@ impl Machine {
             .arg("-chardev")
             .arg(format!("socket,id=uart,path={}", uart_path.display()))
             .args(["-serial", "chardev:uart"]);
-        if let Some(network) = setup.virtio_net {
+        if let Some(network) = &setup.virtio_net {
             // The virtio 1.x MMIO transport (QEMU's virt machine offers the legacy one unless
             // told) and a MAC naming the node (`shared_abi::qemu::net::node_mac`).
             let netdev = match network {
                 Network::User => "user,id=net0".to_owned(),
                 Network::Segment(port) => {
                     format!("socket,id=net0,mcast={SEGMENT_GROUP}:{port},localaddr=127.0.0.1")
+                }
+                // No scripts: the tap is up and on its bridge already, and this process may
+                // not configure interfaces.
+                Network::Tap(interface) => {
+                    format!("tap,id=net0,ifname={interface},script=no,downscript=no")
                 }
             };
             command
@@ -342,7 +349,7 @@ impl Machine {
             len: SHARED_AREA_LEN,
         };
         let wire = match setup.virtio_net {
-            Some(Network::Segment(_)) => WireKind::VIRTIO_NET,
+            Some(Network::Segment(_) | Network::Tap(_)) => WireKind::VIRTIO_NET,
             _ => WireKind::RINGS,
         };
         configure_mailbox(

@@ -8,9 +8,14 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
+use nicbar_emulator::FabricMap;
 use nicbar_image::flash::FlashDevice;
 use nicbar_image::image::ImageFile;
-use nicbar_qemu::{DEFAULT_BOOT_TIMEOUT, QemuConfig, QemuFabric, VirtioNet, qemu_for_target};
+use nicbar_qemu::{
+    DEFAULT_BOOT_TIMEOUT, DEFAULT_TAP_PREFIX, QemuConfig, QemuFabric, VirtioNet, qemu_for_target,
+};
+use shared_abi::ids::NodeId;
+use shared_abi::qemu::net::{FABRIC_UDP_PORT, node_address};
 
 use super::{CliResult, resolve_group};
 
@@ -31,9 +36,26 @@ pub struct QemuArgs {
     /// Boot the image flashed on this device (as `nicctl flash` wrote it) instead of a file.
     #[arg(long, value_name = "DEVICE")]
     pub flash: Option<PathBuf>,
-    /// How many NICs to boot; they get node ids and unit numbers 0..N.
+    /// How many NICs to boot; they get node ids and unit numbers 0..N (ignored with --node).
     #[arg(long, default_value_t = 2)]
     pub nodes: u16,
+    /// With --fabric: the node ids of this fabric's QEMU NICs, in unit order (repeat or separate
+    /// with commas); each must be on the map at 10.77.hi.lo:47000.
+    #[arg(long = "node", value_delimiter = ',', requires = "fabric")]
+    pub node_ids: Vec<u16>,
+    /// The fabric map these NICs are part of (as `nicctl emulate --fabric` reads it): every node
+    /// on it, QEMU or daemon, must be at its QEMU address 10.77.hi.lo:47000; the fabric has as
+    /// many nodes as the highest id on it and one. Needs --node, --fabric-key and
+    /// `--virtio-net tap`.
+    #[arg(long, value_name = "MAP", requires_all = ["node_ids", "fabric_key"])]
+    pub fabric: Option<PathBuf>,
+    /// The fabric key file the daemons of the fabric read too (`nicctl keygen FILE`); without
+    /// --fabric the NICs make a key of their own.
+    #[arg(long, value_name = "FILE", requires = "fabric")]
+    pub fabric_key: Option<PathBuf>,
+    /// With `--virtio-net tap`: node K's tap interface is PREFIX followed by K.
+    #[arg(long, value_name = "PREFIX", default_value = DEFAULT_TAP_PREFIX)]
+    pub tap_prefix: String,
     /// The control socket (default: $NICBAR_SOCKET, else $XDG_RUNTIME_DIR/nicbar/control.sock,
     /// else /tmp/nicbar-UID/control.sock).
     #[arg(long)]
@@ -54,9 +76,12 @@ pub struct QemuArgs {
     #[arg(long, value_name = "GROUP")]
     pub allow_group: Option<String>,
     /// Give each NIC a virtio-net device: `wire` puts every NIC on one Ethernet segment and the
-    /// fabric's packets through the devices (UDP/IPv4); `user` puts each on QEMU's user-mode
-    /// network, where the firmware checks it at boot with an ARP exchange with the gateway
-    /// (printed on the console) and the packets still go through the switch.
+    /// fabric's packets through the devices (UDP/IPv4); `tap` puts each on its tap interface
+    /// (`--tap-prefix`; made and bridged beforehand, for instance in a network namespace, see
+    /// docs/architecture.md), where it meets daemon NICs whose addresses are on the bridge;
+    /// `user` puts each on QEMU's user-mode network, where the firmware checks it at boot with
+    /// an ARP exchange with the gateway (printed on the console) and the packets still go
+    /// through the switch.
     #[arg(long, value_name = "NETWORK", value_parser = parse_virtio_net)]
     pub virtio_net: Option<VirtioNet>,
     /// Do not print the NICs' console lines.
@@ -71,9 +96,10 @@ pub struct QemuArgs {
 fn parse_virtio_net(value: &str) -> Result<VirtioNet, String> {
     match value {
         "wire" => Ok(VirtioNet::Wire),
+        "tap" => Ok(VirtioNet::Tap),
         "user" => Ok(VirtioNet::User),
         other => Err(format!(
-            "{other:?}: the virtio-net network is `wire` or `user`"
+            "{other:?}: the virtio-net network is `wire`, `tap` or `user`"
         )),
     }
 }
@@ -109,6 +135,17 @@ pub fn run_qemu(args: QemuArgs) -> CliResult {
         args.nodes,
     );
     config.virtio_net = args.virtio_net;
+    config.tap_prefix = args.tap_prefix.clone();
+    if let Some(path) = &args.fabric {
+        let (node_ids, node_count) =
+            fabric_placement(&FabricMap::read(path)?, &args.node_ids, config.virtio_net)?;
+        config.nodes = u16::try_from(node_ids.len()).map_err(|_| "too many --node ids")?;
+        config.node_ids = Some(node_ids);
+        config.node_count = Some(node_count);
+        if let Some(key) = &args.fabric_key {
+            config.fabric_key = Some(nicbar_emulator::key::read_key_bytes(key)?);
+        }
+    }
     if let Some(qemu) = &args.qemu {
         config.qemu = qemu.clone();
     }
@@ -133,17 +170,28 @@ pub fn run_qemu(args: QemuArgs) -> CliResult {
         config.qemu.display()
     );
     let fabric = QemuFabric::spawn(config)?;
-    for report in fabric.reports() {
+    for (unit, report) in fabric.reports().iter().enumerate() {
         let windows = report
             .windows
             .iter()
             .filter(|(address, _)| *address != 0)
             .count();
+        let wire = match args.virtio_net {
+            Some(VirtioNet::Tap) => format!(
+                ", {} on tap {}{}",
+                node_address(report.node),
+                args.tap_prefix,
+                report.node
+            ),
+            Some(VirtioNet::Wire) => format!(", {} on the segment", node_address(report.node)),
+            _ => String::new(),
+        };
         println!(
-            "nicctl qemu: unit {} = node {}: QEMU pid {}, {windows} port windows",
-            report.node, report.node, report.pid
+            "nicctl qemu: unit {unit} = node {}: QEMU pid {}, {windows} port windows{wire}",
+            report.node, report.pid
         );
     }
+
     println!("nicctl qemu: listening on {}", fabric.socket().display());
 
     let stdin = std::io::stdin();
@@ -197,6 +245,46 @@ pub fn run_qemu(args: QemuArgs) -> CliResult {
     outcome.map_err(Into::into)
 }
 
+/// The node ids and the fabric's size of QEMU NICs that are nodes `nodes` of the fabric `map`:
+/// every node on the map must sit at its QEMU address (10.77.hi.lo:47000, where the firmware
+/// sends to it), every one of `nodes` must be on it, and the wire must be the taps.
+///
+/// # Errors
+/// A message saying which of those does not hold.
+fn fabric_placement(
+    map: &FabricMap,
+    nodes: &[u16],
+    virtio_net: Option<VirtioNet>,
+) -> Result<(Vec<u16>, u16), String> {
+    if virtio_net != Some(VirtioNet::Tap) {
+        return Err(
+            "--fabric needs `--virtio-net tap`: the NICs meet the daemons on a bridge".to_owned(),
+        );
+    }
+    let mut highest = 0;
+    for (node, address) in map.iter() {
+        let expected = std::net::SocketAddr::from((
+            std::net::Ipv4Addr::from(node_address(node.get()).0),
+            FABRIC_UDP_PORT,
+        ));
+        if address != expected {
+            return Err(format!(
+                "the fabric map puts node {} at {address}; on a fabric with QEMU NICs every node \
+                 is at {expected}",
+                node.get()
+            ));
+        }
+        highest = highest.max(node.get());
+    }
+    if let Some(node) = nodes
+        .iter()
+        .find(|&&node| map.address(NodeId::new(node)).is_none())
+    {
+        return Err(format!("node {node} is not on the fabric map"));
+    }
+    Ok((nodes.to_vec(), highest.saturating_add(1)))
+}
+
 /// Reads standard input (which polled readable) and says whether it is at its end; other input
 /// is read and ignored.
 fn stdin_at_end(stdin: &std::io::Stdin) -> bool {
@@ -205,4 +293,36 @@ fn stdin_at_end(stdin: &std::io::Stdin) -> bool {
         nix::unistd::read(stdin.as_fd(), &mut buffer),
         Ok(0) | Err(_)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIXED: &str = "node 0 10.77.0.0:47000\nnode 1 10.77.0.1:47000\nnode 2 10.77.0.2:47000\n";
+
+    #[test]
+    fn a_map_of_qemu_addresses_places_the_nodes_and_sizes_the_fabric() {
+        let map = FabricMap::parse(MIXED).unwrap();
+        assert_eq!(
+            fabric_placement(&map, &[2, 0], Some(VirtioNet::Tap)),
+            Ok((vec![2, 0], 3))
+        );
+    }
+
+    #[test]
+    fn other_addresses_absent_nodes_and_other_wires_are_refused_by_name() {
+        let map = FabricMap::parse(MIXED).unwrap();
+        let wire = fabric_placement(&map, &[0], Some(VirtioNet::Wire)).unwrap_err();
+        assert!(wire.contains("--virtio-net tap"), "{wire}");
+        let absent = fabric_placement(&map, &[5], Some(VirtioNet::Tap)).unwrap_err();
+        assert_eq!(absent, "node 5 is not on the fabric map");
+        let elsewhere =
+            FabricMap::parse("node 0 10.77.0.0:47000\nnode 1 127.0.0.1:7400\n").unwrap();
+        let moved = fabric_placement(&elsewhere, &[0], Some(VirtioNet::Tap)).unwrap_err();
+        assert!(
+            moved.contains("node 1 at 127.0.0.1:7400") && moved.contains("10.77.0.1:47000"),
+            "{moved}"
+        );
+    }
 }

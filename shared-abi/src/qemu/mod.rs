@@ -4,7 +4,8 @@
 //! compile these definitions: the guest-physical memory map ([`layout`]), the mailbox through
 //! which the host opens and closes ports and the guest reports its state ([`layout::Mailbox`]),
 //! the packet rings of the wire between QEMU NICs ([`wire`]), and the fabric's UDP/IPv4 framing for
-//! a QEMU NIC whose MAC is a virtio-net device ([`net`]). Each side maps the same memory
+//! a QEMU NIC whose MAC is a virtio-net device ([`net`]) with the ARP table that finds its
+//! neighbours' MACs ([`neighbour`]). Each side maps the same memory
 //! from its own end, so a layout change cannot leave one side behind.
 //!
 //! Everything here is safe code over [`crate::ring::SharedMemory`]: the raw mapping on either
@@ -12,5 +13,6 @@
 //! host).
 
 pub mod layout;
+pub mod neighbour;
 pub mod net;
 pub mod wire;

@@ -4,7 +4,9 @@
 //!
 //! `cargo run -p nicbar-system --example qemu_peer -- --socket S --unit U --nodes N`
 //!
-//! Peer `U` opens port `--port` of unit `U` (whose node id is `U`), and the peers form a ring:
+//! Peer `U` opens port `--port` of unit `U`, whose node id is `U` (or `--node`: on a fabric that
+//! mixes QEMU and daemon NICs, each control socket numbers its own units), and the peers form a
+//! ring by node id:
 //! each sends `--messages` messages to the next node and checks every byte of those the previous
 //! node sends it. Then, for each algorithm, `--barriers` barriers of all `N` ports, entering at
 //! staggered times. It prints one line per result, which `cargo xtask qemu` checks across the
@@ -14,8 +16,16 @@
 //! open unit=U node=N port=P generation=G
 //! messages sent=M received=M bytes=B elapsed_us=T
 //! barrier algorithm=NAME index=I enter_ns=E exit_ns=X
+//! broadcasts=B checked
 //! done
 //! ```
+//!
+//! With `--broadcasts B`, the peers then run B NIC broadcasts, the root going round the nodes,
+//! each of a length and bytes of its own, checked byte for byte at every member.
+//!
+//! With `--ping-pong-with P`, the peer instead measures `--round-trips` round trips of one
+//! 64-byte message with node `P` (the lower node sends, the other echoes) and the lower node
+//! prints `pingpong round_trips=R mean_us=M p50_us=Q min_us=L`.
 //!
 //! Times are `CLOCK_MONOTONIC` nanoseconds, comparable across the processes of one host. Every
 //! wait is bounded; any failure exits non-zero with a message saying what and where.
@@ -39,9 +49,12 @@ struct Args {
     /// The control socket of `nicctl qemu`.
     #[arg(long)]
     socket: PathBuf,
-    /// The unit (and node id) this peer's port is on.
+    /// The unit this peer's port is on.
     #[arg(long)]
     unit: u8,
+    /// The unit's node id [default: the unit].
+    #[arg(long)]
+    node: Option<u16>,
     /// How many nodes (peers) there are.
     #[arg(long)]
     nodes: u16,
@@ -54,6 +67,15 @@ struct Args {
     /// Barriers per algorithm.
     #[arg(long, default_value_t = 40)]
     barriers: u32,
+    /// NIC broadcasts after the barriers, the root going round the nodes.
+    #[arg(long, default_value_t = 0)]
+    broadcasts: u32,
+    /// Measure round trips with this node instead of the ring and the barriers.
+    #[arg(long)]
+    ping_pong_with: Option<u16>,
+    /// Round trips of `--ping-pong-with`.
+    #[arg(long, default_value_t = 1000)]
+    round_trips: u32,
 }
 
 fn main() {
@@ -66,11 +88,19 @@ fn main() {
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
+impl Args {
+    /// The node id this peer's port is on.
+    fn node(&self) -> u16 {
+        self.node.unwrap_or(u16::from(self.unit))
+    }
+}
+
 fn run(args: &Args) -> Result<()> {
-    if args.nodes < 2 || u16::from(args.unit) >= args.nodes {
+    if args.nodes < 2 || args.node() >= args.nodes {
         return Err(format!(
-            "unit {} is not one of {} nodes (2 at least)",
-            args.unit, args.nodes
+            "node {} is not one of {} nodes (2 at least)",
+            args.node(),
+            args.nodes
         )
         .into());
     }
@@ -82,12 +112,12 @@ fn run(args: &Args) -> Result<()> {
         args.port,
         port.generation().get()
     );
-    if port.node_id().get() != u16::from(args.unit) {
+    if port.node_id().get() != args.node() {
         return Err(format!(
             "unit {} is node {}, expected node {}",
             args.unit,
             port.node_id().get(),
-            args.unit
+            args.node()
         )
         .into());
     }
@@ -95,6 +125,9 @@ fn run(args: &Args) -> Result<()> {
         let buffer = port.dma_alloc(256)?;
         port.provide_receive_buffer(buffer, SIZE, Priority::LOW, tag as u32)
             .map_err(|refused| refused.error)?;
+    }
+    if let Some(other) = args.ping_pong_with {
+        return ping_pong(port, args, other);
     }
     let group =
         Group::from_endpoints((0..args.nodes).map(|node| (NodeId::new(node), PortId(args.port))))?;
@@ -121,7 +154,7 @@ fn run(args: &Args) -> Result<()> {
     if nodes > 2 {
         algorithms.push(("dissemination-2", Algorithm::Dissemination { n: 2 }));
     }
-    let rank = usize::from(args.unit);
+    let rank = usize::from(args.node());
     for (name, algorithm) in algorithms {
         let options = BarrierOptions::for_members(nodes)
             .with_algorithm(algorithm)
@@ -140,6 +173,29 @@ fn run(args: &Args) -> Result<()> {
             println!("barrier algorithm={name} index={index} enter_ns={enter} exit_ns={exit}");
         }
     }
+    for index in 0..args.broadcasts {
+        let root = index as usize % nodes;
+        let expected = broadcast_bytes(root, index);
+        let mut data = if root == rank {
+            expected.clone()
+        } else {
+            vec![0; nicbar::NIC_BROADCAST_MAX]
+        };
+        let length = port
+            .nic_broadcast(&group, root, &mut data)
+            .map_err(|error| format!("broadcast {index} from node {root}: {error}"))?;
+        if length != expected.len() || data[..length] != expected[..] {
+            return Err(format!(
+                "broadcast {index} from node {root}: {length} bytes {:?}, expected {:?}",
+                &data[..length.min(data.len())],
+                expected
+            )
+            .into());
+        }
+    }
+    if args.broadcasts > 0 {
+        println!("broadcasts={} checked", args.broadcasts);
+    }
     // The last barrier may have completed here before its last packets reached the others; one
     // more keeps every port open until everyone is through.
     port.barrier_with(&group, &options)
@@ -149,8 +205,123 @@ fn run(args: &Args) -> Result<()> {
     Ok(())
 }
 
+/// The bytes broadcast `index` from node `root` carries: 1 to `NIC_BROADCAST_MAX` of them.
+fn broadcast_bytes(root: usize, index: u32) -> Vec<u8> {
+    let length = 1 + (index as usize * 13 + root) % nicbar::NIC_BROADCAST_MAX;
+    (0..length)
+        .map(|k| (root * 17 + index as usize * 5 + k) as u8)
+        .collect()
+}
+
+/// Round trips of one 64-byte message with node `other`: the lower node sends and times, the
+/// other echoes what it receives. Both ports meet in a barrier before and after.
+fn ping_pong(mut port: Port, args: &Args, other: u16) -> Result<()> {
+    const LENGTH: usize = 64;
+    let me = args.node();
+    // Both sides list the members in the same order: lower node first.
+    let group = Group::from_endpoints([
+        (NodeId::new(me.min(other)), PortId(args.port)),
+        (NodeId::new(me.max(other)), PortId(args.port)),
+    ])?
+    .with_timeout(Duration::from_secs(60));
+    port.barrier(&group)
+        .map_err(|error| format!("the ping-pong's starting barrier: {error}"))?;
+    let initiator = me < other;
+    let mut spare = Vec::new();
+    let mut times = Vec::with_capacity(args.round_trips as usize);
+    for index in 0..args.round_trips {
+        let started = Instant::now();
+        if initiator {
+            let payload = message(me, index);
+            send_one(
+                &mut port,
+                &mut spare,
+                &payload[..LENGTH.min(payload.len())],
+                other,
+                index,
+            )?;
+        }
+        // Wait for the message (and take the SENT of what went out).
+        let received = loop {
+            let event = port
+                .receive_timeout(STEP_TIMEOUT)?
+                .ok_or_else(|| format!("round trip {index}: nothing within {STEP_TIMEOUT:?}"))?;
+            match event {
+                Event::Sent { buffer, status, .. } if status == Status::SUCCESS => {
+                    spare.push(buffer);
+                }
+                Event::Received {
+                    buffer,
+                    length,
+                    tag,
+                    sender_node,
+                    status,
+                    ..
+                } if status == Status::SUCCESS && sender_node.get() == other => {
+                    let bytes = buffer[..length].to_vec();
+                    port.provide_receive_buffer(buffer, SIZE, Priority::LOW, tag)
+                        .map_err(|refused| refused.error)?;
+                    break bytes;
+                }
+                other => return Err(format!("round trip {index}: unexpected {other:?}").into()),
+            }
+        };
+        if initiator {
+            times.push(started.elapsed());
+        } else {
+            send_one(&mut port, &mut spare, &received, other, index)?;
+        }
+    }
+    port.barrier(&group)
+        .map_err(|error| format!("the ping-pong's closing barrier: {error}"))?;
+    if initiator {
+        times.sort_unstable();
+        let total: Duration = times.iter().sum();
+        let count = times.len().max(1) as u32;
+        println!(
+            "pingpong round_trips={} mean_us={:.1} p50_us={:.1} min_us={:.1}",
+            times.len(),
+            (total / count).as_secs_f64() * 1e6,
+            times
+                .get(times.len() / 2)
+                .map_or(0.0, |t| t.as_secs_f64() * 1e6),
+            times.first().map_or(0.0, |t| t.as_secs_f64() * 1e6),
+        );
+    }
+    port.close()?;
+    println!("done");
+    Ok(())
+}
+
+/// Sends `payload` to port `--port` of node `to`, in a spare buffer if there is one.
+fn send_one(
+    port: &mut Port,
+    spare: &mut Vec<nicbar::DmaBuffer>,
+    payload: &[u8],
+    to: u16,
+    context: u32,
+) -> Result<()> {
+    let mut buffer = match spare.pop() {
+        Some(buffer) => buffer,
+        None => port.dma_alloc(256)?,
+    };
+    buffer[..payload.len()].copy_from_slice(payload);
+    let port_id = port.port_id();
+    port.send(
+        buffer,
+        payload.len(),
+        SIZE,
+        Priority::LOW,
+        NodeId::new(to),
+        port_id,
+        u64::from(context),
+    )
+    .map_err(|refused| format!("round trip {context}: {}", refused.error))?;
+    Ok(())
+}
+
 /// The bytes of message `index` from `sender`.
-fn message(sender: u8, index: u32) -> Vec<u8> {
+fn message(sender: u16, index: u32) -> Vec<u8> {
     let length = 16 + (index as usize * 37) % 232;
     (0..length)
         .map(|k| (usize::from(sender) * 31 + index as usize * 7 + k) as u8)
@@ -161,14 +332,14 @@ fn message(sender: u8, index: u32) -> Vec<u8> {
 /// checking each byte, sender and status: message `i` goes out once message `i - 1` was sent and
 /// received (the previous node may be one message ahead, so arrivals are counted on their own).
 fn exchange_messages(port: &mut Port, args: &Args) -> Result<()> {
-    let next = NodeId::new((u16::from(args.unit) + 1) % args.nodes);
-    let previous = (u16::from(args.unit) + args.nodes - 1) % args.nodes;
+    let next = NodeId::new((args.node() + 1) % args.nodes);
+    let previous = (args.node() + args.nodes - 1) % args.nodes;
     let started = Instant::now();
     let mut bytes = 0;
     let mut spare = Vec::new();
     let mut received = 0;
     for index in 0..args.messages {
-        let payload = message(args.unit, index);
+        let payload = message(args.node(), index);
         let mut buffer = match spare.pop() {
             Some(buffer) => buffer,
             None => port.dma_alloc(256)?,
@@ -222,7 +393,7 @@ fn exchange_messages(port: &mut Port, args: &Args) -> Result<()> {
                     status,
                     ..
                 } => {
-                    let expected = message(previous as u8, received);
+                    let expected = message(previous, received);
                     if status != Status::SUCCESS
                         || sender_node.get() != previous
                         || buffer[..length] != expected[..]
