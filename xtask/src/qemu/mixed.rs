@@ -101,6 +101,9 @@ pub(super) fn run_in_namespace(target: &str, image: &Path, shape: &Args) -> Resu
     })
 }
 
+/// The kernel's TUN/TAP device, which a tap is made through.
+pub(super) const TUN_DEVICE: &str = "/dev/net/tun";
+
 /// Whether this process's effective user is root (read from `/proc`: xtask binds no libc).
 fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
