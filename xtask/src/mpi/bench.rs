@@ -552,7 +552,7 @@ fn replot_collectives(out: &Path) -> Result<()> {
 /// over shared memory dashed, over TCP dotted.
 fn collectives_figure(results: &[CollectiveMeasurement], processes: usize) -> Result<Figure> {
     let mut panels = Vec::new();
-    for (letter, collective) in ["bcast", "scatter", "gather", "alltoall"]
+    for (letter, collective) in ["bcast", "scatter", "gather", "alltoall", "allreduce"]
         .iter()
         .enumerate()
     {
