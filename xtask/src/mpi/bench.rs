@@ -384,8 +384,11 @@ fn bench_collectives(
         ] {
             println!("\n-- data collectives, {served_by}, {processes} processes");
             let mut command = mpirun(components, socket, processes, priority, transport)?;
+            // The component's allreduce over messages is off by default; what it costs is
+            // measured here.
             command
                 .args(["--mca", "mpi_yield_when_idle", "1"])
+                .args(["--mca", "coll_nicbar_allreduce_algorithm", "0"])
                 .arg(programs.join("coll_bench"))
                 .arg(sizes.join(","))
                 .arg(budget.to_string())
