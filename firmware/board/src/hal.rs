@@ -13,7 +13,7 @@ use core::time::Duration;
 
 use firmware::{Hal, MemoryFault, TransmitError};
 use shared_abi::ids::{NodeId, PORTS_PER_NIC};
-use shared_abi::packet::PacketHeader;
+use shared_abi::packet::{MAX_WIRE_LEN, PacketHeader};
 use shared_abi::qemu::layout::{
     DOORBELL_MEMORY, DOORBELL_PORT_EVENT, DOORBELL_WIRE, MEMORY_BOUNCE_LEN, MEMORY_BOUNCE_OFFSET,
     MemoryDirection, MemoryStatus, PortError, SHARED_AREA_BASE, SHARED_AREA_LEN, WIRE_RECEIVE,
@@ -96,6 +96,10 @@ pub(crate) struct BoardHal {
     frame: [u8; MAX_FRAME_LEN],
     /// The next IPv4 identification.
     identification: u16,
+    /// A packet this NIC sent to itself on the virtio-net wire, which no switch turns back (a
+    /// bridge never sends a frame out of the port it came in by), and its length (0: none).
+    loopback: [u8; MAX_WIRE_LEN],
+    loopback_len: usize,
     windows: PortWindows,
     ports: [Option<AttachedPort>; PORTS_PER_NIC],
     shared: RawMemory,
@@ -142,6 +146,8 @@ impl BoardHal {
             neighbours: Neighbours::new(),
             frame: [0; MAX_FRAME_LEN],
             identification: 0,
+            loopback: [0; MAX_WIRE_LEN],
+            loopback_len: 0,
             windows,
             ports: Default::default(),
             shared,
@@ -164,12 +170,14 @@ impl BoardHal {
         self.net.is_some()
     }
 
-    /// Whether a frame waits on the virtio-net device; acknowledges its interrupt.
+    /// Whether a frame waits on the virtio-net device (or a packet this NIC sent itself);
+    /// acknowledges the device's interrupt.
     pub(crate) fn datagram_waiting(&mut self) -> bool {
-        self.net.as_mut().is_some_and(|net| {
+        let received = self.net.as_mut().is_some_and(|net| {
             net.acknowledge_interrupts();
             net.has_received()
-        })
+        });
+        received || self.loopback_len != 0
     }
 
     /// Takes the next frame from the virtio-net device and, if it is a fabric datagram for this
@@ -177,6 +185,16 @@ impl BoardHal {
     /// node of the fabric goes to the neighbour table (and is answered if it asks for this node).
     /// Every frame is checked before any field of it is used ([`net::parse_frame`]).
     pub(crate) fn take_datagram(&mut self, out: &mut [u8]) -> Datagram {
+        if self.loopback_len != 0 {
+            let len = core::mem::take(&mut self.loopback_len);
+            return match (out.get_mut(..len), self.loopback.get(..len)) {
+                (Some(slot), Some(packet)) => {
+                    slot.copy_from_slice(packet);
+                    Datagram::Packet(len)
+                }
+                _ => Datagram::Dropped,
+            };
+        }
         let Some(net) = self.net.as_mut() else {
             return Datagram::None;
         };
@@ -474,6 +492,21 @@ impl Hal for BoardHal {
     fn transmit(&mut self, destination: NodeId, packet: &[u8]) -> Result<(), TransmitError> {
         if destination.get() >= self.node_count {
             return Err(TransmitError::NoRoute);
+        }
+        if self.net.is_some() && destination == self.node {
+            // To itself: held for the next take of datagrams, one packet at a time (the core
+            // sends again what finds the slot taken).
+            if self.loopback_len != 0 {
+                self.transmit_full = self.transmit_full.wrapping_add(1);
+                return Err(TransmitError::WouldBlock);
+            }
+            let Some(slot) = self.loopback.get_mut(..packet.len()) else {
+                return Err(TransmitError::NoRoute);
+            };
+            slot.copy_from_slice(packet);
+            self.loopback_len = packet.len();
+            self.packets_transmitted = self.packets_transmitted.wrapping_add(1);
+            return Ok(());
         }
         if self.net.is_some() {
             let destination_mac = self.neighbour_mac(destination);

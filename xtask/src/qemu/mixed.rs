@@ -101,6 +101,10 @@ pub(super) fn run_in_namespace(target: &str, image: &Path, shape: &Args) -> Resu
     })
 }
 
+/// The fetch-and-adds each peer applies to node 0's word (`qemu_peer --one-sided`, whose
+/// `ADDS` this is).
+const ONE_SIDED_ADDS: u32 = 25;
+
 /// The kernel's TUN/TAP device, which a tap is made through.
 pub(super) const TUN_DEVICE: &str = "/dev/net/tun";
 
@@ -230,7 +234,8 @@ pub(super) fn run_inside(tools: &Tools, target: &str, image: &Path, shape: &Args
             .args(["--nodes", &shape.nodes.to_string()])
             .args(["--messages", &shape.messages.to_string()])
             .args(["--barriers", &shape.barriers.to_string()])
-            .args(["--broadcasts", &broadcasts(shape).to_string()]);
+            .args(["--broadcasts", &broadcasts(shape).to_string()])
+            .arg("--one-sided");
         println!("running: {}", show(&command));
         peers.push(children.spawn(&format!("peer {node}"), &mut command, false)?);
     }
@@ -249,9 +254,14 @@ pub(super) fn run_inside(tools: &Tools, target: &str, image: &Path, shape: &Args
     let peers_took = peers_started.elapsed();
     let outcome = check_peers(&children, &peers, shape)?;
     let expected = format!("broadcasts={} checked", broadcasts(shape));
+    // Once its put to the next node, its get back and its fetch-and-adds on node 0's word were
+    // checked: one-sided operations cross the kinds.
+    let one_sided = format!("one-sided puts=1 gets=1 adds={ONE_SIDED_ADDS} checked");
     for &peer in &peers {
-        if !children.lines(peer).contains(&expected) {
-            return Err(format!("{} did not report {expected:?}", children.name(peer)).into());
+        for line in [expected.as_str(), one_sided.as_str()] {
+            if !children.lines(peer).iter().any(|l| l == line) {
+                return Err(format!("{} did not report {line:?}", children.name(peer)).into());
+            }
         }
     }
 
@@ -321,13 +331,16 @@ pub(super) fn run_inside(tools: &Tools, target: &str, image: &Path, shape: &Args
             return Err(format!("a QEMU NIC failed barriers: {line}").into());
         }
         // The checked barriers, the ring's opening and closing ones, and the broadcasts (each
-        // is a barrier too); the ping-pongs' two each.
+        // is a barrier too); the one-sided step's broadcast of each node's remote pointer and
+        // its closing barrier; the ping-pongs' two each.
         let node = field(line, "node").and_then(|node| node.parse::<u16>().ok());
         let ping_pongs = pairs
             .iter()
             .filter(|(_, a, b, _)| Some(*a) == node || Some(*b) == node)
             .count() as u64;
-        let barriers = outcome.barriers as u64 + 2 + u64::from(broadcasts(shape)) + 2 * ping_pongs;
+        let one_sided = u64::from(shape.nodes) + 1;
+        let barriers =
+            outcome.barriers as u64 + 2 + u64::from(broadcasts(shape)) + one_sided + 2 * ping_pongs;
         if field(line, "barriers_completed") != Some(&barriers.to_string()) {
             return Err(format!("a QEMU NIC did not complete {barriers} barriers: {line}").into());
         }
@@ -350,7 +363,8 @@ pub(super) fn run_inside(tools: &Tools, target: &str, image: &Path, shape: &Args
     println!(
         "mixed: {} nodes ({} QEMU, {} daemon), {} messages each way checked byte for byte and \
          in order, {} barriers of {} algorithms on every node, none left early, {} NIC \
-         broadcasts from every root checked; {:.1} s to a serving fabric, {:.1} s of peers",
+         broadcasts from every root checked, a put, a get and {} fetch-and-adds per node \
+         checked; {:.1} s to a serving fabric, {:.1} s of peers",
         shape.nodes,
         qemu_nodes.len(),
         daemon_nodes.len(),
@@ -358,6 +372,7 @@ pub(super) fn run_inside(tools: &Tools, target: &str, image: &Path, shape: &Args
         outcome.barriers,
         outcome.algorithms,
         broadcasts(shape),
+        ONE_SIDED_ADDS,
         booted.as_secs_f64(),
         peers_took.as_secs_f64()
     );

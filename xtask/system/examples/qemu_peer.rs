@@ -23,6 +23,12 @@
 //! With `--broadcasts B`, the peers then run B NIC broadcasts, the root going round the nodes,
 //! each of a length and bytes of its own, checked byte for byte at every member.
 //!
+//! With `--one-sided`, each peer then registers a region and tells the others its remote
+//! pointer (a NIC broadcast from each node), puts a block of its own bytes into the next
+//! node's region and gets it back, and fetch-and-adds on a word of node 0's region; after a
+//! barrier each checks the block the previous node put and node 0 the word's sum, and prints
+//! `one-sided puts=1 gets=1 adds=A checked`.
+//!
 //! With `--ping-pong-with P`, the peer instead measures `--round-trips` round trips of one
 //! 64-byte message with node `P` (the lower node sends, the other echoes) and the lower node
 //! prints `pingpong round_trips=R mean_us=M p50_us=Q min_us=L`.
@@ -34,7 +40,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use nicbar::{Algorithm, BarrierOptions, Event, Group, NodeId, Port, PortId, Priority, Status};
+use nicbar::{
+    Algorithm, AtomicOp, BarrierOptions, Event, Group, NodeId, Port, PortId, Priority, Status,
+};
 
 /// Size class of the messages: buffers of 256 bytes, messages of up to 248.
 const SIZE: u8 = 8;
@@ -70,6 +78,9 @@ struct Args {
     /// NIC broadcasts after the barriers, the root going round the nodes.
     #[arg(long, default_value_t = 0)]
     broadcasts: u32,
+    /// Puts, gets and fetch-and-adds between the nodes after the broadcasts.
+    #[arg(long)]
+    one_sided: bool,
     /// Measure round trips with this node instead of the ring and the barriers.
     #[arg(long)]
     ping_pong_with: Option<u16>,
@@ -196,12 +207,116 @@ fn run(args: &Args) -> Result<()> {
     if args.broadcasts > 0 {
         println!("broadcasts={} checked", args.broadcasts);
     }
+    if args.one_sided {
+        one_sided(&mut port, &group, &options, args)?;
+    }
     // The last barrier may have completed here before its last packets reached the others; one
     // more keeps every port open until everyone is through.
     port.barrier_with(&group, &options)
         .map_err(|error| format!("the closing barrier: {error}"))?;
     port.close()?;
     println!("done");
+    Ok(())
+}
+
+/// Bytes of the block each node puts into the next node's region.
+const BLOCK: usize = 40_000;
+/// Fetch-and-adds each node applies to node 0's word.
+const ADDS: u64 = 25;
+
+/// The byte at `index` of the block node `node` puts.
+fn block_byte(node: usize, index: usize) -> u8 {
+    (node * 151 + index * 7 + (index >> 9)) as u8
+}
+
+/// The next `OperationDone` of `port`, its status and value; messages and other events fail.
+fn operation_done(port: &mut Port, what: &str) -> Result<(Status, u64)> {
+    let deadline = Instant::now() + STEP_TIMEOUT;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(format!("{what}: no completion within {STEP_TIMEOUT:?}").into());
+        }
+        match port.receive_timeout(left)? {
+            Some(Event::OperationDone { status, value, .. }) => return Ok((status, value)),
+            Some(other) => return Err(format!("{what}: unexpected event {other:?}").into()),
+            None => {}
+        }
+    }
+}
+
+/// The one-sided step (`--one-sided`): remote pointers shared by NIC broadcasts, a put and a
+/// get with the next node, fetch-and-adds on node 0's word, each result checked.
+fn one_sided(port: &mut Port, group: &Group, options: &BarrierOptions, args: &Args) -> Result<()> {
+    let (nodes, me) = (usize::from(args.nodes), usize::from(args.node()));
+    let (next, previous) = ((me + 1) % nodes, (me + nodes - 1) % nodes);
+    // The block the previous node puts, then the word node 0's counts sum into.
+    let target = port.register_memory(BLOCK + 8)?;
+    let local = port.register_memory(2 * BLOCK)?;
+    port.allow_remote_memory_access()?;
+    let mine: Vec<u8> = (0..BLOCK).map(|i| block_byte(me, i)).collect();
+    local.bytes().write(0, &mine);
+    let mut pointers = vec![0u64; nodes];
+    for (root, pointer) in pointers.iter_mut().enumerate() {
+        let mut data = if root == me {
+            target.remote(0).to_le_bytes().to_vec()
+        } else {
+            vec![0; nicbar::NIC_BROADCAST_MAX]
+        };
+        let length = port
+            .nic_broadcast(group, root, &mut data)
+            .map_err(|error| format!("node {root}'s remote pointer: {error}"))?;
+        let bytes: [u8; 8] = data
+            .get(..length)
+            .and_then(|bytes| bytes.try_into().ok())
+            .ok_or_else(|| format!("node {root}'s remote pointer came as {length} bytes"))?;
+        *pointer = u64::from_le_bytes(bytes);
+    }
+    let at = |node: usize| NodeId::new(node as u16);
+    let remote_port = PortId(args.port);
+    port.put(&local, 0, pointers[next], BLOCK, at(next), remote_port, 1)?;
+    match operation_done(port, "the put")? {
+        (Status::SUCCESS, _) => {}
+        (status, _) => return Err(format!("the put to node {next} ended {status:?}").into()),
+    }
+    port.get(
+        pointers[next],
+        &local,
+        BLOCK,
+        BLOCK,
+        at(next),
+        remote_port,
+        2,
+    )?;
+    match operation_done(port, "the get")? {
+        (Status::SUCCESS, _) => {}
+        (status, _) => return Err(format!("the get from node {next} ended {status:?}").into()),
+    }
+    if local.bytes().to_vec(BLOCK, BLOCK) != mine {
+        return Err(format!("the block got back from node {next} is not the one put").into());
+    }
+    // The word at node 0 is 8-aligned: the block is a multiple of 8 bytes.
+    let word = pointers[0] + BLOCK as u64;
+    for add in 0..ADDS {
+        port.atomic(AtomicOp::FETCH_ADD, word, 1, 0, at(0), remote_port, 3)?;
+        match operation_done(port, "a fetch-and-add")? {
+            (Status::SUCCESS, _) => {}
+            (status, _) => return Err(format!("fetch-and-add {add} ended {status:?}").into()),
+        }
+    }
+    port.barrier_with(group, options)
+        .map_err(|error| format!("the barrier after the one-sided step: {error}"))?;
+    let landed = target.bytes().to_vec(0, BLOCK);
+    if (0..BLOCK).any(|i| landed[i] != block_byte(previous, i)) {
+        return Err(format!("the block node {previous} put did not land intact").into());
+    }
+    if me == 0 {
+        let sum = u64::from_le_bytes(target.bytes().to_vec(BLOCK, 8).try_into().unwrap_or([0; 8]));
+        if sum != ADDS * nodes as u64 {
+            return Err(format!("the word holds {sum}, not {}", ADDS * nodes as u64).into());
+        }
+    }
+    println!("one-sided puts=1 gets=1 adds={ADDS} checked");
     Ok(())
 }
 
