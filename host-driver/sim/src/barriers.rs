@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use firmware::{Config, Hal, Instant};
+use firmware::{Config, Instant};
 use nicbar_schedule::{Algorithm, Member, ScheduleError, compile};
 use shared_abi::event::{Event, EventKind, Status};
 use shared_abi::ids::{NodeId, PortId};
@@ -696,11 +696,7 @@ fn enter_next_barrier(
         wake(world, process, Duration::ZERO);
         return Ok(());
     }
-    let Some(memory) = world.nodes[process.node]
-        .nic
-        .hal()
-        .port_memory(process.port)
-    else {
+    let Some(memory) = world.port_memory(process.node, process.port) else {
         return Err(format!(
             "node {} port {}: no region",
             process.node, process.port
@@ -773,11 +769,7 @@ fn observe(
         if process.state == State::Dead || process.closed {
             return Ok(());
         }
-        let Some(memory) = world.nodes[process.node]
-            .nic
-            .hal()
-            .port_memory(process.port)
-        else {
+        let Some(memory) = world.port_memory(process.node, process.port) else {
             return Ok(());
         };
         let Some(event) = process
@@ -1013,10 +1005,8 @@ fn provide_host_buffers(world: &mut World, process: &mut Process) -> Result<(), 
         return Ok(());
     }
     process.host.buffers_provided = true;
-    let memory = world.nodes[process.node]
-        .nic
-        .hal()
-        .port_memory(process.port)
+    let memory = world
+        .port_memory(process.node, process.port)
         .ok_or("no region")?;
     for _ in 0..HOST_BUFFERS {
         let Some(slot) = process.rings.free_receive_slots.pop() else {
@@ -1052,10 +1042,8 @@ fn post_host_message(
     let Some(slot) = process.rings.free_send_slots.pop() else {
         return Ok(false);
     };
-    let memory = world.nodes[process.node]
-        .nic
-        .hal()
-        .port_memory(process.port)
+    let memory = world
+        .port_memory(process.node, process.port)
         .ok_or("no region")?;
     let mut bytes = [0u8; 5];
     bytes[..4].copy_from_slice(&(barrier as u32).to_le_bytes());
@@ -1097,10 +1085,8 @@ fn host_event(
     process: &mut Process,
     event: &Event,
 ) -> Result<(), String> {
-    let memory = world.nodes[process.node]
-        .nic
-        .hal()
-        .port_memory(process.port)
+    let memory = world
+        .port_memory(process.node, process.port)
         .ok_or("no region")?;
     match event.kind {
         EventKind::RECEIVED => {

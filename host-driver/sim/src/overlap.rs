@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use firmware::{Config, Hal, Instant};
+use firmware::{Config, Instant};
 use nicbar_schedule::{Algorithm, Member, compile};
 use shared_abi::event::EventKind;
 use shared_abi::ids::{BarrierId, NodeId, PortId};
@@ -288,16 +288,8 @@ fn enter_round(
         process.round = usize::MAX;
         return Ok(());
     }
-    let mut order = process.groups.clone();
-    for i in (1..order.len()).rev() {
-        let j = world.rng.below(i as u64 + 1) as usize;
-        order.swap(i, j);
-    }
-    let Some(memory) = world.nodes[process.node]
-        .nic
-        .hal()
-        .port_memory(process.port)
-    else {
+    let order = world.shuffled(&process.groups);
+    let Some(memory) = world.port_memory(process.node, process.port) else {
         return Err(format!(
             "node {} port {}: no region",
             process.node, process.port
@@ -378,11 +370,7 @@ fn observe(
     report: &mut OverlapReport,
 ) -> Result<(), String> {
     loop {
-        let Some(memory) = world.nodes[process.node]
-            .nic
-            .hal()
-            .port_memory(process.port)
-        else {
+        let Some(memory) = world.port_memory(process.node, process.port) else {
             return Ok(());
         };
         let Some(event) = process

@@ -24,7 +24,7 @@ pub mod reference;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use firmware::{Config, Hal, Instant};
+use firmware::{Config, Instant};
 use nicbar_schedule::{Member, allreduce};
 use shared_abi::event::{EventKind, Status};
 use shared_abi::ids::{BarrierId, NodeId, PortId};
@@ -502,16 +502,8 @@ fn enter_round(
         process.round = campaign.rounds;
         return Ok(());
     }
-    let mut order = process.groups.clone();
-    for i in (1..order.len()).rev() {
-        let j = world.rng.below(i as u64 + 1) as usize;
-        order.swap(i, j);
-    }
-    let Some(memory) = world.nodes[process.node]
-        .nic
-        .hal()
-        .port_memory(process.port)
-    else {
+    let order = world.shuffled(&process.groups);
+    let Some(memory) = world.port_memory(process.node, process.port) else {
         return Err(format!(
             "node {} port {}: no region",
             process.node, process.port
@@ -596,11 +588,7 @@ fn observe(
         if process.state == State::Dead {
             return Ok(());
         }
-        let Some(memory) = world.nodes[process.node]
-            .nic
-            .hal()
-            .port_memory(process.port)
-        else {
+        let Some(memory) = world.port_memory(process.node, process.port) else {
             return Ok(());
         };
         let Some(event) = process

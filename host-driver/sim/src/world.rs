@@ -5,8 +5,9 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::time::Duration;
 
-use firmware::{Config, Instant, Nic};
+use firmware::{Config, Hal, Instant, Nic};
 use shared_abi::ids::{NodeId, PortId};
+use shared_abi::ring::raw::RawMemory;
 use zerocopy::IntoBytes;
 
 use super::adversary::Adversary;
@@ -156,6 +157,21 @@ fn on_build_stack<T: Send>(build: impl FnOnce() -> T + Send) -> T {
 }
 
 impl World {
+    /// The memory of `port` on `node` (None while the port has no region).
+    pub fn port_memory(&self, node: usize, port: usize) -> Option<&RawMemory> {
+        self.nodes[node].nic.hal().port_memory(port)
+    }
+
+    /// `items` in an order drawn from the world's generator (Fisher and Yates's shuffle).
+    pub fn shuffled<T: Clone>(&mut self, items: &[T]) -> Vec<T> {
+        let mut order = items.to_vec();
+        for i in (1..order.len()).rev() {
+            let j = self.rng.below(i as u64 + 1) as usize;
+            order.swap(i, j);
+        }
+        order
+    }
+
     /// A world of `nodes` NICs with `config`, all drawn from `seed`.
     pub fn new(
         seed: u64,
