@@ -12,64 +12,12 @@ mod common;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-use common::qemu_fabric::{fabric, qemu_or_skip};
-use nicbar::{Error, Event, Group, NodeId, Port, PortId, Priority, Status};
+use common::qemu_fabric::{STEP, fabric, provide, qemu_or_skip, send_and_check};
+use nicbar::{Error, Group, NodeId, Port, PortId};
 use nicbar_control::{Reply, Request};
 use nicbar_qemu::QemuError;
 use shared_abi::ring::SharedMemory;
 use zerocopy::{FromZeros, IntoBytes};
-
-/// Size class of the test messages: buffers of 256 bytes.
-const SIZE: u8 = 8;
-/// How long one step may take.
-const STEP: Duration = Duration::from_secs(20);
-
-fn provide(port: &mut Port, count: u32) {
-    for tag in 0..count {
-        let buffer = port.dma_alloc(256).unwrap();
-        port.provide_receive_buffer(buffer, SIZE, Priority::LOW, tag)
-            .map_err(|refused| refused.error)
-            .unwrap();
-    }
-}
-
-/// Sends `payload` from `from` to `to` and checks that it arrives whole, and that the send
-/// completes.
-fn send_and_check(from: &mut Port, to: &mut Port, payload: &[u8]) {
-    let mut buffer = from.dma_alloc(256).unwrap();
-    buffer[..payload.len()].copy_from_slice(payload);
-    from.send(
-        buffer,
-        payload.len(),
-        SIZE,
-        Priority::LOW,
-        to.node_id(),
-        to.port_id(),
-        7,
-    )
-    .map_err(|refused| refused.error)
-    .unwrap();
-    match to.receive_timeout(STEP).unwrap() {
-        Some(Event::Received {
-            buffer,
-            length,
-            sender_node,
-            status,
-            ..
-        }) => {
-            assert_eq!(status, Status::SUCCESS);
-            assert_eq!(sender_node, from.node_id());
-            assert_eq!(&buffer[..length], payload);
-        }
-        other => panic!("expected the message within {STEP:?}, got {other:?}"),
-    }
-    match from.receive_timeout(STEP).unwrap() {
-        Some(Event::Sent {
-            status, context, ..
-        }) => assert_eq!((status, context), (Status::SUCCESS, 7)),
-        other => panic!("expected SENT within {STEP:?}, got {other:?}"),
-    }
-}
 
 #[test]
 fn ports_messages_and_barriers_on_two_qemu_nics() {

@@ -13,8 +13,8 @@ use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::qemu_fabric::{image_path, qemu_or_skip};
-use nicbar::{Event, Port, Priority, Status};
+use common::qemu_fabric::{STEP, image_path, provide, qemu_or_skip, send_and_check};
+use nicbar::Port;
 use nicbar_image::image::ImageFile;
 use nicbar_qemu::{QemuConfig, QemuFabric, VirtioNet};
 use shared_abi::image::ImageTarget;
@@ -22,10 +22,6 @@ use shared_abi::packet::{HEADER_LEN, MAC_LEN, PacketHeader};
 use shared_abi::qemu::net::FABRIC_UDP_PORT;
 use zerocopy::{FromZeros, IntoBytes};
 
-/// Size class of the test messages: buffers of 256 bytes.
-const SIZE: u8 = 8;
-/// How long one step may take.
-const STEP: Duration = Duration::from_secs(20);
 /// The fabric's size: nodes 0 and 1 are the QEMU NICs; node 2's address is the bridge's (where a
 /// daemon NIC would listen).
 const NODE_COUNT: u16 = 3;
@@ -48,52 +44,6 @@ fn forged_datagrams_from_the_host_to_a_qemu_nics_udp_port_are_refused() {
 fn ip(arguments: &[&str]) {
     let status = Command::new("ip").args(arguments).status().unwrap();
     assert!(status.success(), "ip {}: {status}", arguments.join(" "));
-}
-
-fn provide(port: &mut Port, count: u32) {
-    for tag in 0..count {
-        let buffer = port.dma_alloc(256).unwrap();
-        port.provide_receive_buffer(buffer, SIZE, Priority::LOW, tag)
-            .map_err(|refused| refused.error)
-            .unwrap();
-    }
-}
-
-/// Sends `payload` from `from` to `to` and checks that it arrives whole and the send completes.
-fn send_and_check(from: &mut Port, to: &mut Port, payload: &[u8]) {
-    let mut buffer = from.dma_alloc(256).unwrap();
-    buffer[..payload.len()].copy_from_slice(payload);
-    from.send(
-        buffer,
-        payload.len(),
-        SIZE,
-        Priority::LOW,
-        to.node_id(),
-        to.port_id(),
-        7,
-    )
-    .map_err(|refused| refused.error)
-    .unwrap();
-    match to.receive_timeout(STEP).unwrap() {
-        Some(Event::Received {
-            buffer,
-            length,
-            sender_node,
-            status,
-            ..
-        }) => {
-            assert_eq!(status, Status::SUCCESS);
-            assert_eq!(sender_node, from.node_id());
-            assert_eq!(&buffer[..length], payload);
-        }
-        other => panic!("expected the message within {STEP:?}, got {other:?}"),
-    }
-    match from.receive_timeout(STEP).unwrap() {
-        Some(Event::Sent {
-            status, context, ..
-        }) => assert_eq!((status, context), (Status::SUCCESS, 7)),
-        other => panic!("expected SENT within {STEP:?}, got {other:?}"),
-    }
 }
 
 /// A packet header naming `claimed` as its sender to node 0, and a made-up authentication code.

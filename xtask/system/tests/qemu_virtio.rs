@@ -11,8 +11,8 @@ mod common;
 use std::net::{Ipv4Addr, UdpSocket};
 use std::time::{Duration, Instant};
 
-use common::qemu_fabric::{image_path, qemu_or_skip};
-use nicbar::{Event, Group, NodeId, Port, PortId, Priority, Status};
+use common::qemu_fabric::{STEP, image_path, provide, qemu_or_skip, send_and_check};
+use nicbar::{Group, NodeId, Port, PortId};
 use nicbar_image::image::ImageFile;
 use nicbar_qemu::{QemuConfig, QemuFabric, VirtioNet};
 use shared_abi::image::ImageTarget;
@@ -21,11 +21,6 @@ use shared_abi::qemu::net::{
     Endpoint, FABRIC_UDP_PORT, Ipv4Address, MAX_FRAME_LEN, build_udp, node_address, node_mac,
 };
 use zerocopy::{FromZeros, IntoBytes};
-
-/// Size class of the test messages: buffers of 256 bytes.
-const SIZE: u8 = 8;
-/// How long one step may take.
-const STEP: Duration = Duration::from_secs(20);
 
 fn fabric(dir: &tempfile::TempDir) -> QemuFabric {
     let image = ImageFile::read_for_target(image_path(), ImageTarget::RISCV32IMAC)
@@ -65,53 +60,6 @@ fn frame_to_node0(source: Endpoint, source_mac_node: u16, claimed: u16) -> Vec<u
     .unwrap();
     frame.truncate(len);
     frame
-}
-
-fn provide(port: &mut Port, count: u32) {
-    for tag in 0..count {
-        let buffer = port.dma_alloc(256).unwrap();
-        port.provide_receive_buffer(buffer, SIZE, Priority::LOW, tag)
-            .map_err(|refused| refused.error)
-            .unwrap();
-    }
-}
-
-/// Sends `payload` from `from` to `to` and checks that it arrives whole, and that the send
-/// completes.
-fn send_and_check(from: &mut Port, to: &mut Port, payload: &[u8]) {
-    let mut buffer = from.dma_alloc(256).unwrap();
-    buffer[..payload.len()].copy_from_slice(payload);
-    from.send(
-        buffer,
-        payload.len(),
-        SIZE,
-        Priority::LOW,
-        to.node_id(),
-        to.port_id(),
-        7,
-    )
-    .map_err(|refused| refused.error)
-    .unwrap();
-    match to.receive_timeout(STEP).unwrap() {
-        Some(Event::Received {
-            buffer,
-            length,
-            sender_node,
-            status,
-            ..
-        }) => {
-            assert_eq!(status, Status::SUCCESS);
-            assert_eq!(sender_node, from.node_id());
-            assert_eq!(&buffer[..length], payload);
-        }
-        other => panic!("expected the message within {STEP:?}, got {other:?}"),
-    }
-    match from.receive_timeout(STEP).unwrap() {
-        Some(Event::Sent {
-            status, context, ..
-        }) => assert_eq!((status, context), (Status::SUCCESS, 7)),
-        other => panic!("expected SENT within {STEP:?}, got {other:?}"),
-    }
 }
 
 #[test]
