@@ -123,18 +123,19 @@ impl FromStr for IdlePolicy {
 }
 
 /// How many NIC threads a daemon of `units` NICs runs by default on `cores` cores: one per
-/// core left once each NIC's process has one, and at least one per four cores, at most one per
+/// core left once each NIC's process has one, and at least one per eight cores, at most one per
 /// NIC.
 ///
 /// The floor is for a daemon with as many NICs as the host has cores: its processes then sleep
 /// while they wait (coll/nicbar's rule, and `adaptive`'s), so the NIC threads run on the cores
 /// the waiting processes left, and one thread serving every NIC is the bottleneck. On a 16-core
 /// host with 16 NICs, `MPI_Barrier` through coll/nicbar took 41.2 µs at 8 processes and 128.9 µs
-/// at 16 with one thread, 17.2 and 79.7 µs with four (docs/benchmarks.md).
+/// at 16 with one thread, 21.4 and 68.9 µs with two; four were faster at 8 and slower at 16, and
+/// slower still where the processes spin (docs/benchmarks.md).
 pub fn default_threads(units: usize, cores: usize) -> usize {
     cores
         .saturating_sub(units)
-        .max(cores / 4)
+        .max(cores / 8)
         .clamp(1, units.max(1))
 }
 
@@ -184,13 +185,14 @@ mod tests {
     #[test]
     fn default_threads_leave_a_core_to_each_process() {
         assert_eq!(default_threads(4, 2), 1);
-        assert_eq!(default_threads(16, 4), 1);
+        assert_eq!(default_threads(16, 8), 1);
         assert_eq!(
             default_threads(16, 16),
-            4,
-            "a thread per four cores at least"
+            2,
+            "a thread per eight cores at least"
         );
-        assert_eq!(default_threads(16, 20), 5);
+        assert_eq!(default_threads(16, 20), 4);
+        assert_eq!(default_threads(64, 64), 8);
         assert_eq!(default_threads(3, 16), 3, "at most one per NIC");
         assert_eq!(default_threads(2, 64), 2);
         assert_eq!(default_threads(1, 1), 1);

@@ -70,7 +70,7 @@ pub struct EmulateArgs {
     #[arg(long, value_parser = clap::value_parser!(u64).range(MIN_RETRANSMIT_US..=MAX_RETRANSMIT_US))]
     pub retransmit_us: Option<u64>,
     /// How many threads run the NICs (unit u on thread u mod N), 1 to the number of units
-    /// [default: one per core left once each unit's process has one, but at least one per four
+    /// [default: one per core left once each unit's process has one, but at least one per eight
     /// cores, and at least 1].
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub threads: Option<u16>,
