@@ -36,6 +36,28 @@ pub(crate) struct Args {
     /// Ping-pong round trips between ranks 0 and 1.
     #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u32).range(1..))]
     round_trips: u32,
+    /// What the daemon's idle NIC threads do: poll, sleep or adaptive (`nicctl emulate --idle`)
+    /// [default: the daemon's].
+    #[arg(long, value_parser = ["poll", "sleep", "adaptive"])]
+    idle: Option<String>,
+    /// How many threads run the daemon's NICs (`nicctl emulate --threads`) [default: the
+    /// daemon's].
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=32))]
+    threads: Option<u16>,
+}
+
+impl Args {
+    /// The daemon's arguments for the idle policy and NIC threads asked for.
+    fn engine(&self) -> Vec<String> {
+        let mut engine = Vec::new();
+        if let Some(idle) = &self.idle {
+            engine.extend(["--idle".to_owned(), idle.clone()]);
+        }
+        if let Some(threads) = self.threads {
+            engine.extend(["--threads".to_owned(), threads.to_string()]);
+        }
+        engine
+    }
 }
 
 /// Runs the demo.
@@ -61,11 +83,16 @@ pub(crate) fn run_demo(args: Args) -> Result<()> {
 
     let dir = DemoDir::create()?;
     let socket = dir.path.join("control.sock");
+    let engine = args.engine();
     step(&format!(
-        "starting a {nodes}-node emulated cluster: nicctl emulate --units {nodes} --socket {}",
-        socket.display()
+        "starting a {nodes}-node emulated cluster: nicctl emulate --units {nodes} --socket {}{}",
+        socket.display(),
+        engine
+            .iter()
+            .map(|arg| format!(" {arg}"))
+            .collect::<String>()
     ));
-    let mut daemon = Daemon::start(&nicctl, nodes, &socket)?;
+    let mut daemon = Daemon::start(&nicctl, nodes, &socket, &engine)?;
     step(&format!(
         "cluster up; running {nodes} processes of the cluster example: a ping-pong, then {} \
          barriers per algorithm in the NIC and on the host",
@@ -169,14 +196,16 @@ impl Daemon {
         threads_cpu_ns(self.child.id(), "")
     }
 
-    /// Starts the daemon and waits, at most [`DAEMON_START`], until it listens on `socket`.
-    fn start(nicctl: &Path, nodes: u16, socket: &Path) -> Result<Self> {
+    /// Starts the daemon with the `engine` arguments and waits, at most [`DAEMON_START`], until
+    /// it listens on `socket`.
+    fn start(nicctl: &Path, nodes: u16, socket: &Path, engine: &[String]) -> Result<Self> {
         let mut child = Command::new(nicctl)
             .arg("emulate")
             .arg("--units")
             .arg(nodes.to_string())
             .arg("--socket")
             .arg(socket)
+            .args(engine)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .spawn()
