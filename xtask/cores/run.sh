@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs the engine's benchmarks on a machine with cores to spare, everything compared side by side
-# in one run: reference barriers and UDP ping-pong, MPI_Barrier / MPI_Ibarrier and an 8-byte
-# MPI_Allreduce through Open MPI's own collectives and through coll/nicbar under several NIC
-# thread counts and idle policies, `bench_barrier` (one daemon), and `cluster` over daemons of
-# one NIC each on authenticated UDP.
+# in one run: reference barriers and UDP ping-pong; MPI_Barrier and MPI_Ibarrier's overlap,
+# MPI_Allreduce, and an 8-byte MPI_Iallreduce's overlap, through Open MPI's own collectives and
+# through coll/nicbar under several NIC thread counts and idle policies; `bench_barrier` (one
+# daemon); and `cluster` over daemons of one NIC each on authenticated UDP.
 #
 # usage: run.sh [OUT]   (from a bundle made by bundle.sh; OUT defaults to $OUT, else ./out)
 # SIZES (default "2 4 8 16"), ITERATIONS (default 5000) and DAEMONS (default "4 8") shrink a run;
@@ -104,6 +104,9 @@ if [ -d "$D/ompi/usr" ]; then
     say "allreduce P=$p ompi-tcp: $(measure 60 $(mr $p) $OWN_TCP "$B/coll_bench" 8,64,1024 300 0 allreduce)"
     say "allreduce P=$p ompi-shm+nicbar-loaded: $(measure 60 $(mr $p) $(nicbar --mca coll_nicbar_allreduce_algorithm -1) "$B/coll_bench" 8,64,1024 300 0 allreduce)"
     say "allreduce P=$p nicbar: $(measure 60 $(mr $p) $(nicbar --mca coll_nicbar_allreduce_algorithm 0) "$B/coll_bench" 8,64,1024 300 0 allreduce)"
+    for who in "ompi-shm|$OWN_SHM" "ompi-tcp|$OWN_TCP" "nicbar|$(nicbar)"; do
+      say "iallreduce 8 B P=$p ${who%%|*}: $(measure 60 $(mr $p) ${who#*|} "$B/barrier_bench" $ITERATIONS allreduce 8)"
+    done
   done && stop_daemon
 else
   log "no Open MPI in the bundle: MPI rows skipped"

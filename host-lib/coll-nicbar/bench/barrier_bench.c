@@ -1,8 +1,11 @@
 /*
  * MPI_Barrier latency and MPI_Ibarrier overlap, as OSU's osu_barrier and osu_ibarrier define
- * them, for whichever coll component serves the communicator.
+ * them, for whichever coll component serves the communicator — or, given `allreduce BYTES`, the
+ * same of MPI_Allreduce and MPI_Iallreduce (a sum of BYTES / 8 doubles, as osu_allreduce and
+ * osu_iallreduce measure them).
  *
- * Usage: barrier_bench ITERATIONS. Rank 0 prints one line:
+ * Usage: barrier_bench ITERATIONS [allreduce BYTES]. Rank 0 prints one line (the names are the
+ * barrier's whichever collective ran):
  *   result barrier_us=<mean> ibarrier_pure_us=<mean> overlap_pct=<percent> post_us=<mean>
  *          wait_us=<mean>
  * Latency is the mean over ITERATIONS back-to-back barriers, the largest over the ranks. Overlap
@@ -16,8 +19,30 @@
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static volatile double sink;
+static double *input, *output;
+static int count;
+
+/* The collective measured, blocking and non-blocking. */
+static void blocking(void)
+{
+    if (count > 0) {
+        MPI_Allreduce(input, output, count, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    } else {
+        MPI_Barrier(MPI_COMM_WORLD);
+    }
+}
+
+static void post(MPI_Request *request)
+{
+    if (count > 0) {
+        MPI_Iallreduce(input, output, count, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, request);
+    } else {
+        MPI_Ibarrier(MPI_COMM_WORLD, request);
+    }
+}
 
 /* Computes for about `seconds` (a loop calibrated against MPI_Wtime). */
 static void compute(double seconds)
@@ -34,28 +59,43 @@ int main(int argc, char **argv)
 {
     int iterations = argc > 1 ? atoi(argv[1]) : 1000, rank;
     int warmup = iterations / 10 + 10;
-    double start, barrier, pure, total, cpu, overlap, posting, waiting;
+    double begin, barrier, pure, total, cpu, overlap, posting, waiting;
     MPI_Request request;
 
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (argc > 2) {
+        int bytes = argc > 3 ? atoi(argv[3]) : 0;
+        if (0 != strcmp(argv[2], "allreduce") || bytes < (int) sizeof(double)) {
+            if (0 == rank) {
+                fprintf(stderr, "usage: barrier_bench ITERATIONS [allreduce BYTES(>= 8)]\n");
+            }
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+        count = bytes / (int) sizeof(double);
+        input = calloc((size_t) count, sizeof(double));
+        output = calloc((size_t) count, sizeof(double));
+        if (NULL == input || NULL == output) {
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+    }
 
-    for (int i = 0; i < warmup; i++) MPI_Barrier(MPI_COMM_WORLD);
-    start = MPI_Wtime();
-    for (int i = 0; i < iterations; i++) MPI_Barrier(MPI_COMM_WORLD);
-    barrier = (MPI_Wtime() - start) / iterations;
+    for (int i = 0; i < warmup; i++) blocking();
+    begin = MPI_Wtime();
+    for (int i = 0; i < iterations; i++) blocking();
+    barrier = (MPI_Wtime() - begin) / iterations;
 
     for (int i = 0; i < warmup; i++) {
-        MPI_Ibarrier(MPI_COMM_WORLD, &request);
+        post(&request);
         MPI_Wait(&request, MPI_STATUS_IGNORE);
     }
     MPI_Barrier(MPI_COMM_WORLD);
-    start = MPI_Wtime();
+    begin = MPI_Wtime();
     for (int i = 0; i < iterations; i++) {
-        MPI_Ibarrier(MPI_COMM_WORLD, &request);
+        post(&request);
         MPI_Wait(&request, MPI_STATUS_IGNORE);
     }
-    pure = (MPI_Wtime() - start) / iterations;
+    pure = (MPI_Wtime() - begin) / iterations;
     /* Every rank computes for the same time: the largest pure latency. */
     MPI_Allreduce(MPI_IN_PLACE, &pure, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
 
@@ -66,7 +106,7 @@ int main(int argc, char **argv)
     waiting = 0;
     for (int i = 0; i < iterations; i++) {
         double t0 = MPI_Wtime(), t1, t2;
-        MPI_Ibarrier(MPI_COMM_WORLD, &request);
+        post(&request);
         t1 = MPI_Wtime();
         compute(pure);
         t2 = MPI_Wtime();
