@@ -5,7 +5,7 @@
 # through coll/nicbar under several NIC thread counts and idle policies; `bench_barrier` (one
 # daemon); and `cluster` over daemons of one NIC each on authenticated UDP.
 #
-# usage: run.sh [OUT]   (from a bundle made by bundle.sh; OUT defaults to $OUT, else ./out)
+# usage: run.sh [OUT]   (from a bundle made by bundle.sh; OUT, where it writes, defaults to ./out)
 # SIZES (default "2 4 8 16"), ITERATIONS (default 5000) and DAEMONS (default "4 8") shrink a run;
 # ENGINES lists the one-host daemon's settings measured under coll/nicbar (`;` between them; the
 # allreduce runs under the first), THREADS the NIC thread counts bench_barrier sweeps with the
@@ -14,7 +14,7 @@
 set -u
 D=$(cd "$(dirname "$0")" && pwd)
 B=$D/bin
-O=${1:-${OUT:-$D/out}}
+O=${1:-$D/out}
 SIZES=${SIZES:-2 4 8 16}
 ITERATIONS=${ITERATIONS:-5000}
 DAEMONS=${DAEMONS:-4 8}
