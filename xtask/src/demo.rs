@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use clap::Args as ClapArgs;
 
 use crate::command::{cargo, run, threads_cpu_ns};
+use crate::engine::Engine;
 use crate::{Result, target_dir, workspace_root};
 
 /// How long the daemon may take to listen on its socket.
@@ -36,28 +37,9 @@ pub(crate) struct Args {
     /// Ping-pong round trips between ranks 0 and 1.
     #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u32).range(1..))]
     round_trips: u32,
-    /// What the daemon's idle NIC threads do: poll, sleep or adaptive (`nicctl emulate --idle`)
-    /// [default: the daemon's].
-    #[arg(long, value_parser = ["poll", "sleep", "adaptive"])]
-    idle: Option<String>,
-    /// How many threads run the daemon's NICs (`nicctl emulate --threads`) [default: the
-    /// daemon's].
-    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=32))]
-    threads: Option<u16>,
-}
-
-impl Args {
-    /// The daemon's arguments for the idle policy and NIC threads asked for.
-    fn engine(&self) -> Vec<String> {
-        let mut engine = Vec::new();
-        if let Some(idle) = &self.idle {
-            engine.extend(["--idle".to_owned(), idle.clone()]);
-        }
-        if let Some(threads) = self.threads {
-            engine.extend(["--threads".to_owned(), threads.to_string()]);
-        }
-        engine
-    }
+    /// The daemon's NIC threads and idle policy.
+    #[command(flatten)]
+    engine: Engine,
 }
 
 /// Runs the demo.
@@ -83,7 +65,7 @@ pub(crate) fn run_demo(args: Args) -> Result<()> {
 
     let dir = DemoDir::create()?;
     let socket = dir.path.join("control.sock");
-    let engine = args.engine();
+    let engine = args.engine.daemon_args();
     step(&format!(
         "starting a {nodes}-node emulated cluster: nicctl emulate --units {nodes} --socket {}{}",
         socket.display(),

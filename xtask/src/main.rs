@@ -14,6 +14,7 @@ mod bench;
 mod capi;
 mod command;
 mod demo;
+mod engine;
 mod image;
 mod mpi;
 mod plot;

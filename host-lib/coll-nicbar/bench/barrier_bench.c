@@ -132,6 +132,8 @@ int main(int argc, char **argv)
                "wait_us=%.2f\n",
                barrier * 1e6, pure * 1e6, overlap, posting * 1e6, waiting * 1e6);
     }
+    free(input);
+    free(output);
     MPI_Finalize();
     return 0;
 }

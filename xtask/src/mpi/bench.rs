@@ -6,6 +6,7 @@
 
 // The benchmark runs the stage's own helpers: mpirun, daemons, the compiled programs.
 use super::*;
+use crate::engine::Engine;
 use crate::plot::{Axis, Colour, Figure, Panel, Series, Stroke};
 
 // ---------------------------------------------------------------------------------------------
@@ -54,23 +55,9 @@ pub(crate) struct BenchArgs {
     /// (those that are there).
     #[arg(long)]
     replot: bool,
-    /// NIC threads of the one-host daemon (`nicctl emulate --threads`); `auto`: its default.
-    #[arg(long, default_value = "auto")]
-    threads: String,
-    /// Idle policy of the one-host daemon's NIC threads (`nicctl emulate --idle`).
-    #[arg(long, default_value = "adaptive")]
-    idle: String,
-}
-
-impl BenchArgs {
-    /// The daemon's arguments for the NIC threads and idle policy asked for.
-    fn engine(&self) -> Vec<String> {
-        let mut extra = vec!["--idle".to_owned(), self.idle.clone()];
-        if self.threads != "auto" {
-            extra.extend(["--threads".to_owned(), self.threads.clone()]);
-        }
-        extra
-    }
+    /// The one-host daemon's NIC threads and idle policy.
+    #[command(flatten)]
+    engine: Engine,
 }
 
 /// All-to-alls whose whole exchange (block x processes x processes) passes this many bytes are
@@ -182,11 +169,11 @@ fn bench_barriers(
         &prefix.join("bin/nicctl"),
         &scratch().join("run").join("bench"),
         largest,
-        &args.engine(),
+        &args.engine.daemon_args(),
     )?;
     println!(
         "one-host daemon: {largest} units, NIC threads {}, idle policy {}",
-        args.threads, args.idle
+        args.engine.threads, args.engine.idle
     );
     let mut results = Vec::new();
     for &processes in &args.sizes {
