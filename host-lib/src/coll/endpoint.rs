@@ -219,6 +219,14 @@ impl Endpoint {
     /// Takes the ends of running barriers that have come, posts queued barriers while the NIC
     /// has room for more, and moves the transfers on. Returns how many barriers ended.
     pub fn progress(&mut self) -> usize {
+        let ended = self.progress_barriers();
+        let _ = self.pump_transfers();
+        ended
+    }
+
+    /// [`Endpoint::progress`]'s barrier half: takes the ends that have come and posts queued
+    /// barriers. Returns how many ended.
+    pub(super) fn progress_barriers(&mut self) -> usize {
         let mut ended = 0;
         loop {
             let mut index = 0;
@@ -282,7 +290,6 @@ impl Endpoint {
                 }
             }
         }
-        let _ = self.pump_transfers();
         ended
     }
 

@@ -301,11 +301,14 @@ impl<'a> Op<'a> {
     /// [`CollError::Peer`] when a send failed; [`CollError::Timeout`] past the timeout;
     /// [`CollError::Port`].
     fn step(&mut self, polls: &mut u32, rank: usize) -> Result<(), CollError> {
-        self.endpoint.progress();
+        // Whatever moved counts: a barrier's end or a message that came in this step is what
+        // the caller may be waiting for, and it looks again before this wait may sleep.
+        let ended = self.endpoint.progress_barriers();
         let busy = self
             .endpoint
             .pump_transfers()
-            .map_err(|error| CollError::Port(error.to_string()))?;
+            .map_err(|error| CollError::Port(error.to_string()))?
+            || ended > 0;
         for &(id, to) in &self.sends {
             if let Err(error) = self.endpoint.transfers.send_done(id) {
                 return Err(CollError::Peer { rank: to, error });

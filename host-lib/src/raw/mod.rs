@@ -21,8 +21,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::poll::{PollFd, PollFlags, ppoll};
 use nix::sys::socket::{MsgFlags, recv};
+use nix::sys::time::TimeSpec;
 use shared_abi::event::{EventKind, Status};
 use shared_abi::ids::{Generation, NodeId, PortId};
 use shared_abi::region::{RegionHeader, RegionLayout};
@@ -433,7 +434,7 @@ impl RawPort {
             if spin_until.is_some_and(|until| now < until) {
                 spins = spins.wrapping_add(1);
                 if spins % SPINS_PER_LIVENESS_CHECK == 0 {
-                    self.check_daemon(PollTimeout::ZERO)?;
+                    self.check_daemon(Some(Duration::ZERO))?;
                 }
                 if spins % SPINS_PER_YIELD == 0 {
                     // Let a runnable NIC thread (or the peer) have this core: with more spinners
@@ -454,7 +455,7 @@ impl RawPort {
     /// # Errors
     /// [`Error::DaemonGone`].
     pub fn check_daemon_alive(&self) -> Result<(), Error> {
-        self.check_daemon(PollTimeout::ZERO)
+        self.check_daemon(Some(Duration::ZERO))
     }
 
     /// Sleeps on the event doorbell until it rings, the daemon goes away, or `deadline`.
@@ -474,14 +475,10 @@ impl RawPort {
             Ok(())
         } else {
             self.counters.sleeps += 1;
-            let timeout = match deadline {
-                None => PollTimeout::NONE,
-                Some(deadline) => {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    let millis = left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
-                    PollTimeout::try_from(millis).unwrap_or(PollTimeout::MAX)
-                }
-            };
+            // To the microsecond (`ppoll`): `poll`'s milliseconds would stretch a wait of 200 µs
+            // to 1 ms.
+            let timeout =
+                deadline.map(|deadline| deadline.saturating_duration_since(Instant::now()));
             self.check_daemon(timeout)
         };
         control::drain(&self.host_doorbell);
@@ -491,14 +488,14 @@ impl RawPort {
         result
     }
 
-    /// Waits up to `timeout` for the event doorbell, failing with [`Error::DaemonGone`] if the
+    /// Waits up to `timeout` (`None`: for ever) for the event doorbell, failing with [`Error::DaemonGone`] if the
     /// control connection closes meanwhile.
-    fn check_daemon(&self, timeout: PollTimeout) -> Result<(), Error> {
+    fn check_daemon(&self, timeout: Option<Duration>) -> Result<(), Error> {
         let mut fds = [
             PollFd::new(self.host_doorbell.as_fd(), PollFlags::POLLIN),
             PollFd::new(self.control.as_fd(), PollFlags::POLLIN),
         ];
-        match poll(&mut fds, timeout) {
+        match ppoll(&mut fds, timeout.map(TimeSpec::from_duration), None) {
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
             Err(error) => return Err(error.into()),
         }
