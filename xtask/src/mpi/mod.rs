@@ -59,11 +59,11 @@ const COUNT_LINE: &str = "barriers went through the NIC";
 /// The same line's count of data collectives (bcast, scatter, gather, alltoall and v forms).
 const DATA_COUNT_LINE: &str = "data collectives went over it";
 /// The largest message `coll_check` moves in CI, compared with Open MPI's own (bytes): 32 of
-/// the collectives' default segments, and past the rendezvous threshold. Its next size, 16 MiB,
+/// the collectives' default segments, and at the rendezvous threshold. Its next size, 16 MiB,
 /// is a flag away; at 5 processes on two cores it takes minutes (its all-to-all alone moves
 /// 400 MiB), where 1 MiB takes about 20 s.
 const CHECK_BYTES: usize = 1 << 20;
-/// The largest message `coll_check` moves through the fault injector in CI (bytes): past the
+/// The largest message `coll_check` moves through the fault injector in CI (bytes): at the
 /// rendezvous threshold, so both protocols meet the faults.
 const FAULT_CHECK_BYTES: usize = 1 << 20;
 /// The largest message of the runs that force each algorithm in turn (bytes).
@@ -995,8 +995,8 @@ fn check_data_collectives(
         let off = parameters.iter().any(|(_, value)| value == "-1");
         let count = expect_data_over_nic(&text, if off { 0 } else { 5 * 100 })?;
         if parameters.is_empty() {
-            // The broadcasts' inner ranks forward segments; messages from 64 KiB go by
-            // rendezvous.
+            // The broadcasts' inner ranks forward segments; messages from 1 MiB (the gathers'
+            // and scatters' blocks of the largest size) go by rendezvous.
             let forwarded = sum_before(&text, " segments forwarded");
             let landed = sum_before(&text, " received by rendezvous");
             println!("segments forwarded: {forwarded}; messages received by rendezvous: {landed}");
