@@ -225,7 +225,13 @@ fn build(prefix: &Path, profile: &str) -> Result<PathBuf> {
         .into());
     }
     let lib_dirs = output_of("mpicc", &["--showme:libdirs"]).unwrap_or_default();
-    let out = scratch().join("components");
+    // One folder per profile: the component finds libnicbar through its run path, so a
+    // benchmark must never pick up the one the checks built against their debug build.
+    let out = scratch().join(if profile == "dev" {
+        "components-dev"
+    } else {
+        "components"
+    });
     std::fs::create_dir_all(&out)?;
     let component = out.join("mca_coll_nicbar.so");
     let sources = root.join(SOURCES);
