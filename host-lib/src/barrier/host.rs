@@ -42,7 +42,7 @@ impl Port {
         }
         let steps = self
             .barrier
-            .schedule(group, options.algorithm, rank)
+            .schedule(group, Some(options.algorithm), rank)
             .map_err(BarrierError::Schedule)?;
         let deadline = Instant::now() + options.timeout.unwrap_or(DEFAULT_HOST_TIMEOUT);
         let barrier = self.barrier.next_id(group);

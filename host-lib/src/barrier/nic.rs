@@ -302,19 +302,10 @@ impl Port {
             return Ok(PendingBarrier::complete(started));
         }
         self.check_room(group)?;
-        let steps = match algorithm {
-            Some(algorithm) => self
-                .barrier
-                .schedule(group, algorithm, rank)
-                .map_err(BarrierError::Schedule)?,
-            None => {
-                let mut steps = vec![Step::default(); nicbar_schedule::MAX_SCHEDULE_STEPS];
-                let count = nicbar_schedule::allreduce(&group.members, rank, &mut steps)
-                    .map_err(BarrierError::Schedule)?;
-                steps.truncate(count);
-                steps.into()
-            }
-        };
+        let steps = self
+            .barrier
+            .schedule(group, algorithm, rank)
+            .map_err(BarrierError::Schedule)?;
         self.post_compiled(group, steps, timeout, carried, started)
     }
 

@@ -2,7 +2,7 @@
 //! the port's stream: the running group barriers' ends (or refusals), and the host-based
 //! barrier's messages and sends.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -47,14 +47,19 @@ const MAX_REPOSTS: u32 = 200;
 /// up to 64 times this.
 const REPOST_BACKOFF: Duration = Duration::from_micros(20);
 
-/// The schedule compiled last: the same group and algorithm compile to it again.
+/// A schedule compiled lately: the same group, algorithm and rank compile to it again.
 #[derive(Debug)]
 struct CachedSchedule {
     members: Arc<[Member]>,
-    algorithm: Algorithm,
+    /// `None`: the allreduce's.
+    algorithm: Option<Algorithm>,
     rank: usize,
     steps: Arc<[Step]>,
 }
+
+/// Schedules kept compiled: enough for a program that alternates barriers, broadcasts and
+/// allreduces on a communicator or two, so that a start costs no compilation.
+const CACHED_SCHEDULES: usize = 4;
 
 /// A group barrier running in the NIC (a port runs up to
 /// [`shared_abi::schedule::RUNNING_BARRIERS`] at once).
@@ -86,7 +91,8 @@ pub(crate) enum Carried {
 /// are the endpoint's ([`crate::endpoint::BarrierTokens`]).
 #[derive(Debug, Default)]
 pub(crate) struct BarrierState {
-    cache: Option<CachedSchedule>,
+    /// The schedules compiled last, the latest first.
+    cache: VecDeque<CachedSchedule>,
     /// The group barriers running in the NIC, in the order they started.
     pub(crate) running: Vec<Running>,
     /// The ends of group barriers, by context, kept for [`crate::Port::barrier_wait`].
@@ -100,26 +106,40 @@ pub(crate) struct BarrierState {
 }
 
 impl BarrierState {
-    /// The schedule of `rank` in `group` under `algorithm`, compiled or from the cache.
+    /// The schedule of `rank` in `group` under `algorithm` (`None`: the allreduce's,
+    /// `nicbar_schedule::allreduce`), compiled or from the cache.
     pub(crate) fn schedule(
         &mut self,
         group: &Group,
-        algorithm: Algorithm,
+        algorithm: Option<Algorithm>,
         rank: usize,
     ) -> Result<Arc<[Step]>, ScheduleError> {
-        if let Some(cache) = &self.cache
-            && Arc::ptr_eq(&cache.members, &group.members)
-            && cache.algorithm == algorithm
-            && cache.rank == rank
-        {
-            return Ok(cache.steps.clone());
+        if let Some(at) = self.cache.iter().position(|cached| {
+            Arc::ptr_eq(&cached.members, &group.members)
+                && cached.algorithm == algorithm
+                && cached.rank == rank
+        }) {
+            let hit = self.cache.remove(at).expect("found above");
+            let steps = hit.steps.clone();
+            self.cache.push_front(hit);
+            return Ok(steps);
         }
-        let mut steps =
-            vec![Step::default(); nicbar_schedule::steps_needed(algorithm, group.len())?];
-        let count = nicbar_schedule::compile(algorithm, &group.members, rank, &mut steps)?;
+        let mut steps = match algorithm {
+            Some(algorithm) => {
+                vec![Step::default(); nicbar_schedule::steps_needed(algorithm, group.len())?]
+            }
+            None => vec![Step::default(); nicbar_schedule::MAX_SCHEDULE_STEPS],
+        };
+        let count = match algorithm {
+            Some(algorithm) => {
+                nicbar_schedule::compile(algorithm, &group.members, rank, &mut steps)
+            }
+            None => nicbar_schedule::allreduce(&group.members, rank, &mut steps),
+        }?;
         steps.truncate(count);
         let steps: Arc<[Step]> = steps.into();
-        self.cache = Some(CachedSchedule {
+        self.cache.truncate(CACHED_SCHEDULES - 1);
+        self.cache.push_front(CachedSchedule {
             members: group.members.clone(),
             algorithm,
             rank,
@@ -426,38 +446,62 @@ mod tests {
     fn the_schedule_cache_answers_only_for_the_same_group_algorithm_and_rank() {
         let mut state = BarrierState::default();
         let group = Group::from_endpoints((0..8).map(|n| (NodeId::new(n), PortId(1)))).unwrap();
-        let pe = state
-            .schedule(&group, Algorithm::PairwiseExchange, 3)
-            .unwrap();
+        let pe_of = |state: &mut BarrierState, rank| {
+            state
+                .schedule(&group, Some(Algorithm::PairwiseExchange), rank)
+                .unwrap()
+        };
+        let pe = pe_of(&mut state, 3);
         assert_eq!(pe.len(), 3);
-        let again = state
-            .schedule(&group, Algorithm::PairwiseExchange, 3)
-            .unwrap();
-        assert!(Arc::ptr_eq(&pe, &again));
+        assert!(Arc::ptr_eq(&pe, &pe_of(&mut state, 3)));
         let gb = state
             .schedule(
                 &group,
-                Algorithm::GatherBroadcast {
+                Some(Algorithm::GatherBroadcast {
                     dimension: 2,
                     root: 0,
-                },
+                }),
                 3,
             )
             .unwrap();
         assert!(!Arc::ptr_eq(&pe, &gb));
-        let other_rank = state
-            .schedule(&group, Algorithm::PairwiseExchange, 4)
-            .unwrap();
+        // The allreduce's schedule is another entry, and alternating with it keeps both.
+        let allreduce = state.schedule(&group, None, 3).unwrap();
+        let mut expected = vec![Step::default(); nicbar_schedule::MAX_SCHEDULE_STEPS];
+        let count = nicbar_schedule::allreduce(&group.members, 3, &mut expected).unwrap();
+        assert_eq!(&*allreduce, &expected[..count]);
+        for _ in 0..3 {
+            assert!(Arc::ptr_eq(&pe, &pe_of(&mut state, 3)));
+            assert!(Arc::ptr_eq(
+                &allreduce,
+                &state.schedule(&group, None, 3).unwrap()
+            ));
+        }
+        let other_rank = pe_of(&mut state, 4);
         assert_ne!(&*pe, &*other_rank);
         // The same members in another group object compile again, to the same steps.
         let twin = Group::new(group.members().iter().copied()).unwrap();
         let twin_pe = state
-            .schedule(&twin, Algorithm::PairwiseExchange, 3)
+            .schedule(&twin, Some(Algorithm::PairwiseExchange), 3)
             .unwrap();
         assert_eq!(&*twin_pe, &*pe);
+        // Only the latest few are kept: the first has gone by now.
+        assert!(!Arc::ptr_eq(
+            &gb,
+            &state
+                .schedule(
+                    &group,
+                    Some(Algorithm::GatherBroadcast {
+                        dimension: 2,
+                        root: 0
+                    }),
+                    3
+                )
+                .unwrap()
+        ));
         assert_eq!(
             state
-                .schedule(&group, Algorithm::Dissemination { n: 8 }, 0)
+                .schedule(&group, Some(Algorithm::Dissemination { n: 8 }), 0)
                 .unwrap_err(),
             ScheduleError::WaysOutOfRange { n: 8, members: 8 }
         );
