@@ -128,6 +128,12 @@ pub struct EmulatorConfig {
     pub cpus: Vec<usize>,
     /// What an idle NIC thread does.
     pub idle: IdlePolicy,
+    /// The NIC threads' niceness (-20 to 19; `None`: the daemon's own). Below the processes',
+    /// a NIC thread that wakes takes a core from a computing process at once, as an interrupt
+    /// does, instead of waiting for that process's time slice to end: on a host with no core to
+    /// spare, that is when a non-blocking collective progresses. Lowering it needs
+    /// `CAP_SYS_NICE` (or an `RLIMIT_NICE`); refused, the threads run at the daemon's.
+    pub nice: Option<i32>,
     /// A group whose members may use the daemon too (by default only its own user and root).
     pub allow_group: Option<u32>,
     /// Whether packets on the UDP wire are authenticated ([`firmware::auth`]; packets between
@@ -203,6 +209,7 @@ impl EmulatorConfig {
             threads: None,
             cpus: Vec::new(),
             idle: IdlePolicy::default(),
+            nice: None,
             allow_group: None,
             authenticate: true,
         }
@@ -394,6 +401,7 @@ impl Emulator {
             cpus: config.cpus.clone(),
             idle: config.idle,
             linger: config.idle_linger,
+            nice: config.nice,
             cores,
         };
         let thread_wakes =
@@ -564,6 +572,49 @@ mod tests {
                 (5, format!("{host}:1")),
             ]
         );
+    }
+
+    /// The niceness of every NIC thread of this process, from `/proc/self/task/*/stat` (its
+    /// 19th field, counted after the parenthesised name).
+    fn nic_thread_niceness() -> Vec<i32> {
+        let mut found = Vec::new();
+        for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+            let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+                continue;
+            };
+            let Some((name, rest)) = stat.split_once(") ") else {
+                continue;
+            };
+            if name.contains("(nic-thread-") {
+                found.push(rest.split_whitespace().nth(16).unwrap().parse().unwrap());
+            }
+        }
+        found
+    }
+
+    #[test]
+    fn the_nic_threads_take_the_niceness_asked_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = EmulatorConfig::in_process(dir.path().join("nice.sock"), 2);
+        config.threads = Some(2);
+        // Raising niceness needs no privilege; no other test sets it, so the threads at 7 are
+        // this daemon's.
+        config.nice = Some(7);
+        let daemon = Emulator::spawn(config).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let mut niceness = nic_thread_niceness();
+        while niceness.iter().filter(|&&nice| nice == 7).count() < 2
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::yield_now();
+            niceness = nic_thread_niceness();
+        }
+        assert_eq!(
+            niceness.iter().filter(|&&nice| nice == 7).count(),
+            2,
+            "NIC threads' niceness: {niceness:?}"
+        );
+        daemon.stop();
     }
 
     #[test]

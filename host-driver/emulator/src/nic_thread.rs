@@ -61,6 +61,8 @@ pub(crate) struct ThreadPlan {
     pub(crate) idle: IdlePolicy,
     /// How long a sleeping thread stays awake after its last work, while processes sleep.
     pub(crate) linger: Duration,
+    /// The threads' niceness, if set ([`crate::EmulatorConfig::nice`]).
+    pub(crate) nice: Option<i32>,
     /// The cores the daemon may run on (the adaptive policy's budget).
     pub(crate) cores: usize,
 }
@@ -127,6 +129,7 @@ pub(crate) fn spawn(
             }
         }
         let cpu = (!plan.cpus.is_empty()).then(|| plan.cpus[thread % plan.cpus.len()]);
+        let nice = plan.nice;
         let context = ThreadContext {
             epoll,
             timer,
@@ -145,6 +148,9 @@ pub(crate) fn spawn(
                 if let Some(cpu) = cpu {
                     pin_to(cpu);
                 }
+                if let Some(nice) = nice {
+                    set_nice(nice, thread);
+                }
                 let units = parts.into_iter().map(|part| part.build()).collect();
                 NicThread { units, context }.run();
             })?;
@@ -162,6 +168,20 @@ fn pin_to(cpu: usize) {
         .and_then(|()| nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set));
     if let Err(error) = pinned {
         eprintln!("nicctl emulate: cannot pin a NIC thread to CPU {cpu}: {error}");
+    }
+}
+
+/// Sets the calling thread's niceness (on Linux a thread has its own); a refusal leaves it at
+/// the daemon's and says so, once (from the first thread).
+fn set_nice(nice: i32, thread: usize) {
+    let tid = rustix::thread::gettid();
+    if let Err(error) = rustix::process::setpriority_process(Some(tid), nice)
+        && thread == 0
+    {
+        eprintln!(
+            "nicctl emulate: cannot set the NIC threads' niceness to {nice}: {error} (lowering it \
+             needs CAP_SYS_NICE); they run at the daemon's"
+        );
     }
 }
 

@@ -83,6 +83,12 @@ pub struct EmulateArgs {
     /// has a core for every NIC thread and every process with an open port, else sleeps).
     #[arg(long, default_value_t = IdlePolicy::Adaptive)]
     pub idle: IdlePolicy,
+    /// The NIC threads' niceness, -20 to 19 [default: the daemon's]. Below the processes' (say
+    /// -5), a NIC thread that wakes takes a core from a computing process at once, as an
+    /// interrupt would, so non-blocking collectives progress on a host with no core to spare;
+    /// lowering it needs CAP_SYS_NICE.
+    #[arg(long, allow_hyphen_values = true, value_parser = clap::value_parser!(i32).range(-20..=19))]
+    pub nice: Option<i32>,
     /// How long a sleeping NIC thread stays awake after its last work, in microseconds, 0 to
     /// 1000000 (processes posting within it ring no doorbell; 0 sleeps at once).
     #[arg(long, default_value_t = DEFAULT_IDLE_LINGER.as_micros() as u64, value_parser = clap::value_parser!(u64).range(0..=MAX_LINGER_US))]
@@ -164,6 +170,7 @@ impl EmulateArgs {
         config.threads = self.threads.map(usize::from);
         config.cpus = self.cpus.clone().map(|list| list.0).unwrap_or_default();
         config.idle = self.idle;
+        config.nice = self.nice;
         config.allow_group = self.allow_group.as_deref().map(resolve_group).transpose()?;
         if let Some(path) = self.fabric_key.as_ref() {
             config.nic.fabric_key = Some(nicbar_emulator::key::read_key(path)?);
@@ -320,10 +327,13 @@ mod tests {
             "1,4-5",
             "--idle",
             "poll",
+            "--nice",
+            "-5",
         ])
         .config()
         .unwrap();
         assert_eq!(config.threads, Some(2));
+        assert_eq!(config.nice, Some(-5));
         assert_eq!(config.cpus, [1, 4, 5]);
         assert_eq!(config.idle, IdlePolicy::Poll);
         let defaults = parse(&["--socket", "/x.sock"]).config().unwrap();
@@ -332,6 +342,7 @@ mod tests {
             (None, IdlePolicy::Adaptive)
         );
         assert!(defaults.cpus.is_empty());
+        assert_eq!(defaults.nice, None);
         let harness = |line: &[&str]| {
             Harness::try_parse_from(std::iter::once("emulate").chain(line.iter().copied()))
                 .err()
@@ -341,6 +352,8 @@ mod tests {
         assert!(harness(&["--threads", "0"]).contains("--threads"));
         assert!(harness(&["--cpus", "3-1"]).contains("runs backwards"));
         assert!(harness(&["--cpus", "x"]).contains("not a CPU number"));
+        assert!(harness(&["--nice", "20"]).contains("--nice"));
+        assert!(harness(&["--nice", "-21"]).contains("--nice"));
         assert!(harness(&["--idle", "spin"]).contains("none of poll, sleep, adaptive"));
     }
 }
