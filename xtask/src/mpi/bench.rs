@@ -172,8 +172,8 @@ fn bench_barriers(
         &args.engine.daemon_args(),
     )?;
     println!(
-        "one-host daemon: {largest} units, NIC threads {}, idle policy {}",
-        args.engine.threads, args.engine.idle
+        "one-host daemon: {largest} units, {}",
+        args.engine.describe()
     );
     let mut results = Vec::new();
     for &processes in &args.sizes {
