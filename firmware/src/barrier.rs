@@ -965,10 +965,20 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     /// Keeps `data` under `key` in `port`'s reduction values, making room from values nothing
     /// needs any more: sent ones whose packets are all through and whose barrier ended, and
     /// arrived ones of a barrier the port does not run and whose packets no record holds.
+    ///
+    /// Whether a value is needed takes a look through every connection's queues, so it is
+    /// asked only when no place is free, and then every value nothing needs goes at once: one
+    /// look makes room for the keeps that follow.
     fn keep_value(&mut self, port: usize, key: ValueKey, data: &[u8]) -> bool {
         let Some(slot) = self.ports.slot(port) else {
             return false;
         };
+        if slot.reduce_values.has_room_for(key) {
+            return self
+                .ports
+                .slot_mut(port)
+                .is_some_and(|slot| slot.reduce_values.keep(key, data, |_| false));
+        }
         let mut evictable: Vec<ValueKey, { crate::port::REDUCE_VALUES }> = Vec::new();
         for kept in slot.reduce_values.keys() {
             let needed = match kept {
@@ -993,8 +1003,8 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             }
         }
         self.ports.slot_mut(port).is_some_and(|slot| {
-            slot.reduce_values
-                .keep(key, data, |kept| evictable.contains(kept))
+            slot.reduce_values.forget(|kept| evictable.contains(kept));
+            slot.reduce_values.keep(key, data, |_| false)
         })
     }
 

@@ -78,6 +78,14 @@ impl ReduceValues {
         self.kept.get_mut(place)?.take()
     }
 
+    /// Whether `key` would find a place without evicting anything: it is kept already, or a
+    /// place is free.
+    pub(crate) fn has_room_for(&self, key: ValueKey) -> bool {
+        self.kept
+            .iter()
+            .any(|kept| kept.is_none_or(|value| value.key == key))
+    }
+
     /// Keeps `data` (at most [`REDUCE_MAX`] bytes of it) under `key`: in the place that holds
     /// `key` already, else a free one, else one whose value `evictable` says nothing needs.
     /// Returns whether it found a place.
@@ -120,5 +128,38 @@ impl ReduceValues {
                 *kept = None;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sent(barrier: u32) -> ValueKey {
+        ValueKey::Sent {
+            generation: Generation::new(1),
+            barrier: BarrierId::new(0, 0, barrier),
+            round: 0,
+        }
+    }
+
+    #[test]
+    fn room_is_a_free_place_or_the_key_kept_already_and_full_means_eviction() {
+        let mut values = ReduceValues::default();
+        assert!(values.has_room_for(sent(0)));
+        for barrier in 0..REDUCE_VALUES as u32 {
+            assert!(values.keep(sent(barrier), &[barrier as u8], |_| false));
+        }
+        assert!(!values.has_room_for(sent(1000)), "every place is taken");
+        assert!(values.has_room_for(sent(3)), "its own place");
+        assert!(!values.keep(sent(1000), &[1], |_| false), "nothing may go");
+        values.forget(|key| *key == sent(5));
+        assert!(values.has_room_for(sent(1000)));
+        assert!(values.keep(sent(1000), &[7], |_| false));
+        assert_eq!(
+            values.get(sent(1000)).map(ReduceValue::data),
+            Some(&[7u8][..])
+        );
+        assert!(values.get(sent(5)).is_none());
     }
 }
