@@ -2881,9 +2881,10 @@ uint64_t nicbar_coll_barrier_start(struct nicbar_coll_endpoint *endpoint,
 int32_t nicbar_coll_progress(struct nicbar_coll_endpoint *endpoint);
 
 /**
- * Sleeps until the NIC reports an event to the endpoint or `timeout_us` microseconds pass, then
- * progresses as nicbar_coll_progress() and returns what it returns. Returns at once if no
- * barrier is outstanding and no collective's data waits to go out.
+ * Progresses as nicbar_coll_progress() and, if that moved nothing (no event taken, no data
+ * posted, no barrier ended), sleeps until the NIC reports an event to the endpoint or
+ * `timeout_us` microseconds pass, then progresses again; returns how many barriers ended.
+ * Does not sleep if no barrier is outstanding and no collective's data waits to go out.
  *
  * # Safety
  * `endpoint` is NULL or a live endpoint.

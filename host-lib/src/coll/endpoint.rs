@@ -316,11 +316,14 @@ impl Endpoint {
         Ok(self.transfers.post(&mut self.port) || any)
     }
 
-    /// Sleeps until the NIC reports an event or `timeout` passes, then progresses. Returns how
-    /// many barriers ended.
+    /// Progresses, and if nothing moved, sleeps until the NIC reports an event or `timeout`
+    /// passes, then progresses again. Returns how many barriers ended. An event taken, data
+    /// posted or a barrier ended is news for the caller, who looks before waiting again: no
+    /// sleep follows it.
     pub fn wait(&mut self, timeout: Duration) -> usize {
-        let mut ended = self.progress();
-        if ended == 0 && (!self.running.is_empty() || self.transfers.has_outgoing()) {
+        let mut ended = self.progress_barriers();
+        let moved = self.pump_transfers().unwrap_or(false);
+        if ended == 0 && !moved && (!self.running.is_empty() || self.transfers.has_outgoing()) {
             // Wakes for any event, the barrier's own end included (which `receive` keeps).
             let _ = self.port.wait_ready(timeout);
             ended = self.progress();

@@ -442,9 +442,10 @@ pub unsafe extern "C" fn nicbar_coll_progress(endpoint: *mut nicbar_coll_endpoin
     })
 }
 
-/// Sleeps until the NIC reports an event to the endpoint or `timeout_us` microseconds pass, then
-/// progresses as nicbar_coll_progress() and returns what it returns. Returns at once if no
-/// barrier is outstanding and no collective's data waits to go out.
+/// Progresses as nicbar_coll_progress() and, if that moved nothing (no event taken, no data
+/// posted, no barrier ended), sleeps until the NIC reports an event to the endpoint or
+/// `timeout_us` microseconds pass, then progresses again; returns how many barriers ended.
+/// Does not sleep if no barrier is outstanding and no collective's data waits to go out.
 ///
 /// # Safety
 /// `endpoint` is NULL or a live endpoint.
