@@ -55,7 +55,8 @@ pub(crate) struct BenchArgs {
     /// (those that are there).
     #[arg(long)]
     replot: bool,
-    /// The one-host daemon's NIC threads and idle policy.
+    /// The one-host daemon's NIC threads, idle policy and niceness (the barriers' and the data
+    /// collectives' daemons alike).
     #[command(flatten)]
     engine: Engine,
 }
@@ -357,8 +358,12 @@ fn bench_collectives(
         &prefix.join("bin/nicctl"),
         &scratch().join("run").join("bench-coll"),
         largest,
-        &[],
+        &args.engine.daemon_args(),
     )?;
+    println!(
+        "one-host daemon: {largest} units, {}",
+        args.engine.describe()
+    );
     // (Packets between NICs of one daemon carry no authentication code: they never leave its
     // memory. What the code costs shows across namespaces, where packets go over UDP.)
     let sizes: Vec<String> = bytes.iter().map(usize::to_string).collect();
