@@ -977,7 +977,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             return self
                 .ports
                 .slot_mut(port)
-                .is_some_and(|slot| slot.reduce_values.keep(key, data, |_| false));
+                .is_some_and(|slot| slot.reduce_values.keep(key, data));
         }
         let mut evictable: Vec<ValueKey, { crate::port::REDUCE_VALUES }> = Vec::new();
         for kept in slot.reduce_values.keys() {
@@ -1004,7 +1004,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         }
         self.ports.slot_mut(port).is_some_and(|slot| {
             slot.reduce_values.forget(|kept| evictable.contains(kept));
-            slot.reduce_values.keep(key, data, |_| false)
+            slot.reduce_values.keep(key, data)
         })
     }
 

@@ -37,7 +37,7 @@ pub(crate) struct Args {
     /// Ping-pong round trips between ranks 0 and 1.
     #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u32).range(1..))]
     round_trips: u32,
-    /// The daemon's NIC threads and idle policy.
+    /// The daemon's NIC threads, idle policy and niceness.
     #[command(flatten)]
     engine: Engine,
 }

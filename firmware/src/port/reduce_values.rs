@@ -87,24 +87,14 @@ impl ReduceValues {
     }
 
     /// Keeps `data` (at most [`REDUCE_MAX`] bytes of it) under `key`: in the place that holds
-    /// `key` already, else a free one, else one whose value `evictable` says nothing needs.
-    /// Returns whether it found a place.
-    pub(crate) fn keep(
-        &mut self,
-        key: ValueKey,
-        data: &[u8],
-        evictable: impl Fn(&ValueKey) -> bool,
-    ) -> bool {
+    /// `key` already, else a free one ([`ReduceValues::has_room_for`]; the caller makes room
+    /// with [`ReduceValues::forget`]). Returns whether it found a place.
+    pub(crate) fn keep(&mut self, key: ValueKey, data: &[u8]) -> bool {
         let place = self
             .kept
             .iter()
             .position(|kept| kept.is_some_and(|value| value.key == key))
-            .or_else(|| self.kept.iter().position(Option::is_none))
-            .or_else(|| {
-                self.kept
-                    .iter()
-                    .position(|kept| kept.is_some_and(|value| evictable(&value.key)))
-            });
+            .or_else(|| self.kept.iter().position(Option::is_none));
         let Some(slot) = place.and_then(|place| self.kept.get_mut(place)) else {
             return false;
         };
@@ -144,18 +134,18 @@ mod tests {
     }
 
     #[test]
-    fn room_is_a_free_place_or_the_key_kept_already_and_full_means_eviction() {
+    fn room_is_a_free_place_or_the_key_kept_already_and_full_needs_a_forget() {
         let mut values = ReduceValues::default();
         assert!(values.has_room_for(sent(0)));
         for barrier in 0..REDUCE_VALUES as u32 {
-            assert!(values.keep(sent(barrier), &[barrier as u8], |_| false));
+            assert!(values.keep(sent(barrier), &[barrier as u8]));
         }
         assert!(!values.has_room_for(sent(1000)), "every place is taken");
         assert!(values.has_room_for(sent(3)), "its own place");
-        assert!(!values.keep(sent(1000), &[1], |_| false), "nothing may go");
+        assert!(!values.keep(sent(1000), &[1]), "no place is free");
         values.forget(|key| *key == sent(5));
         assert!(values.has_room_for(sent(1000)));
-        assert!(values.keep(sent(1000), &[7], |_| false));
+        assert!(values.keep(sent(1000), &[7]));
         assert_eq!(
             values.get(sent(1000)).map(ReduceValue::data),
             Some(&[7u8][..])

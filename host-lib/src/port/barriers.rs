@@ -114,28 +114,29 @@ impl BarrierState {
         algorithm: Option<Algorithm>,
         rank: usize,
     ) -> Result<Arc<[Step]>, ScheduleError> {
-        if let Some(at) = self.cache.iter().position(|cached| {
+        let at = self.cache.iter().position(|cached| {
             Arc::ptr_eq(&cached.members, &group.members)
                 && cached.algorithm == algorithm
                 && cached.rank == rank
-        }) {
-            let hit = self.cache.remove(at).expect("found above");
+        });
+        if let Some(hit) = at.and_then(|at| self.cache.remove(at)) {
             let steps = hit.steps.clone();
             self.cache.push_front(hit);
             return Ok(steps);
         }
-        let mut steps = match algorithm {
+        let (mut steps, count) = match algorithm {
             Some(algorithm) => {
-                vec![Step::default(); nicbar_schedule::steps_needed(algorithm, group.len())?]
+                let mut steps =
+                    vec![Step::default(); nicbar_schedule::steps_needed(algorithm, group.len())?];
+                let count = nicbar_schedule::compile(algorithm, &group.members, rank, &mut steps)?;
+                (steps, count)
             }
-            None => vec![Step::default(); nicbar_schedule::MAX_SCHEDULE_STEPS],
+            None => {
+                let mut steps = vec![Step::default(); nicbar_schedule::MAX_SCHEDULE_STEPS];
+                let count = nicbar_schedule::allreduce(&group.members, rank, &mut steps)?;
+                (steps, count)
+            }
         };
-        let count = match algorithm {
-            Some(algorithm) => {
-                nicbar_schedule::compile(algorithm, &group.members, rank, &mut steps)
-            }
-            None => nicbar_schedule::allreduce(&group.members, rank, &mut steps),
-        }?;
         steps.truncate(count);
         let steps: Arc<[Step]> = steps.into();
         self.cache.truncate(CACHED_SCHEDULES - 1);

@@ -488,8 +488,8 @@ impl RawPort {
         result
     }
 
-    /// Waits up to `timeout` (`None`: for ever) for the event doorbell, failing with [`Error::DaemonGone`] if the
-    /// control connection closes meanwhile.
+    /// Waits up to `timeout` (`None`: for ever) for the event doorbell, failing with
+    /// [`Error::DaemonGone`] if the control connection closes meanwhile.
     fn check_daemon(&self, timeout: Option<Duration>) -> Result<(), Error> {
         let mut fds = [
             PollFd::new(self.host_doorbell.as_fd(), PollFlags::POLLIN),
