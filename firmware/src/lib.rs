@@ -595,7 +595,7 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
         while waiting != 0 {
             let index = waiting.trailing_zeros() as usize;
             waiting &= waiting - 1;
-            self.flush_events(index);
+            self.flush_events(index, false);
         }
         if self.finish_closes(now) {
             // A close queued its notices, may have failed local barriers (whose aborts are due
@@ -685,12 +685,13 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
             self.counters.tokens_rejected += 1;
         }
         self.events_waiting |= port_bit(port);
-        self.flush_events(port);
+        self.flush_events(port, true);
     }
 
     /// Moves waiting events into the port's event ring while it has room, then rings the doorbell
-    /// if the host sleeps.
-    fn flush_events(&mut self, port: usize) {
+    /// if the host sleeps and asked for what was written — or, when `queued` (an event was just
+    /// queued) finds the ring full, whatever it asked for.
+    fn flush_events(&mut self, port: usize, queued: bool) {
         let Some(open) = self.ports.open_mut(port) else {
             self.events_waiting &= !port_bit(port);
             return;
@@ -705,9 +706,13 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
             return;
         };
         let mut wrote = false;
+        // Whether every event written is a send's successful end, which a process waiting
+        // for something else asked not to be woken for (`Wake::UNLESS_SENT`).
+        let mut only_sends_ended = true;
         while let Some(event) = open.pending_events.front() {
             match open.event_ring.push(memory, event) {
                 Ok(()) => {
+                    only_sends_ended &= event.is_successful_send();
                     open.pending_events.pop_front();
                     wrote = true;
                 }
@@ -720,14 +725,19 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
                 }
             }
         }
-        if open.pending_events.is_empty() {
+        let still_waiting = !open.pending_events.is_empty();
+        if !still_waiting {
             self.events_waiting &= !port_bit(port);
         }
-        if wrote
+        // An event queued behind a full ring: the process must make room, whatever it waits
+        // for, or the events it does wait for could never be written (even when this flush
+        // wrote none).
+        let full = queued && still_waiting;
+        if (wrote || full)
             && open
                 .event_ring
-                .consumer_wants_doorbell(memory)
-                .unwrap_or(false)
+                .consumer_wake(memory)
+                .is_ok_and(|wake| wake.rings_for(only_sends_ended && !full))
         {
             self.hal.notify_host(port);
         }

@@ -167,6 +167,12 @@ const BROADCAST_DATA_AT: usize = core::mem::offset_of!(Event, detail);
 const _: () = assert!(BROADCAST_DATA_AT + BROADCAST_MAX == 64);
 
 impl Event {
+    /// Whether this is a send's successful end: what a process sleeping for something else
+    /// need not be woken for ([`crate::ring::Wake::UNLESS_SENT`]).
+    pub fn is_successful_send(&self) -> bool {
+        self.kind == EventKind::SENT && self.status == Status::SUCCESS
+    }
+
     /// A broadcast's bytes in its `BARRIER_COMPLETED` event: the first `length` (at most
     /// [`BROADCAST_MAX`]) of its last 32 bytes. Empty for any other event kind.
     pub fn broadcast_data(&self) -> &[u8] {

@@ -35,7 +35,9 @@ use shared_abi::event::{Event, EventKind, Status};
 use shared_abi::ids::{Generation, NodeId, PORTS_PER_NIC, PortId};
 use shared_abi::packet::{Packet, PacketHeader, PacketKind};
 use shared_abi::region::{RegionHeader, RegionLayout};
-use shared_abi::ring::{Consumer, OutOfBounds, Producer, RingIndexes, SharedMemory, check_range};
+use shared_abi::ring::{
+    Consumer, OutOfBounds, Producer, RingIndexes, SharedMemory, Wake, check_range,
+};
 use shared_abi::schedule::{Step, StepOp};
 use shared_abi::token::{Priority, ReceiveKind, ReceiveToken, SendKind, SendToken};
 use zerocopy::IntoBytes;
@@ -626,8 +628,13 @@ impl Node {
 
     /// The process on `port` goes to sleep until its next event: it asks for a doorbell.
     pub(crate) fn sleep(&mut self, port: u8) {
+        self.sleep_for(port, Wake::ANY);
+    }
+
+    /// The process on `port` goes to sleep asking a doorbell for what `wake` says.
+    pub(crate) fn sleep_for(&mut self, port: u8, wake: Wake) {
         let (memory, host) = self.host(port);
-        host.events.set_sleeping(memory, true).unwrap();
+        host.events.set_wake(memory, wake).unwrap();
     }
 
     /// Writes `value` over an index of one of `port`'s rings, as a buggy or hostile process could.

@@ -297,3 +297,76 @@ fn only_a_sleeping_process_gets_a_doorbell_with_its_event() {
     assert_eq!(net[1].wire().doorbells[2], 1);
     assert_eq!(of_kind(&net[1].events(2), EventKind::RECEIVED).len(), 2);
 }
+
+#[test]
+fn a_process_asleep_for_all_but_sends_ends_is_rung_for_its_message_and_failures_only() {
+    let mut net = Net::new(2);
+    net.open(0, 1);
+    net.open(1, 2);
+    provide_buffers(&mut net, (1, 2), 2);
+    provide_buffers(&mut net, (0, 1), 2);
+
+    // Its own send's successful end: written, not rung for.
+    net[0].sleep_for(1, Wake::UNLESS_SENT);
+    send_message(&mut net, (0, 1), (1, 2), 0, 10);
+    net.run();
+    assert_eq!(net[0].wire().doorbells[1], 0);
+
+    // The message it waits for: rung for, and the send's end is read with it.
+    send_message(&mut net, (1, 2), (0, 1), 1, 10);
+    net.run();
+    assert_eq!(net[0].wire().doorbells[1], 1);
+    assert_eq!(
+        summary(&net[0].events(1)),
+        [
+            (EventKind::SENT, Status::SUCCESS, 0),
+            (EventKind::RECEIVED, Status::SUCCESS, 0)
+        ]
+    );
+
+    // A send that fails is news whatever the process waits for.
+    net[0].sleep_for(1, Wake::UNLESS_SENT);
+    send_message(&mut net, (0, 1), (1, 3), 2, 10);
+    net.run();
+    assert_eq!(net[0].wire().doorbells[1], 2);
+    assert_eq!(
+        summary(&net[0].events(1)),
+        [(EventKind::SENT, Status::TARGET_PORT_CLOSED, 2)]
+    );
+}
+
+#[test]
+fn a_full_event_ring_rings_a_process_asleep_for_all_but_sends_ends() {
+    const RING: u8 = 8;
+    let mut net = Net::new(2);
+    let shape = Shape {
+        event_entries: u32::from(RING),
+        ..Shape::default()
+    };
+    net.open_with(0, 1, shape);
+    net.open(1, 2);
+    provide_buffers(&mut net, (1, 2), u32::from(RING));
+    provide_buffers(&mut net, (0, 1), 1);
+    net[0].sleep_for(1, Wake::UNLESS_SENT);
+    for n in 0..RING {
+        send_message(&mut net, (0, 1), (1, 2), n, 10);
+    }
+    net.run_for(Duration::from_millis(10));
+    assert_eq!(
+        net[0].wire().doorbells[1],
+        0,
+        "sends' ends only, and room left"
+    );
+
+    // The message the process waits for finds the ring full of sends' ends: the NIC cannot
+    // write it until the process makes room, so it rings.
+    send_message(&mut net, (1, 2), (0, 1), 0, 10);
+    net.run_for(Duration::from_millis(10));
+    assert_eq!(net[0].nic.port_status(PortId(1)).unwrap().pending_events, 1);
+    assert_eq!(net[0].wire().doorbells[1], 1);
+    let mut events = net[0].events(1);
+    net.run_for(Duration::from_millis(10));
+    events.extend(net[0].events(1));
+    assert_eq!(of_kind(&events, EventKind::SENT).len(), usize::from(RING));
+    assert_eq!(of_kind(&events, EventKind::RECEIVED).len(), 1);
+}

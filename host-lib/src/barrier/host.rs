@@ -7,6 +7,7 @@ use nicbar_schedule::Member;
 use shared_abi::event::Status;
 use shared_abi::ids::BarrierId;
 use shared_abi::max_length_for_size;
+use shared_abi::ring::Wake;
 use shared_abi::schedule::StepOp;
 
 use crate::error::Error;
@@ -113,7 +114,7 @@ impl Port {
     ) -> Result<(), BarrierError> {
         while self.send_tokens() == 0 {
             // Every send token is out: their SENT events are on the way.
-            match self.wait_from_ring(Some(deadline))? {
+            match self.wait_from_ring(Some(deadline), Wake::ANY)? {
                 Some(event) => self.keep_unless_absorbed(event),
                 None => {
                     return Err(BarrierError::Port(Error::NoSendTokens));
@@ -199,7 +200,9 @@ impl Port {
             }
             let next_resend = self.resend_due(now);
             let until = next_resend.map_or(deadline, |at| at.min(deadline));
-            if let Some(event) = self.wait_from_ring(Some(until))? {
+            // Waiting for a message: the ends of this barrier's own sends come with it (a
+            // failed one rings anyway) and need not wake the process on their own.
+            if let Some(event) = self.wait_from_ring(Some(until), Wake::UNLESS_SENT)? {
                 self.keep_unless_absorbed(event);
             }
         }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use shared_abi::ids::BarrierId;
+use shared_abi::ring::Wake;
 use shared_abi::schedule::{RUNNING_BARRIERS, Step};
 
 use crate::error::Error;
@@ -408,7 +409,9 @@ impl Port {
                 (Some(report_by), Some(at)) => Some(report_by.min(at)),
                 (report_by, at) => report_by.or(at),
             };
-            match self.wait_from_ring(until)? {
+            // Waiting for the barrier's end: sends' ends (a host-based barrier's) need not wake
+            // the process on their own.
+            match self.wait_from_ring(until, Wake::UNLESS_SENT)? {
                 Some(event) => self.keep_unless_absorbed(event),
                 None if pending
                     .report_by

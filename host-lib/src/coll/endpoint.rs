@@ -324,8 +324,9 @@ impl Endpoint {
         let mut ended = self.progress_barriers();
         let moved = self.pump_transfers().unwrap_or(false);
         if ended == 0 && !moved && (!self.running.is_empty() || self.transfers.has_outgoing()) {
-            // Wakes for any event, the barrier's own end included (which `receive` keeps).
-            let _ = self.port.wait_ready(timeout);
+            // Wakes for a barrier's own end too (which `receive` keeps); for sends' ends only
+            // when they may be what the transfers wait for.
+            let _ = self.port.wait_ready_for(timeout, self.transfers.wake());
             ended = self.progress();
         }
         ended

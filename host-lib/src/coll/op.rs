@@ -326,8 +326,9 @@ impl<'a> Op<'a> {
         if waited >= self.timeout {
             return Err(CollError::Timeout { rank, waited });
         }
+        let wake = self.endpoint.transfers.wake();
         if *polls > self.spin
-            && let Ok(Some(event)) = self.endpoint.port.receive_timeout(SLEEP)
+            && let Ok(Some(event)) = self.endpoint.port.receive_timeout_for(SLEEP, wake)
         {
             let _ = self
                 .endpoint

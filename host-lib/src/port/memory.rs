@@ -8,6 +8,7 @@
 
 use shared_abi::ids::{NodeId, PortId};
 use shared_abi::rdma::{AtomicOp, RemotePointer};
+use shared_abi::ring::Wake;
 use shared_abi::token::{SendKind, SendToken};
 
 use super::Port;
@@ -195,7 +196,8 @@ impl Port {
     /// [`Error::DaemonGone`] if the daemon exits meanwhile.
     pub fn fence(&mut self, node: Option<NodeId>) -> Result<(), Error> {
         while self.endpoint.puts_outstanding(node) > 0 {
-            if let Some(event) = self.wait_from_ring(None)? {
+            // A put completes with its SENT event: every one must wake it.
+            if let Some(event) = self.wait_from_ring(None, Wake::ANY)? {
                 self.keep_unless_absorbed(event);
             }
         }

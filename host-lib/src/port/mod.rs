@@ -8,6 +8,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use shared_abi::ids::{Generation, NodeId, PortId};
+use shared_abi::ring::Wake;
 use shared_abi::token::Priority;
 
 use crate::dma::{BufferError, DmaBuffer};
@@ -96,7 +97,8 @@ impl Port {
                 return;
             }
             let wake = self.resend_due(now).map_or(deadline, |at| at.min(deadline));
-            match self.wait_from_ring(Some(wake)) {
+            // Waiting for sends' ends: every one of them must wake it.
+            match self.wait_from_ring(Some(wake), Wake::ANY) {
                 Ok(Some(event)) => self.keep_unless_absorbed(event),
                 Ok(None) => {}
                 Err(_) => return,
@@ -256,7 +258,7 @@ impl Port {
     /// [`Error::DaemonGone`] if the daemon exits while the process waits; as [`Port::receive`].
     pub fn blocking_receive(&mut self) -> Result<Event, Error> {
         loop {
-            if let Some(event) = self.wait(None, false)? {
+            if let Some(event) = self.wait(None, false, Wake::ANY)? {
                 return Ok(event);
             }
         }
@@ -267,7 +269,19 @@ impl Port {
     /// # Errors
     /// As [`Port::blocking_receive`].
     pub fn receive_timeout(&mut self, timeout: Duration) -> Result<Option<Event>, Error> {
-        self.wait(Some(Instant::now() + timeout), false)
+        self.receive_timeout_for(timeout, Wake::ANY)
+    }
+
+    /// [`Port::receive_timeout`], asleep until the NIC rings for what `wake` says.
+    ///
+    /// # Errors
+    /// As [`Port::blocking_receive`].
+    pub(crate) fn receive_timeout_for(
+        &mut self,
+        timeout: Duration,
+        wake: Wake,
+    ) -> Result<Option<Event>, Error> {
+        self.wait(Some(Instant::now() + timeout), false, wake)
     }
 
     /// Waits at most `timeout` until an event waits to be taken — by [`Port::receive`], or by
@@ -278,35 +292,50 @@ impl Port {
     /// # Errors
     /// [`Error::DaemonGone`] if the daemon exits meanwhile; [`Error::EventRing`].
     pub fn wait_ready(&mut self, timeout: Duration) -> Result<bool, Error> {
+        self.wait_ready_for(timeout, Wake::ANY)
+    }
+
+    /// [`Port::wait_ready`], asleep until the NIC rings for what `wake` says.
+    ///
+    /// # Errors
+    /// As [`Port::wait_ready`].
+    pub(crate) fn wait_ready_for(&mut self, timeout: Duration, wake: Wake) -> Result<bool, Error> {
         if !self.deferred.is_empty() {
             return Ok(true);
         }
         let now = Instant::now();
         let deadline = now + timeout;
         let spin_until = self.wait_mode.spin_until(now, Some(deadline));
-        let wake = self
+        let until = self
             .barrier
             .host
             .next_resend()
             .map_or(deadline, |resend| resend.min(deadline));
-        self.endpoint.raw_mut().wait(Some(wake), spin_until)
+        self.endpoint.raw_mut().wait(Some(until), spin_until, wake)
     }
 
     /// Waits until `deadline` for the next event of the event ring, as
-    /// [`Port::next_from_ring`] takes it (for the barrier code's own waits).
+    /// [`Port::next_from_ring`] takes it (for the barrier code's own waits), sleeping until the
+    /// NIC rings for what `wake` says.
     ///
     /// # Errors
     /// As [`Port::blocking_receive`].
     pub(crate) fn wait_from_ring(
         &mut self,
         deadline: Option<Instant>,
+        wake: Wake,
     ) -> Result<Option<Event>, Error> {
-        self.wait(deadline, true)
+        self.wait(deadline, true, wake)
     }
 
     /// Waits for an event: from [`Port::receive`], or with `from_ring` straight from
-    /// [`Port::next_from_ring`].
-    fn wait(&mut self, deadline: Option<Instant>, from_ring: bool) -> Result<Option<Event>, Error> {
+    /// [`Port::next_from_ring`]; asleep, until the NIC rings for what `wake` says.
+    fn wait(
+        &mut self,
+        deadline: Option<Instant>,
+        from_ring: bool,
+        wake: Wake,
+    ) -> Result<Option<Event>, Error> {
         let spin_until = self.wait_mode.spin_until(Instant::now(), deadline);
         loop {
             let event = if from_ring {
@@ -320,11 +349,11 @@ impl Port {
             // Wake for a host-based barrier message due to be sent again, too (taking events
             // sends it).
             let resend = self.barrier.host.next_resend();
-            let wake = match (deadline, resend) {
+            let until = match (deadline, resend) {
                 (Some(deadline), Some(resend)) => Some(deadline.min(resend)),
                 (deadline, resend) => deadline.or(resend),
             };
-            if !self.endpoint.raw_mut().wait(wake, spin_until)?
+            if !self.endpoint.raw_mut().wait(until, spin_until, wake)?
                 && deadline.is_some_and(|deadline| Instant::now() >= deadline)
             {
                 return Ok(None);

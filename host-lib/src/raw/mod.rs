@@ -27,7 +27,7 @@ use nix::sys::time::TimeSpec;
 use shared_abi::event::{EventKind, Status};
 use shared_abi::ids::{Generation, NodeId, PortId};
 use shared_abi::region::{RegionHeader, RegionLayout};
-use shared_abi::ring::{Consumer, Producer, RingError, SharedMemory};
+use shared_abi::ring::{Consumer, Producer, RingError, SharedMemory, Wake};
 use shared_abi::token::{ReceiveToken, SendToken};
 use zerocopy::{FromZeros, IntoBytes};
 
@@ -413,7 +413,9 @@ impl RawPort {
 
     /// Waits until an event waits in the event ring (`true`) or `deadline` passes (`false`):
     /// spinning on the ring until `spin_until` (yielding the core now and then), then sleeping on
-    /// the event doorbell. [`WaitMode::spin_until`] turns a mode into `spin_until`.
+    /// the event doorbell until the NIC rings it for what `wake` says ([`Wake::ANY`], or
+    /// [`Wake::UNLESS_SENT`] for a caller that waits for something other than a send's end).
+    /// [`WaitMode::spin_until`] turns a mode into `spin_until`.
     ///
     /// # Errors
     /// [`Error::DaemonGone`] if the daemon exits meanwhile; [`Error::EventRing`].
@@ -421,6 +423,7 @@ impl RawPort {
         &mut self,
         deadline: Option<Instant>,
         spin_until: Option<Instant>,
+        wake: Wake,
     ) -> Result<bool, Error> {
         let mut spins = 0u32;
         loop {
@@ -445,7 +448,7 @@ impl RawPort {
                 }
                 continue;
             }
-            self.sleep(deadline)?;
+            self.sleep(deadline, wake)?;
         }
     }
 
@@ -458,11 +461,12 @@ impl RawPort {
         self.check_daemon(Some(Duration::ZERO))
     }
 
-    /// Sleeps on the event doorbell until it rings, the daemon goes away, or `deadline`.
-    fn sleep(&mut self, deadline: Option<Instant>) -> Result<(), Error> {
+    /// Sleeps on the event doorbell until it rings (for what `wake` asks), the daemon goes
+    /// away, or `deadline`.
+    fn sleep(&mut self, deadline: Option<Instant>, wake: Wake) -> Result<(), Error> {
         let memory = self.region.memory();
         self.event_ring
-            .set_sleeping(memory, true)
+            .set_wake(memory, wake)
             .map_err(|e| Error::EventRing(e.into()))?;
         // The flag is up (with a full fence): an event published from now on rings the doorbell.
         // One published before is seen here.

@@ -24,11 +24,12 @@
 //! - Doorbells: a consumer about to sleep raises `consumer_sleeping`, fences, and looks at the
 //!   ring once more ([`ConsumerCursor::set_sleeping`]); a producer publishes, fences, and rings
 //!   only if the flag is up ([`ProducerCursor::consumer_wants_doorbell`]). The two full fences
-//!   make the wake-up impossible to lose.
+//!   make the wake-up impossible to lose. The flag is a [`Wake`]: an event ring's consumer may
+//!   ask not to be rung for sends' ends alone ([`Wake::UNLESS_SENT`]).
 
 use core::mem::{offset_of, size_of};
 
-use super::{OutOfBounds, RingError, RingIndexes, SharedMemory};
+use super::{OutOfBounds, RingError, RingIndexes, SharedMemory, Wake};
 
 /// Offsets of the index words within [`RingIndexes`].
 pub(crate) const TAIL_OFFSET: usize = offset_of!(RingIndexes, tail);
@@ -158,13 +159,24 @@ impl ProducerCursor {
         &self,
         memory: &M,
     ) -> Result<bool, OutOfBounds> {
+        Ok(self.consumer_wake(memory)? != Wake::NONE)
+    }
+
+    /// What the consumer asked a doorbell for ([`Wake::NONE`]: nothing, it is awake). Call
+    /// after [`ProducerCursor::publish`].
+    ///
+    /// # Errors
+    /// [`OutOfBounds`] if the ring lies outside the memory.
+    pub fn consumer_wake<M: SharedMemory + ?Sized>(&self, memory: &M) -> Result<Wake, OutOfBounds> {
         // Full fence: orders our tail store before the flag load below. Release and acquire
         // alone would let the load pass the store: we would read the flag down while the
         // consumer, having raised it, reads the old tail, and both would wait for ever. With
         // the fence here and the consumer's in `set_sleeping`, either it sees the new slot
         // before it sleeps or we see its flag.
         memory.fence();
-        Ok(memory.load_acquire(self.shape.offset + SLEEPING_OFFSET)? != 0)
+        Ok(Wake(
+            memory.load_acquire(self.shape.offset + SLEEPING_OFFSET)?,
+        ))
     }
 }
 
@@ -264,7 +276,19 @@ impl ConsumerCursor {
         memory: &M,
         sleeping: bool,
     ) -> Result<(), OutOfBounds> {
-        memory.store_release(self.shape.offset + SLEEPING_OFFSET, u32::from(sleeping))?;
+        self.set_wake(memory, if sleeping { Wake::ANY } else { Wake::NONE })
+    }
+
+    /// [`ConsumerCursor::set_sleeping`], saying what for: [`Wake::NONE`] when awake.
+    ///
+    /// # Errors
+    /// [`OutOfBounds`] if the ring lies outside the memory.
+    pub fn set_wake<M: SharedMemory + ?Sized>(
+        &self,
+        memory: &M,
+        wake: Wake,
+    ) -> Result<(), OutOfBounds> {
+        memory.store_release(self.shape.offset + SLEEPING_OFFSET, wake.0)?;
         // Full fence: orders the flag store before the tail load of the caller's last look at
         // the ring; it pairs with the producer's in `consumer_wants_doorbell` (see there), so a
         // slot published while we fall asleep is either seen by that look or rung for.

@@ -96,12 +96,44 @@ pub struct RingIndexes {
     /// Consumer's free-running index of the next slot it will read.
     pub head: U32,
     /// Non-zero while the consumer sleeps and wants a doorbell after the next publication
-    /// (io_uring's `NEED_WAKEUP`). Written by the consumer only.
+    /// (io_uring's `NEED_WAKEUP`): a [`Wake`], which says for what. Written by the consumer
+    /// only.
     pub consumer_sleeping: U32,
     /// Reserved: pads the consumer's words to their own cache line.
     pub reserved1: [u8; 56],
 }
 const _: () = assert!(core::mem::size_of::<RingIndexes>() == 128);
+
+/// What a sleeping consumer wants a doorbell for: the value of
+/// [`RingIndexes::consumer_sleeping`].
+///
+/// A producer that does not know a value rings for it as for [`Wake::ANY`], so a consumer may
+/// only ever be woken more often than it asked, never less.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Wake(pub u32);
+
+impl Wake {
+    /// Awake: no doorbell.
+    pub const NONE: Self = Self(0);
+    /// Every publication.
+    pub const ANY: Self = Self(1);
+    /// On an event ring, every event but a send's successful end (a `SENT` event of status
+    /// `SUCCESS`): for a process that waits for something else (a message, a barrier's end)
+    /// and takes the send's end with it when that comes. A producer rings anyway when the ring
+    /// fills, so those ends cannot crowd out what the process waits for. Any other ring's
+    /// producer rings for it as for [`Wake::ANY`].
+    pub const UNLESS_SENT: Self = Self(2);
+
+    /// Whether a publication of entries that are all routine (`only_routine`: on an event ring,
+    /// successful sends' ends) calls for the doorbell.
+    pub fn rings_for(self, only_routine: bool) -> bool {
+        match self {
+            Self::NONE => false,
+            Self::UNLESS_SENT => !only_routine,
+            _ => true,
+        }
+    }
+}
 
 impl Default for RingIndexes {
     fn default() -> Self {
@@ -251,6 +283,15 @@ impl<T: IntoBytes + Immutable> Producer<T> {
     ) -> Result<bool, OutOfBounds> {
         self.cursor.consumer_wants_doorbell(memory)
     }
+
+    /// What the consumer asked a doorbell for ([`Wake::NONE`] while it is awake). Call after
+    /// [`Producer::push`], as [`Producer::consumer_wants_doorbell`].
+    ///
+    /// # Errors
+    /// [`OutOfBounds`] if the ring lies outside the memory.
+    pub fn consumer_wake<M: SharedMemory + ?Sized>(&self, memory: &M) -> Result<Wake, OutOfBounds> {
+        self.cursor.consumer_wake(memory)
+    }
 }
 
 /// The consumer side of a ring of `T` entries: a [`ConsumerCursor`] whose slots are one `T`.
@@ -344,6 +385,18 @@ impl<T: FromBytes + IntoBytes> Consumer<T> {
         sleeping: bool,
     ) -> Result<(), OutOfBounds> {
         self.cursor.set_sleeping(memory, sleeping)
+    }
+
+    /// [`Consumer::set_sleeping`], saying what for: [`Wake::NONE`] when awake.
+    ///
+    /// # Errors
+    /// [`OutOfBounds`] if the ring lies outside the memory.
+    pub fn set_wake<M: SharedMemory + ?Sized>(
+        &self,
+        memory: &M,
+        wake: Wake,
+    ) -> Result<(), OutOfBounds> {
+        self.cursor.set_wake(memory, wake)
     }
 }
 

@@ -71,6 +71,30 @@ fn push_pop_wraps_and_reports_full() {
 }
 
 #[test]
+fn what_the_consumer_sleeps_for_reaches_the_producer() {
+    let layout = RingLayout {
+        offset: 64,
+        entries: 4,
+    };
+    let region = TestRegion::new(64 + RingLayout::bytes::<SendToken>(4));
+    let producer = Producer::<SendToken>::new(layout, 0);
+    let consumer = Consumer::<SendToken>::new(layout, 0);
+    for wake in [Wake::ANY, Wake::UNLESS_SENT, Wake(7), Wake::NONE] {
+        consumer.set_wake(&region.memory, wake).unwrap();
+        assert_eq!(producer.consumer_wake(&region.memory), Ok(wake));
+        assert_eq!(
+            producer.consumer_wants_doorbell(&region.memory),
+            Ok(wake != Wake::NONE)
+        );
+    }
+    // Sends' ends alone ring only a consumer that did not ask to be spared them; a value this
+    // side does not know rings as `ANY` does.
+    assert!(Wake::ANY.rings_for(true) && Wake(7).rings_for(true));
+    assert!(!Wake::UNLESS_SENT.rings_for(true) && Wake::UNLESS_SENT.rings_for(false));
+    assert!(!Wake::NONE.rings_for(false));
+}
+
+#[test]
 fn indexes_wrap_past_u32_max() {
     let layout = RingLayout {
         offset: 0,

@@ -4,6 +4,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
+use shared_abi::ring::Wake;
+
 use crate::{DmaBuffer, Error, Member, MemoryRegion, Port, Priority};
 
 use super::counters::TransferCounters;
@@ -150,6 +152,18 @@ impl Transfers {
             || !self.resend.is_empty()
             || !self.puts.is_empty()
             || !self.forward_backlog.is_empty()
+    }
+
+    /// What a process asleep on the port for these transfers must be woken for: every event
+    /// while anything waits to go out (a send's end frees the buffer or token it waits for, or
+    /// is a put's end) or receive buffers are lent to forwarding (a send's end gives one back),
+    /// else every event but sends' ends, which it takes when it wakes for anything else.
+    pub fn wake(&self) -> Wake {
+        if self.has_outgoing() || self.lent > 0 {
+            Wake::ANY
+        } else {
+            Wake::UNLESS_SENT
+        }
     }
 
     /// Provides spare send buffers in the place of receive buffers forwarding sent on.
