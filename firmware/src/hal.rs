@@ -72,6 +72,28 @@ pub trait Hal {
         Err(MemoryFault::Unsupported)
     }
 
+    /// [`Hal::read_process_memory`] of one segment of a one-sided operation that goes on reading,
+    /// in order, up to `address + ahead` (`ahead >= out.len()`). `operation` names it: the
+    /// core gives no other operation the same name while this one lives. A board whose every
+    /// read costs a system call may read further at once and serve the operation's next
+    /// segments from what it read; the operation's source must not change while it runs (as
+    /// an RDMA write's may not), so they are what a read of their own would have found. By
+    /// default, the plain read.
+    ///
+    /// # Errors
+    /// As [`Hal::read_process_memory`].
+    fn read_process_memory_ahead(
+        &mut self,
+        port: usize,
+        operation: u64,
+        address: u64,
+        out: &mut [u8],
+        ahead: usize,
+    ) -> Result<(), MemoryFault> {
+        let _ = (operation, ahead);
+        self.read_process_memory(port, address, out)
+    }
+
     /// Copies `data` into the memory of the process that owns local port `port`, at its virtual
     /// address `address` (on Linux, `process_vm_writev`). The core calls it only for ranges
     /// inside a region the port registered.
@@ -86,5 +108,28 @@ pub trait Hal {
     ) -> Result<(), MemoryFault> {
         let _ = (port, address, data);
         Err(MemoryFault::Unsupported)
+    }
+
+    /// [`Hal::write_process_memory`] of one segment of a put, `last` when the put ends with
+    /// it. `operation` names the put: no other put in flight has the same name. A board whose
+    /// every write costs a system call may hold the bytes of a segment that is not the last
+    /// and write them with the segments that follow in one go: in the order they came, before
+    /// any other operation's bytes, and before the board's round that brought them ends. By
+    /// the time the call for the last segment returns, every byte of the put is written, and
+    /// its result says whether all of them were (a held segment's write that failed fails it).
+    /// By default, the plain write.
+    ///
+    /// # Errors
+    /// As [`Hal::write_process_memory`]; for the last segment, also a held segment's failure.
+    fn write_process_memory_part(
+        &mut self,
+        port: usize,
+        operation: u64,
+        address: u64,
+        data: &[u8],
+        last: bool,
+    ) -> Result<(), MemoryFault> {
+        let _ = (operation, last);
+        self.write_process_memory(port, address, data)
     }
 }

@@ -392,8 +392,17 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 data_len = (length.saturating_sub(position) as usize).min(RDMA_SEGMENT);
                 let start = HEADER_LEN + RDMA_HEADER_LEN;
                 let address = token.buffer.get().saturating_add(u64::from(position));
+                // The rest of the put is read in order after this segment: a board may read
+                // it ahead.
+                let ahead = length.saturating_sub(position) as usize;
                 let read = match self.scratch.get_mut(start..start + data_len) {
-                    Some(out) => self.hal.read_process_memory(port, address, out),
+                    Some(out) => self.hal.read_process_memory_ahead(
+                        port,
+                        own_operation(operation),
+                        address,
+                        out,
+                        ahead,
+                    ),
                     None => Err(crate::hal::MemoryFault::Refused),
                 };
                 if read.is_err() {
@@ -468,8 +477,15 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 ) {
                     Ok((_, address)) => {
                         let address = address.saturating_add(u64::from(segment.position));
+                        // The rest of the get is read in order after this segment.
+                        let ahead = segment.length.saturating_sub(segment.position) as usize;
+                        let operation =
+                            peer_operation(header.dst_node, segment.dst_port, segment.operation);
                         match self.scratch.get_mut(start..start + data_len) {
-                            Some(out) => match self.hal.read_process_memory(port, address, out) {
+                            Some(out) => match self
+                                .hal
+                                .read_process_memory_ahead(port, operation, address, out, ahead)
+                            {
                                 Ok(()) => Status::SUCCESS,
                                 Err(_) => Status::MEMORY_FAULT,
                             },
@@ -621,10 +637,14 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 None,
             ) {
                 Ok((port, address)) => {
-                    match self.hal.write_process_memory(
+                    let operation =
+                        peer_operation(header.src_node, header.src_port, rdma.operation.get());
+                    match self.hal.write_process_memory_part(
                         port,
+                        operation,
                         address.saturating_add(position),
                         data,
+                        last,
                     ) {
                         Ok(()) => Status::SUCCESS,
                         Err(_) => Status::MEMORY_FAULT,
@@ -787,11 +807,18 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             return;
         }
         let address = token.buffer.get().saturating_add(position);
-        if !data.is_empty() && self.hal.write_process_memory(port, address, data).is_err() {
+        let last = rdma.flags.contains(RdmaFlags::LAST);
+        let operation = own_operation(rdma.operation.get());
+        if !data.is_empty()
+            && self
+                .hal
+                .write_process_memory_part(port, operation, address, data, last)
+                .is_err()
+        {
             self.complete_operation(port, slot, Status::MEMORY_FAULT, 0);
             return;
         }
-        if rdma.flags.contains(RdmaFlags::LAST) {
+        if last {
             self.complete_operation(port, slot, Status::SUCCESS, 0);
         } else if let Some(state) = self
             .ports
@@ -825,4 +852,17 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         }
         self.complete_operation(port, slot, status, value);
     }
+}
+
+/// The name of one of this NIC's own one-sided operations (its serial) for the board's
+/// read-ahead and write-behind ([`crate::Hal::read_process_memory_ahead`],
+/// [`crate::Hal::write_process_memory_part`]).
+fn own_operation(serial: u32) -> u64 {
+    1 << 63 | u64::from(serial)
+}
+
+/// The name of a peer's one-sided operation (its node, port and serial there) for the board's
+/// read-ahead and write-behind; never one of [`own_operation`]'s.
+fn peer_operation(node: NodeId, port: PortId, serial: u32) -> u64 {
+    u64::from(node.get()) << 40 | u64::from(port.0) << 32 | u64::from(serial)
 }

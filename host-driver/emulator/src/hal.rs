@@ -9,7 +9,9 @@ use shared_abi::ids::{NodeId, PORTS_PER_NIC};
 use shared_abi::region::RegionLayout;
 use shared_abi::ring::raw::RawMemory;
 
+use super::read_ahead::ReadAhead;
 use super::wire::Wire;
+use super::write_behind::WriteBehind;
 use nicbar_control::Mapping;
 use nicbar_control::doorbell;
 
@@ -34,6 +36,10 @@ pub(crate) struct UnitHal {
     /// per round of the NIC ([`UnitHal::ring_host_doorbells`]), however many events the round
     /// wrote.
     doorbells_due: u32,
+    /// The source of the put being sent, read ahead of its segments.
+    read_ahead: ReadAhead,
+    /// The segments of the put being received, written behind their arrival.
+    write_behind: WriteBehind,
 }
 
 const _: () = assert!(PORTS_PER_NIC <= 32);
@@ -44,7 +50,15 @@ impl UnitHal {
             ports: Default::default(),
             wire,
             doorbells_due: 0,
+            read_ahead: ReadAhead::default(),
+            write_behind: WriteBehind::default(),
         }
+    }
+
+    /// Writes the bytes of a put held for the next segments ([`Hal::write_process_memory_part`]):
+    /// at the end of every round, so none waits longer.
+    pub(crate) fn flush_writes(&mut self) {
+        self.write_behind.flush();
     }
 
     /// Rings the doorbell of every port that [`Hal::notify_host`] named since the last call.
@@ -91,7 +105,24 @@ impl Hal for UnitHal {
         out: &mut [u8],
     ) -> Result<(), MemoryFault> {
         let pid = self.owner(port)?;
+        // Bytes held for the process go first: a read must find them there.
+        self.write_behind.flush();
         process_memory::read(pid, address, out).map_err(|_| MemoryFault::Refused)
+    }
+
+    fn read_process_memory_ahead(
+        &mut self,
+        port: usize,
+        operation: u64,
+        address: u64,
+        out: &mut [u8],
+        ahead: usize,
+    ) -> Result<(), MemoryFault> {
+        let pid = self.owner(port)?;
+        self.write_behind.flush();
+        self.read_ahead
+            .read((pid, port, operation), address, out, ahead)
+            .map_err(|_| MemoryFault::Refused)
     }
 
     fn write_process_memory(
@@ -101,7 +132,23 @@ impl Hal for UnitHal {
         data: &[u8],
     ) -> Result<(), MemoryFault> {
         let pid = self.owner(port)?;
+        // After the bytes held, as they came.
+        self.write_behind.flush();
         process_memory::write(pid, address, data).map_err(|_| MemoryFault::Refused)
+    }
+
+    fn write_process_memory_part(
+        &mut self,
+        port: usize,
+        operation: u64,
+        address: u64,
+        data: &[u8],
+        last: bool,
+    ) -> Result<(), MemoryFault> {
+        let pid = self.owner(port)?;
+        self.write_behind
+            .write((pid, port, operation), address, data, last)
+            .map_err(|_| MemoryFault::Refused)
     }
 }
 

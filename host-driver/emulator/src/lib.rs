@@ -39,9 +39,11 @@ mod hal;
 mod idle;
 pub mod key;
 mod nic_thread;
+mod read_ahead;
 mod udp;
 mod unit;
 mod wire;
+mod write_behind;
 
 use std::io;
 use std::net::SocketAddr;

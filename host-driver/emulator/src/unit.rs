@@ -591,10 +591,11 @@ impl UnitLoop {
         }
     }
 
-    /// What a round owes the world at its end: the datagrams it batched, and one doorbell per
-    /// sleeping process that got events.
+    /// What a round owes the world at its end: the bytes of a put it held, the datagrams it
+    /// batched, and one doorbell per sleeping process that got events.
     fn end_round(&mut self) {
         let hal = self.nic.hal_mut();
+        hal.flush_writes();
         hal.wire.flush_udp();
         hal.ring_host_doorbells();
     }
