@@ -9,6 +9,7 @@ use nicbar_rs::{
     Algorithm, BarrierError, BarrierId, Error, FailureReason, Group, Member, NodeId, PortId,
     ScheduleError, Step, WaitMode,
 };
+use shared_abi::ring::Wake;
 
 use crate::barrier::{BarrierEnd, Waiter};
 use crate::events::barrier_event;
@@ -165,7 +166,8 @@ impl PortState {
                 None => {
                     let spin_until =
                         WaitMode::SpinThenSleep(BARRIER_SPIN).spin_until(Instant::now(), report_by);
-                    if !self.raw.wait(report_by, spin_until)? {
+                    // Waiting for the barrier's end: sends' ends need not wake the process.
+                    if !self.raw.wait(report_by, spin_until, Wake::UNLESS_SENT)? {
                         return Err(BarrierError::NoReport {
                             waited: started.elapsed(),
                         });

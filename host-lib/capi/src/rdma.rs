@@ -10,6 +10,7 @@ use nicbar_rs::raw::{self, RawEvent};
 use shared_abi::event::{EventKind, Status};
 use shared_abi::ids::{NodeId, PORTS_PER_NIC, PortId};
 use shared_abi::rdma::{AtomicOp, RemotePointer};
+use shared_abi::ring::Wake;
 use shared_abi::token::{SendKind, SendToken};
 
 use crate::events::simple_event;
@@ -242,7 +243,8 @@ impl PortState {
                     }
                 }
                 Ok(None) => {
-                    if let Err(error) = self.raw.wait(None, None) {
+                    // A put completes with its send's end: every one must wake it.
+                    if let Err(error) = self.raw.wait(None, None, Wake::ANY) {
                         self.die(&error);
                     }
                 }

@@ -7,6 +7,7 @@ use nicbar_rs::WaitMode;
 use nicbar_rs::raw::{self, RawEvent};
 use shared_abi::event::{EventKind, Status};
 use shared_abi::max_length_for_size;
+use shared_abi::ring::Wake;
 use shared_abi::token::Priority;
 
 use crate::barrier::{BarrierEnd, BarrierRecords, Waiter};
@@ -114,7 +115,7 @@ impl PortState {
                 Ok(None) => {
                     // Wake for a send to a closed port that is due to be posted again.
                     deadline = self.next_retry().map_or(give_up, |due| due.min(give_up));
-                    self.raw.wait(Some(deadline), spin_until)
+                    self.raw.wait(Some(deadline), spin_until, Wake::ANY)
                 }
                 Err(error) => Err(error),
             };
