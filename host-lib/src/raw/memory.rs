@@ -16,7 +16,7 @@
 )]
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering, fence};
 
 use nicbar_control::Request;
 
@@ -87,56 +87,107 @@ impl RawPort {
 }
 
 /// Memory the NIC may write at any time, read and written by the process only through atomic
-/// byte and word operations. Cloning shares the bytes.
+/// word operations. Cloning shares the bytes.
+///
+/// The bytes live in 64-bit atomic words, copied a word at a time: a copy of a megabyte costs
+/// about what `memcpy` does, where one atomic operation per byte cost several times it. Only
+/// the words at the ends of a range written that it covers in part are merged with a
+/// compare-and-swap, so a byte the range does not cover is never written back stale over one the
+/// NIC wrote meanwhile.
 #[derive(Clone, Debug)]
 pub struct SharedBytes {
-    bytes: Arc<[AtomicU8]>,
+    words: Arc<[AtomicU64]>,
+    len: usize,
 }
 
+/// Bytes per word of [`SharedBytes`].
+const WORD: usize = 8;
+
 impl SharedBytes {
-    /// `len` zero bytes (at least one). The first byte's address is 8-byte aligned on the
-    /// usual allocators (it follows the `Arc`'s two counters); [`SharedBytes::as_ptr`] says where
-    /// it is, and a NIC atomic on a word that is not aligned is refused (`MISALIGNED`).
+    /// `len` zero bytes (at least one). The first byte's address is 8-byte aligned
+    /// ([`SharedBytes::as_ptr`] says where it is): a NIC atomic on a word that is not aligned
+    /// is refused (`MISALIGNED`).
     pub fn zeroed(len: usize) -> Self {
-        let bytes: Vec<AtomicU8> = (0..len.max(1)).map(|_| AtomicU8::new(0)).collect();
+        let len = len.max(1);
+        let words: Vec<AtomicU64> = (0..len.div_ceil(WORD)).map(|_| AtomicU64::new(0)).collect();
         Self {
-            bytes: bytes.into(),
+            words: words.into(),
+            len,
         }
     }
 
     /// The first byte's address in this process.
     pub fn as_ptr(&self) -> *const u8 {
-        self.bytes.as_ptr().cast()
+        self.words.as_ptr().cast()
     }
 
     /// Bytes.
     pub fn len(&self) -> usize {
-        self.bytes.len()
+        self.len
     }
 
     /// Whether there are no bytes.
     pub fn is_empty(&self) -> bool {
-        self.bytes.is_empty()
+        self.len == 0
     }
 
-    /// Copies bytes from `offset` into `out`.
+    /// Copies bytes from `offset` into `out`. Acquire: what was written before the bytes were
+    /// released (a peer's data before its completion) is seen after.
     ///
     /// # Panics
     /// If the range is outside the memory.
     pub fn read(&self, offset: usize, out: &mut [u8]) {
-        let cells = &self.bytes[offset..offset + out.len()];
-        for (byte, cell) in out.iter_mut().zip(cells) {
-            *byte = cell.load(Ordering::Acquire);
+        self.check(offset, out.len());
+        // The bytes before the first whole word, the whole words, the bytes after them.
+        let head = ((WORD - offset % WORD) % WORD).min(out.len());
+        let (first, rest) = out.split_at_mut(head);
+        let mut words = self.words[offset / WORD..].iter();
+        if !first.is_empty()
+            && let Some(word) = words.next()
+        {
+            let from = offset % WORD;
+            first.copy_from_slice(&word.load(Ordering::Relaxed).to_le_bytes()[from..from + head]);
         }
+        let mut whole = rest.chunks_exact_mut(WORD);
+        for (chunk, word) in (&mut whole).zip(&mut words) {
+            chunk.copy_from_slice(&word.load(Ordering::Relaxed).to_le_bytes());
+        }
+        let last = whole.into_remainder();
+        if !last.is_empty()
+            && let Some(word) = words.next()
+        {
+            last.copy_from_slice(&word.load(Ordering::Relaxed).to_le_bytes()[..last.len()]);
+        }
+        fence(Ordering::Acquire);
     }
 
-    /// Copies `data` to `offset`.
+    /// Copies `data` to `offset`. Release: what this thread wrote before is seen by whoever
+    /// reads these bytes and acquires.
     ///
     /// # Panics
     /// If the range is outside the memory.
     pub fn write(&self, offset: usize, data: &[u8]) {
-        for (cell, byte) in self.bytes[offset..offset + data.len()].iter().zip(data) {
-            cell.store(*byte, Ordering::Release);
+        self.check(offset, data.len());
+        fence(Ordering::Release);
+        let head = ((WORD - offset % WORD) % WORD).min(data.len());
+        let (first, rest) = data.split_at(head);
+        let mut words = self.words[offset / WORD..].iter();
+        if !first.is_empty()
+            && let Some(word) = words.next()
+        {
+            merge(word, offset % WORD, first);
+        }
+        let mut whole = rest.chunks_exact(WORD);
+        for (chunk, word) in (&mut whole).zip(&mut words) {
+            let mut bytes = [0u8; WORD];
+            bytes.copy_from_slice(chunk);
+            word.store(u64::from_le_bytes(bytes), Ordering::Relaxed);
+        }
+        let last = whole.remainder();
+        if !last.is_empty()
+            && let Some(word) = words.next()
+        {
+            merge(word, 0, last);
         }
     }
 
@@ -158,5 +209,58 @@ impl SharedBytes {
         let mut word = [0u8; 8];
         self.read(offset, &mut word);
         u64::from_le_bytes(word)
+    }
+
+    /// Panics, as slice indexing would, unless `[offset, offset + len)` lies within the bytes.
+    fn check(&self, offset: usize, len: usize) {
+        let end = offset.checked_add(len);
+        assert!(
+            end.is_some_and(|end| end <= self.len),
+            "range {offset}..{end:?} outside {} shared bytes",
+            self.len
+        );
+    }
+}
+
+/// Writes `part` into `word` from its byte `from` on, leaving its other bytes as they are now.
+fn merge(word: &AtomicU64, from: usize, part: &[u8]) {
+    let _ = word.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+        let mut bytes = old.to_le_bytes();
+        bytes[from..from + part.len()].copy_from_slice(part);
+        Some(u64::from_le_bytes(bytes))
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_written_anywhere_read_back_and_leave_their_neighbours_alone() {
+        let shared = SharedBytes::zeroed(40);
+        assert_eq!(shared.as_ptr() as usize % WORD, 0);
+        shared.write(0, &[0xAA; 40]);
+        // A range starting and ending inside words.
+        let data: Vec<u8> = (1..=21).collect();
+        shared.write(3, &data);
+        let all = shared.to_vec(0, 40);
+        assert_eq!(all[..3], [0xAA; 3]);
+        assert_eq!(all[3..24], data[..]);
+        assert_eq!(all[24..], [0xAA; 16]);
+        for offset in 0..40 {
+            for len in 0..=40 - offset {
+                assert_eq!(shared.to_vec(offset, len), all[offset..offset + len]);
+            }
+        }
+        assert_eq!(
+            shared.load_u64(8),
+            u64::from_le_bytes(all[8..16].try_into().unwrap())
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "outside 10 shared bytes")]
+    fn a_range_past_the_end_panics_as_slice_indexing_would() {
+        SharedBytes::zeroed(10).write(4, &[0; 7]);
     }
 }
