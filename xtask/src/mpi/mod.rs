@@ -59,11 +59,11 @@ const COUNT_LINE: &str = "barriers went through the NIC";
 /// The same line's count of data collectives (bcast, scatter, gather, alltoall and v forms).
 const DATA_COUNT_LINE: &str = "data collectives went over it";
 /// The largest message `coll_check` moves in CI, compared with Open MPI's own (bytes): 32 of
-/// the collectives' default segments, and at the rendezvous threshold. Its next size, 16 MiB,
+/// the collectives' default segments, and past the rendezvous threshold. Its next size, 16 MiB,
 /// is a flag away; at 5 processes on two cores it takes minutes (its all-to-all alone moves
 /// 400 MiB), where 1 MiB takes about 20 s.
 const CHECK_BYTES: usize = 1 << 20;
-/// The largest message `coll_check` moves through the fault injector in CI (bytes): at the
+/// The largest message `coll_check` moves through the fault injector in CI (bytes): past the
 /// rendezvous threshold, so both protocols meet the faults.
 const FAULT_CHECK_BYTES: usize = 1 << 20;
 /// The largest message of the runs that force each algorithm in turn (bytes).
