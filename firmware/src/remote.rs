@@ -807,18 +807,14 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             return;
         }
         let address = token.buffer.get().saturating_add(position);
-        let last = rdma.flags.contains(RdmaFlags::LAST);
-        let operation = own_operation(rdma.operation.get());
-        if !data.is_empty()
-            && self
-                .hal
-                .write_process_memory_part(port, operation, address, data, last)
-                .is_err()
-        {
+        // Written at once, never held for the next segment: a get can end in failure at any
+        // moment (its target's refusal, a timer, a closed connection), and its process may use
+        // the buffer again as soon as it reads that; no byte may land after.
+        if !data.is_empty() && self.hal.write_process_memory(port, address, data).is_err() {
             self.complete_operation(port, slot, Status::MEMORY_FAULT, 0);
             return;
         }
-        if last {
+        if rdma.flags.contains(RdmaFlags::LAST) {
             self.complete_operation(port, slot, Status::SUCCESS, 0);
         } else if let Some(state) = self
             .ports
@@ -855,14 +851,14 @@ impl<H: Hal, const C: usize> Nic<H, C> {
 }
 
 /// The name of one of this NIC's own one-sided operations (its serial) for the board's
-/// read-ahead and write-behind ([`crate::Hal::read_process_memory_ahead`],
-/// [`crate::Hal::write_process_memory_part`]).
+/// read-ahead ([`crate::Hal::read_process_memory_ahead`]).
 fn own_operation(serial: u32) -> u64 {
     1 << 63 | u64::from(serial)
 }
 
 /// The name of a peer's one-sided operation (its node, port and serial there) for the board's
-/// read-ahead and write-behind; never one of [`own_operation`]'s.
+/// read-ahead and write-behind ([`crate::Hal::write_process_memory_part`]); never one of
+/// [`own_operation`]'s.
 fn peer_operation(node: NodeId, port: PortId, serial: u32) -> u64 {
     u64::from(node.get()) << 40 | u64::from(port.0) << 32 | u64::from(serial)
 }

@@ -7,7 +7,10 @@
 //! last segment comes (before its reply can leave), before anything else touches process memory,
 //! when [`WRITE_BEHIND`] bytes are held, and at the end of every round of the NIC. Bytes thus
 //! reach the process in the order they came, at most a round later; only the put's completion
-//! says they are there, and it waits for them.
+//! says they are there, and it waits for them. A put that fails leaves the bytes it reached
+//! undefined, as an RDMA write does, and tells its target nothing a late byte could contradict.
+//! A get's data is never held: its initiator is told of a failure at once, and may use the
+//! buffer again from then on.
 
 use nix::unistd::Pid;
 
