@@ -50,7 +50,7 @@ impl FastPath {
             slot_size,
             credit: 16 * index,
             remote: None,
-            hello_sent: false,
+            hello_delivered: false,
             hello_retry: None,
             next_seq: 1,
             fast_sent: 0,
@@ -77,22 +77,32 @@ impl FastPath {
         Ok(PeerId(index))
     }
 
-    /// Waits until every connected peer's hello has come.
+    /// Waits until every connected peer's hello has come and this side's has reached every
+    /// peer. Both: a process that stopped at the first could leave its own hello, refused by a
+    /// peer that had not opened its port yet, never sent again, and the peer waiting for it.
     ///
     /// # Errors
-    /// [`Error::Protocol`] naming the peers still silent after the setup timeout.
+    /// [`Error::Protocol`] naming a peer this side's hello failed to reach (and why), or the
+    /// peers not connected both ways after the setup timeout.
     pub fn wait_connected(&mut self) -> Result<(), Error> {
         let deadline = Instant::now() + self.config.setup_timeout;
-        while self.peers.iter().any(|p| p.remote.is_none()) {
+        let connected = |p: &Peer| p.remote.is_some() && p.hello_delivered;
+        while !self.peers.iter().all(connected) {
+            for index in 0..self.peers.len() {
+                if !connected(&self.peers[index]) {
+                    self.check_failed(index)?;
+                }
+            }
             if Instant::now() >= deadline {
                 let silent: Vec<String> = self
                     .peers
                     .iter()
-                    .filter(|p| p.remote.is_none())
+                    .filter(|p| !connected(p))
                     .map(|p| format!("{}:{}", p.node.get(), p.port.0))
                     .collect();
                 return Err(Error::Protocol(format!(
-                    "no fast-path hello from {} within {:?}",
+                    "no fast-path connection with {} within {:?}: its hello did not come, or ours \
+                     did not reach it",
                     silent.join(", "),
                     self.config.setup_timeout
                 )));
@@ -122,7 +132,6 @@ impl FastPath {
             hello[at..at + 4].copy_from_slice(&field.to_le_bytes());
         }
         let (node, port) = (peer.node, peer.port);
-        self.peers[index].hello_sent = true;
         self.send_ordinary(&hello, node, port, context(tag::HELLO, index, 0))
     }
 

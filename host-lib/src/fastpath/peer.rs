@@ -34,7 +34,9 @@ pub(super) struct Peer {
     /// are sent from follows 8 bytes on.
     pub(super) credit: usize,
     pub(super) remote: Option<Remote>,
-    pub(super) hello_sent: bool,
+    /// This side's hello reached the peer's port (its send ended in success): until then a
+    /// refused one may still have to be sent again.
+    pub(super) hello_delivered: bool,
     pub(super) hello_retry: Option<Instant>,
     /// Sending: the next message sequence, fast-path slots used, and slots the peer consumed.
     pub(super) next_seq: u64,

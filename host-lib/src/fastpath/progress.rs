@@ -124,6 +124,11 @@ impl FastPath {
     pub(super) fn sent(&mut self, context: u64, status: Status) {
         let index = context_peer(context);
         match context_tag(context) {
+            tag::HELLO if status == Status::SUCCESS => {
+                if let Some(peer) = self.peers.get_mut(index) {
+                    peer.hello_delivered = true;
+                }
+            }
             tag::HELLO if status == Status::TARGET_PORT_CLOSED => {
                 // The peer has not opened its port yet: say it again.
                 if let Some(peer) = self.peers.get_mut(index) {
