@@ -55,7 +55,9 @@ impl ReadAhead {
             return Ok(());
         }
         self.owner = None;
-        let want = ahead.clamp(out.len(), READ_AHEAD);
+        // At least the segment, at most READ_AHEAD (`clamp` would panic on a segment longer
+        // than that).
+        let want = ahead.min(READ_AHEAD).max(out.len());
         if want == out.len() {
             return process_memory::read(pid, address, out);
         }
