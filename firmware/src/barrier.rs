@@ -595,7 +595,10 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     pub(crate) fn run_barrier_timers(&mut self, now: Instant) -> bool {
         let mut busy = false;
         for port in 0..PORTS_PER_NIC {
-            for slot in 0..RUNNING_BARRIERS {
+            let Some(open) = self.ports.open(port) else {
+                continue;
+            };
+            for slot in open.running_slots().iter() {
                 if let Some(run) = self.run_at(port, slot)
                     && run.deadline <= now
                 {

@@ -640,6 +640,34 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
         at
     }
 
+    /// Whether a process gave the NIC work it has not taken: a token in an open port's send or
+    /// receive ring that the port may take now, or events waiting for room in an event ring
+    /// (a broken ring counts: `poll` must see to it). Processes publish without telling, so a
+    /// driver that skips a poll must ask this first.
+    ///
+    /// A poll that did nothing leaves nothing to do until one of three things: a packet
+    /// ([`Nic::on_packet`], [`Nic::on_local_packet`]), a call that changes a port (open, close,
+    /// memory), or [`Nic::poll_at`]. With this, the fourth, a driver may skip the polls that
+    /// would find nothing: a few loads per open port instead of the timers' scans.
+    pub fn host_work_waiting(&self) -> bool {
+        if self.events_waiting != 0 {
+            return true;
+        }
+        (0..PORTS_PER_NIC).any(|index| {
+            let Some(open) = self.ports.open(index) else {
+                return false;
+            };
+            if !open.can_take_token() {
+                return false;
+            }
+            let Some(memory) = self.hal.port_memory(index) else {
+                return false;
+            };
+            let posted = |available: Result<u32, _>| available.map_or(true, |count| count > 0);
+            posted(open.send_ring.available(memory)) || posted(open.receive_ring.available(memory))
+        })
+    }
+
     fn connection_index(&self, peer: NodeId) -> Option<usize> {
         self.connections.iter().position(|c| c.peer == peer)
     }

@@ -32,6 +32,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         let Some(connection) = self.connections.get_mut(index) else {
             return false;
         };
+        let (parked_was, window_was) = (connection.parked.len(), connection.sent.len());
         connection.unpark_due(now);
         let queue_was_full = connection.queue.is_full();
         // Give queued packets (and port-closed notices, after them) sequence numbers as the window
@@ -68,7 +69,12 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             // leave `poll_at` naming a time already past).
             connection.unpark_due(now);
         }
-        let mut busy = self.transmit_hello(index, now);
+        // Unparking and taking into the window are work even if nothing can go yet (no session,
+        // a held packet): they free a flow and make room in the queue, which long messages feed
+        // (`Nic::feed_messages`) on the next poll, and a caller polls again only for a poll that
+        // did something.
+        let took = connection.parked.len() != parked_was || connection.sent.len() != window_was;
+        let mut busy = self.transmit_hello(index, now) | took;
         let Some(connection) = self.connections.get_mut(index) else {
             return busy;
         };

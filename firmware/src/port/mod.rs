@@ -130,6 +130,9 @@ pub(crate) struct OpenPort {
     /// The running barriers, by slot: each the paper's "send token pointer" in the port structure
     /// (§4.2). Only [`OpenPort::start_run`] fills a slot and [`OpenPort::take_run`] empties it.
     runs: [Option<BarrierRun>; RUNNING_BARRIERS],
+    /// The slots of `runs` that hold a barrier: each poll's timer scan tests these bits rather
+    /// than every slot of every port (a slot is far bigger than a cache line).
+    running: SlotSet,
     /// Barrier packets refused by a closed target port, to send again (they outlive the barrier
     /// that sent them).
     pub(crate) barrier_retries: heapless::Vec<Retry, RETRIES>,
@@ -167,6 +170,7 @@ impl OpenPort {
             barrier_buffers: 0,
             pending_events: Deque::new(),
             runs: [const { None }; RUNNING_BARRIERS],
+            running: SlotSet::EMPTY,
             barrier_retries: heapless::Vec::new(),
             faulted: None,
             closing: None,
@@ -180,12 +184,17 @@ impl OpenPort {
 
     /// The running barriers, in slot order.
     pub(crate) fn runs(&self) -> impl Iterator<Item = &BarrierRun> {
-        self.runs.iter().flatten()
+        self.running.iter().filter_map(|slot| self.run(slot))
+    }
+
+    /// The slots that run a barrier, in slot order.
+    pub(crate) fn running_slots(&self) -> SlotSet {
+        self.running
     }
 
     /// How many barriers run.
     pub(crate) fn running_count(&self) -> usize {
-        self.runs().count()
+        self.running.len()
     }
 
     /// The running barrier in `slot`, if any.
@@ -215,11 +224,13 @@ impl OpenPort {
     pub(crate) fn start_run(&mut self, run: BarrierRun) -> Option<usize> {
         let slot = self.runs.iter().position(Option::is_none)?;
         *self.runs.get_mut(slot)? = Some(run);
+        self.running.insert(slot);
         Some(slot)
     }
 
     /// Ends the barrier in `slot`, returning it.
     pub(crate) fn take_run(&mut self, slot: usize) -> Option<BarrierRun> {
+        self.running.remove(slot);
         self.runs.get_mut(slot)?.take()
     }
 
@@ -330,14 +341,16 @@ impl OpenPort {
         }
     }
 
-    /// Whether the slot sets name exactly the full slots (checked by the tests after each poll).
+    /// Whether the slot sets name exactly the full slots, send and barrier (checked by the tests
+    /// after each poll).
     #[cfg(test)]
     pub(crate) fn slot_sets_agree(&self) -> bool {
         (0..SEND_TOKENS).all(|slot| {
             let held = self.held.0 & (1 << slot) != 0;
             let operating = self.operating.0 & (1 << slot) != 0;
             held == self.sends[slot].is_some() && operating == self.operations[slot].is_some()
-        })
+        }) && (0..RUNNING_BARRIERS)
+            .all(|slot| (self.running.0 & (1 << slot) != 0) == self.runs[slot].is_some())
     }
 
     pub(crate) fn free_send_slot(&self) -> Option<usize> {
@@ -345,12 +358,12 @@ impl OpenPort {
     }
 }
 
-/// A set of send slots, a bit per slot.
+/// A set of send slots or barrier slots, a bit per slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct SlotSet(u32);
 
-// A slot is a bit of the word.
-const _: () = assert!(SEND_TOKENS <= u32::BITS as usize);
+// A slot is a bit of the word, and no slot number is beyond the set's bound.
+const _: () = assert!(SEND_TOKENS <= u32::BITS as usize && RUNNING_BARRIERS <= SEND_TOKENS);
 
 impl SlotSet {
     const EMPTY: Self = Self(0);

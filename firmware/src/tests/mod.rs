@@ -379,6 +379,16 @@ impl Node {
             "{}: after poll({now:?}) the NIC asks to be polled at {at:?}, which is not after now",
             self.id()
         );
+        // The emulator skips the polls that follow one that found nothing, until a packet, a
+        // call, `poll_at` or work a process posted: none may be owed anything.
+        if !busy && !self.wire().blocked && !self.nic.host_work_waiting() {
+            assert!(
+                !self.nic.poll(now),
+                "{}: a poll at {now:?} found nothing to do, no process had posted anything, and \
+                 yet the next poll did something",
+                self.id()
+            );
+        }
         busy
     }
 

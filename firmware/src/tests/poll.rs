@@ -179,3 +179,25 @@ fn the_aborts_of_a_barrier_failed_by_a_give_up_go_in_the_same_poll() {
         "node 2 is told the barrier failed"
     );
 }
+
+#[test]
+fn a_token_a_process_posts_is_work_waiting_until_a_poll_takes_it() {
+    // A driver that skips the polls after one that found nothing must still see what processes
+    // publish without a doorbell: a send token, a receive token.
+    let mut net = Net::new(2);
+    net.open(0, 1);
+    net.open(1, 2);
+    net.run_for(Duration::from_millis(1));
+    assert!(!net[0].nic.host_work_waiting(), "nothing posted yet");
+
+    send_message(&mut net, (0, 1), (1, 2), 0, 16);
+    assert!(net[0].nic.host_work_waiting(), "a send token waits");
+    net.poll(0);
+    assert!(!net[0].nic.host_work_waiting(), "the poll took it");
+
+    let now = net.now;
+    net[1].provide_buffer(2, 8, Priority::LOW, RECEIVE_AREA, 0);
+    assert!(net[1].nic.host_work_waiting(), "a receive token waits");
+    net[1].poll(now);
+    assert!(!net[1].nic.host_work_waiting(), "the poll took it");
+}

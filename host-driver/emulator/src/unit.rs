@@ -185,6 +185,7 @@ impl UnitParts {
             waiting_opens: Default::default(),
             stopped: false,
             dormant: false,
+            settled: None,
             thread: self.thread,
             idle: self.idle,
             polling: false,
@@ -304,6 +305,12 @@ pub(crate) struct UnitLoop {
     /// socket is ready, a command comes or a packet comes into its inbox (a daemon of many
     /// units, few in use, costs no more per pass than its busy ones).
     pub(crate) dormant: bool,
+    /// Set when the firmware's last poll found nothing to do and nothing has reached it since (a
+    /// packet, a command): its next deadline then (`Nic::poll_at`). Until that deadline, a round
+    /// polls only if a process posted something ([`Nic::host_work_waiting`]): a thread that
+    /// stays awake for its processes then costs a few loads per port and pass, not the
+    /// firmware's scans of its timers.
+    settled: Option<Option<Instant>>,
     /// The NIC thread that runs it, and that thread's idle policy (for `nicctl status`).
     thread: u16,
     idle: IdlePolicy,
@@ -368,6 +375,7 @@ impl UnitLoop {
 
     fn serve(&mut self, command: Command) {
         self.dormant = false;
+        self.settled = None;
         let now = self.now();
         self.nic.hal_mut().wire.set_now(now);
         match command {
@@ -499,6 +507,7 @@ impl UnitLoop {
         if finished == 0 {
             return;
         }
+        self.settled = None;
         for index in (0..PORTS_PER_NIC).filter(|index| finished & (1 << index) != 0) {
             let port = PortId(index as u8);
             self.unmap(port);
@@ -579,16 +588,35 @@ impl UnitLoop {
             while let Some(packet) = self.arrivals.pop_front() {
                 self.nic.on_local_packet(&packet, now);
             }
-            busy |= self.nic.poll(now);
+            if busy {
+                self.settled = None;
+            }
+            busy |= self.poll_firmware(now);
             while let Some(packet) = self.nic.hal_mut().wire.loopback.pop_front() {
                 self.nic.hal_mut().wire.counters.received += 1;
                 self.nic.on_local_packet(&packet, now);
+                self.settled = None;
                 busy = true;
             }
             self.finish_closes(now);
             self.end_round();
             busy
         }
+    }
+
+    /// Polls the firmware unless it is settled (see [`UnitLoop::settled`]) and nothing
+    /// brought it work since. Returns whether the poll did anything.
+    fn poll_firmware(&mut self, now: Instant) -> bool {
+        let quiet = self
+            .settled
+            .is_some_and(|deadline| deadline.is_none_or(|at| now < at));
+        if quiet && !self.nic.host_work_waiting() {
+            return false;
+        }
+        let busy = self.nic.poll(now);
+        // A send the socket refused (`Wire::blocked`) is tried again by the next poll.
+        self.settled = (!busy && !self.nic.hal().wire.blocked).then(|| self.nic.poll_at());
+        busy
     }
 
     /// What a round owes the world at its end: the bytes of a put it held, the datagrams it
@@ -614,7 +642,7 @@ impl UnitLoop {
             return false;
         }
         let now = self.now();
-        let polled = self.nic.poll(now);
+        let polled = self.poll_firmware(now);
         self.end_round();
         polled || !self.nic.hal().wire.loopback.is_empty()
     }
