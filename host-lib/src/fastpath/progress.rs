@@ -131,6 +131,7 @@ impl FastPath {
             }
             tag::HELLO if status == Status::TARGET_PORT_CLOSED => {
                 // The peer has not opened its port yet: say it again.
+                self.stats.hellos_refused += 1;
                 if let Some(peer) = self.peers.get_mut(index) {
                     peer.hello_retry = Some(Instant::now() + HELLO_RETRY);
                 }

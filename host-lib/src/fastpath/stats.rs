@@ -22,4 +22,7 @@ pub struct Stats {
     pub credit_puts: u64,
     /// Hellos, messages and slots refused as malformed, duplicated or from no known peer.
     pub rejected: u64,
+    /// Hellos of this side that a peer's NIC refused because the peer's port was not open yet;
+    /// each is sent again.
+    pub hellos_refused: u64,
 }

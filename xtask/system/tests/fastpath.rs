@@ -14,7 +14,7 @@ mod common;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::{ChildProcess, ROLE, STAGE, hear, say, var};
 use nicbar::fastpath::Stats;
@@ -27,6 +27,10 @@ const SLOTS: u32 = 8;
 const SLOT_PAYLOAD: usize = 96;
 /// Messages the exchange sends ahead of those it received.
 const WINDOW: u64 = 3;
+/// How long the late process of the late-open test waits to connect.
+const LATE_SETUP: Duration = Duration::from_secs(10);
+/// The one message the late process sends.
+const LATE_HELLO: &[u8] = b"opened late, connected all the same";
 
 fn emulator(dir: &Path, units: u16, seed: u64) -> EmulatorHandle {
     let mut config = EmulatorConfig::in_process(dir.join("control.sock"), units);
@@ -257,6 +261,42 @@ fn child() {
             say("done");
             assert_eq!(hear(), "exit");
         }
+        // Connects to a peer whose port is not open yet and waits until its hello was refused;
+        // then connects, and calls the library no more until told to receive.
+        "early" => {
+            let port = Port::open_at(Path::new(&var("SOCKET")), 0, 1).unwrap();
+            let mut fast = FastPath::new(port, FastPathConfig::default()).unwrap();
+            let peer = fast.connect(NodeId::new(1), PortId(1)).unwrap();
+            let deadline = Instant::now() + STAGE;
+            while fast.stats().hellos_refused == 0 {
+                assert!(
+                    Instant::now() < deadline,
+                    "no refusal of the hello within a stage"
+                );
+                assert!(fast.poll().unwrap().is_none());
+            }
+            say("refused");
+            fast.wait_connected().unwrap();
+            say("connected");
+            assert_eq!(hear(), "receive");
+            let got = next(&mut fast);
+            assert_eq!((got.peer, got.data.as_slice()), (peer, LATE_HELLO));
+            say("received");
+            assert_eq!(hear(), "exit");
+        }
+        // Opens its port late, connects within LATE_SETUP and sends one message.
+        "late" => {
+            let config = FastPathConfig {
+                setup_timeout: LATE_SETUP,
+                ..FastPathConfig::default()
+            };
+            let (mut fast, peers) = open(config);
+            say("connected");
+            fast.send(peers[0], LATE_HELLO).unwrap();
+            fast.flush().unwrap();
+            say("sent");
+            assert_eq!(hear(), "exit");
+        }
         other => panic!("unknown role {other}"),
     }
 }
@@ -320,6 +360,30 @@ fn thousands_of_messages_both_ways_arrive_byte_for_byte_in_order_through_faults(
     }
     a.wait_success(STAGE);
     b.wait_success(STAGE);
+}
+
+#[test]
+fn a_peer_that_opens_late_connects_though_the_other_stopped_calling_the_library() {
+    // The early process's hello is refused (the late one's port is not open); it connects once
+    // the late one opens and says hello, then calls the library no more. Its hello must still
+    // reach the late one, whose connection would otherwise time out.
+    let seed = common::seed(5);
+    let dir = common::temp_dir("nicbar-fastpath");
+    let daemon = emulator(dir.path(), 2, seed);
+    let socket = daemon.socket().to_owned();
+    let mut early = spawn("early", &socket, 0, "1", seed, &[]);
+    early.expect("refused", STAGE);
+    let mut late = spawn("late", &socket, 1, "0", seed, &[]);
+    late.expect("connected", STAGE);
+    early.expect("connected", STAGE);
+    late.expect("sent", STAGE);
+    early.say("receive");
+    early.expect("received", STAGE);
+    for side in [&mut early, &mut late] {
+        side.say("exit");
+    }
+    early.wait_success(STAGE);
+    late.wait_success(STAGE);
 }
 
 #[test]
