@@ -241,12 +241,17 @@ impl UnexpectedBarrierRecord {
     pub(crate) fn forget_barrier(&mut self, destination_port: usize, barrier: BarrierId) {
         if let Some(row) = self.cells.get_mut(destination_port) {
             for cell in row.iter_mut() {
+                let mut forgot = false;
                 for slot in cell.slots.iter_mut() {
-                    if slot.barrier == barrier {
+                    if slot.barrier == barrier && slot.rounds != 0 {
                         slot.rounds = 0;
+                        forgot = true;
                     }
                 }
-                cell.compact();
+                // Every barrier's end comes here: most find nothing, and need no compaction.
+                if forgot {
+                    cell.compact();
+                }
             }
         }
     }
