@@ -203,7 +203,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     /// local path of `put_barrier_packet`) marks the port in `advance_pending`, as starting a
     /// barrier does.
     pub(crate) fn advance_all_barriers(&mut self, now: Instant) {
-        for port in 0..PORTS_PER_NIC {
+        for port in crate::ports_of(self.open_ports) {
             let stalled = self
                 .ports
                 .open(port)
@@ -594,7 +594,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     /// deadline.
     pub(crate) fn run_barrier_timers(&mut self, now: Instant) -> bool {
         let mut busy = false;
-        for port in 0..PORTS_PER_NIC {
+        for port in crate::ports_of(self.open_ports) {
             let Some(open) = self.ports.open(port) else {
                 continue;
             };

@@ -217,6 +217,9 @@ pub struct Nic<H: Hal, const CONNECTIONS: usize = DEFAULT_CONNECTIONS> {
     /// none the port can still take. A port without its bit has nothing to flush, so `poll`
     /// looks at no other port's events.
     events_waiting: u8,
+    /// The open ports (bit per port), so that what each poll reads of every open port — its
+    /// rings — passes over the closed ones without touching their slots.
+    open_ports: u8,
     epoch_counter: u32,
     /// What this boot's nonces are drawn from ([`session`]), and how many it drew.
     boot_entropy: [u8; 16],
@@ -257,6 +260,7 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
             advance_pending: 0,
             finished_closes: 0,
             events_waiting: 0,
+            open_ports: 0,
             // 4 ms of boot time per 4096 epochs: a boot started 4 ms or more after another begins
             // past every epoch the other used, unless it made over 4096 connections per 4 ms.
             epoch_counter: (boot_stamp >> 2) << 12,
@@ -359,6 +363,7 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
             .write(offset, generation.as_bytes())
             .map_err(|_| OpenError::NoRegion(port))?;
         slot.open = Some(OpenPort::new(generation, layout));
+        self.open_ports |= port_bit(index);
         self.forget_records_for(index);
         Ok(generation)
     }
@@ -378,6 +383,7 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
         let index = port.index()?;
         let slot = self.ports.slot_mut(index)?;
         let open = slot.open.take()?;
+        self.open_ports &= !port_bit(index);
         slot.gone_job = open.job;
         if open.closing.is_some() {
             self.finished_closes |= 1 << index;
@@ -517,7 +523,7 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
     /// whether it closed any.
     fn finish_closes(&mut self, now: Instant) -> bool {
         let mut closed = false;
-        for index in 0..PORTS_PER_NIC {
+        for index in ports_of(self.open_ports) {
             let Some(open) = self.ports.open(index) else {
                 continue;
             };
@@ -577,7 +583,7 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
     /// port without barrier retries is passed over after a test or two.
     pub fn poll(&mut self, now: Instant) -> bool {
         let mut busy = false;
-        for index in 0..PORTS_PER_NIC {
+        for index in ports_of(self.open_ports) {
             busy |= self.poll_receive_ring(index);
             busy |= self.poll_send_ring(index, now);
         }
@@ -653,7 +659,7 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
         if self.events_waiting != 0 {
             return true;
         }
-        (0..PORTS_PER_NIC).any(|index| {
+        ports_of(self.open_ports).any(|index| {
             let Some(open) = self.ports.open(index) else {
                 return false;
             };
@@ -782,21 +788,28 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
 
 #[cfg(test)]
 impl<H: Hal, const C: usize> Nic<H, C> {
-    /// Whether every set that stands for a scan names what the scan would find: each port's held
-    /// and operation slots, and (as a superset) the ports with events they can still write; and
-    /// no barrier the engine passed over could have moved.
+    /// Whether every set that stands for a scan names what the scan would find: the open ports,
+    /// each port's held, operation and barrier slots, and (as a superset) the ports with events
+    /// they can still write; and no barrier the engine passed over could have moved.
     pub(crate) fn work_sets_agree(&self) -> bool {
         (0..PORTS_PER_NIC).all(|index| {
-            self.ports.open(index).is_none_or(|open| {
-                let can_flush = open.faulted.is_none() && open.closing.is_none();
-                open.slot_sets_agree()
-                    && !self.barrier_could_advance(index)
-                    && (!can_flush
-                        || open.pending_events.is_empty()
-                        || self.events_waiting & port_bit(index) != 0)
-            })
+            let open_bit = self.open_ports & port_bit(index) != 0;
+            open_bit == self.ports.open(index).is_some()
+                && self.ports.open(index).is_none_or(|open| {
+                    let can_flush = open.faulted.is_none() && open.closing.is_none();
+                    open.slot_sets_agree()
+                        && !self.barrier_could_advance(index)
+                        && (!can_flush
+                            || open.pending_events.is_empty()
+                            || self.events_waiting & port_bit(index) != 0)
+                })
         })
     }
+}
+
+/// The ports of a set of ports (bit per port), lowest first.
+fn ports_of(set: u8) -> impl Iterator<Item = usize> {
+    (0..PORTS_PER_NIC).filter(move |&port| set & port_bit(port) != 0)
 }
 
 /// The bit of `port` in a set of ports (none past the last port).

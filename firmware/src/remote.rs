@@ -182,7 +182,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     /// segments of puts, and the data of gets this NIC serves. Returns whether it queued any.
     pub(crate) fn feed_operations(&mut self, now: Instant) -> bool {
         let mut busy = false;
-        for port in 0..PORTS_PER_NIC {
+        for port in crate::ports_of(self.open_ports) {
             let Some(slots) = self.ports.open(port).map(OpenPort::operation_slots) else {
                 continue;
             };
@@ -255,7 +255,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     pub(crate) fn run_operation_timers(&mut self, now: Instant) -> bool {
         let limit = self.operation_limit();
         let mut busy = false;
-        for port in 0..PORTS_PER_NIC {
+        for port in crate::ports_of(self.open_ports) {
             let Some(slots) = self.ports.open(port).map(OpenPort::operation_slots) else {
                 continue;
             };

@@ -52,7 +52,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     /// queued any.
     pub(crate) fn feed_messages(&mut self, now: Instant) -> bool {
         let mut busy = false;
-        for port in 0..PORTS_PER_NIC {
+        for port in crate::ports_of(self.open_ports) {
             let Some(slots) = self.ports.open(port).map(OpenPort::held_slots) else {
                 continue;
             };
