@@ -217,8 +217,9 @@ pub struct Nic<H: Hal, const CONNECTIONS: usize = DEFAULT_CONNECTIONS> {
     /// none the port can still take. A port without its bit has nothing to flush, so `poll`
     /// looks at no other port's events.
     events_waiting: u8,
-    /// The open ports (bit per port), so that what each poll reads of every open port — its
-    /// rings — passes over the closed ones without touching their slots.
+    /// The open ports (bit per port): each poll's per-port work (rings, barrier timers and
+    /// advances, long messages, operations, closes) passes over the closed ones without touching
+    /// their slots. Set by [`Nic::open_port`], cleared by [`Nic::close_port`].
     open_ports: u8,
     epoch_counter: u32,
     /// What this boot's nonces are drawn from ([`session`]), and how many it drew.
