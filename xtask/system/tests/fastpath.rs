@@ -264,9 +264,11 @@ fn child() {
         // Connects to a peer whose port is not open yet and waits until its hello was refused;
         // then connects, and calls the library no more until told to receive.
         "early" => {
-            let port = Port::open_at(Path::new(&var("SOCKET")), 0, 1).unwrap();
+            let unit: u8 = var("UNIT").parse().unwrap();
+            let port = Port::open_at(Path::new(&var("SOCKET")), unit, 1).unwrap();
             let mut fast = FastPath::new(port, FastPathConfig::default()).unwrap();
-            let peer = fast.connect(NodeId::new(1), PortId(1)).unwrap();
+            let other = NodeId::new(var("PEERS").parse().unwrap());
+            let peer = fast.connect(other, PortId(1)).unwrap();
             let deadline = Instant::now() + STAGE;
             while fast.stats().hellos_refused == 0 {
                 assert!(
