@@ -15,7 +15,6 @@
 use super::algorithm::Allreduce;
 use super::error::CollError;
 use super::op::Op;
-use super::topology::shared;
 
 /// MPI_Allreduce of `buffer` (whole elements of `element` bytes) in place with `combine`
 /// (`combine(source, target)` leaves `source ∘ target` in `target`); `commutative` says
@@ -136,7 +135,8 @@ impl Reduction<'_, '_, '_> {
         let rank = self.op.rank();
         if rank < 2 * folded.extra {
             if rank % 2 == 0 {
-                self.op.send(rank + 1, PART_FOLD, shared(buffer));
+                let data = self.op.stage(buffer);
+                self.op.send(rank + 1, PART_FOLD, data);
             } else {
                 self.receive_left(rank - 1, PART_FOLD, buffer)?;
             }
@@ -149,10 +149,10 @@ impl Reduction<'_, '_, '_> {
         let rank = self.op.rank();
         if rank < 2 * folded.extra {
             if rank % 2 == 1 {
-                self.op.send(rank - 1, PART_UNFOLD, shared(buffer));
+                let data = self.op.stage(buffer);
+                self.op.send(rank - 1, PART_UNFOLD, data);
             } else {
-                let data = self.op.receive(rank + 1, PART_UNFOLD, buffer.len())?;
-                buffer.copy_from_slice(&data);
+                self.op.receive_into(rank + 1, PART_UNFOLD, buffer)?;
             }
         }
         Ok(())
@@ -169,7 +169,8 @@ impl Reduction<'_, '_, '_> {
             let mut part = PART_STEPS;
             while mask < folded.pof2 {
                 let peer = folded.real(me ^ mask);
-                self.op.send(peer, part, shared(buffer));
+                let data = self.op.stage(buffer);
+                self.op.send(peer, part, data);
                 if peer < rank {
                     self.receive_left(peer, part, buffer)?;
                 } else {
@@ -224,7 +225,8 @@ impl Reduction<'_, '_, '_> {
                 let given = self.blocks(length, pof2, given.0, given.1);
                 let kept_bytes = self.blocks(length, pof2, kept.0, kept.1);
                 if !given.is_empty() {
-                    self.op.send(peer, part, shared(&buffer[given]));
+                    let data = self.op.stage(&buffer[given]);
+                    self.op.send(peer, part, data);
                 }
                 if !kept_bytes.is_empty() {
                     self.receive_left(peer, part, &mut buffer[kept_bytes])?;
@@ -244,11 +246,12 @@ impl Reduction<'_, '_, '_> {
                 let mine = self.blocks(length, pof2, first, last);
                 let theirs_bytes = self.blocks(length, pof2, theirs.0, theirs.1);
                 if !mine.is_empty() {
-                    self.op.send(peer, part, shared(&buffer[mine]));
+                    let data = self.op.stage(&buffer[mine]);
+                    self.op.send(peer, part, data);
                 }
                 if !theirs_bytes.is_empty() {
-                    let data = self.op.receive(peer, part, theirs_bytes.len())?;
-                    buffer[theirs_bytes].copy_from_slice(&data);
+                    self.op
+                        .receive_into(peer, part, &mut buffer[theirs_bytes])?;
                 }
                 (first, last) = (first.min(theirs.0), last.max(theirs.1));
                 mask <<= 1;
@@ -270,7 +273,8 @@ impl Reduction<'_, '_, '_> {
             let out = self.block(length, size, (rank + size - step) % size);
             let into = self.block(length, size, (rank + 2 * size - step - 1) % size);
             if !out.is_empty() {
-                self.op.send(next, part, shared(&buffer[out]));
+                let data = self.op.stage(&buffer[out]);
+                self.op.send(next, part, data);
             }
             if !into.is_empty() {
                 self.receive_left(previous, part, &mut buffer[into])?;
@@ -281,11 +285,11 @@ impl Reduction<'_, '_, '_> {
             let out = self.block(length, size, (rank + 1 + size - step) % size);
             let into = self.block(length, size, (rank + size - step) % size);
             if !out.is_empty() {
-                self.op.send(next, part, shared(&buffer[out]));
+                let data = self.op.stage(&buffer[out]);
+                self.op.send(next, part, data);
             }
             if !into.is_empty() {
-                let data = self.op.receive(previous, part, into.len())?;
-                buffer[into].copy_from_slice(&data);
+                self.op.receive_into(previous, part, &mut buffer[into])?;
             }
             part += 1;
         }

@@ -3,7 +3,6 @@
 use super::algorithm::Alltoall;
 use super::error::CollError;
 use super::op::Op;
-use super::topology::shared;
 
 /// MPI_Alltoall of `block` bytes per pair: block `j` of `send` to rank `j`, which puts it at
 /// block `i` (this rank) of its `receive`.
@@ -34,17 +33,18 @@ pub fn alltoall(
             if linear {
                 for step in 1..size {
                     let to = (rank + step) % size;
-                    op.send(to, 0, shared(&send[to * block..(to + 1) * block]));
+                    let data = op.stage(&send[to * block..(to + 1) * block]);
+                    op.send(to, 0, data);
                 }
             }
             for step in 1..size {
                 let to = (rank + step) % size;
                 let from = (rank + size - step) % size;
                 if !linear {
-                    op.send(to, 0, shared(&send[to * block..(to + 1) * block]));
+                    let data = op.stage(&send[to * block..(to + 1) * block]);
+                    op.send(to, 0, data);
                 }
-                let data = op.receive(from, 0, block)?;
-                receive[from * block..(from + 1) * block].copy_from_slice(&data);
+                op.receive_into(from, 0, &mut receive[from * block..(from + 1) * block])?;
             }
         }
         Alltoall::Bruck => {
@@ -64,7 +64,7 @@ pub fn alltoall(
                     .iter()
                     .flat_map(|&i| slots[i * block..(i + 1) * block].iter().copied())
                     .collect();
-                op.send((rank + distance) % size, round, packed.into());
+                op.send((rank + distance) % size, round, packed);
                 let data =
                     op.receive((rank + size - distance) % size, round, chosen.len() * block)?;
                 for (n, &i) in chosen.iter().enumerate() {
@@ -112,7 +112,8 @@ pub fn alltoallv(
         for step in 1..size {
             let to = (rank + step) % size;
             if !send[to].is_empty() {
-                op.send(to, 0, shared(send[to]));
+                let data = op.stage(send[to]);
+                op.send(to, 0, data);
             }
         }
     }
@@ -120,12 +121,12 @@ pub fn alltoallv(
         let to = (rank + step) % size;
         let from = (rank + size - step) % size;
         if !linear && !send[to].is_empty() {
-            op.send(to, 0, shared(send[to]));
+            let data = op.stage(send[to]);
+            op.send(to, 0, data);
         }
         let length = receive[from].len();
         if length > 0 {
-            let data = op.receive(from, 0, length)?;
-            receive[from].copy_from_slice(&data);
+            op.receive_into(from, 0, receive[from])?;
         }
     }
     op.finish()

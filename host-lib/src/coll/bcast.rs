@@ -4,7 +4,7 @@
 use super::algorithm::Bcast;
 use super::error::CollError;
 use super::op::Op;
-use super::topology::{PHASE, binomial, pieces, real, shared};
+use super::topology::{PHASE, binomial, pieces, real};
 
 /// MPI_Bcast of `buffer` from `root`.
 ///
@@ -30,13 +30,12 @@ pub fn bcast(
     match algorithm {
         Bcast::Linear => {
             if vrank == 0 {
-                let data = shared(buffer);
+                let data = op.stage(buffer);
                 for v in 1..size {
                     op.send(real(v, root, size), 0, data.clone());
                 }
             } else {
-                let data = op.receive(root, 0, buffer.len())?;
-                buffer.copy_from_slice(&data);
+                op.receive_into(root, 0, buffer)?;
             }
         }
         Bcast::Binomial => {
@@ -46,11 +45,10 @@ pub fn bcast(
                 Some(parent) => {
                     let from = real(parent, root, size);
                     let forwarded = op.forward(from, 0, &children);
-                    let data = op.receive_forwarded(from, 0, buffer.len(), &children, forwarded)?;
-                    buffer.copy_from_slice(&data);
+                    op.receive_forwarded(from, 0, buffer, &children, forwarded)?;
                 }
                 None => {
-                    let data = shared(buffer);
+                    let data = op.stage(buffer);
                     for child in children {
                         op.send(child, 0, data.clone());
                     }
@@ -120,11 +118,10 @@ fn tree_segments(
             Some(parent) => {
                 let from = real(parent, root, size);
                 let forwarded = forwarded.get(index).copied().unwrap_or(false);
-                let data = op.receive_forwarded(from, part, length, &children, forwarded)?;
-                piece.copy_from_slice(&data);
+                op.receive_forwarded(from, part, piece, &children, forwarded)?;
             }
             None => {
-                let data = shared(piece);
+                let data = op.stage(piece);
                 for &child in &children {
                     op.send(child, part, data.clone());
                 }
@@ -176,13 +173,15 @@ fn split_binary(
         for &v in left.iter().skip(pairs) {
             let r = range(2);
             if !r.is_empty() {
-                op.send(real(v, root, size), direct, shared(&buffer[r]));
+                let data = op.stage(&buffer[r]);
+                op.send(real(v, root, size), direct, data);
             }
         }
         for &v in right.iter().skip(pairs) {
             let r = range(1);
             if !r.is_empty() {
-                op.send(real(v, root, size), direct, shared(&buffer[r]));
+                let data = op.stage(&buffer[r]);
+                op.send(real(v, root, size), direct, data);
             }
         }
         return Ok(());
@@ -212,19 +211,15 @@ fn split_binary(
     let (source, part) = match theirs.get(index) {
         Some(&partner) => {
             if !own.is_empty() {
-                op.send(
-                    real(partner, root, size),
-                    exchange,
-                    shared(&buffer[own.clone()]),
-                );
+                let data = op.stage(&buffer[own.clone()]);
+                op.send(real(partner, root, size), exchange, data);
             }
             (partner, exchange)
         }
         None => (0, direct),
     };
     if !other.is_empty() {
-        let data = op.receive(real(source, root, size), part, other.len())?;
-        buffer[other].copy_from_slice(&data);
+        op.receive_into(real(source, root, size), part, &mut buffer[other])?;
     }
     Ok(())
 }

@@ -2,14 +2,13 @@
 //! the communicator's context, the operation's sequence number and a part, and the wait between
 //! them, which progresses everything on the port and runs the caller's idle work.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::{Group, Member};
 
 use super::endpoint::{DEFAULT_TIMEOUT, Endpoint};
 use super::error::CollError;
-use super::transfer::{Key, SendId};
+use super::transfer::{Key, Payload, SendId};
 #[cfg(doc)]
 use super::transfer::{TransferCounters, Transfers};
 
@@ -180,11 +179,21 @@ impl<'a> Op<'a> {
         }
     }
 
+    /// `bytes` ready to send to any number of ranks ([`Op::send`]): for a message that goes by
+    /// rendezvous, copied once into a registered region the NIC puts it from.
+    pub fn stage(&mut self, bytes: &[u8]) -> Payload {
+        let endpoint = &mut *self.endpoint;
+        endpoint.transfers.stage(&mut endpoint.port, bytes)
+    }
+
     /// Sends `data` to `to` as `part` of this operation (queued: it goes out while the
     /// operation waits).
-    pub fn send(&mut self, to: usize, part: u32, data: Arc<[u8]>) {
+    pub fn send(&mut self, to: usize, part: u32, data: impl Into<Payload>) {
         let key = self.key(part);
-        let id = self.endpoint.transfers.send(self.members[to], key, data);
+        let id = self
+            .endpoint
+            .transfers
+            .send(self.members[to], key, data.into());
         self.sends.push((id, to));
     }
 
@@ -198,20 +207,53 @@ impl<'a> Op<'a> {
     pub fn receive(&mut self, from: usize, part: u32, length: usize) -> Result<Vec<u8>, CollError> {
         let key = self.key(part);
         let member = self.members[from];
+        self.wait_for(from, key, |transfers| transfers.take(member, key))
+            .and_then(|message| match message.len() == length {
+                true => Ok(message),
+                false => Err(CollError::Length {
+                    rank: from,
+                    expected: length,
+                    got: message.len(),
+                }),
+            })
+    }
+
+    /// [`Op::receive`] of `out.len()` bytes into `out` (a message that came by rendezvous is
+    /// copied once, from the region it landed in).
+    ///
+    /// # Errors
+    /// As [`Op::receive`].
+    pub fn receive_into(
+        &mut self,
+        from: usize,
+        part: u32,
+        out: &mut [u8],
+    ) -> Result<(), CollError> {
+        let key = self.key(part);
+        let member = self.members[from];
+        let expected = out.len();
+        self.wait_for(from, key, |transfers| transfers.take_into(member, key, out))?
+            .map_err(|got| CollError::Length {
+                rank: from,
+                expected,
+                got,
+            })
+    }
+
+    /// Waits until `take` finds the message `key` from rank `from`.
+    fn wait_for<T>(
+        &mut self,
+        from: usize,
+        key: Key,
+        mut take: impl FnMut(&mut super::transfer::Transfers) -> Option<T>,
+    ) -> Result<T, CollError> {
         self.endpoint
             .transfers
-            .want(&mut self.endpoint.port, member, key)
+            .want(&mut self.endpoint.port, self.members[from], key)
             .map_err(|error| CollError::Peer { rank: from, error })?;
         let mut polls = 0;
         loop {
-            if let Some(message) = self.endpoint.transfers.take(member, key) {
-                if message.len() != length {
-                    return Err(CollError::Length {
-                        rank: from,
-                        expected: length,
-                        got: message.len(),
-                    });
-                }
+            if let Some(message) = take(&mut self.endpoint.transfers) {
                 return Ok(message);
             }
             self.step(&mut polls, from)?;
@@ -238,7 +280,7 @@ impl<'a> Op<'a> {
         }
     }
 
-    /// [`Op::receive`] of `part` from `from`, for which [`Op::forward`] to `to` said
+    /// [`Op::receive_into`] of `part` from `from`, for which [`Op::forward`] to `to` said
     /// `forwarded`: if it said no, the message is sent on to `to` here.
     ///
     /// # Errors
@@ -247,18 +289,18 @@ impl<'a> Op<'a> {
         &mut self,
         from: usize,
         part: u32,
-        length: usize,
+        out: &mut [u8],
         to: &[usize],
         forwarded: bool,
-    ) -> Result<Vec<u8>, CollError> {
-        let data = self.receive(from, part, length)?;
-        if !forwarded {
-            let shared: Arc<[u8]> = Arc::from(data.as_slice());
+    ) -> Result<(), CollError> {
+        self.receive_into(from, part, out)?;
+        if !forwarded && !to.is_empty() {
+            let data = self.stage(out);
             for &rank in to {
-                self.send(rank, part, shared.clone());
+                self.send(rank, part, data.clone());
             }
         }
-        Ok(data)
+        Ok(())
     }
 
     /// Waits until every send of the operation is in the NIC's hands (its data copied into the

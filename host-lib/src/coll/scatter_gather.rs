@@ -4,7 +4,7 @@
 use super::algorithm::Tree;
 use super::error::CollError;
 use super::op::Op;
-use super::topology::{binomial, binomial_span, check_root, real, shared};
+use super::topology::{binomial, binomial_span, check_root, real};
 
 /// MPI_Scatter of `block` bytes per rank from `root`: `send` (the root's, every rank's block
 /// in rank order) to `receive` (none at the root for MPI_IN_PLACE).
@@ -52,14 +52,14 @@ pub fn scatter(
             if let Some(send) = send {
                 for v in 1..size {
                     let to = real(v, root, size);
-                    op.send(to, 0, shared(&send[to * block..(to + 1) * block]));
+                    let data = op.stage(&send[to * block..(to + 1) * block]);
+                    op.send(to, 0, data);
                 }
                 if let Some(receive) = receive {
                     receive.copy_from_slice(&send[rank * block..(rank + 1) * block]);
                 }
             } else if let Some(receive) = receive {
-                let data = op.receive(root, 0, block)?;
-                receive.copy_from_slice(&data);
+                op.receive_into(root, 0, receive)?;
             }
         }
         Tree::Binomial => {
@@ -83,11 +83,8 @@ pub fn scatter(
             for child in children {
                 let count = binomial_span(child, size);
                 let start = (child - vrank) * block;
-                op.send(
-                    real(child, root, size),
-                    0,
-                    shared(&held[start..start + count * block]),
-                );
+                let data = op.stage(&held[start..start + count * block]);
+                op.send(real(child, root, size), 0, data);
             }
             if let Some(receive) = receive {
                 receive.copy_from_slice(&held[..block]);
@@ -148,11 +145,11 @@ pub fn gather(
                 }
                 for v in 1..size {
                     let from = real(v, root, size);
-                    let data = op.receive(from, 0, block)?;
-                    receive[from * block..(from + 1) * block].copy_from_slice(&data);
+                    op.receive_into(from, 0, &mut receive[from * block..(from + 1) * block])?;
                 }
             } else if let Some(send) = send {
-                op.send(root, 0, shared(send));
+                let data = op.stage(send);
+                op.send(root, 0, data);
             }
         }
         Tree::Binomial => {
@@ -174,7 +171,7 @@ pub fn gather(
                 held[start..start + count * block].copy_from_slice(&data);
             }
             match (parent, receive) {
-                (Some(parent), _) => op.send(real(parent, root, size), 0, held.into()),
+                (Some(parent), _) => op.send(real(parent, root, size), 0, held),
                 (None, Some(receive)) => {
                     for v in 0..size {
                         let r = real(v, root, size);
@@ -212,7 +209,8 @@ pub fn scatterv(
         for v in 1..size {
             let to = real(v, root, size);
             if !send[to].is_empty() {
-                op.send(to, 0, shared(send[to]));
+                let data = op.stage(send[to]);
+                op.send(to, 0, data);
             }
         }
         if let Some(receive) = receive {
@@ -229,8 +227,7 @@ pub fn scatterv(
         let receive = receive
             .ok_or_else(|| CollError::Argument("only the root may receive in place".into()))?;
         if !receive.is_empty() {
-            let data = op.receive(root, 0, receive.len())?;
-            receive.copy_from_slice(&data);
+            op.receive_into(root, 0, receive)?;
         }
     }
     op.finish()
@@ -271,15 +268,15 @@ pub fn gatherv(
             let from = real(v, root, size);
             let length = receive[from].len();
             if length > 0 {
-                let data = op.receive(from, 0, length)?;
-                receive[from].copy_from_slice(&data);
+                op.receive_into(from, 0, receive[from])?;
             }
         }
     } else {
         let send =
             send.ok_or_else(|| CollError::Argument("only the root may send in place".into()))?;
         if !send.is_empty() {
-            op.send(root, 0, shared(send));
+            let data = op.stage(send);
+            op.send(root, 0, data);
         }
     }
     op.finish()

@@ -1,18 +1,11 @@
 //! The shapes the algorithms share: ranks renumbered from the root, binomial trees, a message cut
 //! into pipeline pieces, and the part numbers of an operation's phases.
 
-use std::sync::Arc;
-
 use super::error::CollError;
 use super::transfer::SEGMENT_PAYLOAD;
 
 /// The part numbers of an operation's phases (segments count up from each).
 pub(super) const PHASE: u32 = 1 << 24;
-
-/// A shared copy of `bytes`, to send to one or more ranks.
-pub(super) fn shared(bytes: &[u8]) -> Arc<[u8]> {
-    Arc::from(bytes)
-}
 
 /// The rank `vrank` places from `root` (ranks renumbered so that the root is 0).
 pub(super) fn real(vrank: usize, root: usize, size: usize) -> usize {

@@ -3,6 +3,7 @@
 
 use crate::{Event, Member, Port, RemotePointer, Status};
 
+use super::payload::{Arrived, Payload};
 use super::records::{Assembly, Landing, Rendezvous, SendId, SendRecord};
 use super::transfers::Transfers;
 use super::wire::{
@@ -84,6 +85,27 @@ impl Transfers {
 
     /// The message from `from` under `key`, if it has arrived whole (it is then forgotten).
     pub fn take(&mut self, from: Member, key: Key) -> Option<Vec<u8>> {
+        self.take_arrived(from, key).map(Arrived::into_vec)
+    }
+
+    /// Copies the message from `from` under `key` into `out`, if it has arrived whole (it is
+    /// then forgotten): `Some(Ok(()))`, or `Some(Err(length))` if it is not `out`'s length (and
+    /// is dropped).
+    pub fn take_into(
+        &mut self,
+        from: Member,
+        key: Key,
+        out: &mut [u8],
+    ) -> Option<Result<(), usize>> {
+        let message = self.take_arrived(from, key)?;
+        if message.len() != out.len() {
+            return Some(Err(message.len()));
+        }
+        message.copy_to(out);
+        Some(Ok(()))
+    }
+
+    fn take_arrived(&mut self, from: Member, key: Key) -> Option<Arrived> {
         let message = self.arrived.remove(&(from, key))?;
         self.counters.messages_received += 1;
         self.uncharge((from, key));
@@ -249,7 +271,7 @@ impl Transfers {
         if assembly.missing == 0
             && let Some(done) = self.assembling.remove(&key)
         {
-            self.arrived.insert(key, done.data);
+            self.arrived.insert(key, Arrived::Assembled(done.data));
         }
         Some(header.key)
     }
@@ -263,11 +285,12 @@ impl Transfers {
                 let key = (from, control.key);
                 match self.landing.remove(&key) {
                     Some(landing) if landing.id == control.id => {
-                        let data = landing.region.bytes().to_vec(0, landing.total);
-                        self.pool.give(landing.region);
+                        // The message stays where it landed: passed on from there, and copied
+                        // out once, into the buffer of the caller who takes it.
                         self.counters.rendezvous_received += 1;
-                        self.forward_whole(key, &data);
-                        self.arrived.insert(key, data);
+                        let (region, total) = (landing.region, landing.total);
+                        self.forward_whole(key, Payload::staged(region.clone(), total));
+                        self.arrived.insert(key, Arrived::Landed(region, total));
                     }
                     Some(other) => {
                         self.landing.insert(key, other);
@@ -370,16 +393,21 @@ impl Transfers {
         let Some((to, key, Rendezvous::Asking { data })) = record.rendezvous.take() else {
             return;
         };
-        let region = match control.kind {
-            ControlKind::Clear => self.pool.take(port, data.len()).ok(),
+        let region = match (control.kind, data.region()) {
+            (ControlKind::Clear, Some(staged)) => Some(staged.clone()),
+            (ControlKind::Clear, None) => self.pool.take(port, data.len()).ok().inspect(|region| {
+                region.bytes().write(0, &data.owned());
+            }),
             _ => None,
         };
         let Some(region) = region else {
             // Refused, or this side cannot register the source: eagerly, as a short message.
-            self.queue_eager(id, to, key, data);
+            self.queue_eager(id, to, key, data.owned());
             return;
         };
-        region.bytes().write(0, &data);
+        let Some(record) = self.sends.get_mut(&id) else {
+            return;
+        };
         record.rendezvous = Some((
             to,
             key,

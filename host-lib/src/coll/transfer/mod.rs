@@ -60,6 +60,7 @@
 mod arrive;
 mod counters;
 mod error;
+mod payload;
 mod pool;
 mod post;
 mod records;
@@ -69,6 +70,7 @@ mod wire;
 
 pub use counters::TransferCounters;
 pub use error::TransferError;
+pub use payload::Payload;
 pub use records::SendId;
 pub use transfers::Transfers;
 pub use wire::{HEADER_LEN, Key, RECEIVE_TAG, SEGMENT_PAYLOAD, segments};

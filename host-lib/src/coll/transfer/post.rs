@@ -226,10 +226,8 @@ impl Transfers {
         };
         if let Some((_, left)) = self.draining.get_mut(&flight.id) {
             *left -= 1;
-            if *left == 0
-                && let Some((region, _)) = self.draining.remove(&flight.id)
-            {
-                self.pool.give(region);
+            if *left == 0 {
+                self.draining.remove(&flight.id);
             }
             return;
         }
@@ -285,16 +283,15 @@ impl Transfers {
         );
     }
 
-    /// Every byte of the rendezvous `id` is in the receiver's memory: the source region goes
-    /// back to the pool and the "done" is queued (the send is in the NIC's hands once it is).
+    /// Every byte of the rendezvous `id` is in the receiver's memory: the source region is let
+    /// go and the "done" is queued (the send is in the NIC's hands once it is).
     pub(super) fn landed(&mut self, id: SendId) {
         let Some(record) = self.sends.get_mut(&id) else {
             return;
         };
-        let Some((to, key, Rendezvous::Putting { region, .. })) = record.rendezvous.take() else {
+        let Some((to, key, Rendezvous::Putting { .. })) = record.rendezvous.take() else {
             return;
         };
-        self.pool.give(region);
         record.unposted += 1;
         record.undelivered += 1;
         self.counters.rendezvous_sent += 1;

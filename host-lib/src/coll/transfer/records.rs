@@ -3,9 +3,11 @@
 
 use std::sync::Arc;
 
-use crate::{Member, MemoryRegion, RemotePointer};
+use crate::{Member, RemotePointer};
 
 use super::TransferError;
+use super::payload::Payload;
+use super::pool::Lent;
 use super::wire::{Key, segment_count};
 
 /// Names a message posted with [`Transfers::send`](super::Transfers::send).
@@ -38,11 +40,11 @@ impl Outgoing {
 /// Where a rendezvous send stands.
 pub(super) enum Rendezvous {
     /// The ready-to-send is out; the receiver's answer has not come.
-    Asking { data: Arc<[u8]> },
+    Asking { data: Payload },
     /// The receiver's landing region is known: the message is in `region` and goes there by
     /// puts.
     Putting {
-        region: MemoryRegion,
+        region: Lent,
         /// The landing region's remote pointer.
         remote: RemotePointer,
         total: usize,
@@ -69,7 +71,7 @@ pub(super) struct PutFlight {
 pub(super) struct Landing {
     pub(super) id: u64,
     pub(super) total: usize,
-    pub(super) region: MemoryRegion,
+    pub(super) region: Lent,
 }
 
 /// A segment in the NIC, by the send's context.

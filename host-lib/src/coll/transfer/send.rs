@@ -3,17 +3,31 @@
 
 use std::sync::Arc;
 
-use crate::{DmaBuffer, Member};
+use crate::{DmaBuffer, Member, Port};
 
 use super::TransferError;
+use super::payload::Payload;
 use super::records::{InFlight, Outgoing, Rendezvous, SendId, SendRecord};
 use super::transfers::Transfers;
 use super::wire::{Control, ControlKind, Header, Key, segment_count};
 
 impl Transfers {
+    /// `bytes` ready to send to any number of receivers: staged in a registered region if they
+    /// go by rendezvous (the puts then read them from there, with no copy per receiver), else
+    /// owned. A port that cannot register memory gets owned bytes.
+    pub fn stage(&mut self, port: &mut Port, bytes: &[u8]) -> Payload {
+        if self.by_rendezvous(bytes.len())
+            && let Ok(region) = self.pool.take(port, bytes.len())
+        {
+            region.bytes().write(0, bytes);
+            return Payload::staged(region, bytes.len());
+        }
+        Payload::from(Arc::<[u8]>::from(bytes))
+    }
+
     /// Queues `data` for `to` under `key`; it goes out as the NIC takes it, while the caller
     /// progresses ([`Transfers::post`]). [`Transfers::send_done`] says when it is delivered.
-    pub fn send(&mut self, to: Member, key: Key, data: Arc<[u8]>) -> SendId {
+    pub fn send(&mut self, to: Member, key: Key, data: Payload) -> SendId {
         let id = SendId(self.next_id);
         self.next_id += 1;
         self.send_as(id, to, key, data);
@@ -21,7 +35,7 @@ impl Transfers {
     }
 
     /// [`Transfers::send`] under the id `id` (a new one, or one a forward reserved).
-    pub(super) fn send_as(&mut self, id: SendId, to: Member, key: Key, data: Arc<[u8]>) {
+    pub(super) fn send_as(&mut self, id: SendId, to: Member, key: Key, data: Payload) {
         let detached = self.sends.get(&id).is_some_and(|record| record.detached);
         if self.by_rendezvous(data.len()) {
             let ready = Control {
@@ -48,7 +62,7 @@ impl Transfers {
                 ..SendRecord::new(0)
             },
         );
-        self.queue_eager(id, to, key, data);
+        self.queue_eager(id, to, key, data.owned());
     }
 
     /// Queues `data` for `to` under `key` as eager segments of the send `id`, which counts them.
@@ -180,12 +194,12 @@ impl Transfers {
     }
 
     /// A message forwarded as it arrived came whole by rendezvous instead: it goes on to the
-    /// forward's ranks as ordinary sends under the ids they were given.
-    pub(super) fn forward_whole(&mut self, at: (Member, Key), data: &[u8]) {
+    /// forward's ranks as ordinary sends under the ids they were given (from the region it
+    /// landed in).
+    pub(super) fn forward_whole(&mut self, at: (Member, Key), data: Payload) {
         let Some(to) = self.forwards.remove(&at) else {
             return;
         };
-        let data: Arc<[u8]> = Arc::from(data);
         for (member, id) in to {
             if self.sends.contains_key(&id) {
                 self.send_as(id, member, at.1, data.clone());
@@ -286,8 +300,8 @@ impl Transfers {
         true
     }
 
-    /// Forgets `id`'s record and queued packets, and its rendezvous's source region (back to
-    /// the pool, or, while puts from it are in the NIC, once they end).
+    /// Forgets `id`'s record and queued packets, and its rendezvous's source region (let go at
+    /// once, or, while puts from it are in the NIC, once they end).
     pub(super) fn forget_send(&mut self, id: SendId) {
         if let Some(SendRecord {
             rendezvous:
@@ -301,9 +315,7 @@ impl Transfers {
             ..
         }) = self.sends.remove(&id)
         {
-            if in_flight == 0 {
-                self.pool.give(region);
-            } else {
+            if in_flight > 0 {
                 self.draining.insert(id, (region, in_flight));
             }
         }

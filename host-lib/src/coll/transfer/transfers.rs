@@ -6,10 +6,11 @@ use std::time::{Duration, Instant};
 
 use shared_abi::ring::Wake;
 
-use crate::{DmaBuffer, Error, Member, MemoryRegion, Port, Priority};
+use crate::{DmaBuffer, Error, Member, Port, Priority};
 
 use super::counters::TransferCounters;
-use super::pool::RegionPool;
+use super::payload::Arrived;
+use super::pool::{Lent, RegionPool};
 use super::records::{Assembly, InFlight, Landing, Outgoing, PutFlight, SendId, SendRecord};
 use super::wire::{BUFFER_LEN, Control, Key, RECEIVE_TAG, SIZE_CLASS};
 use super::{RECEIVE_BUFFERS, RENDEZVOUS_THRESHOLD, SEND_BUFFERS, UNEXPECTED_LIMIT};
@@ -28,7 +29,7 @@ pub struct Transfers {
     pub(super) in_flight: HashMap<u64, InFlight>,
     pub(super) sends: HashMap<SendId, SendRecord>,
     pub(super) assembling: HashMap<(Member, Key), Assembly>,
-    pub(super) arrived: HashMap<(Member, Key), Vec<u8>>,
+    pub(super) arrived: HashMap<(Member, Key), Arrived>,
     pub(super) provided: usize,
     pub(super) next_id: u64,
     pub(super) next_context: u64,
@@ -43,9 +44,9 @@ pub struct Transfers {
     pub(super) pool: RegionPool,
     /// Puts in the NIC, by context.
     pub(super) puts: HashMap<u64, PutFlight>,
-    /// Source regions of sends forgotten while puts from them were in the NIC: given back to the
-    /// pool when the last of those puts ends.
-    pub(super) draining: HashMap<SendId, (MemoryRegion, usize)>,
+    /// Source regions of sends forgotten while puts from them were in the NIC: let go when the
+    /// last of those puts ends.
+    pub(super) draining: HashMap<SendId, (Lent, usize)>,
     /// Rendezvous this endpoint answered, by sender and key.
     pub(super) landing: HashMap<(Member, Key), Landing>,
     /// Messages forwarded as they arrive, by sender and key: where each goes on to, a send (its
