@@ -83,6 +83,7 @@ impl PortBackend for EmulatedUnits {
             layout,
             host_doorbell: nic_host_doorbell,
             owner_pid: None,
+            mapped_at: None,
         };
         if !handle.send(Command::Open {
             port: port_id,

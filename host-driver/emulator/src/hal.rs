@@ -7,6 +7,7 @@ use firmware::{Hal, MemoryFault, TransmitError};
 use nix::unistd::Pid;
 use shared_abi::ids::{NodeId, PORTS_PER_NIC};
 use shared_abi::region::RegionLayout;
+use shared_abi::ring::SharedMemory;
 use shared_abi::ring::raw::RawMemory;
 
 use super::read_ahead::ReadAhead;
@@ -25,6 +26,9 @@ pub(crate) struct AttachedPort {
     /// The owning process, as the kernel named it on the control socket (`SO_PEERCRED`): whose
     /// registered memory the NIC reaches. Set when it first registers memory.
     pub(crate) owner_pid: Option<i32>,
+    /// Where the owner says it mapped the region (`Request::RegionMapped`): its registered
+    /// memory in the arena is copied through this board's own mapping, with no system call.
+    pub(crate) mapped_at: Option<u64>,
 }
 
 /// The emulated board one [`firmware::Nic`] runs on.
@@ -104,9 +108,12 @@ impl Hal for UnitHal {
         address: u64,
         out: &mut [u8],
     ) -> Result<(), MemoryFault> {
-        let pid = self.owner(port)?;
         // Bytes held for the process go first: a read must find them there.
         self.write_behind.flush();
+        if let Some((memory, offset)) = self.in_arena(port, address, out.len()) {
+            return memory.read(offset, out).map_err(|_| MemoryFault::Refused);
+        }
+        let pid = self.owner(port)?;
         process_memory::read(pid, address, out).map_err(|_| MemoryFault::Refused)
     }
 
@@ -118,8 +125,12 @@ impl Hal for UnitHal {
         out: &mut [u8],
         ahead: usize,
     ) -> Result<(), MemoryFault> {
-        let pid = self.owner(port)?;
         self.write_behind.flush();
+        if let Some((memory, offset)) = self.in_arena(port, address, out.len()) {
+            // A copy costs what reading ahead would: nothing to save for the next segments.
+            return memory.read(offset, out).map_err(|_| MemoryFault::Refused);
+        }
+        let pid = self.owner(port)?;
         self.read_ahead
             .read((pid, port, operation), address, out, ahead)
             .map_err(|_| MemoryFault::Refused)
@@ -131,9 +142,12 @@ impl Hal for UnitHal {
         address: u64,
         data: &[u8],
     ) -> Result<(), MemoryFault> {
-        let pid = self.owner(port)?;
         // After the bytes held, as they came.
         self.write_behind.flush();
+        if let Some((memory, offset)) = self.in_arena(port, address, data.len()) {
+            return memory.write(offset, data).map_err(|_| MemoryFault::Refused);
+        }
+        let pid = self.owner(port)?;
         process_memory::write(pid, address, data).map_err(|_| MemoryFault::Refused)
     }
 
@@ -145,6 +159,10 @@ impl Hal for UnitHal {
         data: &[u8],
         last: bool,
     ) -> Result<(), MemoryFault> {
+        if let Some((memory, offset)) = self.in_arena(port, address, data.len()) {
+            // Written at once: holding it would save no system call.
+            return memory.write(offset, data).map_err(|_| MemoryFault::Refused);
+        }
         let pid = self.owner(port)?;
         self.write_behind
             .write((pid, port, operation), address, data, last)
@@ -153,6 +171,14 @@ impl Hal for UnitHal {
 }
 
 impl UnitHal {
+    /// Where `len` bytes at `address` of `port`'s process lie in the port's region, if wholly
+    /// in its arena as the process says it mapped it: the region's memory here and their offset.
+    fn in_arena(&self, port: usize, address: u64, len: usize) -> Option<(&RawMemory, usize)> {
+        let attached = self.ports.get(port)?.as_ref()?;
+        let offset = arena_offset(&attached.layout, attached.mapped_at?, address, len)?;
+        Some((attached.mapping.memory(), offset))
+    }
+
     fn owner(&self, port: usize) -> Result<Pid, MemoryFault> {
         self.ports
             .get(port)
@@ -163,6 +189,36 @@ impl UnitHal {
     }
 }
 
+/// The region offset of `len` bytes at `address` of a process that mapped a region laid out as
+/// `layout` at `mapped_at`, if they lie wholly in its arena (never in its header or rings).
+fn arena_offset(layout: &RegionLayout, mapped_at: u64, address: u64, len: usize) -> Option<usize> {
+    let offset = usize::try_from(address.checked_sub(mapped_at)?).ok()?;
+    let end = offset.checked_add(len)?;
+    (offset >= layout.arena_offset && end <= layout.region_len).then_some(offset)
+}
+
 /// Single-copy access to another process's memory (`process_vm_readv`/`process_vm_writev`), shared
 /// with the QEMU NICs' hub.
 pub(crate) use nicbar_control::process_memory;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_ranges_wholly_in_the_arena_are_copied_through_the_mapping() {
+        let layout = RegionLayout::standard(64, 64, 128, 1 << 20);
+        let base = 0x7f00_0000_0000;
+        let arena = base + layout.arena_offset as u64;
+        let end = base + layout.region_len as u64;
+        let at = |address: u64, len: usize| arena_offset(&layout, base, address, len);
+        assert_eq!(at(arena, 4096), Some(layout.arena_offset));
+        assert_eq!(at(end - 8, 8), Some(layout.region_len - 8));
+        assert_eq!(at(end - 8, 9), None, "past the region's end");
+        assert_eq!(at(arena - 1, 2), None, "the rings before the arena");
+        assert_eq!(at(base, 8), None, "the header");
+        assert_eq!(at(base - 4096, 8), None, "below the mapping");
+        assert_eq!(at(u64::MAX, 2), None);
+        assert_eq!(at(arena, usize::MAX), None);
+    }
+}

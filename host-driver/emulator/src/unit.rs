@@ -486,6 +486,10 @@ impl UnitLoop {
                 .allow_remote_memory_access(port)
                 .map(|()| 0)
                 .map_err(|error| error.to_string()),
+            MemoryRequest::RegionMapped { address } => {
+                attached.mapped_at = Some(address);
+                Ok(0)
+            }
         }
     }
 

@@ -724,6 +724,9 @@ impl Machine {
                 (PortOperation::DEREGISTER_MEMORY, 0, address, length)
             }
             MemoryRequest::AllowRemoteAccess => (PortOperation::ALLOW_REMOTE_ACCESS, 0, 0, 0),
+            // The hub reaches registered memory through the process's own mappings, wherever
+            // they lie: where the region is mapped changes nothing for it.
+            MemoryRequest::RegionMapped { .. } => return Ok(0),
         };
         let (result, error) = self.command_with(index, operation, argument, address, length)?;
         if error != PortError::NONE {
@@ -751,7 +754,7 @@ impl Machine {
                         owner.regions.swap_remove(at);
                     }
                 }
-                MemoryRequest::AllowRemoteAccess => {}
+                MemoryRequest::AllowRemoteAccess | MemoryRequest::RegionMapped { .. } => {}
             }
         }
         Ok(result)

@@ -68,7 +68,8 @@ impl MemoryRegion {
 
 impl Port {
     /// Allocates `len` bytes of this process's memory and registers them with the port
-    /// (`gm_register_memory`). The region lives until [`Port::deregister_memory`] or the port
+    /// (`gm_register_memory`): in the port's DMA arena while it has room to spare (the emulated
+    /// NIC maps it too, and copies to and from it with no system call), else on the heap. The region lives until [`Port::deregister_memory`] or the port
     /// closes; the port keeps its bytes alive until then.
     ///
     /// # Errors
@@ -76,7 +77,11 @@ impl Port {
     /// refused the daemon access to this process's memory (it needs the same user and, under
     /// Yama, `kernel.yama.ptrace_scope` 0).
     pub fn register_memory(&mut self, len: usize) -> Result<MemoryRegion, Error> {
-        let bytes = SharedBytes::zeroed(len);
+        let bytes = self
+            .endpoint
+            .raw()
+            .arena_bytes(len)
+            .unwrap_or_else(|| SharedBytes::zeroed(len));
         let key = self.endpoint.raw().register_shared(&bytes)?;
         let region = MemoryRegion { bytes, key };
         self.registered.push(region.clone());

@@ -15,11 +15,13 @@
     reason = "registering memory hands the NIC a range this process must keep valid"
 )]
 
+use std::ptr::NonNull;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering, fence};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering, fence};
 
 use nicbar_control::Request;
 
+use super::region::Region;
 use super::{RawPort, control};
 use crate::error::Error;
 
@@ -74,6 +76,28 @@ impl RawPort {
         control::memory(&self.control, &Request::AllowRemoteAccess).map(|_| ())
     }
 
+    /// `len` zero bytes in the port's DMA arena, for [`RawPort::register_shared`]: memory the
+    /// emulated NIC maps too, so it copies to and from them with no system call (a put's source,
+    /// a landing region). `None` if they would take more than half the arena's free bytes (the
+    /// rest is kept for DMA buffers) or the daemon cannot be told where the region is mapped.
+    pub fn arena_bytes(&self, len: usize) -> Option<SharedBytes> {
+        if len > self.region.arena_free() / 2 {
+            return None;
+        }
+        if self.region_mapped.load(Ordering::Relaxed) == UNTOLD {
+            let address = self.region.memory().base().as_ptr() as u64;
+            let told = control::memory(&self.control, &Request::RegionMapped { address });
+            // A daemon that does not take the request still reaches arena memory, the slow way:
+            // heap memory then serves as well.
+            let state = if told.is_ok() { TOLD } else { REFUSED };
+            self.region_mapped.store(state, Ordering::Relaxed);
+        }
+        if self.region_mapped.load(Ordering::Relaxed) != TOLD {
+            return None;
+        }
+        SharedBytes::in_arena(&self.region, len)
+    }
+
     /// Registers `bytes` (see [`SharedBytes`]); returns the region's key.
     ///
     /// # Errors
@@ -96,12 +120,68 @@ impl RawPort {
 /// NIC wrote meanwhile.
 #[derive(Clone, Debug)]
 pub struct SharedBytes {
-    words: Arc<[AtomicU64]>,
+    words: Arc<Words>,
     len: usize,
 }
 
+/// Whether the daemon was told where a port's region is mapped ([`RawPort::arena_bytes`]).
+pub(crate) type RegionMapped = AtomicU8;
+/// Not yet asked.
+pub(crate) const UNTOLD: u8 = 0;
+const TOLD: u8 = 1;
+const REFUSED: u8 = 2;
+
 /// Bytes per word of [`SharedBytes`].
 const WORD: usize = 8;
+
+/// Where the words of [`SharedBytes`] live.
+#[derive(Debug)]
+enum Words {
+    Heap(Box<[AtomicU64]>),
+    /// A range of a port's arena, given back when dropped.
+    Arena {
+        region: Arc<Region>,
+        offset: usize,
+        len: usize,
+        /// `region`'s mapping at the range, valid for `len / WORD` words.
+        pointer: NonNull<AtomicU64>,
+    },
+}
+
+// SAFETY: the arena words are reached only as atomics (as the heap words are), through a
+// pointer into a mapping their `Arc<Region>` keeps alive; the NIC writes them as another thread
+// would.
+unsafe impl Send for Words {}
+// SAFETY: as for `Send`: shared access hands out `&AtomicU64` only.
+unsafe impl Sync for Words {}
+
+impl Words {
+    fn as_slice(&self) -> &[AtomicU64] {
+        match self {
+            Self::Heap(words) => words,
+            // SAFETY: `pointer` is 8-aligned and valid for `len / WORD` words of the mapping,
+            // which `region` keeps mapped; the arena lends the range to no one else, and every
+            // access to it in this process is atomic.
+            Self::Arena { pointer, len, .. } => unsafe {
+                std::slice::from_raw_parts(pointer.as_ptr(), len / WORD)
+            },
+        }
+    }
+}
+
+impl Drop for Words {
+    fn drop(&mut self) {
+        if let Self::Arena {
+            region,
+            offset,
+            len,
+            ..
+        } = self
+        {
+            region.give_back(*offset, *len);
+        }
+    }
+}
 
 impl SharedBytes {
     /// `len` zero bytes (at least one). The first byte's address is 8-byte aligned
@@ -109,16 +189,40 @@ impl SharedBytes {
     /// is refused (`MISALIGNED`).
     pub fn zeroed(len: usize) -> Self {
         let len = len.max(1);
-        let words: Vec<AtomicU64> = (0..len.div_ceil(WORD)).map(|_| AtomicU64::new(0)).collect();
+        let words: Box<[AtomicU64]> = (0..len.div_ceil(WORD)).map(|_| AtomicU64::new(0)).collect();
         Self {
-            words: words.into(),
+            words: Arc::new(Words::Heap(words)),
             len,
         }
     }
 
+    /// `len` zero bytes (at least one) of `region`'s arena, or `None` if it has no room.
+    fn in_arena(region: &Arc<Region>, len: usize) -> Option<Self> {
+        let len = len.max(1);
+        let taken = len.div_ceil(WORD) * WORD;
+        let (offset, pointer) = region.take(taken)?;
+        if pointer.as_ptr().align_offset(WORD) != 0 {
+            region.give_back(offset, taken);
+            return None;
+        }
+        let words = Words::Arena {
+            region: region.clone(),
+            offset,
+            len: taken,
+            pointer: pointer.cast(),
+        };
+        for word in words.as_slice() {
+            word.store(0, Ordering::Relaxed);
+        }
+        Some(Self {
+            words: Arc::new(words),
+            len,
+        })
+    }
+
     /// The first byte's address in this process.
     pub fn as_ptr(&self) -> *const u8 {
-        self.words.as_ptr().cast()
+        self.words.as_slice().as_ptr().cast()
     }
 
     /// Bytes.
@@ -141,7 +245,7 @@ impl SharedBytes {
         // The bytes before the first whole word, the whole words, the bytes after them.
         let head = ((WORD - offset % WORD) % WORD).min(out.len());
         let (first, rest) = out.split_at_mut(head);
-        let mut words = self.words[offset / WORD..].iter();
+        let mut words = self.words.as_slice()[offset / WORD..].iter();
         if !first.is_empty()
             && let Some(word) = words.next()
         {
@@ -171,7 +275,7 @@ impl SharedBytes {
         fence(Ordering::Release);
         let head = ((WORD - offset % WORD) % WORD).min(data.len());
         let (first, rest) = data.split_at(head);
-        let mut words = self.words[offset / WORD..].iter();
+        let mut words = self.words.as_slice()[offset / WORD..].iter();
         if !first.is_empty()
             && let Some(word) = words.next()
         {

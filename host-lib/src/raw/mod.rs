@@ -158,6 +158,8 @@ pub struct RawPort {
     node: NodeId,
     generation: Generation,
     counters: PortCounters,
+    /// Whether the daemon knows where the region is mapped here ([`RawPort::arena_bytes`]).
+    region_mapped: memory::RegionMapped,
 }
 
 impl Drop for RawPort {
@@ -226,6 +228,7 @@ impl RawPort {
             host_doorbell: opened.host_doorbell,
             nic_doorbell: opened.nic_doorbell,
             counters: PortCounters::default(),
+            region_mapped: memory::RegionMapped::new(memory::UNTOLD),
             closed: false,
         })
     }

@@ -355,6 +355,10 @@ impl Wire for Request {
                 length.put(out);
             }
             Self::AllowRemoteAccess => out.push(7),
+            Self::RegionMapped { address } => {
+                out.push(8);
+                address.put(out);
+            }
         }
     }
     fn take(input: &mut Reader<'_>) -> Result<Self, DecodeError> {
@@ -376,6 +380,9 @@ impl Wire for Request {
                 length: Wire::take(input)?,
             }),
             7 => Ok(Self::AllowRemoteAccess),
+            8 => Ok(Self::RegionMapped {
+                address: Wire::take(input)?,
+            }),
             other => Err(input.error(DecodeProblem::UnknownTag(other))),
         }
     }
@@ -664,6 +671,9 @@ mod tests {
                 length: 2,
             },
             Request::AllowRemoteAccess,
+            Request::RegionMapped {
+                address: 0x7f12_3456_7000,
+            },
         ] {
             assert_eq!(
                 from_bytes::<Request>(&to_bytes(&request), "a request"),

@@ -55,6 +55,15 @@ pub enum Request {
     /// Let other ports reach the registered memory of the port this connection owns
     /// (`gm_allow_remote_memory_access`); answered with [`Reply::MemoryDone`].
     AllowRemoteAccess,
+    /// The calling process mapped the region of the port this connection owns at its virtual
+    /// address `address`; answered with [`Reply::MemoryDone`]. Memory it registers in the
+    /// region's DMA arena, a NIC that maps the region too reaches through its own mapping,
+    /// without a system call. A false address harms only the caller: the NIC then reads and
+    /// writes its own port's arena where the caller meant other memory.
+    RegionMapped {
+        /// The region's first byte, a virtual address of the calling process.
+        address: u64,
+    },
 }
 
 /// What the daemon answers.

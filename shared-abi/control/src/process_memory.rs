@@ -34,6 +34,11 @@ pub enum MemoryRequest {
     },
     /// `gm_allow_remote_memory_access`: peers may reach the port's registered memory.
     AllowRemoteAccess,
+    /// The owner mapped the port's region at `address` ([`Request::RegionMapped`]).
+    RegionMapped {
+        /// The region's first byte, in the owner's address space.
+        address: u64,
+    },
 }
 
 impl MemoryRequest {
@@ -58,6 +63,7 @@ impl MemoryRequest {
             }
             Request::DeregisterMemory { address, length } => Self::Deregister { address, length },
             Request::AllowRemoteAccess => Self::AllowRemoteAccess,
+            Request::RegionMapped { address } => Self::RegionMapped { address },
             _ => return Err(ControlError::BadRequest("not a memory request".to_owned())),
         })
     }
@@ -67,7 +73,9 @@ impl MemoryRequest {
     pub fn reply(self, key: u32) -> Reply {
         match self {
             Self::Register { .. } => Reply::Registered { key },
-            Self::Deregister { .. } | Self::AllowRemoteAccess => Reply::MemoryDone,
+            Self::Deregister { .. } | Self::AllowRemoteAccess | Self::RegionMapped { .. } => {
+                Reply::MemoryDone
+            }
         }
     }
 }

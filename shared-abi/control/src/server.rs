@@ -98,7 +98,7 @@ pub trait PortBackend {
     fn fault_seed(&self) -> Option<u64>;
 
     /// Serves a memory request ([`Request::RegisterMemory`], [`Request::DeregisterMemory`],
-    /// [`Request::AllowRemoteAccess`]) for `port` of `unit`, owned by process `pid`; returns the
+    /// [`Request::AllowRemoteAccess`], [`Request::RegionMapped`]) for `port` of `unit`, owned by process `pid`; returns the
     /// reply. By default the backend has no registered memory.
     ///
     /// # Errors
@@ -586,7 +586,8 @@ impl<B: PortBackend> ControlServer<B> {
             Request::Nodes => (Reply::Nodes(self.backend.node_names()), Vec::new()),
             Request::RegisterMemory { .. }
             | Request::DeregisterMemory { .. }
-            | Request::AllowRemoteAccess => {
+            | Request::AllowRemoteAccess
+            | Request::RegionMapped { .. } => {
                 let owned = self
                     .clients
                     .get(&token)

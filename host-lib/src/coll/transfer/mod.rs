@@ -20,11 +20,14 @@
 //! 2. the receiver answers at once, whatever it is doing in the library — wanted or not yet —
 //!    with a clear-to-send naming a registered landing region of its own (a remote pointer) big
 //!    enough, or with a refusal if it cannot register memory (the sender then sends eagerly);
-//! 3. the sender copies the message into a registered region of its own and puts it into the
-//!    landing region, [`PUT_CHUNK`] bytes per put, [`PUTS_IN_FLIGHT`] puts at once;
+//! 3. the sender puts the message into the landing region from a registered region of its own,
+//!    [`PUT_CHUNK`] bytes per put, [`PUTS_IN_FLIGHT`] puts at once (a message staged by
+//!    [`Transfers::stage`] is there already, once for all its receivers; other bytes are copied
+//!    into a region now);
 //! 4. when every put has completed at the target (its `OperationDone`: the bytes are in the
-//!    receiver's memory), the sender sends a small "done"; the receiver copies the message out
-//!    and it has arrived, as an eager one would.
+//!    receiver's memory), the sender sends a small "done"; the message has arrived, and stays
+//!    where it landed until the caller takes it ([`Transfers::take_into`] copies it once, into
+//!    the caller's buffer).
 //!
 //! A rank that passes a message on (the inner ranks of a broadcast tree) can ask for it to be
 //! *forwarded* ([`Transfers::forward`], CollGM §3.3's message forwarding): each eager segment of
@@ -32,8 +35,8 @@
 //! sends that very buffer to the first of them (a spare send buffer takes its place among the
 //! provided ones), and a copy of it to the others — while it is also copied out for the caller.
 //! The segment is on its way down the tree before the message is whole, and no copy is made
-//! into a send buffer for the first child. A message that comes by rendezvous is passed on as an
-//! ordinary send once it is whole.
+//! into a send buffer for the first child. A message that comes by rendezvous is passed on once
+//! it is whole, put from the region it landed in.
 //!
 //! Data nobody asked for yet is bounded: what an endpoint holds of messages it has not asked
 //! for (being assembled, arrived, or landing regions registered for them) stays under a limit
@@ -47,13 +50,15 @@
 //! whose ranks wait for each other in any order still moves. Landing and source regions come
 //! from one pool per endpoint (`pool`): registering is a round trip to the NIC and the
 //! kernel, so a region is registered once and reused by later transfers of its size or less,
-//! and only a few are kept when idle. The "done" waits for the puts' remote completion rather
+//! and only a few are kept when idle. A region is lent to the messages that use it and comes
+//! back when the last lets go. The "done" waits for the puts' remote completion rather
 //! than riding the connection's ordering behind them, so a put the NIC refused (a closed port, a
 //! bad key) fails the send instead of handing the receiver bytes that never came.
 //!
 //! # Files
 //!
 //! `wire` (the bytes of segments and control messages), `pool` (registered regions),
+//! `payload` (a message's bytes: owned, staged or landed in a region),
 //! `records` (what is kept of each message), `transfers` (the state and its setup), `send`,
 //! `arrive` and `post` (the three directions work moves in), `error` and `counters`.
 
