@@ -205,7 +205,7 @@ fn layouts_that_do_not_fit_are_refused() {
 
 #[test]
 fn out_of_bounds_accesses_are_errors() {
-    let region = TestRegion::new(40);
+    let region = TestRegion::new(64);
     assert!(region.memory.load_acquire(62).is_err());
     assert!(region.memory.load_acquire(2).is_err());
     assert!(region.memory.read(60, &mut [0; 8]).is_err());
