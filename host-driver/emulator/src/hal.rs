@@ -110,8 +110,8 @@ impl Hal for UnitHal {
     ) -> Result<(), MemoryFault> {
         // Bytes held for the process go first: a read must find them there.
         self.write_behind.flush();
-        if let Some((memory, offset)) = self.in_arena(port, address, out.len()) {
-            return memory.read(offset, out).map_err(|_| MemoryFault::Refused);
+        if let Some(offset) = self.in_arena(port, address, out.len()) {
+            return self.read_arena(port, offset, out);
         }
         let pid = self.owner(port)?;
         process_memory::read(pid, address, out).map_err(|_| MemoryFault::Refused)
@@ -126,9 +126,9 @@ impl Hal for UnitHal {
         ahead: usize,
     ) -> Result<(), MemoryFault> {
         self.write_behind.flush();
-        if let Some((memory, offset)) = self.in_arena(port, address, out.len()) {
+        if let Some(offset) = self.in_arena(port, address, out.len()) {
             // A copy costs what reading ahead would: nothing to save for the next segments.
-            return memory.read(offset, out).map_err(|_| MemoryFault::Refused);
+            return self.read_arena(port, offset, out);
         }
         let pid = self.owner(port)?;
         self.read_ahead
@@ -144,8 +144,8 @@ impl Hal for UnitHal {
     ) -> Result<(), MemoryFault> {
         // After the bytes held, as they came.
         self.write_behind.flush();
-        if let Some((memory, offset)) = self.in_arena(port, address, data.len()) {
-            return memory.write(offset, data).map_err(|_| MemoryFault::Refused);
+        if let Some(offset) = self.in_arena(port, address, data.len()) {
+            return self.write_arena(port, offset, data);
         }
         let pid = self.owner(port)?;
         process_memory::write(pid, address, data).map_err(|_| MemoryFault::Refused)
@@ -159,9 +159,12 @@ impl Hal for UnitHal {
         data: &[u8],
         last: bool,
     ) -> Result<(), MemoryFault> {
-        if let Some((memory, offset)) = self.in_arena(port, address, data.len()) {
-            // Written at once: holding it would save no system call.
-            return memory.write(offset, data).map_err(|_| MemoryFault::Refused);
+        if let Some(offset) = self.in_arena(port, address, data.len()) {
+            // Written at once: holding it would save no system call. Bytes held before go first
+            // (segments of this put held before the process said where its region is mapped
+            // must be in place before its completion leaves).
+            self.write_behind.flush();
+            return self.write_arena(port, offset, data);
         }
         let pid = self.owner(port)?;
         self.write_behind
@@ -172,11 +175,26 @@ impl Hal for UnitHal {
 
 impl UnitHal {
     /// Where `len` bytes at `address` of `port`'s process lie in the port's region, if wholly
-    /// in its arena as the process says it mapped it: the region's memory here and their offset.
-    fn in_arena(&self, port: usize, address: u64, len: usize) -> Option<(&RawMemory, usize)> {
+    /// in its arena as the process says it mapped it: their offset in the region.
+    fn in_arena(&self, port: usize, address: u64, len: usize) -> Option<usize> {
         let attached = self.ports.get(port)?.as_ref()?;
-        let offset = arena_offset(&attached.layout, attached.mapped_at?, address, len)?;
-        Some((attached.mapping.memory(), offset))
+        arena_offset(&attached.layout, attached.mapped_at?, address, len)
+    }
+
+    /// Copies `out.len()` bytes at `offset` of `port`'s region through this board's mapping.
+    fn read_arena(&self, port: usize, offset: usize, out: &mut [u8]) -> Result<(), MemoryFault> {
+        self.port_memory(port)
+            .ok_or(MemoryFault::Refused)?
+            .read(offset, out)
+            .map_err(|_| MemoryFault::Refused)
+    }
+
+    /// Copies `data` to `offset` of `port`'s region through this board's mapping.
+    fn write_arena(&self, port: usize, offset: usize, data: &[u8]) -> Result<(), MemoryFault> {
+        self.port_memory(port)
+            .ok_or(MemoryFault::Refused)?
+            .write(offset, data)
+            .map_err(|_| MemoryFault::Refused)
     }
 
     fn owner(&self, port: usize) -> Result<Pid, MemoryFault> {
