@@ -405,9 +405,6 @@ impl Transfers {
             self.queue_eager(id, to, key, data.owned());
             return;
         };
-        let Some(record) = self.sends.get_mut(&id) else {
-            return;
-        };
         record.rendezvous = Some((
             to,
             key,
