@@ -47,6 +47,37 @@ use crate::{Hal, Nic};
 use shared_abi::reduce::{REDUCE_MAX, ReduceRefusal};
 use shared_abi::schedule::StepCombine;
 
+/// Reads a posted schedule of `steps` steps at arena offset `buffer` and checks every step.
+///
+/// # Errors
+/// `BAD_BUFFER` for a schedule outside the arena, `BAD_SCHEDULE` for a step that is not well
+/// formed.
+fn read_schedule(
+    memory: &impl SharedMemory,
+    layout: &shared_abi::region::RegionLayout,
+    buffer: u64,
+    steps: usize,
+) -> Result<Vec<Step, MAX_SCHEDULE_STEPS>, Status> {
+    let offset = layout
+        .arena_range(buffer, steps * core::mem::size_of::<Step>())
+        .ok_or(Status::BAD_BUFFER)?;
+    let mut schedule = Vec::new();
+    for i in 0..steps {
+        let mut step = Step::new_zeroed();
+        memory
+            .read(
+                offset + i * core::mem::size_of::<Step>(),
+                zerocopy::IntoBytes::as_mut_bytes(&mut step),
+            )
+            .map_err(|_| Status::BAD_BUFFER)?;
+        if !step.is_valid() {
+            return Err(Status::BAD_SCHEDULE);
+        }
+        schedule.push(step).map_err(|_| Status::BAD_SCHEDULE)?;
+    }
+    Ok(schedule)
+}
+
 impl<H: Hal, const C: usize> Nic<H, C> {
     /// SDMA took a barrier send token: pull its schedule in, check it, and start it.
     ///
@@ -61,6 +92,9 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         let steps = token.length.get() as usize;
         if steps == 0 || steps > MAX_SCHEDULE_STEPS {
             return Err(Status::BAD_SCHEDULE);
+        }
+        if !token.schedule.is_valid() {
+            return Err(Status::INVALID_TOKEN);
         }
         let root = token.kind == SendKind::BROADCAST
             && token.target_node == self.node
@@ -82,6 +116,29 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         }
         let memory = self.hal.port_memory(port).ok_or(Status::INVALID_TOKEN)?;
         let open = self.ports.open_mut(port).ok_or(Status::INVALID_TOKEN)?;
+        // The steps, and where what follows them (a broadcast's bytes, a reduction's value)
+        // starts in the arena.
+        let (schedule, after_steps) = match token.schedule.runs_kept() {
+            Some(slot) => {
+                let kept = open.kept.get(slot).ok_or(Status::INVALID_TOKEN)?;
+                let steps = kept
+                    .steps(token.compare.get(), steps)
+                    .ok_or(Status::BAD_SCHEDULE)?;
+                (steps.clone(), token.buffer.get())
+            }
+            None => {
+                let schedule = read_schedule(memory, &open.layout, token.buffer.get(), steps)?;
+                if let Some(slot) = token.schedule.keeps_in() {
+                    // Kept once read, whether the barrier starts now or is refused as busy.
+                    let kept = open.kept.get_mut(slot).ok_or(Status::INVALID_TOKEN)?;
+                    kept.tag = token.compare.get();
+                    kept.steps.clone_from(&schedule);
+                }
+                let bytes = (steps * core::mem::size_of::<Step>()) as u64;
+                let after = token.buffer.get().checked_add(bytes);
+                (schedule, after.ok_or(Status::BAD_BUFFER)?)
+            }
+        };
         // Each running barrier has its own completion buffer and its own identity: a second
         // barrier of one identity could not tell its packets from the first's.
         if open.running_count() >= usize::from(open.barrier_buffers)
@@ -89,24 +146,6 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             || open.run_slot(token.barrier_id()).is_some()
         {
             return Err(Status::BARRIER_BUSY);
-        }
-        let offset = open
-            .layout
-            .arena_range(token.buffer.get(), steps * core::mem::size_of::<Step>())
-            .ok_or(Status::BAD_BUFFER)?;
-        let mut schedule = Vec::new();
-        for i in 0..steps {
-            let mut step = Step::new_zeroed();
-            memory
-                .read(
-                    offset + i * core::mem::size_of::<Step>(),
-                    zerocopy::IntoBytes::as_mut_bytes(&mut step),
-                )
-                .map_err(|_| Status::BAD_BUFFER)?;
-            if !step.is_valid() {
-                return Err(Status::BAD_SCHEDULE);
-            }
-            schedule.push(step).map_err(|_| Status::BAD_SCHEDULE)?;
         }
         let timeout = match token.timeout_us.get() {
             0 => self.config.default_barrier_timeout,
@@ -126,11 +165,9 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 if len == 0 || len > BROADCAST_MAX {
                     return Err(Status::TOO_LONG);
                 }
-                let at = token
-                    .buffer
-                    .get()
-                    .checked_add((steps * core::mem::size_of::<Step>()) as u64)
-                    .and_then(|start| open.layout.arena_range(start, len))
+                let at = open
+                    .layout
+                    .arena_range(after_steps, len)
                     .ok_or(Status::BAD_BUFFER)?;
                 let out = root_bytes.get_mut(..len).ok_or(Status::TOO_LONG)?;
                 memory.read(at, out).map_err(|_| Status::BAD_BUFFER)?;
@@ -149,11 +186,9 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 ReduceRefusal::BadLength(_) => Status::TOO_LONG,
                 _ => Status::INVALID_TOKEN,
             })?;
-            let at = token
-                .buffer
-                .get()
-                .checked_add((steps * core::mem::size_of::<Step>()) as u64)
-                .and_then(|start| open.layout.arena_range(start, len))
+            let at = open
+                .layout
+                .arena_range(after_steps, len)
                 .ok_or(Status::BAD_BUFFER)?;
             let mut value = [0u8; REDUCE_MAX];
             let out = value.get_mut(..len).ok_or(Status::TOO_LONG)?;

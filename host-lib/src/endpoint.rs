@@ -18,6 +18,7 @@ use zerocopy::IntoBytes;
 use crate::dma::{BufferError, DmaBuffer};
 use crate::error::Error;
 use crate::event::Event;
+use crate::port::kept::Keeping;
 use crate::raw::{self, RawEvent, RawPort};
 
 /// A send the NIC holds: its buffer and the caller's context.
@@ -214,16 +215,23 @@ impl Endpoint {
     /// `carried`: the barrier is a broadcast from its root (`SendKind::BROADCAST`; at the root
     /// the bytes follow the schedule in the same buffer), or a reduction (`SendKind::REDUCE`;
     /// this member's value follows the schedule).
+    ///
+    /// `keeping`: the steps are posted and not kept, posted and kept, or kept already (then
+    /// only what they carry is written, and the token names the slot).
     pub(crate) fn barrier_send(
         &mut self,
-        steps: &[Step],
+        (steps, keeping): (&[Step], Keeping),
         context: u64,
         timeout: Option<Duration>,
         barrier: shared_abi::ids::BarrierId,
         carried: Option<&crate::port::barriers::Carried>,
     ) -> Result<(), Error> {
         use crate::port::barriers::Carried;
-        let bytes = steps.as_bytes();
+        let bytes = if keeping.posts_steps() {
+            steps.as_bytes()
+        } else {
+            &[]
+        };
         let data = match carried {
             Some(Carried::Broadcast(_, data) | Carried::Reduce(_, data)) => data.as_slice(),
             None => &[][..],
@@ -241,9 +249,11 @@ impl Endpoint {
         schedule[bytes.len()..needed].copy_from_slice(data);
         let mut token = SendToken {
             kind: SendKind::BARRIER,
+            schedule: keeping.source,
             length: u32::try_from(steps.len()).unwrap_or(u32::MAX).into(),
             buffer: schedule.arena_offset().into(),
             timeout_us: timeout_us(timeout).into(),
+            compare: keeping.tag.into(),
             ..SendToken::default()
         }
         .with_barrier_id(barrier);

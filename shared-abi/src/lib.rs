@@ -29,7 +29,7 @@ pub mod token;
 
 /// The ABI version. Bumped on any change to a layout in this crate; a region, an image or a
 /// packet carrying another version is refused.
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 
 /// Largest payload one wire packet carries, in bytes. A message up to this long travels in one
 /// [`packet::PacketKind::DATA`] packet; a longer one is cut by the NIC into

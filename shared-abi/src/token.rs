@@ -74,6 +74,78 @@ impl SendKind {
     }
 }
 
+/// Schedules one port may have the NIC keep between barriers ([`ScheduleSource`]): a persistent
+/// collective's start names its kept steps instead of posting them again.
+pub const KEPT_SCHEDULES: usize = 4;
+
+/// Where a barrier token's steps come from: the arena (posted with the token, as every barrier's
+/// are unless said otherwise), the arena and kept by the NIC in one of the port's
+/// [`KEPT_SCHEDULES`] slots, or such a slot. A port's kept schedules are its own and end when
+/// it closes.
+#[derive(
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Debug,
+    Default,
+    FromBytes,
+    IntoBytes,
+    Immutable,
+    KnownLayout,
+    Unaligned,
+)]
+#[repr(transparent)]
+pub struct ScheduleSource(pub u8);
+
+impl ScheduleSource {
+    /// The steps are in the arena at the token's `buffer`.
+    pub const POSTED: Self = Self(0);
+    const KEEP: u8 = 0x80;
+    const KEPT: u8 = 0x40;
+    const SLOT: u8 = 0x0f;
+
+    /// The steps are in the arena at the token's `buffer`, and the NIC keeps them in `slot`
+    /// (replacing what it held there) once it has read them, whether the barrier then starts
+    /// or not.
+    pub const fn keep(slot: u8) -> Self {
+        Self(Self::KEEP | (slot & Self::SLOT))
+    }
+
+    /// The steps are those the NIC keeps in `slot`; the token's `length` must be their count.
+    pub const fn kept(slot: u8) -> Self {
+        Self(Self::KEPT | (slot & Self::SLOT))
+    }
+
+    /// The slot to keep the posted steps in, if any.
+    pub const fn keeps_in(self) -> Option<usize> {
+        if self.0 & !Self::SLOT == Self::KEEP {
+            Some((self.0 & Self::SLOT) as usize)
+        } else {
+            None
+        }
+    }
+
+    /// The slot whose kept steps the barrier runs, if it names one.
+    pub const fn runs_kept(self) -> Option<usize> {
+        if self.0 & !Self::SLOT == Self::KEPT {
+            Some((self.0 & Self::SLOT) as usize)
+        } else {
+            None
+        }
+    }
+
+    /// Whether the byte names a source: posted, or keep or kept with a slot below
+    /// [`KEPT_SCHEDULES`].
+    pub const fn is_valid(self) -> bool {
+        match (self.keeps_in(), self.runs_kept()) {
+            (Some(slot), None) | (None, Some(slot)) => slot < KEPT_SCHEDULES,
+            _ => self.0 == 0,
+        }
+    }
+}
+
 /// Message priority, as GM's `GM_LOW_PRIORITY` / `GM_HIGH_PRIORITY`.
 #[derive(
     Clone,
@@ -127,8 +199,8 @@ pub struct SendToken {
     /// GM size class of a data message: the receiver matches it against its buffers. A
     /// broadcast's root: how many bytes it broadcasts.
     pub size: u8,
-    /// Reserved, zero.
-    pub reserved0: u8,
+    /// A barrier's: where its steps come from ([`ScheduleSource`]); zero for everything else.
+    pub schedule: ScheduleSource,
     /// Destination node of a data message (a broadcast: its root's).
     pub target_node: NodeId,
     /// Destination port of a data message (a broadcast: its root's).
@@ -137,7 +209,9 @@ pub struct SendToken {
     pub reserved1: u8,
     /// Data: message length in bytes. Barrier: number of schedule steps.
     pub length: U32,
-    /// Arena offset of the message (data) or of the schedule (barrier).
+    /// Arena offset of the message (data) or of the schedule (barrier). A barrier whose steps
+    /// the NIC keeps ([`ScheduleSource::kept`]): of what follows the schedule (a broadcast's
+    /// bytes, a reduction's value), as no steps precede it.
     pub buffer: U64,
     /// Opaque to the NIC; returned in the completion event (GM's callback context).
     pub context: U64,
@@ -262,3 +336,36 @@ pub struct ReceiveToken {
     pub reserved1: [u8; 16],
 }
 const _: () = assert!(core::mem::size_of::<ReceiveToken>() == 32);
+
+#[cfg(test)]
+mod tests {
+    use super::{KEPT_SCHEDULES, ScheduleSource};
+
+    #[test]
+    fn a_schedule_source_names_one_slot_one_way() {
+        assert!(ScheduleSource::POSTED.is_valid());
+        assert_eq!(ScheduleSource::POSTED.keeps_in(), None);
+        assert_eq!(ScheduleSource::POSTED.runs_kept(), None);
+        for slot in 0..KEPT_SCHEDULES as u8 {
+            let keep = ScheduleSource::keep(slot);
+            let kept = ScheduleSource::kept(slot);
+            assert!(keep.is_valid() && kept.is_valid());
+            assert_eq!(keep.keeps_in(), Some(usize::from(slot)));
+            assert_eq!(keep.runs_kept(), None);
+            assert_eq!(kept.runs_kept(), Some(usize::from(slot)));
+            assert_eq!(kept.keeps_in(), None);
+        }
+    }
+
+    #[test]
+    fn every_other_schedule_byte_is_refused() {
+        let valid = (0..=u8::MAX)
+            .map(ScheduleSource)
+            .filter(|source| source.is_valid())
+            .count();
+        // Posted, and keep and kept for each slot.
+        assert_eq!(valid, 1 + 2 * KEPT_SCHEDULES);
+        assert!(!ScheduleSource::keep(KEPT_SCHEDULES as u8).is_valid());
+        assert!(!ScheduleSource(0xc0).is_valid());
+    }
+}

@@ -53,6 +53,24 @@ impl Retry {
     }
 }
 
+/// A schedule the port's process asked the NIC to keep between barriers
+/// ([`shared_abi::token::ScheduleSource`]), under the tag it named it by: a start that names the
+/// slot runs these steps only if it names the same tag and count, so a start can never run
+/// steps that another schedule left in the slot.
+#[derive(Debug, Default)]
+pub(crate) struct KeptSchedule {
+    pub(crate) tag: u64,
+    pub(crate) steps: Vec<Step, MAX_SCHEDULE_STEPS>,
+}
+
+impl KeptSchedule {
+    /// The steps kept under `tag`, if they are `count` steps.
+    pub(crate) fn steps(&self, tag: u64, count: usize) -> Option<&Vec<Step, MAX_SCHEDULE_STEPS>> {
+        (!self.steps.is_empty() && self.tag == tag && self.steps.len() == count)
+            .then_some(&self.steps)
+    }
+}
+
 /// A running barrier: the schedule in NIC memory and where the engine is in it.
 #[derive(Debug)]
 pub(crate) struct BarrierRun {

@@ -18,7 +18,7 @@ mod broadcast_bytes;
 mod reduce_values;
 
 pub use barrier_run::BarrierProgress;
-pub(crate) use barrier_run::{BarrierRun, RETRIES, Reduction, Retry};
+pub(crate) use barrier_run::{BarrierRun, KeptSchedule, RETRIES, Reduction, Retry};
 pub(crate) use broadcast_bytes::{Broadcast, BroadcastBytes};
 pub(crate) use reduce_values::{REDUCE_VALUES, ReduceValue, ReduceValues, ValueKey};
 
@@ -133,6 +133,8 @@ pub(crate) struct OpenPort {
     /// The slots of `runs` that hold a barrier: each poll's timer scan tests these bits rather
     /// than every slot of every port (a slot is far bigger than a cache line).
     running: SlotSet,
+    /// The schedules the process asked the NIC to keep, by slot; they end with the port.
+    pub(crate) kept: [KeptSchedule; shared_abi::token::KEPT_SCHEDULES],
     /// Barrier packets refused by a closed target port, to send again (they outlive the barrier
     /// that sent them).
     pub(crate) barrier_retries: heapless::Vec<Retry, RETRIES>,
@@ -171,6 +173,7 @@ impl OpenPort {
             pending_events: Deque::new(),
             runs: [const { None }; RUNNING_BARRIERS],
             running: SlotSet::EMPTY,
+            kept: Default::default(),
             barrier_retries: heapless::Vec::new(),
             faulted: None,
             closing: None,

@@ -14,6 +14,7 @@ extern crate std;
 
 mod barrier;
 mod broadcast;
+mod kept;
 mod poll;
 mod ports;
 mod properties;

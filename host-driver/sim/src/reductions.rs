@@ -6,7 +6,8 @@
 //!
 //! Every process belongs to up to [`RUNNING_BARRIERS`] groups and in each round starts the
 //! round's allreduce of every one of them, in an order of its own, before it waits for any (as an
-//! MPI program's `MPI_Iallreduce`s on different communicators).
+//! MPI program's `MPI_Iallreduce`s on different communicators). A group's first allreduce has the
+//! NIC keep its steps; every later one names them, as a persistent allreduce's starts do.
 //!
 //! Checked as it runs:
 //! - **Results**: every member that completes an allreduce gets exactly the bytes the host
@@ -30,7 +31,9 @@ use shared_abi::event::{EventKind, Status};
 use shared_abi::ids::{BarrierId, NodeId, PortId};
 use shared_abi::reduce::{REDUCE_MAX, ReduceOp, ReduceSpec, ReduceType};
 use shared_abi::schedule::{MAX_SCHEDULE_STEPS, RUNNING_BARRIERS, Step};
-use shared_abi::token::{ReceiveKind, ReceiveToken, SendKind, SendToken};
+use shared_abi::token::{
+    KEPT_SCHEDULES, ReceiveKind, ReceiveToken, ScheduleSource, SendKind, SendToken,
+};
 use zerocopy::IntoBytes;
 
 use super::drive::Drive;
@@ -38,6 +41,10 @@ use super::host::{HostRings, RECEIVE_RING, SEND_RING, SLOT};
 use super::rng::Rng;
 use super::world::{Happening, WireFaults, World};
 use super::{Campaign, CampaignFailure};
+
+/// The tag each process keeps its groups' schedules under (one keep per slot, never replaced).
+const KEPT_TAG: u64 = 1;
+const _: () = assert!(RUNNING_BARRIERS <= KEPT_SCHEDULES, "a slot per group");
 
 /// A reduction campaign's shape.
 #[derive(Clone, Debug)]
@@ -531,7 +538,18 @@ fn enter_round(
         let mut steps = [Step::default(); MAX_SCHEDULE_STEPS];
         let count = allreduce(&members, rank, &mut steps)
             .map_err(|error| format!("group {index}: {error}"))?;
-        let mut bytes = steps[..count].as_bytes().to_vec();
+        // A group's first allreduce posts its steps and has the NIC keep them in the group's
+        // slot; every later one names the slot and posts its value alone.
+        let keeping = if process.round == 0 {
+            ScheduleSource::keep(index as u8)
+        } else {
+            ScheduleSource::kept(index as u8)
+        };
+        let mut bytes = if keeping.runs_kept().is_some() {
+            Vec::new()
+        } else {
+            steps[..count].as_bytes().to_vec()
+        };
         bytes.extend_from_slice(&reduction.inputs[rank]);
         // The places after the rings' slots, one per allreduce of a round.
         let offset =
@@ -553,10 +571,12 @@ fn enter_round(
             .map_err(|e| format!("receive ring: {e}"))?;
         let mut token = SendToken {
             kind: SendKind::BARRIER,
+            schedule: keeping,
             length: (count as u32).into(),
             buffer: offset.into(),
             context: context_of(index, process.round).into(),
             size: reduction.inputs[rank].len() as u8,
+            compare: KEPT_TAG.into(),
             ..SendToken::default()
         }
         .with_barrier_id(identity(index, process.round));

@@ -13,6 +13,7 @@ use crate::failure::BarrierError;
 use crate::group::{BarrierOptions, Group};
 use crate::port::Port;
 use crate::port::barriers::{Carried, Running};
+use crate::port::kept::Keeping;
 use nicbar_schedule::Algorithm;
 
 /// How long past its own timeout a NIC-based barrier may go unreported before
@@ -72,8 +73,13 @@ impl Port {
         context: u64,
         timeout: Option<Duration>,
     ) -> Result<(), Error> {
-        self.endpoint
-            .barrier_send(steps, context, timeout, BarrierId::NONE, None)
+        self.endpoint.barrier_send(
+            (steps, Keeping::POSTED),
+            context,
+            timeout,
+            BarrierId::NONE,
+            None,
+        )
     }
 
     /// Starts `group`'s barrier numbering on this port afresh: its next barrier is number 0
@@ -341,13 +347,24 @@ impl Port {
         }
         self.barrier.next_serial = self.barrier.next_serial.wrapping_add(1);
         let context = GROUP_CONTEXT | u64::from(self.barrier.next_serial);
-        self.endpoint
-            .barrier_send(&steps, context, timeout, barrier, carried.as_ref())?;
+        let keeping = self.barrier.kept.choose(&steps);
+        let posted = self.endpoint.barrier_send(
+            (&steps, keeping),
+            context,
+            timeout,
+            barrier,
+            carried.as_ref(),
+        );
+        if let Err(error) = posted {
+            self.barrier.kept.forget(keeping);
+            return Err(error.into());
+        }
         self.barrier.count(barrier);
         self.barrier.running.push(Running {
             context,
             barrier,
             steps,
+            keeping,
             members: group.members.clone(),
             timeout,
             reposts: 0,
@@ -449,17 +466,27 @@ impl Port {
             }
         }
         for (steps, context, timeout, barrier, carried) in due {
+            let keeping = self.barrier.kept.choose(&steps);
             let posted = if self.endpoint.barrier_tokens.buffers == 0 {
                 self.provide_barrier_buffer()
             } else {
                 Ok(())
             }
             .and_then(|()| {
-                self.endpoint
-                    .barrier_send(&steps, context, timeout, barrier, carried.as_ref())
+                self.endpoint.barrier_send(
+                    (&steps, keeping),
+                    context,
+                    timeout,
+                    barrier,
+                    carried.as_ref(),
+                )
             });
-            if let Err(error) = posted {
-                self.barrier.finish(context, Err(BarrierError::Port(error)));
+            match posted {
+                Ok(()) => self.barrier.set_keeping(context, keeping),
+                Err(error) => {
+                    self.barrier.kept.forget(keeping);
+                    self.barrier.finish(context, Err(BarrierError::Port(error)));
+                }
             }
         }
         Ok(next)

@@ -2,15 +2,16 @@
 //! allreduce compiled once, then started any number of times.
 //!
 //! [`Port::persistent_barrier`] and [`Port::persistent_allreduce`] find this port's rank in the
-//! group and compile its schedule there and then; [`Port::persistent_start`] posts the compiled
-//! steps (and, for an allreduce, this member's value) as the group's next barrier: one send
-//! token, one doorbell, no compilation, no allocation of a schedule. The end comes as a
-//! barrier's ([`Port::barrier_test`], [`Port::barrier_wait`], [`Port::nic_allreduce_wait`]).
+//! group and compile its schedule there and then; [`Port::persistent_start`] starts it as the
+//! group's next barrier: one send token, one doorbell, no compilation, no allocation of a
+//! schedule. The end comes as a barrier's ([`Port::barrier_test`], [`Port::barrier_wait`],
+//! [`Port::nic_allreduce_wait`]).
 //!
-//! The compiled schedule lives in the library, not in the NIC: each start copies its steps into
-//! the arena buffer the port reuses for barrier schedules, and the NIC reads them from there as
-//! it does for any barrier. Keeping schedules in the NIC's own memory between starts would need
-//! a token that names a schedule the NIC holds; the firmware has none.
+//! The NIC keeps the compiled steps between starts ([`crate::port::kept`]): the first start
+//! posts them and has the NIC keep them, every later one names them, so a start writes nothing
+//! but its token (and an allreduce's value) and the NIC reads no steps. A port has the NIC keep
+//! [`shared_abi::token::KEPT_SCHEDULES`] schedules; a start of one that lost its slot to others
+//! posts its steps again.
 
 use std::sync::Arc;
 use std::time::Instant;

@@ -17,6 +17,7 @@ use crate::endpoint::Endpoint;
 use crate::event::Event;
 use crate::failure::{BarrierError, FailureReason};
 use crate::group::{BarrierNumbering, Group};
+use crate::port::kept::{Keeping, KeptSchedules};
 
 /// Size class of the host-based barrier's messages (24-byte messages), reserved with
 /// [`HOST_BARRIER_PRIORITY`] on ports that run host-based barriers (see the module docs).
@@ -68,6 +69,8 @@ pub(crate) struct Running {
     pub(crate) context: u64,
     pub(crate) barrier: BarrierId,
     pub(crate) steps: Arc<[Step]>,
+    /// How its latest token got the steps (posted, or from a slot the NIC keeps).
+    pub(crate) keeping: Keeping,
     pub(crate) members: Arc<[Member]>,
     pub(crate) timeout: Option<Duration>,
     pub(crate) reposts: u32,
@@ -93,6 +96,8 @@ pub(crate) enum Carried {
 pub(crate) struct BarrierState {
     /// The schedules compiled last, the latest first.
     cache: VecDeque<CachedSchedule>,
+    /// The schedules the NIC keeps for this port.
+    pub(crate) kept: KeptSchedules,
     /// The group barriers running in the NIC, in the order they started.
     pub(crate) running: Vec<Running>,
     /// The ends of group barriers, by context, kept for [`crate::Port::barrier_wait`].
@@ -163,6 +168,13 @@ impl BarrierState {
     /// Counts barrier `barrier` as started: the group's next barrier is the one after it.
     pub(crate) fn count(&mut self, barrier: BarrierId) {
         self.numbering.count(barrier);
+    }
+
+    /// The running group barrier with `context` was posted again, its steps as `keeping` says.
+    pub(crate) fn set_keeping(&mut self, context: u64, keeping: Keeping) {
+        if let Some(running) = self.running.iter_mut().find(|r| r.context == context) {
+            running.keeping = keeping;
+        }
     }
 
     pub(crate) fn is_running(&self, context: u64) -> bool {
@@ -252,7 +264,25 @@ pub(crate) fn absorb(
             kind,
             ..
         } if SendKind(kind).is_barrier() && state.is_running(context) => {
-            match state.running.iter_mut().find(|r| r.context == context) {
+            let running = state.running.iter_mut().find(|r| r.context == context);
+            if let Some(running) = &running
+                && status != Status::BARRIER_BUSY
+            {
+                // The NIC refuses a barrier as busy only once it holds its steps; after any
+                // other refusal the slot may not hold them.
+                state.kept.forget(running.keeping);
+            }
+            match running {
+                // Steps the NIC was to keep are not there (the token that was to keep them
+                // was refused before it could): post them now.
+                Some(running)
+                    if status == Status::BAD_SCHEDULE
+                        && !running.keeping.posts_steps()
+                        && running.reposts < MAX_REPOSTS =>
+                {
+                    running.reposts += 1;
+                    running.repost_at = Some(Instant::now());
+                }
                 // Busy: the port starts no more barriers than the NIC runs, each of its own
                 // identity, so its barrier buffer has not reached the NIC (it waits in the
                 // receive ring behind buffers the NIC has no room for yet). Post it again a

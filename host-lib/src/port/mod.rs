@@ -1,6 +1,7 @@
 //! A port: one endpoint on a NIC, owned by this process, reached through its mapped region.
 
 pub(crate) mod barriers;
+pub(crate) mod kept;
 pub(crate) mod memory;
 
 use std::collections::VecDeque;
