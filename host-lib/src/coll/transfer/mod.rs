@@ -87,13 +87,12 @@ pub const SEND_BUFFERS: usize = 24;
 /// Messages of this many bytes or more go by rendezvous (RDMA put into the receiver's
 /// registered memory); shorter ones eagerly, in segments. CollGM's rendezvous takes over at
 /// 64 KiB, where GM's copies through receive buffers start to cost more than the handshake's two
-/// extra messages. On the emulated NIC, whose puts move 256 KiB per system call, the rendezvous
-/// measured faster from 64 KiB with a core per process, but at 64 KiB slower than eager with
-/// four processes a core, where each handshake waits for the receiver to be scheduled; from
-/// 256 KiB it won or tied everywhere (docs/mpi.md, "Rendezvous"). `NICBAR_COLL_RENDEZVOUS` (a
-/// byte count, or `off`) changes it per process; the ranks need not agree, since each message's
-/// sender chooses and a receiver takes either.
-pub const RENDEZVOUS_THRESHOLD: usize = 256 * 1024;
+/// extra messages, and so does this one since the NIC's puts read and write the ports' arenas
+/// through its own mapping: from 64 KiB the rendezvous measured faster than eager even with four
+/// processes a core (docs/mpi.md, "Rendezvous"). `NICBAR_COLL_RENDEZVOUS` (a byte count, or
+/// `off`) changes it per process; the ranks need not agree, since each message's sender chooses
+/// and a receiver takes either.
+pub const RENDEZVOUS_THRESHOLD: usize = 64 * 1024;
 /// Bytes each put of a rendezvous carries (the NIC cuts it into packets).
 pub const PUT_CHUNK: usize = 64 * 1024;
 /// Puts of one rendezvous in the NIC at once: enough to keep the wire busy while completions
