@@ -227,7 +227,8 @@ pub struct SendToken {
     /// Atomic: the operand. Barrier: the sequence number of its identity (low 32 bits; the high
     /// 32 are zero).
     pub operand: U64,
-    /// Compare-and-swap: the compare value.
+    /// Compare-and-swap: the compare value. A barrier that keeps its steps or names kept ones
+    /// ([`ScheduleSource`]): the tag they are kept under.
     pub compare: U64,
     /// Atomic: the [`crate::rdma::AtomicOp`].
     pub op: crate::rdma::AtomicOp,
