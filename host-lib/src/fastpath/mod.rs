@@ -16,7 +16,7 @@
 //!  0  ring sequence (head flag)   u64   the slot's number on this ring, from 1; never repeats
 //!  8  message sequence            u64   the pair's message number over both paths, from 1
 //! 16  length                      u32
-//! 20  checksum                    u32   FNV-1a over message sequence, length and payload
+//! 20  checksum                    u32   over message sequence, length and payload (`layout`)
 //! 24  acknowledgement             u64   slots the sender consumed of the reverse ring (credits)
 //! 32  payload                     length bytes, padded to 8
 //!  .  ring sequence (tail flag)   u64   the same number again, right after the payload
