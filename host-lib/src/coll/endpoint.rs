@@ -6,11 +6,13 @@
 //! each then completes on its own. Members that start barriers of different groups in different
 //! orders meet as long as no member has more than [`RUNNING_BARRIERS`] outstanding (MPI orders
 //! collectives per communicator only); past that, the later ones wait in the queue for earlier
-//! ones to end.
+//! ones to end. A barrier the port cannot start for want of send tokens (the transfers' sends
+//! hold them) waits at the head of the queue until their ends give them back.
 
 use std::collections::{HashMap, VecDeque};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use shared_abi::ring::Wake;
 use shared_abi::schedule::RUNNING_BARRIERS;
 
 use crate::{BarrierError, Error, Group, PendingBarrier, PersistentCollective, Port};
@@ -40,6 +42,24 @@ enum Carries {
     Persistent(PersistentCollective, Vec<u8>),
 }
 
+impl Carries {
+    /// What the barrier that carries this brings at its end.
+    fn brings(self) -> Brings {
+        match self {
+            Self::Nothing => Brings::Nothing,
+            Self::Broadcast(..) => Brings::Bytes,
+            Self::Allreduce(_, data) => Brings::Result(data),
+            Self::Persistent(persistent, data) => {
+                if persistent.reduce().is_some() {
+                    Brings::Result(data)
+                } else {
+                    Brings::Nothing
+                }
+            }
+        }
+    }
+}
+
 /// What a running barrier brings at its end: nothing, a broadcast's bytes, or an allreduce's
 /// result (this member's value until then: the result in a group of one).
 #[derive(Debug)]
@@ -58,6 +78,8 @@ pub struct Endpoint {
     /// Those running in the NIC, in start order, and what each brings at its end.
     running: Vec<(u64, PendingBarrier, Brings)>,
     ended: HashMap<u64, Outcome>,
+    /// Since when the first queued barrier has waited for the port's tokens to come back.
+    held_back: Option<Instant>,
     /// The bytes of the NIC's broadcasts and the results of its allreduces that ended, by
     /// ticket.
     broadcasts: HashMap<u64, Vec<u8>>,
@@ -82,6 +104,7 @@ impl Endpoint {
         let mut endpoint = Self {
             port,
             queued: VecDeque::new(),
+            held_back: None,
             running: Vec::new(),
             ended: HashMap::new(),
             broadcasts: HashMap::new(),
@@ -263,28 +286,32 @@ impl Endpoint {
             let Some((ticket, group, carries)) = self.queued.pop_front() else {
                 break;
             };
-            let (started, brings) = match carries {
-                Carries::Broadcast(root, data) => (
-                    self.port.nic_broadcast_start(&group, root, &data),
-                    Brings::Bytes,
-                ),
-                Carries::Allreduce(spec, data) => (
-                    self.port.nic_allreduce_start(&group, spec, &data),
-                    Brings::Result(data),
-                ),
-                Carries::Persistent(persistent, data) => (
-                    self.port.persistent_start(&persistent, &data),
-                    if persistent.reduce().is_some() {
-                        Brings::Result(data)
-                    } else {
-                        Brings::Nothing
-                    },
-                ),
-                Carries::Nothing => (self.port.barrier_start(&group), Brings::Nothing),
+            let started = match &carries {
+                Carries::Broadcast(root, data) => {
+                    self.port.nic_broadcast_start(&group, *root, data)
+                }
+                Carries::Allreduce(spec, data) => {
+                    self.port.nic_allreduce_start(&group, *spec, data)
+                }
+                Carries::Persistent(persistent, data) => {
+                    self.port.persistent_start(persistent, data)
+                }
+                Carries::Nothing => self.port.barrier_start(&group),
             };
             match started {
-                Ok(pending) => self.running.push((ticket, pending, brings)),
+                Ok(pending) => {
+                    self.held_back = None;
+                    self.running.push((ticket, pending, carries.brings()));
+                }
+                Err(error) if self.comes_back(&error, &group) => {
+                    // The port's tokens are out with the transfers' sends (a pipelined
+                    // broadcast's segments, say): their ends give them back. It goes first
+                    // when they do, and the ones behind it keep their order.
+                    self.queued.push_front((ticket, group, carries));
+                    break;
+                }
                 Err(error) => {
+                    self.held_back = None;
                     self.record(ticket, Err(error));
                     ended += 1;
                 }
@@ -323,13 +350,39 @@ impl Endpoint {
     pub fn wait(&mut self, timeout: Duration) -> usize {
         let mut ended = self.progress_barriers();
         let moved = self.pump_transfers().unwrap_or(false);
-        if ended == 0 && !moved && (!self.running.is_empty() || self.transfers.has_outgoing()) {
+        let held_back = self.held_back.is_some();
+        if ended == 0
+            && !moved
+            && (held_back || !self.running.is_empty() || self.transfers.has_outgoing())
+        {
             // Wakes for a barrier's own end too (which `receive` keeps); for sends' ends only
-            // when they may be what the transfers wait for.
-            let _ = self.port.wait_ready_for(timeout, self.transfers.wake());
+            // when they may be what the transfers, or a barrier held back, wait for.
+            let wake = if held_back {
+                Wake::ANY
+            } else {
+                self.transfers.wake()
+            };
+            let _ = self.port.wait_ready_for(timeout, wake);
             ended = self.progress();
         }
         ended
+    }
+
+    /// Whether a barrier the port refused to start for `error` can start once the port's sends
+    /// end: it ran out of send tokens, or of receive tokens for the barrier's end, or its arena
+    /// is full while barriers run (their ends free their schedules). Not past the group's
+    /// timeout: a port whose tokens never come back fails the barrier then, rather than hang.
+    fn comes_back(&mut self, error: &BarrierError, group: &Group) -> bool {
+        let transient = match error {
+            BarrierError::Port(Error::NoSendTokens | Error::NoReceiveTokens) => true,
+            BarrierError::Port(Error::ArenaFull { .. }) => !self.running.is_empty(),
+            _ => false,
+        };
+        if !transient {
+            return false;
+        }
+        let since = *self.held_back.get_or_insert_with(Instant::now);
+        since.elapsed() < group.options.timeout.unwrap_or(DEFAULT_TIMEOUT)
     }
 
     fn record(&mut self, ticket: u64, outcome: Result<(), BarrierError>) {
