@@ -132,6 +132,10 @@ int mca_coll_nicbar_wait(struct ompi_communicator_t *comm, uint64_t ticket, cons
             /* Sleep on the port until the NIC reports (the end wakes it at once), but not so
              * long that other traffic of this process starves: it needs opal_progress. */
             (void) nicbar_coll_wait(C.endpoint, 200);
+            /* Most often the end is what woke it: take it now, before opal_progress yields
+             * the core to the other processes of a host with none to spare. */
+            state = nicbar_coll_barrier_test(C.endpoint, ticket, &failed_rank, reason,
+                                             sizeof reason);
         }
         pthread_mutex_unlock(&C.lock);
         if (NICBAR_COLL_COMPLETED == state) {
