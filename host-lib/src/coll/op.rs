@@ -84,8 +84,8 @@ impl<'a> Op<'a> {
         self
     }
 
-    /// This operation running `idle` between polls while it waits (an MPI library's progress
-    /// of its other requests).
+    /// This operation running `idle` between polls that find nothing to do while it waits (an
+    /// MPI library's progress of its other requests).
     #[must_use]
     pub fn with_idle(mut self, idle: &'a mut dyn FnMut()) -> Self {
         self.idle = Some(idle);
@@ -336,8 +336,9 @@ impl<'a> Op<'a> {
         Ok(())
     }
 
-    /// One poll of a wait for `rank`: progresses the port, settles delivered sends, runs the
-    /// idle work, and after a few empty polls sleeps on the port a little.
+    /// One poll of a wait for `rank`: progresses the port, settles delivered sends, and if
+    /// nothing moved runs the idle work, and after a few empty polls sleeps on the port a
+    /// little.
     ///
     /// # Errors
     /// [`CollError::Peer`] when a send failed; [`CollError::Timeout`] past the timeout;
@@ -356,12 +357,15 @@ impl<'a> Op<'a> {
                 return Err(CollError::Peer { rank: to, error });
             }
         }
-        if let Some(idle) = self.idle.as_mut() {
-            idle();
-        }
         if busy {
+            // The caller's idle work waits for a poll that finds nothing: on a host with no
+            // core to spare, Open MPI's progress yields the core, which the next step of the
+            // collective wants now.
             *polls = 0;
             return Ok(());
+        }
+        if let Some(idle) = self.idle.as_mut() {
+            idle();
         }
         *polls += 1;
         let waited = self.started.elapsed();
