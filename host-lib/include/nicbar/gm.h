@@ -1001,7 +1001,8 @@ typedef struct gm_s64_n_t {
 typedef gm_u32_t gm_pid_t;
 
 /**
- * Work a data collective runs between polls while it waits (an MPI library's progress).
+ * Work a data collective runs between polls that find nothing to do while it waits (an MPI
+ * library's progress).
  */
 typedef void (*nicbar_coll_idle_fn)(void *argument);
 
@@ -1031,7 +1032,7 @@ typedef struct nicbar_coll_op {
      */
     uint64_t segment;
     /**
-     * Run between polls while the call waits (NULL: none).
+     * Run between polls that find nothing to do while the call waits (NULL: none).
      */
     nicbar_coll_idle_fn idle;
     /**

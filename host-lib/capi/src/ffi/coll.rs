@@ -86,7 +86,8 @@ pub struct nicbar_coll_group {
     timeout: Option<Duration>,
 }
 
-/// Work a data collective runs between polls while it waits (an MPI library's progress).
+/// Work a data collective runs between polls that find nothing to do while it waits (an MPI
+/// library's progress).
 pub type nicbar_coll_idle_fn = Option<unsafe extern "C" fn(argument: *mut c_void)>;
 
 /// One data collective's description and, after it, how it ended.
@@ -103,7 +104,7 @@ pub struct nicbar_coll_op {
     pub spin: u32,
     /// Bytes per segment of the segmented broadcasts (0: 32 KiB).
     pub segment: u64,
-    /// Run between polls while the call waits (NULL: none).
+    /// Run between polls that find nothing to do while the call waits (NULL: none).
     pub idle: nicbar_coll_idle_fn,
     /// `idle`'s argument.
     pub idle_argument: *mut c_void,
