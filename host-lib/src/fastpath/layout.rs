@@ -51,9 +51,7 @@ pub(super) fn checksum(seq: u64, payload: &[u8]) -> u32 {
     let mut hash = step(step(BASIS, seq), payload.len() as u64);
     let mut words = payload.chunks_exact(8);
     for word in &mut words {
-        let mut bytes = [0u8; 8];
-        bytes.copy_from_slice(word);
-        hash = step(hash, u64::from_le_bytes(bytes));
+        hash = step(hash, u64_at(word, 0).unwrap_or(0));
     }
     let rest = words.remainder();
     if !rest.is_empty() {
