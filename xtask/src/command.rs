@@ -78,3 +78,41 @@ pub(crate) fn threads_cpu_ns(pid: u32, prefix: &str) -> u64 {
         .filter_map(|stat| stat.split_whitespace().next()?.parse::<u64>().ok())
         .sum()
 }
+
+/// Processes held stopped (`SIGSTOP`) until this is dropped (`SIGCONT`): a benchmark's
+/// reference rows run with nicbar's daemons stopped, so that a daemon that polls holds no core
+/// Open MPI's own would have had without nicbar.
+pub(crate) struct Stopped(Vec<u32>);
+
+impl Stopped {
+    pub(crate) fn new(pids: impl IntoIterator<Item = u32>) -> Result<Self> {
+        let stopped = Self(pids.into_iter().collect());
+        // On failure, the drop continues whichever were stopped.
+        signal("-STOP", &stopped.0)?;
+        Ok(stopped)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        if let Err(error) = signal("-CONT", &self.0) {
+            eprintln!("warning: {error}");
+        }
+    }
+}
+
+/// Sends `signal` (as `kill` spells it) to every one of `pids`.
+fn signal(signal: &str, pids: &[u32]) -> Result<()> {
+    if pids.is_empty() {
+        return Ok(());
+    }
+    let status = Command::new("kill")
+        .arg(signal)
+        .args(pids.iter().map(u32::to_string))
+        .status()
+        .map_err(|error| format!("could not run kill: {error}"))?;
+    if !status.success() {
+        return Err(format!("kill {signal} {pids:?} failed: {status}").into());
+    }
+    Ok(())
+}

@@ -189,7 +189,9 @@ fn bench_barriers(
                 .arg(programs.join("barrier_bench"))
                 .arg(args.iterations.to_string());
             let cpu_before = daemon.nic_cpu_ns();
+            let stopped = (priority < 0).then(|| daemon.stopped()).transpose()?;
             let (text, ok) = run_captured(&mut command, Duration::from_secs(600))?;
+            drop(stopped);
             let nic_cpu_ms =
                 (priority > 0).then(|| daemon.nic_cpu_ns().saturating_sub(cpu_before) as f64 / 1e6);
             let Some(result) = parse_result(&text).filter(|_| ok) else {
@@ -388,7 +390,9 @@ fn bench_collectives(
             if !args.collectives.is_empty() {
                 command.arg(args.collectives.join(","));
             }
+            let stopped = (priority < 0).then(|| daemon.stopped()).transpose()?;
             let (text, ok) = run_captured(&mut command, Duration::from_secs(1800))?;
+            drop(stopped);
             let lines = parse_collective_results(&text);
             if !ok || lines.is_empty() {
                 return Err(format!("{served_by} at {processes} processes gave no result").into());
@@ -744,15 +748,17 @@ fn bench_namespaces(
     let _namespaces = Namespaces::create(hosts)?;
     let run_dir = scratch().join("run").join(format!("netns-{hosts}"));
     std::fs::create_dir_all(&run_dir)?;
+    let daemons = || -> Vec<u32> {
+        (0..hosts)
+            .filter_map(|index| {
+                let pidfile = run_dir.join(index.to_string()).join("daemon.pid");
+                std::fs::read_to_string(pidfile).ok()?.trim().parse().ok()
+            })
+            .collect()
+    };
     let stop = || {
-        for index in 0..hosts {
-            let pidfile = run_dir.join(index.to_string()).join("daemon.pid");
-            if let Some(pid) = std::fs::read_to_string(pidfile)
-                .ok()
-                .and_then(|text| text.trim().parse::<i32>().ok())
-            {
-                let _ = Command::new("kill").arg(pid.to_string()).status();
-            }
+        for pid in daemons() {
+            let _ = Command::new("kill").arg(pid.to_string()).status();
         }
     };
     let mut fabric = mpirun_namespaces(components, &run_dir, hosts)?;
@@ -775,7 +781,16 @@ fn bench_namespaces(
             .args(["--mca", "mpi_yield_when_idle", "1"])
             .arg(programs.join("barrier_bench"))
             .arg(iterations.to_string());
-        let measured = run_captured(&mut command, Duration::from_secs(600))
+        let stopped = match (priority < 0).then(|| crate::command::Stopped::new(daemons())) {
+            Some(Err(error)) => {
+                stop();
+                return Err(error);
+            }
+            stopped => stopped,
+        };
+        let measured = run_captured(&mut command, Duration::from_secs(600));
+        drop(stopped);
+        let measured = measured
             .ok()
             .filter(|(text, _)| priority < 0 || barriers_through_nic(text) > 0)
             .and_then(|(text, ok)| parse_result(&text).filter(|_| ok));

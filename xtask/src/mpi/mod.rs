@@ -394,6 +394,11 @@ impl Daemon {
     fn nic_cpu_ns(&self) -> u64 {
         crate::command::threads_cpu_ns(self.child.id(), "nic-thread")
     }
+
+    /// Holds the daemon stopped while a reference row runs without it.
+    fn stopped(&self) -> Result<crate::command::Stopped> {
+        crate::command::Stopped::new([self.child.id()])
+    }
 }
 
 impl Drop for Daemon {
