@@ -11,9 +11,8 @@ pub enum IdlePolicy {
     /// polls its MAC and a DPDK driver its queues. Processes never need to ring the NIC's
     /// doorbell. Costs the thread's core all the time: right when it has a core of its own.
     Poll,
-    /// Sleep in `epoll_wait` as soon as there is nothing to do (after the linger time, while
-    /// processes sleep too), and let processes ring the doorbell: right when the NIC shares its
-    /// cores with the processes.
+    /// Sleep in `epoll_wait` once there has been nothing to do for the linger time, and let
+    /// processes ring the doorbell: right when the NIC shares its cores with the processes.
     Sleep,
     /// Poll while a port is open and the host has a core to spare for every NIC thread beside
     /// one for each process with a port open on this daemon — the rule the Open MPI component

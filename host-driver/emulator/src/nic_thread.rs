@@ -10,10 +10,11 @@
 //!
 //! Then the idle policy ([`IdlePolicy`]) decides. A polling thread looks again at once (it looks
 //! at its descriptors every [`POLL_DESCRIPTORS_EVERY`] idle passes, and its processes never need
-//! the doorbell). A sleeping thread raises the sleeping flag of every open port's send and receive
-//! ring and its own, polls once more (a token or a packet published before the other side saw the
-//! flag would otherwise wait), and sleeps in `epoll_wait` until a descriptor is ready or the
-//! earliest firmware deadline or held-back packet of its units is due.
+//! the doorbell). A sleeping thread first stays awake for the linger time after its last work,
+//! yielding its core between looks; then it raises the sleeping flag of every open port's send
+//! and receive ring and its own, polls once more (a token or a packet published before the other
+//! side saw the flag would otherwise wait), and sleeps in `epoll_wait` until a descriptor is
+//! ready or the earliest firmware deadline or held-back packet of its units is due.
 
 use std::io;
 use std::os::fd::OwnedFd;
@@ -59,7 +60,7 @@ pub(crate) struct ThreadPlan {
     pub(crate) cpus: Vec<usize>,
     /// What a thread does when idle.
     pub(crate) idle: IdlePolicy,
-    /// How long a sleeping thread stays awake after its last work, while processes sleep.
+    /// How long a sleeping thread stays awake after its last work.
     pub(crate) linger: Duration,
     /// The threads' niceness, if set ([`crate::EmulatorConfig::nice`]).
     pub(crate) nice: Option<i32>,
@@ -265,12 +266,13 @@ impl NicThread {
             if timeout == Some(Duration::ZERO) {
                 continue;
             }
-            if last_busy.elapsed() < self.context.linger && self.hosts_asleep() {
-                // Recently busy, and every process sleeps on its event ring: stay awake a little
-                // without the sleeping flags, so a process that wakes to an event and posts again
-                // soon needs no doorbell (io_uring's SQPOLL idle time). A process that spins on
-                // its event ring instead would only compete with this spin for the cores: then
-                // sleep at once, and let its next post ring the doorbell.
+            if last_busy.elapsed() < self.context.linger {
+                // Recently busy: stay awake a little without the sleeping flags, so a process
+                // that takes an event and posts again soon needs no doorbell (io_uring's SQPOLL
+                // idle time). This holds for processes that spin on their event rings too: on a
+                // host with no core to spare, a NIC thread that slept at once was woken by the
+                // doorbell of nearly every post, and each wake-up cost more than the linger's
+                // yielding spin takes from the spinners (docs/benchmarks.md, "The linger").
                 self.look_at_descriptors(&mut events, EpollTimeout::ZERO, &mut woken);
                 std::thread::yield_now();
                 continue;
@@ -348,14 +350,6 @@ impl NicThread {
                 *flag = true;
             }
         }
-    }
-
-    /// Whether the process of every open port sleeps on its event ring (none spins on it).
-    fn hosts_asleep(&self) -> bool {
-        self.units
-            .iter()
-            .filter(|unit| !unit.stopped)
-            .all(UnitLoop::hosts_asleep)
     }
 
     /// Runs every unit until none has anything to do (bounded, to serve commands): a packet one

@@ -13,9 +13,8 @@ use std::time::Duration;
 
 use firmware::{Instant, Nic, OpenError};
 use nicbar_control::process_memory::MemoryRequest;
-use shared_abi::event::Event;
 use shared_abi::ids::{Generation, NodeId, PORTS_PER_NIC, PortId};
-use shared_abi::ring::{Consumer, Producer};
+use shared_abi::ring::Consumer;
 use shared_abi::token::{ReceiveToken, SendToken};
 
 use super::fabric::FabricMap;
@@ -677,17 +676,6 @@ impl UnitLoop {
             (t, None) => t,
             (None, r) => r,
         }
-    }
-
-    /// Whether the process of every open port sleeps on its event ring (its sleeping flag is
-    /// up: it asked for the doorbell).
-    pub(crate) fn hosts_asleep(&self) -> bool {
-        self.nic.hal().ports.iter().flatten().all(|attached| {
-            let events = Producer::<Event>::new(attached.layout.event_ring, 0);
-            events
-                .consumer_wants_doorbell(attached.mapping.memory())
-                .unwrap_or(true)
-        })
     }
 
     /// Raises or lowers the sleeping flag of every open port's send and receive ring (the NIC is
