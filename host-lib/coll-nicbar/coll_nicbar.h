@@ -14,6 +14,7 @@
 #include "ompi_config.h"
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "mpi.h"
@@ -42,7 +43,7 @@ typedef struct {
     int timeout_ms;     /* 0: the NIC's default */
     int verbose;
     int unit;           /* -1: the first free port of any unit */
-    int spin;           /* polls before a blocking barrier sleeps on the port */
+    int spin;           /* polls before a blocking collective sleeps on the port */
     /* The data collectives' algorithms: -1 the component below serves, 0 chosen by size, else
      * the library's NICBAR_COLL_* number for the collective. */
     int bcast_algorithm;
@@ -54,6 +55,7 @@ typedef struct {
     char *map;              /* the selection map file for algorithm 0 (NULL or "": the library's
                              * default place; "off": none) */
     /* State */
+    bool no_core_for_nic; /* the host has no core for the NIC beside one per local process */
     nicbar_coll_endpoint *endpoint;
     pthread_mutex_t lock; /* serialises calls on the endpoint (MPI_THREAD_MULTIPLE) */
     int error_class;      /* MPI error class of failed barriers, once added */
@@ -126,6 +128,7 @@ int mca_coll_nicbar_barrier(struct ompi_communicator_t *comm, mca_coll_base_modu
 int mca_coll_nicbar_ibarrier(struct ompi_communicator_t *comm, ompi_request_t **request,
                              mca_coll_base_module_t *module);
 int mca_coll_nicbar_progress(void);
+void mca_coll_nicbar_idle_yield(void);
 int mca_coll_nicbar_wait(struct ompi_communicator_t *comm, uint64_t ticket,
                          const char *operation);
 int mca_coll_nicbar_post(struct ompi_communicator_t *comm, mca_coll_nicbar_request_t *request,

@@ -103,8 +103,8 @@ static int nicbar_register(void)
                  &C.unit);
     register_int("spin",
                  "Polls of a blocking barrier or data collective before it sleeps on the port "
-                 "between polls (-1: 200 when this host has a core for each of its processes "
-                 "and one for the NIC, else 0: spinning processes would take the NIC's core)",
+                 "between polls (-1: 200; where the host has no core for the NIC beside one for "
+                 "each of its processes, every poll that finds nothing gives the core away)",
                  &C.spin);
     register_int("bcast_algorithm",
                  "MPI_Bcast over the NIC: -1 off (the component below serves), 0 chosen by the "
@@ -191,10 +191,13 @@ int mca_coll_nicbar_init_query(bool enable_progress_threads, bool enable_mpi_thr
     if (C.priority < 0) {
         return OMPI_ERR_NOT_AVAILABLE;
     }
-    if (C.spin < 0) {
+    {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         long processes = (long) orte_process_info.num_local_peers + 1;
-        C.spin = cores > processes ? 200 : 0;
+        C.no_core_for_nic = cores <= processes;
+    }
+    if (C.spin < 0) {
+        C.spin = 200;
     }
     if (-2 == C.unit) {
         /* Spread this host's processes over the daemon's units, from unit local-rank on. */

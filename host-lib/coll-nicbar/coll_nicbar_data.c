@@ -127,11 +127,12 @@ static int view_finish(view_t *view, int receive, int failed)
 }
 
 /* The work a collective runs while it waits: Open MPI's progress (the component's own lock is
- * held, so its progress function steps aside). */
+ * held, so its progress function steps aside), then the core to the NIC where it has none. */
 static void idle(void *argument)
 {
     (void) argument;
     opal_progress();
+    mca_coll_nicbar_idle_yield();
 }
 
 static void op_init(nicbar_coll_op *op, mca_coll_nicbar_module_t *self,
