@@ -15,8 +15,8 @@ pub enum IdlePolicy {
     /// processes ring the doorbell: right when the NIC shares its cores with the processes.
     Sleep,
     /// Poll while a port is open and the host has a core to spare for every NIC thread beside
-    /// one for each process with a port open on this daemon — the rule the Open MPI component
-    /// uses to choose whether ranks spin — and no task of the host waits for a core
+    /// one for each process with a port open on this daemon — the rule by which the Open MPI
+    /// component's waiting ranks give their cores away — and no task of the host waits for a core
     /// ([`HostLoad`]: other daemons, spinning processes); sleep otherwise (a daemon nobody uses
     /// costs nothing). Decided again as ports open and close and as the host's load changes.
     #[default]
