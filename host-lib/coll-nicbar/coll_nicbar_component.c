@@ -50,7 +50,7 @@ mca_coll_nicbar_component_t mca_coll_nicbar_component = {
     .gather_algorithm = 0,
     .alltoall_algorithm = 0,
     /* Off by default: over the emulated NIC's messages a long allreduce at 8 processes on two
-     * cores measured 1.3 to 2.3 times slower than Open MPI's own over TCP (docs/mpi.md). */
+     * cores measured 1.0 to 2.0 times slower than Open MPI's own over TCP (docs/mpi.md). */
     .allreduce_algorithm = -1,
     .segment = 0,
     .map = NULL,
