@@ -9,8 +9,8 @@
 //! its firmware core — until none has anything left to do.
 //!
 //! Then the idle policy ([`IdlePolicy`]) decides. A polling thread looks again at once (it looks
-//! at its descriptors every [`POLL_DESCRIPTORS_EVERY`] idle passes, and its processes never need
-//! the doorbell). A sleeping thread first stays awake for the linger time after its last work,
+//! at its descriptors, and yields its core, every [`POLL_DESCRIPTORS_EVERY`] idle passes, and its
+//! processes never need the doorbell). A sleeping thread first stays awake for the linger time after its last work,
 //! yielding its core between looks; then it raises the sleeping flag of every open port's send
 //! and receive ring and its own, polls once more (a token or a packet published before the other
 //! side saw the flag would otherwise wait), and sleeps in `epoll_wait` until a descriptor is
@@ -243,6 +243,12 @@ impl NicThread {
                 if idle_passes > 0 {
                     if idle_passes % POLL_DESCRIPTORS_EVERY == 0 {
                         self.look_at_descriptors(&mut events, EpollTimeout::ZERO, &mut woken);
+                        // A process that yields its core while it waits (Open MPI's progress,
+                        // coll/nicbar's polls) gets it back from this thread within these
+                        // passes, not at the scheduler's next tick: on a host whose cores it
+                        // shares, a thread that never yielded held MPI_Barrier to 4 ms. With a
+                        // core to itself, the call returns at once.
+                        std::thread::yield_now();
                         // A unit with nothing open, queued or due costs a polling thread
                         // nothing until a command or a packet comes for it.
                         for unit in self.units.iter_mut().filter(|unit| unit.runs()) {
