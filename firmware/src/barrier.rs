@@ -955,6 +955,18 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         for connection in self.connections.iter_mut() {
             connection.record.forget_barrier(port, run.barrier);
         }
+        // The values this reduction sent go with it unless a packet of it may be sent again
+        // (queued, or not yet acknowledged): on a route that loses nothing, at once. A value left
+        // here goes when the port needs its place (`keep_value`).
+        if run.reduce.is_some() && !self.broadcast_in_use(port, generation, run.barrier, false) {
+            let ended = run.barrier;
+            if let Some(slot) = self.ports.slot_mut(port) {
+                slot.reduce_values.forget(|key| {
+                    matches!(key, ValueKey::Sent { generation: g, barrier, .. }
+                        if *g == generation && *barrier == ended)
+                });
+            }
+        }
         let (kind, (peer_node, peer_port)) = if status == Status::SUCCESS {
             self.counters.barriers_completed += 1;
             (EventKind::BARRIER_COMPLETED, (NodeId::new(0), PortId(0)))
@@ -1008,15 +1020,15 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     /// asked only when no place is free, and then every value nothing needs goes at once: one
     /// look makes room for the keeps that follow.
     fn keep_value(&mut self, port: usize, key: ValueKey, data: &[u8]) -> bool {
+        let Some(slot) = self.ports.slot_mut(port) else {
+            return false;
+        };
+        if slot.reduce_values.keep(key, data) {
+            return true;
+        }
         let Some(slot) = self.ports.slot(port) else {
             return false;
         };
-        if slot.reduce_values.has_room_for(key) {
-            return self
-                .ports
-                .slot_mut(port)
-                .is_some_and(|slot| slot.reduce_values.keep(key, data));
-        }
         let mut evictable: Vec<ValueKey, { crate::port::REDUCE_VALUES }> = Vec::new();
         for kept in slot.reduce_values.keys() {
             let needed = match kept {

@@ -45,57 +45,87 @@ impl ReduceValue {
 }
 
 /// The values of a port's reductions.
+///
+/// A lookup runs on every step of a reduction, so it looks only at the places in use (`used`):
+/// a port keeps a few values at a time, its sent ones going when their barrier ends
+/// ([`crate::barrier`]), not the whole table's worth of them.
 #[derive(Debug)]
 pub(crate) struct ReduceValues {
+    /// Bit `i` set: `kept[i]` holds a value.
+    used: u32,
     kept: [Option<ReduceValue>; REDUCE_VALUES],
 }
+
+// `used` has a bit for every place.
+const _: () = assert!(REDUCE_VALUES <= u32::BITS as usize);
 
 impl Default for ReduceValues {
     fn default() -> Self {
         Self {
+            used: 0,
             kept: [None; REDUCE_VALUES],
         }
     }
 }
 
+/// The indices of the bits set in `mask`, lowest first.
+fn places(mut mask: u32) -> impl Iterator<Item = usize> {
+    core::iter::from_fn(move || {
+        if mask == 0 {
+            return None;
+        }
+        let place = mask.trailing_zeros() as usize;
+        mask &= mask - 1;
+        Some(place)
+    })
+}
+
 impl ReduceValues {
+    /// The values kept, with their places.
+    fn in_use(&self) -> impl Iterator<Item = (usize, &ReduceValue)> + '_ {
+        places(self.used).filter_map(|place| Some((place, self.kept.get(place)?.as_ref()?)))
+    }
+
+    /// The place of the value under `key`.
+    fn place_of(&self, key: ValueKey) -> Option<usize> {
+        self.in_use()
+            .find(|(_, value)| value.key == key)
+            .map(|(place, _)| place)
+    }
+
+    /// The first free place.
+    fn free_place(&self) -> Option<usize> {
+        let place = (!self.used).trailing_zeros() as usize;
+        (place < REDUCE_VALUES).then_some(place)
+    }
+
     /// The value under `key`.
     pub(crate) fn get(&self, key: ValueKey) -> Option<&ReduceValue> {
-        self.kept.iter().flatten().find(|value| value.key == key)
+        self.in_use()
+            .find(|(_, value)| value.key == key)
+            .map(|(_, value)| value)
     }
 
     /// The keys of the values kept.
     pub(crate) fn keys(&self) -> impl Iterator<Item = ValueKey> + '_ {
-        self.kept.iter().flatten().map(|value| value.key)
+        self.in_use().map(|(_, value)| value.key)
     }
 
     /// Takes the value under `key` out.
     pub(crate) fn take(&mut self, key: ValueKey) -> Option<ReduceValue> {
-        let place = self
-            .kept
-            .iter()
-            .position(|kept| kept.is_some_and(|value| value.key == key))?;
+        let place = self.place_of(key)?;
+        self.used &= !(1 << place);
         self.kept.get_mut(place)?.take()
     }
 
-    /// Whether `key` would find a place without evicting anything: it is kept already, or a
-    /// place is free.
-    pub(crate) fn has_room_for(&self, key: ValueKey) -> bool {
-        self.kept
-            .iter()
-            .any(|kept| kept.is_none_or(|value| value.key == key))
-    }
-
     /// Keeps `data` (at most [`REDUCE_MAX`] bytes of it) under `key`: in the place that holds
-    /// `key` already, else a free one ([`ReduceValues::has_room_for`]; the caller makes room
-    /// with [`ReduceValues::forget`]). Returns whether it found a place.
+    /// `key` already, else a free one. Returns whether it found a place (if not, the caller
+    /// makes room with [`ReduceValues::forget`] and asks again).
     pub(crate) fn keep(&mut self, key: ValueKey, data: &[u8]) -> bool {
-        let place = self
-            .kept
-            .iter()
-            .position(|kept| kept.is_some_and(|value| value.key == key))
-            .or_else(|| self.kept.iter().position(Option::is_none));
-        let Some(slot) = place.and_then(|place| self.kept.get_mut(place)) else {
+        let Some(place) = self.place_of(key).or_else(|| self.free_place()) else {
+            return false;
+        };
+        let Some(slot) = self.kept.get_mut(place) else {
             return false;
         };
         let len = data.len().min(REDUCE_MAX);
@@ -108,14 +138,18 @@ impl ReduceValues {
             to.copy_from_slice(from);
         }
         *slot = Some(value);
+        self.used |= 1 << place;
         true
     }
 
     /// Forgets the values `forget` names.
     pub(crate) fn forget(&mut self, forget: impl Fn(&ValueKey) -> bool) {
-        for kept in self.kept.iter_mut() {
-            if kept.is_some_and(|value| forget(&value.key)) {
+        for place in places(self.used) {
+            if let Some(kept) = self.kept.get_mut(place)
+                && kept.is_some_and(|value| forget(&value.key))
+            {
                 *kept = None;
+                self.used &= !(1 << place);
             }
         }
     }
@@ -136,15 +170,13 @@ mod tests {
     #[test]
     fn room_is_a_free_place_or_the_key_kept_already_and_full_needs_a_forget() {
         let mut values = ReduceValues::default();
-        assert!(values.has_room_for(sent(0)));
         for barrier in 0..REDUCE_VALUES as u32 {
             assert!(values.keep(sent(barrier), &[barrier as u8]));
         }
-        assert!(!values.has_room_for(sent(1000)), "every place is taken");
-        assert!(values.has_room_for(sent(3)), "its own place");
-        assert!(!values.keep(sent(1000), &[1]), "no place is free");
+        assert!(!values.keep(sent(1000), &[1]), "every place is taken");
+        assert!(values.keep(sent(3), &[9]), "its own place");
+        assert_eq!(values.get(sent(3)).map(ReduceValue::data), Some(&[9u8][..]));
         values.forget(|key| *key == sent(5));
-        assert!(values.has_room_for(sent(1000)));
         assert!(values.keep(sent(1000), &[7]));
         assert_eq!(
             values.get(sent(1000)).map(ReduceValue::data),
