@@ -5,15 +5,16 @@
 # unpacked beside them. Run on a Debian machine with Rust and Open MPI's development files (as
 # `cargo xtask mpi test` installs them), from the repository's root.
 #
-# usage: xtask/cores/bundle.sh [DIR]   (default bench-out/cores; then run DIR/run.sh there)
+# usage: xtask/cores/bundle.sh [DIR]   (default bench-out/cores; then run DIR/run.sh there, and
+# DIR/compare.sh for the allreduce against the barrier)
 set -eu
 BUNDLE=$(mkdir -p "${1:-bench-out/cores}" && cd "${1:-bench-out/cores}" && pwd)
 HERE=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$BUNDLE"/{bin,nb,ompi}
 mkdir -p "$BUNDLE"/{bin,nb,ompi}
 cargo build --profile bench-fast -p host-driver --bin nicctl \
-  -p nicbar-system --example cluster --example bench_barrier
-cp target/bench-fast/nicctl target/bench-fast/examples/{cluster,bench_barrier} "$BUNDLE/bin/"
+  -p nicbar-system --example cluster --example bench_barrier --example bench_nic_allreduce
+cp target/bench-fast/nicctl target/bench-fast/examples/{cluster,bench_barrier,bench_nic_allreduce} "$BUNDLE/bin/"
 PREFIX=$(mktemp -d)
 cargo xtask mpi install --prefix "$PREFIX" --components "$BUNDLE/nb"
 cp "$PREFIX/lib/libnicbar.so" "$BUNDLE/nb/"
@@ -29,5 +30,5 @@ DEBS=$(mktemp -d)
   libevent-core-2.1-7 libevent-pthreads-2.1-7 libnuma1)
 for deb in "$DEBS"/*.deb; do dpkg -x "$deb" "$BUNDLE/ompi"; done
 rm -rf "$DEBS"
-cp "$HERE/run.sh" "$BUNDLE/"
+cp "$HERE/run.sh" "$HERE/compare.sh" "$BUNDLE/"
 du -sh "$BUNDLE"

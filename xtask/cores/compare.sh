@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Where an 8-byte allreduce in the NIC loses time against the NIC barrier it is built on, on a
+# machine with cores to spare: the same unmodified MPI program (`barrier_bench`) times
+# MPI_Barrier and an 8-byte MPI_Allreduce through coll/nicbar, and through Open MPI's own over
+# TCP, the runs alternating, ROUNDS of each, medians; then `bench_nic_allreduce` times the two
+# in the NIC with no MPI and no C in between (members as threads of one process).
+#
+# usage: compare.sh [OUT]   (from a bundle made by bundle.sh; OUT defaults to ./out)
+# SIZES (default "8 16"), ITERATIONS (default 5000), ROUNDS (default 3) and ENGINES shape the
+# run. ENGINES lists the settings measured through coll/nicbar, `;` between them, each the
+# daemon's arguments and, after a `|`, Open MPI's for the program (default "--idle adaptive;--idle
+# adaptive --nice -10"). Appends to OUT/compare.txt.
+set -u
+D=$(cd "$(dirname "$0")" && pwd)
+B=$D/bin
+O=${1:-$D/out}
+SIZES=${SIZES:-8 16}
+ITERATIONS=${ITERATIONS:-5000}
+ROUNDS=${ROUNDS:-3}
+ENGINES=${ENGINES:---idle adaptive;--idle adaptive --nice -10}
+mkdir -p "$O"
+S=$O/compare.txt
+W=$(mktemp -d)
+trap 'pkill -P $$ 2>/dev/null; rm -rf "$W"' EXIT
+say() { echo "$*" | tee -a "$S"; }
+
+export OPAL_PREFIX=$D/ompi/usr
+export LD_LIBRARY_PATH=$D/nb:$OPAL_PREFIX/lib/x86_64-linux-gnu:$OPAL_PREFIX/lib/x86_64-linux-gnu/openmpi/lib
+export PATH=$OPAL_PREFIX/bin:$PATH OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+COMP=$OPAL_PREFIX/lib/x86_64-linux-gnu/openmpi/lib/openmpi3
+mr() { local bind=core; [ "$1" -le "$(nproc)" ] || bind=none; echo "orterun --oversubscribe --mca pml ob1 --mca btl_vader_single_copy_mechanism none -x LD_LIBRARY_PATH --bind-to $bind -np $1"; }
+TCP="--mca mca_base_component_path $COMP --mca btl self,tcp --mca btl_tcp_if_include lo"
+NICBAR="-x NICBAR_SOCKET --mca mca_base_component_path $COMP:$D/nb --mca coll_nicbar_priority 100 --mca coll_nicbar_unit -2 --mca btl self,vader"
+
+# The blocking collective's mean µs (the slowest rank) of one barrier_bench run, else "failed".
+once() {
+  timeout 60 "$@" > "$W/last" 2>&1
+  grep -o "^result barrier_us=[0-9.]*" "$W/last" | cut -d= -f2 | grep . || echo failed
+}
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
+
+chmod +x "$B"/* 2>/dev/null
+say "## $(date +%T) machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
+say "## MPI_Barrier against an 8-byte MPI_Allreduce (barrier_bench $ITERATIONS), $ROUNDS alternating runs, medians, µs"
+for p in $SIZES; do
+  tcp_barrier=""; tcp_allreduce=""
+  for _ in $(seq "$ROUNDS"); do
+    tcp_barrier="$tcp_barrier $(once $(mr $p) $TCP "$B/barrier_bench" $ITERATIONS)"
+    tcp_allreduce="$tcp_allreduce $(once $(mr $p) $TCP "$B/barrier_bench" $ITERATIONS allreduce 8)"
+  done
+  say "P=$p Open MPI TCP: barrier $(median <<< "$tcp_barrier") allreduce $(median <<< "$tcp_allreduce") (runs:$tcp_barrier /$tcp_allreduce)"
+  IFS=';' read -ra engines <<< "$ENGINES"
+  for engine in "${engines[@]}"; do
+    daemon_args=${engine%%|*}; mpi_args=""; [ "$engine" = "$daemon_args" ] || mpi_args=${engine#*|}
+    export NICBAR_SOCKET=$W/control.sock
+    "$B/nicctl" emulate --units 16 --socket "$NICBAR_SOCKET" $daemon_args > "$W/daemon.log" 2>&1 & daemon=$!
+    for _ in $(seq 100); do [ -S "$NICBAR_SOCKET" ] && break; sleep 0.05; done
+    barrier=""; allreduce=""
+    for _ in $(seq "$ROUNDS"); do
+      barrier="$barrier $(once $(mr $p) $NICBAR $mpi_args "$B/barrier_bench" $ITERATIONS)"
+      allreduce="$allreduce $(once $(mr $p) $NICBAR $mpi_args "$B/barrier_bench" $ITERATIONS allreduce 8)"
+    done
+    kill $daemon; wait $daemon 2>/dev/null; rm -f "$NICBAR_SOCKET"
+    b=$(median <<< "$barrier"); a=$(median <<< "$allreduce")
+    say "P=$p nicbar [$engine]: barrier $b allreduce $a ratio $(awk -v a="$a" -v b="$b" 'BEGIN {if (b > 0) printf "%.2f", a / b}') (runs:$barrier /$allreduce)"
+  done
+done
+say "## in the NIC, no MPI (bench_nic_allreduce, members sleeping, the daemon's defaults)"
+timeout 120 "$B/bench_nic_allreduce" --sizes "$(echo $SIZES | tr ' ' ',')" --operations 2000 --rounds "$ROUNDS" 2>&1 | tee -a "$S"
+say "## $(date +%T) done"
