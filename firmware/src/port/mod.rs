@@ -361,24 +361,29 @@ impl OpenPort {
     }
 }
 
-/// A set of send slots or barrier slots, a bit per slot.
+/// A set of the slots of a table of `BOUND` (send slots by default, barrier slots, the places of
+/// a port's reduction values), a bit per slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct SlotSet(u32);
+pub(crate) struct SlotSet<const BOUND: usize = SEND_TOKENS>(u32);
 
-// A slot is a bit of the word, and no slot number is beyond the set's bound.
-const _: () = assert!(SEND_TOKENS <= u32::BITS as usize && RUNNING_BARRIERS <= SEND_TOKENS);
+// The barrier slots are numbered within the send slots' bound.
+const _: () = assert!(RUNNING_BARRIERS <= SEND_TOKENS);
 
-impl SlotSet {
-    const EMPTY: Self = Self(0);
+impl<const BOUND: usize> SlotSet<BOUND> {
+    /// The empty set; a slot is a bit of the word, so the bound is the word's width at most.
+    pub(crate) const EMPTY: Self = {
+        assert!(BOUND <= u32::BITS as usize);
+        Self(0)
+    };
 
-    fn insert(&mut self, slot: usize) {
-        if slot < SEND_TOKENS {
+    pub(crate) fn insert(&mut self, slot: usize) {
+        if slot < BOUND {
             self.0 |= 1 << slot;
         }
     }
 
-    fn remove(&mut self, slot: usize) {
-        if slot < SEND_TOKENS {
+    pub(crate) fn remove(&mut self, slot: usize) {
+        if slot < BOUND {
             self.0 &= !(1 << slot);
         }
     }
@@ -387,9 +392,9 @@ impl SlotSet {
         self.0.count_ones() as usize
     }
 
-    fn first_free(self) -> Option<usize> {
+    pub(crate) fn first_free(self) -> Option<usize> {
         let slot = (!self.0).trailing_zeros() as usize;
-        (slot < SEND_TOKENS).then_some(slot)
+        (slot < BOUND).then_some(slot)
     }
 
     /// The slots in the set, lowest first.

@@ -7,6 +7,8 @@
 use shared_abi::ids::{BarrierId, Generation, NodeId, PortId};
 use shared_abi::reduce::REDUCE_MAX;
 
+use super::SlotSet;
+
 /// Values a port slot keeps at once: a reduction of a group of `n` sends and receives about
 /// `log2 n + 2` of each, and a port runs a few at once.
 pub(crate) const REDUCE_VALUES: usize = 32;
@@ -51,39 +53,26 @@ impl ReduceValue {
 /// ([`crate::barrier`]), not the whole table's worth of them.
 #[derive(Debug)]
 pub(crate) struct ReduceValues {
-    /// Bit `i` set: `kept[i]` holds a value.
-    used: u32,
+    /// The places of `kept` that hold a value.
+    used: SlotSet<REDUCE_VALUES>,
     kept: [Option<ReduceValue>; REDUCE_VALUES],
 }
-
-// `used` has a bit for every place.
-const _: () = assert!(REDUCE_VALUES <= u32::BITS as usize);
 
 impl Default for ReduceValues {
     fn default() -> Self {
         Self {
-            used: 0,
+            used: SlotSet::EMPTY,
             kept: [None; REDUCE_VALUES],
         }
     }
 }
 
-/// The indices of the bits set in `mask`, lowest first.
-fn places(mut mask: u32) -> impl Iterator<Item = usize> {
-    core::iter::from_fn(move || {
-        if mask == 0 {
-            return None;
-        }
-        let place = mask.trailing_zeros() as usize;
-        mask &= mask - 1;
-        Some(place)
-    })
-}
-
 impl ReduceValues {
     /// The values kept, with their places.
     fn in_use(&self) -> impl Iterator<Item = (usize, &ReduceValue)> + '_ {
-        places(self.used).filter_map(|place| Some((place, self.kept.get(place)?.as_ref()?)))
+        self.used
+            .iter()
+            .filter_map(|place| Some((place, self.kept.get(place)?.as_ref()?)))
     }
 
     /// The place of the value under `key`.
@@ -91,12 +80,6 @@ impl ReduceValues {
         self.in_use()
             .find(|(_, value)| value.key == key)
             .map(|(place, _)| place)
-    }
-
-    /// The first free place.
-    fn free_place(&self) -> Option<usize> {
-        let place = (!self.used).trailing_zeros() as usize;
-        (place < REDUCE_VALUES).then_some(place)
     }
 
     /// The value under `key`.
@@ -114,7 +97,7 @@ impl ReduceValues {
     /// Takes the value under `key` out.
     pub(crate) fn take(&mut self, key: ValueKey) -> Option<ReduceValue> {
         let place = self.place_of(key)?;
-        self.used &= !(1 << place);
+        self.used.remove(place);
         self.kept.get_mut(place)?.take()
     }
 
@@ -122,7 +105,7 @@ impl ReduceValues {
     /// `key` already, else a free one. Returns whether it found a place (if not, the caller
     /// makes room with [`ReduceValues::forget`] and asks again).
     pub(crate) fn keep(&mut self, key: ValueKey, data: &[u8]) -> bool {
-        let Some(place) = self.place_of(key).or_else(|| self.free_place()) else {
+        let Some(place) = self.place_of(key).or_else(|| self.used.first_free()) else {
             return false;
         };
         let Some(slot) = self.kept.get_mut(place) else {
@@ -138,18 +121,18 @@ impl ReduceValues {
             to.copy_from_slice(from);
         }
         *slot = Some(value);
-        self.used |= 1 << place;
+        self.used.insert(place);
         true
     }
 
     /// Forgets the values `forget` names.
     pub(crate) fn forget(&mut self, forget: impl Fn(&ValueKey) -> bool) {
-        for place in places(self.used) {
+        for place in self.used.iter() {
             if let Some(kept) = self.kept.get_mut(place)
                 && kept.is_some_and(|value| forget(&value.key))
             {
                 *kept = None;
-                self.used &= !(1 << place);
+                self.used.remove(place);
             }
         }
     }
