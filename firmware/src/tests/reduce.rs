@@ -93,6 +93,27 @@ fn an_allreduce_between_ports_of_one_nic_never_touches_the_wire() {
 }
 
 #[test]
+fn an_allreduce_between_ports_of_one_nic_leaves_no_value_behind() {
+    // Nothing of it can be sent again on a route that loses nothing: the values each port sent
+    // and took go with the reduction, and the port's table is empty for the next one.
+    let mut net = Net::new(1);
+    let members = [(0u16, 1u8), (0, 2), (0, 3), (0, 4), (0, 5)];
+    for &(node, port) in &members {
+        net.open(node, port);
+    }
+    let values = [1u32, 20, 300, 4000, 50000];
+    for (status, bytes) in allreduce(&mut net, &members, &values) {
+        assert_eq!(status, Status::SUCCESS);
+        assert_eq!(bytes, expected(&values));
+    }
+    for &(_, port) in &members {
+        let slot = net[0].nic.ports.slot(usize::from(port)).unwrap();
+        let kept: Vec<_> = slot.reduce_values.keys().collect();
+        assert!(kept.is_empty(), "port {port} still keeps {kept:?}");
+    }
+}
+
+#[test]
 fn an_allreduce_through_a_lossy_wire_gives_every_member_the_same_bytes() {
     let spec = ReduceSpec::new(ReduceOp::SUM, ReduceType::F64);
     let members = [(0u16, 1u8), (1, 1), (2, 1), (3, 1), (4, 1)];
