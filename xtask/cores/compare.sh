@@ -24,13 +24,7 @@ W=$(mktemp -d)
 trap 'pkill -P $$ 2>/dev/null; rm -rf "$W"' EXIT
 say() { echo "$*" | tee -a "$S"; }
 
-export OPAL_PREFIX=$D/ompi/usr
-export LD_LIBRARY_PATH=$D/nb:$OPAL_PREFIX/lib/x86_64-linux-gnu:$OPAL_PREFIX/lib/x86_64-linux-gnu/openmpi/lib
-export PATH=$OPAL_PREFIX/bin:$PATH OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-COMP=$OPAL_PREFIX/lib/x86_64-linux-gnu/openmpi/lib/openmpi3
-mr() { local bind=core; [ "$1" -le "$(nproc)" ] || bind=none; echo "orterun --oversubscribe --mca pml ob1 --mca btl_vader_single_copy_mechanism none -x LD_LIBRARY_PATH --bind-to $bind -np $1"; }
-TCP="--mca mca_base_component_path $COMP --mca btl self,tcp --mca btl_tcp_if_include lo"
-NICBAR="-x NICBAR_SOCKET --mca mca_base_component_path $COMP:$D/nb --mca coll_nicbar_priority 100 --mca coll_nicbar_unit -2 --mca btl self,vader"
+. "$D/mpi.sh"
 
 # The blocking collective's mean µs (the slowest rank) of one barrier_bench run, else "failed".
 once() {
@@ -45,8 +39,8 @@ say "## MPI_Barrier against an 8-byte MPI_Allreduce (barrier_bench $ITERATIONS),
 for p in $SIZES; do
   tcp_barrier=""; tcp_allreduce=""
   for _ in $(seq "$ROUNDS"); do
-    tcp_barrier="$tcp_barrier $(once $(mr $p) $TCP "$B/barrier_bench" $ITERATIONS)"
-    tcp_allreduce="$tcp_allreduce $(once $(mr $p) $TCP "$B/barrier_bench" $ITERATIONS allreduce 8)"
+    tcp_barrier="$tcp_barrier $(once $(mr $p) $OWN_TCP "$B/barrier_bench" $ITERATIONS)"
+    tcp_allreduce="$tcp_allreduce $(once $(mr $p) $OWN_TCP "$B/barrier_bench" $ITERATIONS allreduce 8)"
   done
   say "P=$p Open MPI TCP: barrier $(median <<< "$tcp_barrier") allreduce $(median <<< "$tcp_allreduce") (runs:$tcp_barrier /$tcp_allreduce)"
   IFS=';' read -ra engines <<< "$ENGINES"
@@ -57,8 +51,8 @@ for p in $SIZES; do
     for _ in $(seq 100); do [ -S "$NICBAR_SOCKET" ] && break; sleep 0.05; done
     barrier=""; allreduce=""
     for _ in $(seq "$ROUNDS"); do
-      barrier="$barrier $(once $(mr $p) $NICBAR $mpi_args "$B/barrier_bench" $ITERATIONS)"
-      allreduce="$allreduce $(once $(mr $p) $NICBAR $mpi_args "$B/barrier_bench" $ITERATIONS allreduce 8)"
+      barrier="$barrier $(once $(mr $p) $(nicbar $mpi_args) "$B/barrier_bench" $ITERATIONS)"
+      allreduce="$allreduce $(once $(mr $p) $(nicbar $mpi_args) "$B/barrier_bench" $ITERATIONS allreduce 8)"
     done
     kill $daemon; wait $daemon 2>/dev/null; rm -f "$NICBAR_SOCKET"
     b=$(median <<< "$barrier"); a=$(median <<< "$allreduce")

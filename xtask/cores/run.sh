@@ -67,16 +67,7 @@ if part refs; then
 fi
 
 if [ -d "$D/ompi/usr" ]; then
-  export OPAL_PREFIX=$D/ompi/usr
-  export LD_LIBRARY_PATH=$D/nb:$OPAL_PREFIX/lib/x86_64-linux-gnu:$OPAL_PREFIX/lib/x86_64-linux-gnu/openmpi/lib
-  export PATH=$OPAL_PREFIX/bin:$PATH OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-  COMP=$OPAL_PREFIX/lib/x86_64-linux-gnu/openmpi/lib/openmpi3
-  MR="orterun --oversubscribe --mca pml ob1 --mca btl_vader_single_copy_mechanism none -x LD_LIBRARY_PATH"
-  OWN_SHM="--mca mca_base_component_path $COMP --mca btl self,vader"
-  OWN_TCP="--mca mca_base_component_path $COMP --mca btl self,tcp --mca btl_tcp_if_include lo"
-  # Each rank on a core of its own where there are enough (Open MPI refuses to bind more).
-  mr() { local bind=core; [ $1 -le $(nproc) ] || bind=none; echo "$MR --bind-to $bind -np $1"; }
-  nicbar() { echo "-x NICBAR_SOCKET --mca mca_base_component_path $COMP:$D/nb --mca coll_nicbar_priority 100 --mca coll_nicbar_verbose 1 --mca coll_nicbar_unit -2 --mca btl self,vader $*"; }
+  . "$D/mpi.sh"
 
   part own && log "MPI_Barrier / MPI_Ibarrier (barrier_bench $ITERATIONS): Open MPI's own"
   part own && for p in $SIZES; do

@@ -10,11 +10,12 @@
 //!
 //! Then the idle policy ([`IdlePolicy`]) decides. A polling thread looks again at once (it looks
 //! at its descriptors, and yields its core, every [`POLL_DESCRIPTORS_EVERY`] idle passes, and its
-//! processes never need the doorbell). A sleeping thread first stays awake for the linger time after its last work,
-//! yielding its core between looks; then it raises the sleeping flag of every open port's send
-//! and receive ring and its own, polls once more (a token or a packet published before the other
-//! side saw the flag would otherwise wait), and sleeps in `epoll_wait` until a descriptor is
-//! ready or the earliest firmware deadline or held-back packet of its units is due.
+//! processes never need the doorbell). A sleeping thread first stays awake for the linger time
+//! after its last work, yielding its core between looks; then it raises the sleeping flag of
+//! every open port's send and receive ring and its own, polls once more (a token or a packet
+//! published before the other side saw the flag would otherwise wait), and sleeps in
+//! `epoll_wait` until a descriptor is ready or the earliest firmware deadline or held-back packet
+//! of its units is due.
 
 use std::io;
 use std::os::fd::OwnedFd;
