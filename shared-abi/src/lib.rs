@@ -23,6 +23,7 @@ pub mod qemu;
 pub mod rdma;
 pub mod reduce;
 pub mod region;
+pub mod reproducible;
 pub mod ring;
 pub mod schedule;
 pub mod token;

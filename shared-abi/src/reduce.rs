@@ -8,6 +8,8 @@
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
+use crate::reproducible::{ACCUMULATOR_LEN, ReproducibleSum};
+
 /// The most bytes one reduction in the NIC combines (what a barrier packet carries beside its
 /// header, as a broadcast's bytes).
 pub const REDUCE_MAX: usize = crate::packet::BROADCAST_MAX;
@@ -56,7 +58,14 @@ impl ReduceOp {
     /// The maximum value and the smallest index holding it (pairs).
     pub const MAXLOC: Self = Self(12);
 
-    /// Every operation, in number order.
+    /// A floating-point sum whose bits do not depend on the order, the grouping, the algorithm
+    /// or the group's size ([`crate::reproducible`]): one `F32` or `F64` value per member,
+    /// carried in the NIC as a [`crate::reproducible::ReproducibleSum`] of
+    /// [`crate::reproducible::ACCUMULATOR_LEN`] bytes. Not one of MPI's, so not in
+    /// [`ReduceOp::ALL`].
+    pub const SUM_REPRODUCIBLE: Self = Self(13);
+
+    /// MPI's predefined operations, in number order.
     pub const ALL: [Self; 12] = [
         Self::SUM,
         Self::PROD,
@@ -86,7 +95,7 @@ impl ReduceOp {
 
     /// Whether the value names a known operation.
     pub const fn is_known(self) -> bool {
-        self.0 >= 1 && self.0 <= 12
+        self.0 >= 1 && self.0 <= 13
     }
 }
 
@@ -186,14 +195,15 @@ pub struct ReduceSpec {
 /// Why a reduction cannot run in the NIC.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum ReduceRefusal {
-    /// The operation is not one of [`ReduceOp::ALL`].
+    /// The operation is not one of [`ReduceOp::ALL`] nor [`ReduceOp::SUM_REPRODUCIBLE`].
     UnknownOp(u8),
     /// The type is not one of [`ReduceType::ALL`].
     UnknownType(u8),
     /// The operation is not defined on the type (a logical or bitwise operation on floating
-    /// point).
+    /// point, a reproducible sum of integers).
     NotDefined(ReduceOp, ReduceType),
-    /// The payload is empty, longer than [`REDUCE_MAX`], or not a whole number of elements.
+    /// The payload is empty, longer than [`REDUCE_MAX`], or not a whole number of elements; a
+    /// reproducible sum's is not one accumulator, or its value not one element.
     BadLength(usize),
 }
 
@@ -212,7 +222,9 @@ impl ReduceSpec {
         }
     }
 
-    /// Checks that the NIC can combine `len` bytes with this operation and type.
+    /// Checks that the NIC can combine payloads of `len` bytes with this operation and type
+    /// (for [`ReduceOp::SUM_REPRODUCIBLE`], accumulators: see [`ReduceSpec::check_value`] for
+    /// what a member brings).
     ///
     /// # Errors
     /// [`ReduceRefusal`] says why not.
@@ -224,8 +236,17 @@ impl ReduceSpec {
             return Err(ReduceRefusal::UnknownType(self.datatype.0));
         }
         let logical_or_bitwise = matches!(self.op.0, 5..=10);
-        if self.datatype.is_float() && logical_or_bitwise {
+        let reproducible = self.op.0 == ReduceOp::SUM_REPRODUCIBLE.0;
+        if (logical_or_bitwise && self.datatype.is_float())
+            || (reproducible && !self.datatype.is_float())
+        {
             return Err(ReduceRefusal::NotDefined(self.op, self.datatype));
+        }
+        if reproducible {
+            return match len == ACCUMULATOR_LEN {
+                true => Ok(()),
+                false => Err(ReduceRefusal::BadLength(len)),
+            };
         }
         let element = self.element_size();
         // `checked_rem`: no division-by-zero path in the firmware (the element is never 0 here).
@@ -237,6 +258,74 @@ impl ReduceSpec {
             return Err(ReduceRefusal::BadLength(len));
         }
         Ok(())
+    }
+
+    /// Checks what a member brings to the reduction: `len` bytes of elements, as
+    /// [`ReduceSpec::check`] says, or one element for [`ReduceOp::SUM_REPRODUCIBLE`].
+    ///
+    /// # Errors
+    /// [`ReduceRefusal`] says why not.
+    pub const fn check_value(self, len: usize) -> Result<(), ReduceRefusal> {
+        if self.op.0 != ReduceOp::SUM_REPRODUCIBLE.0 {
+            return self.check(len);
+        }
+        if let Err(refusal) = self.check(ACCUMULATOR_LEN) {
+            return Err(refusal);
+        }
+        match len == self.datatype.size() {
+            true => Ok(()),
+            false => Err(ReduceRefusal::BadLength(len)),
+        }
+    }
+
+    /// Writes into `payload` what a member's `value` travels as in the NIC (the value itself,
+    /// or a reproducible sum's accumulator); returns its length.
+    ///
+    /// # Errors
+    /// As [`ReduceSpec::check_value`].
+    pub fn payload(
+        self,
+        value: &[u8],
+        payload: &mut [u8; REDUCE_MAX],
+    ) -> Result<usize, ReduceRefusal> {
+        self.check_value(value.len())?;
+        if self.op != ReduceOp::SUM_REPRODUCIBLE {
+            payload[..value.len()].copy_from_slice(value);
+            return Ok(value.len());
+        }
+        let sum = match *value {
+            [a, b, c, d] => ReproducibleSum::of_f32(f32::from_le_bytes([a, b, c, d])),
+            _ => {
+                let mut bytes = [0; 8];
+                bytes.copy_from_slice(value);
+                ReproducibleSum::of_f64(f64::from_le_bytes(bytes))
+            }
+        };
+        payload[..ACCUMULATOR_LEN].copy_from_slice(&sum.to_bytes());
+        Ok(ACCUMULATOR_LEN)
+    }
+
+    /// Writes into `value` the result a reduction's combined `payload` stands for (the payload
+    /// itself, or a reproducible sum rounded to the type); returns its length (at most
+    /// `value.len()` bytes are written).
+    pub fn result(self, payload: &[u8], value: &mut [u8]) -> usize {
+        let mut rounded = [0u8; 8];
+        let result = match (self.op, ReproducibleSum::from_bytes(payload)) {
+            (ReduceOp::SUM_REPRODUCIBLE, Some(sum)) if self.datatype == ReduceType::F32 => {
+                rounded[..4].copy_from_slice(&sum.to_f32().to_le_bytes());
+                &rounded[..4]
+            }
+            (ReduceOp::SUM_REPRODUCIBLE, Some(sum)) => {
+                rounded = sum.to_f64().to_le_bytes();
+                &rounded[..]
+            }
+            // Not an accumulator: no result.
+            (ReduceOp::SUM_REPRODUCIBLE, None) => &[],
+            _ => payload,
+        };
+        let len = result.len().min(value.len());
+        value[..len].copy_from_slice(&result[..len]);
+        result.len()
     }
 }
 
@@ -285,5 +374,47 @@ mod tests {
         assert_eq!(minloc.element_size(), 12);
         assert_eq!(minloc.check(24), Ok(()));
         assert_eq!(minloc.check(16), Err(ReduceRefusal::BadLength(16)));
+    }
+
+    #[test]
+    fn a_reproducible_sum_takes_one_float_and_travels_as_an_accumulator() {
+        let double = ReduceSpec::new(ReduceOp::SUM_REPRODUCIBLE, ReduceType::F64);
+        assert_eq!(double.check_value(8), Ok(()));
+        assert_eq!(double.check_value(16), Err(ReduceRefusal::BadLength(16)));
+        assert_eq!(double.check(ACCUMULATOR_LEN), Ok(()));
+        assert_eq!(double.check(8), Err(ReduceRefusal::BadLength(8)));
+        let integer = ReduceSpec::new(ReduceOp::SUM_REPRODUCIBLE, ReduceType::I64);
+        assert_eq!(
+            integer.check_value(8),
+            Err(ReduceRefusal::NotDefined(
+                ReduceOp::SUM_REPRODUCIBLE,
+                ReduceType::I64
+            ))
+        );
+        let mut payload = [0; REDUCE_MAX];
+        assert_eq!(
+            double.payload(&2.5f64.to_le_bytes(), &mut payload),
+            Ok(ACCUMULATOR_LEN)
+        );
+        let mut value = [0; 8];
+        assert_eq!(double.result(&payload[..ACCUMULATOR_LEN], &mut value), 8);
+        assert_eq!(f64::from_le_bytes(value), 2.5);
+        assert_eq!(
+            double.result(&payload[..8], &mut value),
+            0,
+            "not an accumulator"
+        );
+        let single = ReduceSpec::new(ReduceOp::SUM_REPRODUCIBLE, ReduceType::F32);
+        assert_eq!(
+            single.payload(&(-0.75f32).to_le_bytes(), &mut payload),
+            Ok(ACCUMULATOR_LEN)
+        );
+        let mut value = [0; 4];
+        assert_eq!(single.result(&payload[..ACCUMULATOR_LEN], &mut value), 4);
+        assert_eq!(f32::from_le_bytes(value), -0.75);
+        // Every other operation travels as its value.
+        let sum = ReduceSpec::new(ReduceOp::SUM, ReduceType::I32);
+        assert_eq!(sum.payload(&[1, 0, 0, 0, 2, 0, 0, 0], &mut payload), Ok(8));
+        assert_eq!(payload[..8], [1, 0, 0, 0, 2, 0, 0, 0]);
     }
 }
