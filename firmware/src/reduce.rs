@@ -7,8 +7,10 @@
 //! bits. Integers wrap; `MIN` and `MAX` on floating point keep the left operand unless the right
 //! one compares strictly smaller (greater), so a NaN on the left stays and one on the right is
 //! passed over, the same way every time; `MINLOC` and `MAXLOC` break ties by the smaller index.
+//! A reproducible sum's accumulators merge exactly, so for it the order does not matter at all.
 
 use shared_abi::reduce::{ReduceOp, ReduceRefusal, ReduceSpec, ReduceType};
+use shared_abi::reproducible::ReproducibleSum;
 
 /// Writes `left ⊕ right` into `out` (all three the same length).
 ///
@@ -24,6 +26,17 @@ pub fn combine(
     spec.check(out.len())?;
     if left.len() != out.len() || right.len() != out.len() {
         return Err(ReduceRefusal::BadLength(left.len().max(right.len())));
+    }
+    if spec.op == ReduceOp::SUM_REPRODUCIBLE {
+        // Accumulators (`check` took their length): merged exactly, in integers.
+        if let (Some(mut sum), Some(other)) = (
+            ReproducibleSum::from_bytes(left),
+            ReproducibleSum::from_bytes(right),
+        ) {
+            sum.merge(&other);
+            out.copy_from_slice(&sum.to_bytes());
+        }
+        return Ok(());
     }
     let element = spec.element_size();
     let width = spec.datatype.size();

@@ -158,3 +158,57 @@ fn an_allreduce_through_a_lossy_wire_gives_every_member_the_same_bytes() {
         }
     }
 }
+
+#[test]
+fn a_reproducible_sum_gives_the_same_accumulator_whichever_rank_holds_which_value() {
+    use shared_abi::reproducible::ReproducibleSum;
+    let spec = ReduceSpec::new(ReduceOp::SUM_REPRODUCIBLE, ReduceType::F64);
+    let members = [(0u16, 1u8), (1, 1), (2, 1), (3, 1), (4, 1)];
+    let values = [1e16f64, 0.1, -3.5e-3, 0.3, -1e16];
+    let mut reference = ReproducibleSum::default();
+    for value in values {
+        reference.merge(&ReproducibleSum::of_f64(value));
+    }
+    for rotation in 0..values.len() {
+        let mut net = Net::new(members.len() as u16);
+        for &(node, port) in &members {
+            net.open(node, port);
+        }
+        for (rank, &(node, port)) in members.iter().enumerate() {
+            let value = values[(rank + rotation) % values.len()];
+            net[node].start_reduction(
+                port,
+                &schedule(&members, rank),
+                rank as u64,
+                BarrierId::new(3, 9, 0),
+                spec,
+                &ReproducibleSum::of_f64(value).to_bytes(),
+            );
+        }
+        run_lossy(
+            &mut net,
+            rotation as u64 + 1,
+            10,
+            core::time::Duration::from_secs(2),
+            &mut |_| {},
+        );
+        for &(node, port) in &members {
+            let events = net[node].events(port);
+            assert_eq!(
+                events.len(),
+                1,
+                "rotation {rotation}, node {node}: {events:?}"
+            );
+            assert_eq!(
+                (events[0].kind, events[0].status),
+                (EventKind::BARRIER_COMPLETED, Status::SUCCESS),
+                "rotation {rotation}, node {node}"
+            );
+            assert_eq!(
+                events[0].broadcast_data(),
+                reference.to_bytes(),
+                "rotation {rotation}, node {node}"
+            );
+        }
+    }
+}

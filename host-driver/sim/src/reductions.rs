@@ -11,7 +11,9 @@
 //!
 //! Checked as it runs:
 //! - **Results**: every member that completes an allreduce gets exactly the bytes the host
-//!   computes natively ([`mod@reference`]), and so the same bytes at every member.
+//!   computes natively ([`mod@reference`]), and so the same bytes at every member; for one in
+//!   eight allreduces, a reproducible sum, the accumulator of every member's value merged in
+//!   rank order, which no tree the NIC takes may change.
 //! - **Safety**: no member completes an allreduce before every member entered it (the
 //!   completion is observed the instant the NIC writes it).
 //! - **Liveness**: every allreduce completes at every living member, or a member that does not
@@ -30,6 +32,7 @@ use nicbar_schedule::{Member, allreduce};
 use shared_abi::event::{EventKind, Status};
 use shared_abi::ids::{BarrierId, NodeId, PortId};
 use shared_abi::reduce::{REDUCE_MAX, ReduceOp, ReduceSpec, ReduceType};
+use shared_abi::reproducible::ReproducibleSum;
 use shared_abi::schedule::{MAX_SCHEDULE_STEPS, RUNNING_BARRIERS, Step};
 use shared_abi::token::{
     KEPT_SCHEDULES, ReceiveKind, ReceiveToken, ScheduleSource, SendKind, SendToken,
@@ -423,6 +426,9 @@ fn plan_groups(campaign: &ReductionCampaign, rng: &mut Rng, count: usize) -> Vec
 /// [`REDUCE_MAX`] bytes, and values that cover signs, zero, one and extremes (for
 /// `MINLOC`/`MAXLOC`, the rank as the index, with ties made likely by a small value range).
 fn plan_reduction(rng: &mut Rng, members: usize) -> Reduction {
+    if rng.below(8) == 0 {
+        return plan_reproducible_sum(rng, members);
+    }
     let spec = loop {
         let op = ReduceOp::ALL[rng.below(ReduceOp::ALL.len() as u64) as usize];
         let datatype = ReduceType::ALL[rng.below(ReduceType::ALL.len() as u64) as usize];
@@ -471,6 +477,43 @@ fn plan_reduction(rng: &mut Rng, members: usize) -> Reduction {
         spec,
         inputs,
         expected,
+    }
+}
+
+/// A reproducible sum of one `float` or `double` per member, of magnitudes up to 2^120 apart
+/// (an ordinary sum of them depends on the tree): each member's payload is its accumulator, and
+/// every member must end with the bytes of all of them merged in rank order, which any tree
+/// gives, merging being exact.
+fn plan_reproducible_sum(rng: &mut Rng, members: usize) -> Reduction {
+    let datatype = if rng.below(2) == 0 {
+        ReduceType::F32
+    } else {
+        ReduceType::F64
+    };
+    let spec = ReduceSpec::new(ReduceOp::SUM_REPRODUCIBLE, datatype);
+    let mut total = ReproducibleSum::default();
+    let inputs: Vec<Vec<u8>> = (0..members)
+        .map(|_| {
+            let value = (rng.next_u64() as i64 as f64) * 2f64.powi(rng.below(121) as i32 - 60);
+            let bytes = match datatype {
+                ReduceType::F32 => (value as f32).to_le_bytes().to_vec(),
+                _ => value.to_le_bytes().to_vec(),
+            };
+            let mut payload = [0; REDUCE_MAX];
+            let len = spec
+                .payload(&bytes, &mut payload)
+                .expect("one float is what a reproducible sum takes");
+            let payload = payload[..len].to_vec();
+            if let Some(sum) = ReproducibleSum::from_bytes(&payload) {
+                total.merge(&sum);
+            }
+            payload
+        })
+        .collect();
+    Reduction {
+        spec,
+        inputs,
+        expected: total.to_bytes().to_vec(),
     }
 }
 
