@@ -359,6 +359,13 @@
 #define NICBAR_REDUCE_MAXLOC 12
 
 /**
+ * A sum of one `float` or `double` whose bits do not depend on the order, the grouping, the
+ * algorithm or the group's size: the members' exact sum (each value cut at least 64 bits under
+ * the largest magnitude's leading bit), rounded once to nearest. Not one of MPI's.
+ */
+#define NICBAR_REDUCE_SUM_REPRODUCIBLE 13
+
+/**
  * nicbar_coll_allreduce_start()'s `type`: `int8_t`.
  */
 #define NICBAR_REDUCE_INT8 1
@@ -3102,8 +3109,9 @@ int32_t nicbar_coll_allreduce(struct nicbar_coll_endpoint *endpoint,
  * Returns its ticket (never 0; 0 for a NULL handle, or NULL `data` with a nonzero `length`).
  * Every member starts it at the same point of the group's barriers, with the same `op`,
  * `type` and `length`. An operation or type out of range, one not defined on the type, or a
- * length that is 0, over [`NICBAR_NIC_REDUCE_MAX`] or not whole elements ends the ticket
- * failed (nicbar_coll_barrier_test() says so); nothing is sent then.
+ * length that is 0, over [`NICBAR_NIC_REDUCE_MAX`] or not whole elements (for
+ * [`NICBAR_REDUCE_SUM_REPRODUCIBLE`], not one element) ends the ticket failed
+ * (nicbar_coll_barrier_test() says so); nothing is sent then.
  *
  * # Safety
  * `endpoint` and `group` are NULL or live handles; `data` is NULL or readable for `length`

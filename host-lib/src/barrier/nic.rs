@@ -234,13 +234,16 @@ impl Port {
     /// length at every member. The NIC runs recursive doubling with the non-power-of-two fix-up
     /// (`nicbar_schedule::allreduce`), combining in a fixed order: the result is bit-identical at
     /// every member and from run to run (for floating point, the tree depends on the group's
-    /// size). It takes the group's next barrier number, as a barrier does, so every member must
-    /// call it at the same point of the group's barriers; it is also a barrier.
+    /// size). [`shared_abi::reduce::ReduceOp::SUM_REPRODUCIBLE`] takes one `F32` or `F64` and
+    /// gives bits that do not depend on the group's size either: the values' exact sum, rounded
+    /// once ([`shared_abi::reproducible`]). It takes the group's next barrier number, as a
+    /// barrier does, so every member must call it at the same point of the group's barriers; it
+    /// is also a barrier.
     ///
     /// # Errors
     /// As [`Port::barrier`]; [`BarrierError::Refused`] with `TOO_LONG` for an empty or too long
-    /// `data` or one not a whole number of elements, `INVALID_TOKEN` for an operation not defined
-    /// on the type; [`BarrierError::Failed`] with `BAD_SCHEDULE` where members disagree on the
+    /// `data` or one not a whole number of elements (for the reproducible sum, not one element),
+    /// `INVALID_TOKEN` for an operation not defined on the type; [`BarrierError::Failed`] with `BAD_SCHEDULE` where members disagree on the
     /// length.
     pub fn nic_allreduce(
         &mut self,
@@ -264,20 +267,8 @@ impl Port {
         spec: shared_abi::reduce::ReduceSpec,
         data: &[u8],
     ) -> Result<PendingBarrier, BarrierError> {
-        use shared_abi::reduce::ReduceRefusal;
-        spec.check(data.len())
-            .map_err(|refusal| BarrierError::Refused {
-                status: match refusal {
-                    ReduceRefusal::BadLength(_) => shared_abi::event::Status::TOO_LONG,
-                    _ => shared_abi::event::Status::INVALID_TOKEN,
-                },
-            })?;
-        self.start_in_nic(
-            group,
-            None,
-            group.options.timeout,
-            Some(Carried::Reduce(spec, data.to_vec())),
-        )
+        let carried = Carried::reduce(spec, data)?;
+        self.start_in_nic(group, None, group.options.timeout, Some(carried))
     }
 
     /// Waits for the end of an allreduce started by [`Port::nic_allreduce_start`] and copies

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use shared_abi::event::Status;
-use shared_abi::reduce::{ReduceRefusal, ReduceSpec};
+use shared_abi::reduce::ReduceSpec;
 use shared_abi::schedule::Step;
 
 use nicbar_schedule::Member;
@@ -25,7 +25,7 @@ use nicbar_schedule::Member;
 use crate::failure::BarrierError;
 use crate::group::Group;
 use crate::port::Port;
-use crate::port::barriers::Carried;
+use crate::port::barriers::{Carried, refused};
 
 use super::PendingBarrier;
 
@@ -63,15 +63,6 @@ impl PersistentCollective {
 
 /// `refusal` as a port's refusal of the allreduce: `TOO_LONG` for a bad length, else
 /// `INVALID_TOKEN` (an operation not defined on the type).
-fn refused(refusal: ReduceRefusal) -> BarrierError {
-    BarrierError::Refused {
-        status: match refusal {
-            ReduceRefusal::BadLength(_) => Status::TOO_LONG,
-            _ => Status::INVALID_TOKEN,
-        },
-    }
-}
-
 impl Port {
     /// This port as a group member.
     fn member(&self) -> Member {
@@ -121,7 +112,7 @@ impl Port {
         spec: ReduceSpec,
         length: usize,
     ) -> Result<PersistentCollective, BarrierError> {
-        spec.check(length).map_err(refused)?;
+        spec.check_value(length).map_err(refused)?;
         let rank = group.rank_of_port(self.node_id(), self.port_id())?;
         let steps = if group.len() == 1 {
             Arc::from([])
@@ -170,7 +161,7 @@ impl Port {
                     status: Status::TOO_LONG,
                 });
             }
-            Some((spec, _)) => Some(Carried::Reduce(spec, data.to_vec())),
+            Some((spec, _)) => Some(Carried::reduce(spec, data)?),
             None => None,
         };
         if persistent.steps.is_empty() {

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use nicbar_schedule::{self, Algorithm, Member, ScheduleError};
 use shared_abi::event::Status;
 use shared_abi::ids::BarrierId;
+use shared_abi::reduce::{REDUCE_MAX, ReduceRefusal, ReduceSpec};
 use shared_abi::schedule::Step;
 use shared_abi::token::{Priority, SendKind};
 
@@ -86,8 +87,33 @@ pub(crate) struct Running {
 pub(crate) enum Carried {
     /// A broadcast: its root, and (at the root) the bytes.
     Broadcast(Member, Vec<u8>),
-    /// A reduction: what it combines with, and this member's value.
-    Reduce(shared_abi::reduce::ReduceSpec, Vec<u8>),
+    /// A reduction: what it combines with, and this member's value as the NIC combines it
+    /// ([`Carried::reduce`]).
+    Reduce(ReduceSpec, Vec<u8>),
+}
+
+impl Carried {
+    /// A reduction of this member's `value` with `spec`, which travels as
+    /// [`ReduceSpec::payload`] makes it (a reproducible sum's accumulator, else the value).
+    ///
+    /// # Errors
+    /// [`BarrierError::Refused`] with `TOO_LONG` for a value of a length the operation does not
+    /// take, `INVALID_TOKEN` for an operation not defined on the type.
+    pub(crate) fn reduce(spec: ReduceSpec, value: &[u8]) -> Result<Self, BarrierError> {
+        let mut payload = [0; REDUCE_MAX];
+        let len = spec.payload(value, &mut payload).map_err(refused)?;
+        Ok(Self::Reduce(spec, payload[..len].to_vec()))
+    }
+}
+
+/// A reduction the NIC cannot run, as the barrier error a start returns.
+pub(crate) fn refused(refusal: ReduceRefusal) -> BarrierError {
+    BarrierError::Refused {
+        status: match refusal {
+            ReduceRefusal::BadLength(_) => Status::TOO_LONG,
+            _ => Status::INVALID_TOKEN,
+        },
+    }
 }
 
 /// What the port keeps for barriers (a field of [`crate::Port`]); the barrier tokens themselves
@@ -233,6 +259,16 @@ pub(crate) fn absorb(
             None
         }
         Event::BroadcastCompleted { context, data } if state.is_running(context) => {
+            // A reduction's combined payload stands for its result (a reproducible sum's
+            // accumulator is rounded here, once for every door).
+            let data = match state.running_with(context).and_then(|r| r.carried.as_ref()) {
+                Some(Carried::Reduce(spec, _)) => {
+                    let mut result = [0; REDUCE_MAX];
+                    let len = spec.result(&data, &mut result);
+                    crate::event::BroadcastData::new(&result[..len])
+                }
+                _ => data,
+            };
             state.broadcasts.insert(context, data);
             state.finish(context, Ok(()));
             provide_ahead(endpoint);

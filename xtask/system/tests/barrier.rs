@@ -357,6 +357,75 @@ fn a_nic_allreduce_gives_every_member_the_same_bits_of_the_schedules_tree() {
     }
 }
 
+/// The reproducible sum in the NIC: five members on three NICs sum five doubles whose
+/// ordinary sum depends on the order, each value held by a different rank from one run to the
+/// next, directly and through a persistent allreduce; every member gets the bits of the values'
+/// exact sum, cut and rounded once ([`shared_abi::reproducible`]), every time. A group of one
+/// gets its own value back; an integer type and a vector are refused.
+#[test]
+fn a_reproducible_sum_gives_the_same_bits_whoever_holds_which_value() {
+    use nicbar::{ReduceOp, ReduceSpec, ReduceType};
+    use shared_abi::reproducible::ReproducibleSum;
+    let cluster = Cluster::new("reproducible", 3);
+    let ports = vec![
+        cluster.open(0, 1),
+        cluster.open(1, 1),
+        cluster.open(2, 1),
+        cluster.open(0, 2),
+        cluster.open(1, 2),
+    ];
+    let group = Group::new(ports.iter().map(member))
+        .unwrap()
+        .with_timeout(BOUND);
+    let values = [1e16f64, 0.1, -3.5e-3, 0.3, -1e16];
+    let mut exact = ReproducibleSum::default();
+    for value in values {
+        exact.merge(&ReproducibleSum::of_f64(value));
+    }
+    let expected = exact.to_f64();
+    let spec = ReduceSpec::new(ReduceOp::SUM_REPRODUCIBLE, ReduceType::F64);
+    let threads: Vec<_> = ports
+        .into_iter()
+        .enumerate()
+        .map(|(rank, mut port)| {
+            let group = group.clone();
+            std::thread::spawn(move || {
+                let persistent = port.persistent_allreduce(&group, spec, 8).unwrap();
+                for run in 0..10 {
+                    let value = values[(rank + run) % values.len()];
+                    let mut sum = value.to_le_bytes();
+                    port.nic_allreduce(&group, spec, &mut sum).unwrap();
+                    assert_eq!(f64::from_le_bytes(sum), expected, "rank {rank}, run {run}");
+                    let pending = port
+                        .persistent_start(&persistent, &value.to_le_bytes())
+                        .unwrap();
+                    let mut sum = [0u8; 8];
+                    port.nic_allreduce_wait(pending, &mut sum).unwrap();
+                    assert_eq!(f64::from_le_bytes(sum), expected, "rank {rank}, run {run}");
+                }
+                for (datatype, len) in [(ReduceType::I64, 8), (ReduceType::F64, 16)] {
+                    let mut bytes = vec![0u8; len];
+                    assert!(matches!(
+                        port.nic_allreduce(
+                            &group,
+                            ReduceSpec::new(ReduceOp::SUM_REPRODUCIBLE, datatype),
+                            &mut bytes
+                        ),
+                        Err(BarrierError::Refused { .. })
+                    ));
+                }
+                let alone = Group::new([member(&port)]).unwrap();
+                let mut own = values[rank].to_le_bytes();
+                port.nic_allreduce(&alone, spec, &mut own).unwrap();
+                assert_eq!(f64::from_le_bytes(own), values[rank]);
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+}
+
 /// Persistent collectives (MPI's `MPI_Barrier_init`, `MPI_Allreduce_init`): three members on
 /// three NICs (an odd group: the allreduce takes the non-power-of-two fix-up) compile a barrier
 /// of one group and an `i64` sum of another once, then start both 40 times, the even ranks the

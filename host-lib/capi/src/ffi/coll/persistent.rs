@@ -95,7 +95,7 @@ pub unsafe extern "C" fn nicbar_coll_allreduce_init(
             };
             let byte = |value: i32| u8::try_from(value).unwrap_or(0);
             let spec = ReduceSpec::new(ReduceOp(byte(op)), ReduceType(byte(r#type)));
-            if let Err(refusal) = spec.check(length) {
+            if let Err(refusal) = spec.check_value(length) {
                 let why = match refusal {
                     ReduceRefusal::UnknownOp(_) => "no such operation".to_owned(),
                     ReduceRefusal::UnknownType(_) => "no such type".to_owned(),

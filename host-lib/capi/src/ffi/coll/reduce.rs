@@ -36,6 +36,10 @@ pub const NICBAR_REDUCE_BXOR: i32 = 10;
 pub const NICBAR_REDUCE_MINLOC: i32 = 11;
 /// The maximum and the smallest index holding it: packed pairs of an element and an `int32_t`.
 pub const NICBAR_REDUCE_MAXLOC: i32 = 12;
+/// A sum of one `float` or `double` whose bits do not depend on the order, the grouping, the
+/// algorithm or the group's size: the members' exact sum (each value cut at least 64 bits under
+/// the largest magnitude's leading bit), rounded once to nearest. Not one of MPI's.
+pub const NICBAR_REDUCE_SUM_REPRODUCIBLE: i32 = 13;
 
 /// nicbar_coll_allreduce_start()'s `type`: `int8_t`.
 pub const NICBAR_REDUCE_INT8: i32 = 1;
@@ -66,8 +70,9 @@ pub const NICBAR_NIC_REDUCE_MAX: u32 = 32;
 /// Returns its ticket (never 0; 0 for a NULL handle, or NULL `data` with a nonzero `length`).
 /// Every member starts it at the same point of the group's barriers, with the same `op`,
 /// `type` and `length`. An operation or type out of range, one not defined on the type, or a
-/// length that is 0, over [`NICBAR_NIC_REDUCE_MAX`] or not whole elements ends the ticket
-/// failed (nicbar_coll_barrier_test() says so); nothing is sent then.
+/// length that is 0, over [`NICBAR_NIC_REDUCE_MAX`] or not whole elements (for
+/// [`NICBAR_REDUCE_SUM_REPRODUCIBLE`], not one element) ends the ticket failed
+/// (nicbar_coll_barrier_test() says so); nothing is sent then.
 ///
 /// # Safety
 /// `endpoint` and `group` are NULL or live handles; `data` is NULL or readable for `length`
@@ -168,6 +173,10 @@ mod tests {
     fn the_c_numbers_are_the_abi_s() {
         assert_eq!(NICBAR_REDUCE_MAXLOC, i32::from(ReduceOp::MAXLOC.0));
         assert_eq!(NICBAR_REDUCE_BXOR, i32::from(ReduceOp::BXOR.0));
+        assert_eq!(
+            NICBAR_REDUCE_SUM_REPRODUCIBLE,
+            i32::from(ReduceOp::SUM_REPRODUCIBLE.0)
+        );
         assert_eq!(NICBAR_REDUCE_DOUBLE, i32::from(ReduceType::F64.0));
         assert_eq!(NICBAR_REDUCE_INT8, i32::from(ReduceType::I8.0));
         assert_eq!(
