@@ -51,6 +51,7 @@ typedef struct {
     int gather_algorithm;   /* and gatherv (always flat) */
     int alltoall_algorithm; /* and alltoallv (linear or pairwise) */
     int allreduce_algorithm; /* and reduce, for what the NIC does not combine */
+    int reproducible_sum;   /* MPI_SUM of one float or double as the NIC's reproducible sum */
     int segment;            /* bytes per segment of the segmented broadcasts (0: the library's) */
     char *map;              /* the selection map file for algorithm 0 (NULL or "": the library's
                              * default place; "off": none) */

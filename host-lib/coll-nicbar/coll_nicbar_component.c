@@ -52,6 +52,7 @@ mca_coll_nicbar_component_t mca_coll_nicbar_component = {
     /* Off by default: over the emulated NIC's messages a long allreduce at 8 processes on two
      * cores measured 1.0 to 2.0 times slower than Open MPI's own over TCP (docs/mpi.md). */
     .allreduce_algorithm = -1,
+    .reproducible_sum = 0,
     .segment = 0,
     .map = NULL,
     .endpoint = NULL,
@@ -132,6 +133,13 @@ static int nicbar_register(void)
                  "doubling, 2 Rabenseifner's, 3 ring (operations that do not commute always "
                  "take recursive doubling)",
                  &C.allreduce_algorithm);
+    register_int("reproducible_sum",
+                 "1: MPI_SUM of one MPI_FLOAT or MPI_DOUBLE in MPI_Allreduce, MPI_Reduce and "
+                 "their non-blocking and persistent forms is the NIC's reproducible sum (the "
+                 "same bits whatever the number of processes or the order of the additions: the "
+                 "exact sum, each value cut at least 64 bits under the largest magnitude's "
+                 "leading bit, rounded once); 0: IEEE additions in the NIC's fixed order",
+                 &C.reproducible_sum);
     register_int("segment",
                  "Bytes per segment of the binary, split-binary and pipeline broadcasts (0: "
                  "32768)",

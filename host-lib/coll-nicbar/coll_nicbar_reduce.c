@@ -148,6 +148,12 @@ static nic_reduction_t nic_reduction(int count, struct ompi_datatype_t *dtype,
     if (0 == type.type || (size_t) count > NICBAR_NIC_REDUCE_MAX / type.size) {
         return none;
     }
+    int floating = NICBAR_REDUCE_FLOAT == type.type || NICBAR_REDUCE_DOUBLE == type.type;
+    if (C.reproducible_sum && NICBAR_REDUCE_SUM == nop && floating && 1 == count) {
+        /* One value: what the NIC's reproducible sum takes (its accumulator fills the 32
+         * bytes a reduction carries). */
+        nop = NICBAR_REDUCE_SUM_REPRODUCIBLE;
+    }
     return (nic_reduction_t){nop, type.type, (size_t) count * type.size};
 }
 

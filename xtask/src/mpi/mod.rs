@@ -539,6 +539,7 @@ fn compile_programs(dir: &Path) -> Result<()> {
         ("mpicc", "tests/coll_check.c", "coll_check"),
         ("mpicc", "tests/reduce_check.c", "reduce_check"),
         ("mpicc", "tests/persistent_check.c", "persistent_check"),
+        ("mpicc", "tests/reproducible_check.c", "reproducible_check"),
         ("mpicc", "tests/coll_kill.c", "coll_kill"),
         ("mpifort", "tests/barrier.f90", "barrier_fortran"),
         ("mpicc", "bench/barrier_bench.c", "barrier_bench"),
@@ -649,6 +650,7 @@ pub(crate) fn run_tests(args: &TestArgs) -> Result<()> {
     check_opposite_order_barriers(&components, &nicctl, &programs, &run_dir)?;
     check_reductions(&components, &nicctl, &programs, &run_dir)?;
     check_persistent(&components, &nicctl, &programs, &run_dir)?;
+    check_reproducible_sum(&components, &nicctl, &programs, &run_dir)?;
 
     let daemon = Daemon::start(&nicctl, &run_dir.join("plain"), 4, &[])?;
 
@@ -887,6 +889,49 @@ fn check_persistent(
         }
         // The persistent barrier's starts and the MPI_Startall's, beside the reductions.
         expect_through_nic(&text, processes as u64 * (IN_NIC + 2 * 4 * STARTS))?;
+    }
+    Ok(())
+}
+
+/// The reproducible sum (`reproducible_check` with `coll_nicbar_reproducible_sum 1`): sums of
+/// one `double` or `float` whose ordinary floating-point result depends on the order come out as
+/// the exact sum rounded once, on a communicator, on its reverse and on its halves, at 3 and 8
+/// processes (odd and even halves, and the allreduce's fix-up at 3); each went through the NIC.
+fn check_reproducible_sum(
+    components: &Path,
+    nicctl: &Path,
+    programs: &Path,
+    run_dir: &Path,
+) -> Result<()> {
+    const ROUNDS: u64 = 10;
+    let daemon = Daemon::start(nicctl, &run_dir.join("reproducible"), 8, &[])?;
+    for processes in [3, 8] {
+        println!("\n-- the reproducible sum, {processes} processes");
+        let mut command = mpirun(
+            components,
+            &daemon.socket,
+            processes,
+            100,
+            Transport::SharedMemory,
+        )?;
+        command.args(["--mca", "coll_nicbar_reproducible_sum", "1"]);
+        command
+            .arg(programs.join("reproducible_check"))
+            .arg(ROUNDS.to_string());
+        let (text, ok) = run_captured(&mut command, Duration::from_secs(120))?;
+        if !ok || !text.contains("reproducible_check: ok") {
+            return Err(format!("reproducible_check failed at {processes} processes").into());
+        }
+        // Per round, five sums on the world and on its reverse, on every process.
+        let least = processes as u64 * ROUNDS * 2 * 5;
+        let combined = reductions_in_nic(&text);
+        println!("reductions combined in the NIC (all processes): {combined}");
+        if combined < least {
+            return Err(format!(
+                "{combined} reductions were combined in the NIC, expected at least {least}"
+            )
+            .into());
+        }
     }
     Ok(())
 }
