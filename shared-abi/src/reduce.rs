@@ -5,6 +5,8 @@
 //! representable and refused ([`ReduceSpec::check`]). Elements are little-endian. `MINLOC` and
 //! `MAXLOC` combine pairs: an element of the type followed by a little-endian `i32` index, packed
 //! (no padding), as [`ReduceType::pair_size`] says; ties go to the smaller index, as MPI defines.
+//! One operation is not MPI's: [`ReduceOp::SUM_REPRODUCIBLE`], whose members' values travel as
+//! accumulators ([`crate::reproducible`]).
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 

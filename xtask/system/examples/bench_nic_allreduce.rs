@@ -1,9 +1,10 @@
 //! The NIC's 8-byte allreduce against the NIC barrier it is built on, side by side in one run:
 //! at each size, `N` members (threads of this process, each with its own port on its own NIC of
 //! one in-process daemon) run back-to-back barriers (pairwise exchange, the allreduce's own
-//! schedule) and back-to-back allreduces of one `f64` sum, alternating the two over several
-//! rounds; the table gives each one's median over the rounds of the mean time per operation at
-//! member 0, and their ratio.
+//! schedule), back-to-back allreduces of one `f64` sum and as many reproducible sums of one
+//! `f64` (whose packets carry 32-byte accumulators), taking turns over several rounds; the table
+//! gives each one's median over the rounds of the mean time per operation at member 0, and the
+//! ratios.
 //!
 //! `cargo run --release -p nicbar-system --example bench_nic_allreduce -- --help` lists the
 //! options. The members sleep on their doorbells while they wait, so on a host with fewer cores
@@ -22,15 +23,16 @@ use nicbar_system::{cores, cpu_model, median, scratch_dir};
 type Result<T = (), E = Box<dyn std::error::Error + Send + Sync>> = std::result::Result<T, E>;
 
 const HELP: &str = "\
-bench_nic_allreduce: the NIC's 8-byte allreduce against the NIC barrier (pairwise exchange, the
-allreduce's schedule) on the emulated NIC, members as threads of one process, one NIC each.
+bench_nic_allreduce: the NIC's 8-byte allreduce (an ordinary and a reproducible sum) against
+the NIC barrier (pairwise exchange, the allreduce's schedule) on the emulated NIC, members as
+threads of one process, one NIC each.
 
 usage: bench_nic_allreduce [--sizes 2,4,8] [--operations K] [--rounds R]
 
   --sizes LIST      member counts (default 2,4,8)
   --operations K    timed operations of each kind per round, after K/10 to warm up
                     (default 2000)
-  --rounds R        rounds, each timing barriers then allreduces (default 3)
+  --rounds R        rounds, each timing barriers, sums and reproducible sums (default 3)
 ";
 
 fn main() -> Result {
@@ -64,20 +66,23 @@ fn main() -> Result {
         cores(),
         cpu_model()
     );
-    println!("| members | NIC barrier µs | NIC allreduce, 8 B, µs | allreduce / barrier |");
-    println!("|---|---|---|---|");
+    println!(
+        "| members | NIC barrier µs | NIC allreduce, 8 B, µs | allreduce / barrier | reproducible sum µs | reproducible / allreduce |"
+    );
+    println!("|---|---|---|---|---|---|");
     for n in sizes {
-        let (barrier, allreduce) = measure(n, operations, rounds)?;
+        let [barrier, allreduce, reproducible] = measure(n, operations, rounds)?;
         println!(
-            "| {n} | {barrier:.1} | {allreduce:.1} | {:.2} |",
-            allreduce / barrier
+            "| {n} | {barrier:.1} | {allreduce:.1} | {:.2} | {reproducible:.1} | {:.2} |",
+            allreduce / barrier,
+            reproducible / allreduce
         );
     }
     Ok(())
 }
 
-/// The medians over `rounds` of member 0's mean barrier and allreduce times, in µs.
-fn measure(n: usize, operations: usize, rounds: usize) -> Result<(f64, f64)> {
+/// The medians over `rounds` of member 0's mean barrier, sum and reproducible sum times, in µs.
+fn measure(n: usize, operations: usize, rounds: usize) -> Result<[f64; 3]> {
     let dir = scratch_dir("bench-nic-allreduce")?;
     let daemon = Emulator::spawn(EmulatorConfig::in_process(
         dir.join("control.sock"),
@@ -96,22 +101,25 @@ fn measure(n: usize, operations: usize, rounds: usize) -> Result<(f64, f64)> {
         .map(|rank| {
             let (socket, group, opened) =
                 (daemon.socket().to_owned(), group.clone(), opened.clone());
-            std::thread::spawn(move || -> Result<Vec<(f64, f64)>> {
+            std::thread::spawn(move || -> Result<Vec<[f64; 3]>> {
                 let mut port = Port::open_at(&socket, rank as u8, 1)?;
                 opened.wait();
-                let spec = ReduceSpec::new(ReduceOp::SUM, ReduceType::F64);
                 let mut times = Vec::new();
                 for _ in 0..rounds {
                     let barrier = timed(operations, || Ok(port.barrier_with(&group, &options)?))?;
-                    let allreduce = timed(operations, || {
-                        let mut value = 1.0f64.to_le_bytes();
-                        port.nic_allreduce(&group, spec, &mut value)?;
-                        if f64::from_le_bytes(value) != n as f64 {
-                            return Err(format!("the sum is {}", f64::from_le_bytes(value)).into());
-                        }
-                        Ok(())
-                    })?;
-                    times.push((barrier, allreduce));
+                    let [sum, reproducible] =
+                        [ReduceOp::SUM, ReduceOp::SUM_REPRODUCIBLE].map(|op| {
+                            let spec = ReduceSpec::new(op, ReduceType::F64);
+                            timed(operations, || {
+                                let mut value = 1.0f64.to_le_bytes();
+                                port.nic_allreduce(&group, spec, &mut value)?;
+                                match f64::from_le_bytes(value) {
+                                    sum if sum == n as f64 => Ok(()),
+                                    sum => Err(format!("the {op:?} is {sum}").into()),
+                                }
+                            })
+                        });
+                    times.push([barrier, sum?, reproducible?]);
                 }
                 port.close()?;
                 Ok(times)
@@ -129,12 +137,12 @@ fn measure(n: usize, operations: usize, rounds: usize) -> Result<(f64, f64)> {
     }
     drop(daemon);
     let _ = std::fs::remove_dir_all(&dir);
-    let mut barrier: Vec<f64> = at_zero.iter().map(|&(b, _)| b).collect();
-    let mut allreduce: Vec<f64> = at_zero.iter().map(|&(_, a)| a).collect();
-    Ok((
-        median(&mut barrier).ok_or("no round")?,
-        median(&mut allreduce).ok_or("no round")?,
-    ))
+    let mut medians = [0.0; 3];
+    for (kind, out) in medians.iter_mut().enumerate() {
+        let mut times: Vec<f64> = at_zero.iter().map(|t| t[kind]).collect();
+        *out = median(&mut times).ok_or("no round")?;
+    }
+    Ok(medians)
 }
 
 /// The mean time of `operations` calls of `operation` in µs, after `operations / 10` untimed.
