@@ -17,6 +17,8 @@
 
 #include <string.h>
 
+#include "ompi/datatype/ompi_datatype.h"
+
 
 #define C mca_coll_nicbar_component
 
@@ -63,11 +65,52 @@ typedef struct {
 } nic_type_t;
 
 /*
+ * The NIC's element type for one of Fortran's types (0 if none): INTEGER, INTEGER4 and INTEGER8
+ * as the integers of their size, REAL, REAL4, REAL8 and DOUBLE PRECISION as `float` or `double`
+ * by theirs (the Fortran compiler's kinds: Open MPI says how long they are), and MPI_2INTEGER of
+ * two 4-byte INTEGERs as the NIC's (value, index) pairs for MINLOC and MAXLOC. MPI's logical
+ * operations are defined on Fortran's LOGICAL, not its INTEGER: those stay with the component
+ * below.
+ */
+static nic_type_t fortran_type(struct ompi_datatype_t *dtype, int32_t op)
+{
+    nic_type_t none = {0, 0};
+    size_t size = 0;
+    ompi_datatype_type_size(dtype, &size);
+    if (NICBAR_REDUCE_MINLOC == op || NICBAR_REDUCE_MAXLOC == op) {
+        return MPI_2INTEGER == dtype && 8 == size ? (nic_type_t){NICBAR_REDUCE_INT32, 8} : none;
+    }
+    int integer = MPI_INTEGER == dtype;
+#if OMPI_HAVE_FORTRAN_INTEGER4
+    integer = integer || MPI_INTEGER4 == dtype;
+#endif
+#if OMPI_HAVE_FORTRAN_INTEGER8
+    integer = integer || MPI_INTEGER8 == dtype;
+#endif
+    int real = MPI_REAL == dtype || MPI_DOUBLE_PRECISION == dtype;
+#if OMPI_HAVE_FORTRAN_REAL4
+    real = real || MPI_REAL4 == dtype;
+#endif
+#if OMPI_HAVE_FORTRAN_REAL8
+    real = real || MPI_REAL8 == dtype;
+#endif
+    int logical = NICBAR_REDUCE_LAND == op || NICBAR_REDUCE_LOR == op || NICBAR_REDUCE_LXOR == op;
+    if (integer && !logical && (4 == size || 8 == size)) {
+        return (nic_type_t){4 == size ? NICBAR_REDUCE_INT32 : NICBAR_REDUCE_INT64, size};
+    }
+    int bitwise = NICBAR_REDUCE_BAND == op || NICBAR_REDUCE_BOR == op || NICBAR_REDUCE_BXOR == op;
+    if (real && !bitwise && !logical && (4 == size || 8 == size)) {
+        return (nic_type_t){4 == size ? NICBAR_REDUCE_FLOAT : NICBAR_REDUCE_DOUBLE, size};
+    }
+    return none;
+}
+
+/*
  * The NIC's element type for `dtype` under `op` (0 if none): the integer and floating-point
  * types for the arithmetic and comparing operations, integers for the logical ones, integers
  * and MPI_BYTE for the bitwise ones (MPI's rules), and for MINLOC and MAXLOC the pair types laid
  * out as the NIC's packed (value, int) pairs: MPI_2INT and MPI_FLOAT_INT (MPI_DOUBLE_INT,
- * MPI_LONG_INT and MPI_SHORT_INT have padding in C).
+ * MPI_LONG_INT and MPI_SHORT_INT have padding in C); and Fortran's types (fortran_type).
  */
 static nic_type_t nic_type(struct ompi_datatype_t *dtype, int32_t op)
 {
@@ -105,7 +148,7 @@ static nic_type_t nic_type(struct ompi_datatype_t *dtype, int32_t op)
         if (MPI_FLOAT_INT == dtype && 4 == sizeof(int) && 4 == sizeof(float)) {
             return (nic_type_t){NICBAR_REDUCE_FLOAT, 8};
         }
-        return none;
+        return fortran_type(dtype, op);
     }
     int bitwise = NICBAR_REDUCE_BAND == op || NICBAR_REDUCE_BOR == op || NICBAR_REDUCE_BXOR == op;
     int logical = NICBAR_REDUCE_LAND == op || NICBAR_REDUCE_LOR == op || NICBAR_REDUCE_LXOR == op;
@@ -116,6 +159,10 @@ static nic_type_t nic_type(struct ompi_datatype_t *dtype, int32_t op)
     }
     if (MPI_BYTE == dtype) {
         return bitwise ? (nic_type_t){NICBAR_REDUCE_UINT8, 1} : none;
+    }
+    nic_type_t fortran = fortran_type(dtype, op);
+    if (0 != fortran.type) {
+        return fortran;
     }
     if (bitwise || logical) {
         return none;

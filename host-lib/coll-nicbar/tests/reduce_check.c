@@ -4,7 +4,8 @@
  * the component below): each result against a reference every rank computes itself, folding
  * every rank's input in rank order with MPI_Reduce_local (Open MPI's own operation code).
  * Inputs are small integers, exact in every type, so every order of combination gives the same
- * bits. Runs on MPI_COMM_WORLD, a dup of it and a split of it; in place and not; every root.
+ * bits. Fortran's types too, at the sizes its compiler gave them. Runs on MPI_COMM_WORLD, a dup
+ * of it and a split of it; in place and not; every root.
  * Then long vectors (which go over the NIC's messages) and user-defined operations: one that
  * does not commute (composing affine maps on MPI_2INT, so only rank order gives the reference)
  * and one that does.
@@ -26,7 +27,8 @@ typedef struct {
     int size;
     int floating;
     int is_signed;
-    int pair; /* a (value, int) type of MINLOC and MAXLOC */
+    int pair;    /* a (value, int) type of MINLOC and MAXLOC */
+    int fortran; /* Fortran's: its size is the compiler's kind, asked of MPI */
 } type_t;
 
 typedef struct {
@@ -41,7 +43,7 @@ static void store(const type_t *type, void *buffer, int i, long value, int index
 {
     char *at = (char *) buffer + (size_t) i * (size_t) type->size;
     if (type->pair) {
-        if (MPI_2INT == type->type) {
+        if (MPI_2INT == type->type || MPI_2INTEGER == type->type) {
             int pair[2] = {(int) value, index};
             memcpy(at, pair, sizeof pair);
         } else if (MPI_FLOAT_INT == type->type) {
@@ -307,7 +309,7 @@ int main(int argc, char **argv)
     int long_only = argc > 2 && 0 == strcmp(argv[2], "long");
     int rank, total;
     MPI_Comm dup, split;
-    const type_t types[] = {
+    type_t types[] = {
         {MPI_SIGNED_CHAR, "MPI_SIGNED_CHAR", 1, 0, 1, 0},
         {MPI_UNSIGNED_CHAR, "MPI_UNSIGNED_CHAR", 1, 0, 0, 0},
         {MPI_INT8_T, "MPI_INT8_T", 1, 0, 1, 0},
@@ -327,6 +329,13 @@ int main(int argc, char **argv)
         {MPI_2INT, "MPI_2INT", 2 * (int) sizeof(int), 0, 1, 1},
         {MPI_FLOAT_INT, "MPI_FLOAT_INT", 8, 1, 1, 1},
         {MPI_DOUBLE_INT, "MPI_DOUBLE_INT", 16, 1, 1, 1},
+        {MPI_INTEGER, "MPI_INTEGER", 0, 0, 1, 0, 1},
+        {MPI_REAL, "MPI_REAL", 0, 1, 1, 0, 1},
+        {MPI_DOUBLE_PRECISION, "MPI_DOUBLE_PRECISION", 0, 1, 1, 0, 1},
+#if OMPI_HAVE_FORTRAN_INTEGER8
+        {MPI_INTEGER8, "MPI_INTEGER8", 0, 0, 1, 0, 1},
+#endif
+        {MPI_2INTEGER, "MPI_2INTEGER", 0, 0, 1, 1, 1},
     };
     const op_t ops[] = {
         {MPI_SUM, "MPI_SUM"},   {MPI_PROD, "MPI_PROD"},     {MPI_MIN, "MPI_MIN"},
@@ -336,6 +345,11 @@ int main(int argc, char **argv)
     };
 
     MPI_Init(&argc, &argv);
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        if (types[t].fortran) {
+            MPI_Type_size(types[t].type, &types[t].size);
+        }
+    }
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &total);
     MPI_Comm_dup(MPI_COMM_WORLD, &dup);
@@ -353,7 +367,13 @@ int main(int argc, char **argv)
                 int logical = MPI_LAND == op->op || MPI_LOR == op->op || MPI_LXOR == op->op;
                 /* MPI's rules: what each operation is defined on. */
                 if (pairwise != type->pair || (type->floating && (bitwise || logical)) ||
-                    (MPI_BYTE == type->type && !bitwise)) {
+                    (MPI_BYTE == type->type && !bitwise) || (type->fortran && logical)) {
+                    continue;
+                }
+                /* Fortran kinds this program does not lay out: (INTEGER, INTEGER) of two
+                 * 4-byte ones, else 4 or 8 bytes. */
+                if (type->fortran && (type->pair ? 8 != type->size
+                                                 : 4 != type->size && 8 != type->size)) {
                     continue;
                 }
                 /* One element, the most the NIC carries, and more (the fallback). */

@@ -13,9 +13,10 @@
 //!   `libopenmpi-dev`, `gfortran` and `python3-mpi4py` when missing, builds the component, and
 //!   runs with it forced: a C program running barriers and non-blocking barriers on split and
 //!   dup communicators concurrently through the emulator's fault injector (a printed seed), a
-//!   Fortran program, a program one of whose ranks is killed (the others' errors must name it),
-//!   and mpi4py's own test suite (from the `mpi4py==3.1.4` source distribution, with Debian's
-//!   python3-mpi4py under /usr/bin/python3) at 2 and 4 processes, printing how many barriers
+//!   Fortran program and one reducing Fortran's types in the NIC, a program one of whose ranks
+//!   is killed (the others' errors must name it), and mpi4py's own test suite (from the
+//!   `mpi4py==3.1.4` source distribution, with Debian's python3-mpi4py under /usr/bin/python3)
+//!   at 2 and 4 processes, printing how many barriers
 //!   went through the NIC and how many data collectives went over it; and `coll_check`, every
 //!   data collective against MPI's definition and Open MPI's own results.
 //! - `bench mpi` (run through `cargo xtask bench mpi`): MPI_Barrier latency and MPI_Ibarrier
@@ -542,6 +543,7 @@ fn compile_programs(dir: &Path) -> Result<()> {
         ("mpicc", "tests/reproducible_check.c", "reproducible_check"),
         ("mpicc", "tests/coll_kill.c", "coll_kill"),
         ("mpifort", "tests/barrier.f90", "barrier_fortran"),
+        ("mpifort", "tests/reduce.f90", "reduce_fortran"),
         ("mpicc", "bench/barrier_bench.c", "barrier_bench"),
         ("mpicc", "bench/coll_bench.c", "coll_bench"),
         ("mpicc", "bench/persistent_bench.c", "persistent_bench"),
@@ -671,6 +673,23 @@ pub(crate) fn run_tests(args: &TestArgs) -> Result<()> {
         return Err("the Fortran program failed".into());
     }
     expect_through_nic(&text, 4 * 100)?;
+    // Fortran's INTEGER, INTEGER(8), REAL, DOUBLE PRECISION and MPI_2INTEGER: seven reductions
+    // a round, twenty rounds, combined in the NIC on every process.
+    let mut command = mpirun(&components, &daemon.socket, 4, 100, Transport::SharedMemory)?;
+    command.arg(programs.join("reduce_fortran"));
+    let (text, ok) = run_captured(&mut command, Duration::from_secs(60))?;
+    if !ok || !text.contains("fortran reductions: 1760 ok") {
+        return Err("the Fortran reductions failed".into());
+    }
+    let combined = reductions_in_nic(&text);
+    println!("reductions combined in the NIC (all processes): {combined}");
+    if combined < 4 * 7 * 20 {
+        return Err(format!(
+            "{combined} of Fortran's reductions were combined in the NIC, expected at least {}",
+            4 * 7 * 20
+        )
+        .into());
+    }
 
     println!("\n-- a killed rank");
     let victim = 2;
