@@ -113,36 +113,39 @@ fn an_allreduce_between_ports_of_one_nic_leaves_no_value_behind() {
     }
 }
 
-#[test]
-fn an_allreduce_through_a_lossy_wire_gives_every_member_the_same_bytes() {
-    let spec = ReduceSpec::new(ReduceOp::SUM, ReduceType::F64);
-    let members = [(0u16, 1u8), (1, 1), (2, 1), (3, 1), (4, 1)];
-    let values = [0.1f64, 0.2, 0.3, 1e16, -1e16];
-    for seed in 1..=6 {
-        let mut net = Net::new(members.len() as u16);
-        for &(node, port) in &members {
-            net.open(node, port);
-        }
-        for (rank, &(node, port)) in members.iter().enumerate() {
-            net[node].start_reduction(
-                port,
-                &schedule(&members, rank),
-                rank as u64,
-                BarrierId::new(3, 9, 0),
-                spec,
-                &values[rank].to_le_bytes(),
-            );
-        }
-        run_lossy(
-            &mut net,
-            seed,
-            10,
-            core::time::Duration::from_secs(2),
-            &mut |_| {},
+/// Runs an allreduce with `spec` over `members` (each a port on a node of its own), member
+/// `rank` bringing `payloads[rank]`, through a lossy wire drawn from `seed`; checks every member
+/// completed it and returns each one's result bytes.
+fn lossy_allreduce(
+    members: &[(u16, u8)],
+    spec: ReduceSpec,
+    payloads: &[Vec<u8>],
+    seed: u64,
+) -> Vec<Vec<u8>> {
+    let mut net = Net::new(members.len() as u16);
+    for &(node, port) in members {
+        net.open(node, port);
+    }
+    for (rank, &(node, port)) in members.iter().enumerate() {
+        net[node].start_reduction(
+            port,
+            &schedule(members, rank),
+            rank as u64,
+            BarrierId::new(3, 9, 0),
+            spec,
+            &payloads[rank],
         );
-        // The schedule's tree for 5 members: ((x0 + x4) + x1) + (x2 + x3).
-        let tree = ((values[0] + values[4]) + values[1]) + (values[2] + values[3]);
-        for &(node, port) in &members {
+    }
+    run_lossy(
+        &mut net,
+        seed,
+        10,
+        core::time::Duration::from_secs(2),
+        &mut |_| {},
+    );
+    members
+        .iter()
+        .map(|&(node, port)| {
             let events = net[node].events(port);
             assert_eq!(events.len(), 1, "seed {seed}, node {node}: {events:?}");
             assert_eq!(
@@ -150,10 +153,28 @@ fn an_allreduce_through_a_lossy_wire_gives_every_member_the_same_bytes() {
                 (EventKind::BARRIER_COMPLETED, Status::SUCCESS),
                 "seed {seed}, node {node}"
             );
+            events[0].broadcast_data().to_vec()
+        })
+        .collect()
+}
+
+#[test]
+fn an_allreduce_through_a_lossy_wire_gives_every_member_the_same_bytes() {
+    let spec = ReduceSpec::new(ReduceOp::SUM, ReduceType::F64);
+    let members = [(0u16, 1u8), (1, 1), (2, 1), (3, 1), (4, 1)];
+    let values = [0.1f64, 0.2, 0.3, 1e16, -1e16];
+    let payloads: Vec<Vec<u8>> = values.iter().map(|v| v.to_le_bytes().to_vec()).collect();
+    // The schedule's tree for 5 members: ((x0 + x4) + x1) + (x2 + x3).
+    let tree = ((values[0] + values[4]) + values[1]) + (values[2] + values[3]);
+    for seed in 1..=6 {
+        for (rank, result) in lossy_allreduce(&members, spec, &payloads, seed)
+            .into_iter()
+            .enumerate()
+        {
             assert_eq!(
-                events[0].broadcast_data(),
+                result,
                 tree.to_le_bytes(),
-                "seed {seed}, node {node}: not the schedule's tree"
+                "seed {seed}, rank {rank}: not the schedule's tree"
             );
         }
     }
@@ -170,44 +191,20 @@ fn a_reproducible_sum_gives_the_same_accumulator_whichever_rank_holds_which_valu
         reference.merge(&ReproducibleSum::of_f64(value));
     }
     for rotation in 0..values.len() {
-        let mut net = Net::new(members.len() as u16);
-        for &(node, port) in &members {
-            net.open(node, port);
-        }
-        for (rank, &(node, port)) in members.iter().enumerate() {
-            let value = values[(rank + rotation) % values.len()];
-            net[node].start_reduction(
-                port,
-                &schedule(&members, rank),
-                rank as u64,
-                BarrierId::new(3, 9, 0),
-                spec,
-                &ReproducibleSum::of_f64(value).to_bytes(),
-            );
-        }
-        run_lossy(
-            &mut net,
-            rotation as u64 + 1,
-            10,
-            core::time::Duration::from_secs(2),
-            &mut |_| {},
-        );
-        for &(node, port) in &members {
-            let events = net[node].events(port);
+        let payloads: Vec<Vec<u8>> = (0..values.len())
+            .map(|rank| {
+                let value = values[(rank + rotation) % values.len()];
+                ReproducibleSum::of_f64(value).to_bytes().to_vec()
+            })
+            .collect();
+        for (rank, result) in lossy_allreduce(&members, spec, &payloads, rotation as u64 + 1)
+            .into_iter()
+            .enumerate()
+        {
             assert_eq!(
-                events.len(),
-                1,
-                "rotation {rotation}, node {node}: {events:?}"
-            );
-            assert_eq!(
-                (events[0].kind, events[0].status),
-                (EventKind::BARRIER_COMPLETED, Status::SUCCESS),
-                "rotation {rotation}, node {node}"
-            );
-            assert_eq!(
-                events[0].broadcast_data(),
+                result,
                 reference.to_bytes(),
-                "rotation {rotation}, node {node}"
+                "rotation {rotation}, rank {rank}"
             );
         }
     }

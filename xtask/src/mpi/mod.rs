@@ -634,10 +634,12 @@ pub(crate) fn run_tests(args: &TestArgs) -> Result<()> {
         let daemon = Daemon::start(&nicctl, &run_dir.join("faulty"), 4, &faults)?;
         let mut command = mpirun(&components, &daemon.socket, 4, 100, Transport::SharedMemory)?;
         command.arg(programs.join("barrier_concurrent")).arg("200");
-        let (text, ok) = run_captured(&mut command, Duration::from_secs(120))?;
-        if !ok || !text.contains("concurrent: 200 rounds ok") {
-            return Err(format!("the concurrent barriers failed (fault seed {seed})").into());
-        }
+        let text = run_expecting(
+            &mut command,
+            Duration::from_secs(120),
+            "concurrent: 200 rounds ok",
+            format!("the concurrent barriers failed (fault seed {seed})"),
+        )?;
         expect_through_nic(&text, 4 * 800)?;
         let nodes = nodes_used(&text);
         if nodes < 4 {
@@ -668,28 +670,24 @@ pub(crate) fn run_tests(args: &TestArgs) -> Result<()> {
     println!("\n-- Fortran");
     let mut command = mpirun(&components, &daemon.socket, 4, 100, Transport::SharedMemory)?;
     command.arg(programs.join("barrier_fortran"));
-    let (text, ok) = run_captured(&mut command, Duration::from_secs(60))?;
-    if !ok || !text.contains("fortran: 100 barriers ok") {
-        return Err("the Fortran program failed".into());
-    }
+    let text = run_expecting(
+        &mut command,
+        Duration::from_secs(60),
+        "fortran: 100 barriers ok",
+        "the Fortran program failed".to_owned(),
+    )?;
     expect_through_nic(&text, 4 * 100)?;
     // Fortran's INTEGER, INTEGER(8), REAL, DOUBLE PRECISION and MPI_2INTEGER: seven reductions
     // a round, twenty rounds, combined in the NIC on every process.
     let mut command = mpirun(&components, &daemon.socket, 4, 100, Transport::SharedMemory)?;
     command.arg(programs.join("reduce_fortran"));
-    let (text, ok) = run_captured(&mut command, Duration::from_secs(60))?;
-    if !ok || !text.contains("fortran reductions: 1760 ok") {
-        return Err("the Fortran reductions failed".into());
-    }
-    let combined = reductions_in_nic(&text);
-    println!("reductions combined in the NIC (all processes): {combined}");
-    if combined < 4 * 7 * 20 {
-        return Err(format!(
-            "{combined} of Fortran's reductions were combined in the NIC, expected at least {}",
-            4 * 7 * 20
-        )
-        .into());
-    }
+    let text = run_expecting(
+        &mut command,
+        Duration::from_secs(60),
+        "fortran reductions: 1760 ok",
+        "the Fortran reductions failed".to_owned(),
+    )?;
+    expect_reductions_in_nic(&text, 4 * 7 * 20)?;
 
     println!("\n-- a killed rank");
     let victim = 2;
@@ -775,13 +773,12 @@ fn check_opposite_order_barriers(
         command
             .arg(programs.join("barrier_opposite"))
             .arg(ROUNDS.to_string());
-        let (text, ok) = run_captured(&mut command, Duration::from_secs(120))?;
-        if !ok || !text.contains(&format!("opposite: {ROUNDS} rounds ok")) {
-            return Err(format!(
-                "the opposite-order non-blocking barriers failed at {processes} processes"
-            )
-            .into());
-        }
+        let text = run_expecting(
+            &mut command,
+            Duration::from_secs(120),
+            &format!("opposite: {ROUNDS} rounds ok"),
+            format!("the opposite-order non-blocking barriers failed at {processes} processes"),
+        )?;
         expect_through_nic(&text, processes as u64 * 2 * ROUNDS)?;
     }
     Ok(())
@@ -831,12 +828,12 @@ fn check_reductions(
             command.args(["--mca", "coll_nicbar_allreduce_algorithm", "0"]);
         }
         command.arg(programs.join("reduce_check"));
-        let (text, ok) = run_captured(&mut command, Duration::from_secs(300))?;
-        if !ok || !text.contains("reduce_check: ok") {
-            return Err(
-                format!("reduce_check failed at {processes} processes on the {wire} wire").into(),
-            );
-        }
+        let text = run_expecting(
+            &mut command,
+            Duration::from_secs(300),
+            "reduce_check: ok",
+            format!("reduce_check failed at {processes} processes on the {wire} wire"),
+        )?;
         let combined = reductions_in_nic(&text);
         println!("reductions combined in the NIC (all processes): {combined}");
         // One process: the component leaves a communicator of one to the component below.
@@ -852,10 +849,12 @@ fn check_reductions(
         command
             .arg(programs.join("reduce_check"))
             .args(["1", "long"]);
-        let (text, ok) = run_captured(&mut command, Duration::from_secs(300))?;
-        if !ok || !text.contains("reduce_check: ok") {
-            return Err(format!("reduce_check failed with {name} forced").into());
-        }
+        let text = run_expecting(
+            &mut command,
+            Duration::from_secs(300),
+            "reduce_check: ok",
+            format!("reduce_check failed with {name} forced"),
+        )?;
         // Each rank's long reductions are over a hundred; had they gone to the component below,
         // none would count.
         expect_data_over_nic(&text, 5 * 100)?;
@@ -892,20 +891,13 @@ fn check_persistent(
         command
             .arg(programs.join("persistent_check"))
             .arg(STARTS.to_string());
-        let (text, ok) = run_captured(&mut command, Duration::from_secs(120))?;
-        if !ok || !text.contains("persistent_check: ok") {
-            return Err(format!("persistent_check failed at {processes} processes").into());
-        }
-        let combined = reductions_in_nic(&text);
-        println!("reductions combined in the NIC (all processes): {combined}");
-        if combined < processes as u64 * IN_NIC {
-            return Err(format!(
-                "{combined} reductions were combined in the NIC, expected at least {}: a \
-                 persistent start went elsewhere",
-                processes as u64 * IN_NIC
-            )
-            .into());
-        }
+        let text = run_expecting(
+            &mut command,
+            Duration::from_secs(120),
+            "persistent_check: ok",
+            format!("persistent_check failed at {processes} processes"),
+        )?;
+        expect_reductions_in_nic(&text, processes as u64 * IN_NIC)?;
         // The persistent barrier's starts and the MPI_Startall's, beside the reductions.
         expect_through_nic(&text, processes as u64 * (IN_NIC + 2 * 4 * STARTS))?;
     }
@@ -937,20 +929,14 @@ fn check_reproducible_sum(
         command
             .arg(programs.join("reproducible_check"))
             .arg(ROUNDS.to_string());
-        let (text, ok) = run_captured(&mut command, Duration::from_secs(120))?;
-        if !ok || !text.contains("reproducible_check: ok") {
-            return Err(format!("reproducible_check failed at {processes} processes").into());
-        }
+        let text = run_expecting(
+            &mut command,
+            Duration::from_secs(120),
+            "reproducible_check: ok",
+            format!("reproducible_check failed at {processes} processes"),
+        )?;
         // Per round, five sums on the world and on its reverse, on every process.
-        let least = processes as u64 * ROUNDS * 2 * 5;
-        let combined = reductions_in_nic(&text);
-        println!("reductions combined in the NIC (all processes): {combined}");
-        if combined < least {
-            return Err(format!(
-                "{combined} reductions were combined in the NIC, expected at least {least}"
-            )
-            .into());
-        }
+        expect_reductions_in_nic(&text, processes as u64 * ROUNDS * 2 * 5)?;
     }
     Ok(())
 }
@@ -1205,6 +1191,34 @@ fn expect_through_nic(text: &str, least: u64) -> Result<()> {
     println!("barriers through the NIC (all processes): {count}");
     if count < least {
         return Err(format!("only {count} barriers went through the NIC, expected {least}").into());
+    }
+    Ok(())
+}
+
+/// Runs `command` for at most `limit` and returns its output, if it exited well and printed
+/// `ok_line`; else fails with `failure`.
+fn run_expecting(
+    command: &mut Command,
+    limit: Duration,
+    ok_line: &str,
+    failure: String,
+) -> Result<String> {
+    let (text, ok) = run_captured(command, limit)?;
+    if !ok || !text.contains(ok_line) {
+        return Err(failure.into());
+    }
+    Ok(text)
+}
+
+/// Fails unless the processes' "N reductions were combined in the NIC" lines add up to `least`
+/// at least (fewer: some went elsewhere).
+fn expect_reductions_in_nic(text: &str, least: u64) -> Result<()> {
+    let count = reductions_in_nic(text);
+    println!("reductions combined in the NIC (all processes): {count}");
+    if count < least {
+        return Err(
+            format!("only {count} reductions were combined in the NIC, expected {least}").into(),
+        );
     }
     Ok(())
 }

@@ -55,6 +55,24 @@ fn member(port: &Port) -> Member {
     Member::new(port.node_id(), port.port_id())
 }
 
+/// Runs `body(rank, port)` on a thread of its own for each of `ports`, as the processes of a
+/// job run; returns what each returned, in rank order (a panic in one fails the test).
+fn on_every_port<T: Send + 'static>(
+    ports: impl IntoIterator<Item = Port>,
+    body: impl Fn(usize, Port) -> T + Send + Sync + 'static,
+) -> Vec<T> {
+    let body = Arc::new(body);
+    let threads: Vec<_> = ports
+        .into_iter()
+        .enumerate()
+        .map(|(rank, port)| {
+            let body = body.clone();
+            std::thread::spawn(move || body(rank, port))
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
 fn blocking(port: &mut Port) -> Event {
     port.receive_timeout(BOUND)
         .unwrap()
@@ -76,47 +94,42 @@ fn gm_barriers(name: &str, barriers: u64) -> u64 {
     let cluster = Cluster::new(name, 2);
     let ports = [cluster.open(0, 1), cluster.open(1, 3)];
     let members: Vec<Member> = ports.iter().map(member).collect();
-    let threads: Vec<_> = ports
-        .into_iter()
-        .enumerate()
-        .map(|(rank, mut port)| {
-            let steps = compile(Algorithm::PairwiseExchange, &members, rank);
-            std::thread::spawn(move || {
-                let (sends, receives) = (port.send_tokens(), port.receive_tokens());
-                let mut refused = 0;
-                for round in 0..barriers {
-                    port.provide_barrier_buffer().unwrap();
-                    assert_eq!(port.receive_tokens(), receives - 1);
-                    let context = 1000 * rank as u64 + round;
-                    port.barrier_send(&steps, context, Some(BOUND)).unwrap();
-                    assert_eq!(port.send_tokens(), sends - 1);
-                    loop {
-                        match blocking(&mut port) {
-                            Event::BarrierCompleted { context: c } => {
-                                assert_eq!(c, context);
-                                break;
-                            }
-                            Event::SendRejected {
-                                status: Status::BARRIER_BUSY,
-                                context: c,
-                                ..
-                            } if c == context => {
-                                refused += 1;
-                                port.barrier_send(&steps, context, Some(BOUND)).unwrap();
-                            }
-                            other => panic!("rank {rank} barrier {round}: {other:?}"),
-                        }
+    on_every_port(ports, move |rank, mut port| {
+        let steps = compile(Algorithm::PairwiseExchange, &members, rank);
+        let (sends, receives) = (port.send_tokens(), port.receive_tokens());
+        let mut refused = 0;
+        for round in 0..barriers {
+            port.provide_barrier_buffer().unwrap();
+            assert_eq!(port.receive_tokens(), receives - 1);
+            let context = 1000 * rank as u64 + round;
+            port.barrier_send(&steps, context, Some(BOUND)).unwrap();
+            assert_eq!(port.send_tokens(), sends - 1);
+            loop {
+                match blocking(&mut port) {
+                    Event::BarrierCompleted { context: c } => {
+                        assert_eq!(c, context);
+                        break;
                     }
-                    assert_eq!(
-                        (port.send_tokens(), port.receive_tokens()),
-                        (sends, receives)
-                    );
+                    Event::SendRejected {
+                        status: Status::BARRIER_BUSY,
+                        context: c,
+                        ..
+                    } if c == context => {
+                        refused += 1;
+                        port.barrier_send(&steps, context, Some(BOUND)).unwrap();
+                    }
+                    other => panic!("rank {rank} barrier {round}: {other:?}"),
                 }
-                refused
-            })
-        })
-        .collect();
-    threads.into_iter().map(|t| t.join().unwrap()).sum()
+            }
+            assert_eq!(
+                (port.send_tokens(), port.receive_tokens()),
+                (sends, receives)
+            );
+        }
+        refused
+    })
+    .into_iter()
+    .sum()
 }
 
 /// Each barrier's buffer is provided right before its token: the NIC must not read the token
@@ -280,13 +293,8 @@ fn events_that_arrive_during_a_barrier_come_out_of_receive_afterwards_in_order()
 /// (into a shorter buffer, as many as fit, with the root's count returned); a root with no bytes
 /// or too many is refused before anything is posted, and its group's numbering is untouched (the
 /// next broadcast works); events of other kinds wait for `receive`.
-/// Five members on three NICs (two pairs of ports share one) reduce in the NIC: a `double` sum
-/// whose bits depend on the order of the additions, and an `int` MAXLOC with a tie; every
-/// member gets the same bytes, those of the schedule's documented tree, run after run.
-#[test]
-fn a_nic_allreduce_gives_every_member_the_same_bits_of_the_schedules_tree() {
-    use nicbar::{ReduceOp, ReduceSpec, ReduceType};
-    let cluster = Cluster::new("allreduce", 3);
+/// Five ports on `cluster`'s three NICs, two pairs sharing one, and their group.
+fn five_members_on_three_nics(cluster: &Cluster) -> (Vec<Port>, Group) {
     let ports = vec![
         cluster.open(0, 1),
         cluster.open(1, 1),
@@ -297,64 +305,66 @@ fn a_nic_allreduce_gives_every_member_the_same_bits_of_the_schedules_tree() {
     let group = Group::new(ports.iter().map(member))
         .unwrap()
         .with_timeout(BOUND);
+    (ports, group)
+}
+
+/// Five members on three NICs (two pairs of ports share one) reduce in the NIC: a `double` sum
+/// whose bits depend on the order of the additions, and an `int` MAXLOC with a tie; every
+/// member gets the same bytes, those of the schedule's documented tree, run after run.
+#[test]
+fn a_nic_allreduce_gives_every_member_the_same_bits_of_the_schedules_tree() {
+    use nicbar::{ReduceOp, ReduceSpec, ReduceType};
+    let cluster = Cluster::new("allreduce", 3);
+    let (ports, group) = five_members_on_three_nics(&cluster);
     let values = [0.1f64, 0.2, 0.3, 1e16, -1e16];
     // The tree for 5 members: ((x0 + x4) + x1) + (x2 + x3).
     let tree = ((values[0] + values[4]) + values[1]) + (values[2] + values[3]);
-    let threads: Vec<_> = ports
-        .into_iter()
-        .enumerate()
-        .map(|(rank, mut port)| {
-            let group = group.clone();
-            std::thread::spawn(move || {
-                for run in 0..20 {
-                    let mut sum = values[rank].to_le_bytes();
-                    port.nic_allreduce(
-                        &group,
-                        ReduceSpec::new(ReduceOp::SUM, ReduceType::F64),
-                        &mut sum,
-                    )
-                    .unwrap();
-                    assert_eq!(f64::from_le_bytes(sum), tree, "rank {rank}, run {run}");
-                    // MAXLOC of (value, index) pairs: ranks 1 and 3 tie at the maximum.
-                    let value = [5i32, 9, 2, 9, -1][rank];
-                    let mut pair = [value.to_le_bytes(), (rank as i32).to_le_bytes()].concat();
-                    port.nic_allreduce(
-                        &group,
-                        ReduceSpec::new(ReduceOp::MAXLOC, ReduceType::I32),
-                        &mut pair,
-                    )
-                    .unwrap();
-                    assert_eq!(pair, [9i32.to_le_bytes(), 1i32.to_le_bytes()].concat());
-                }
-                // Refused before anything is posted: too long, and bitwise on floating point.
-                let mut long = [0u8; nicbar::NIC_REDUCE_MAX + 8];
-                assert!(matches!(
-                    port.nic_allreduce(
-                        &group,
-                        ReduceSpec::new(ReduceOp::SUM, ReduceType::F64),
-                        &mut long
-                    ),
-                    Err(BarrierError::Refused {
-                        status: Status::TOO_LONG
-                    })
-                ));
-                let mut float = [0u8; 8];
-                assert!(matches!(
-                    port.nic_allreduce(
-                        &group,
-                        ReduceSpec::new(ReduceOp::BXOR, ReduceType::F64),
-                        &mut float
-                    ),
-                    Err(BarrierError::Refused {
-                        status: Status::INVALID_TOKEN
-                    })
-                ));
+    on_every_port(ports, move |rank, mut port| {
+        let group = group.clone();
+        for run in 0..20 {
+            let mut sum = values[rank].to_le_bytes();
+            port.nic_allreduce(
+                &group,
+                ReduceSpec::new(ReduceOp::SUM, ReduceType::F64),
+                &mut sum,
+            )
+            .unwrap();
+            assert_eq!(f64::from_le_bytes(sum), tree, "rank {rank}, run {run}");
+            // MAXLOC of (value, index) pairs: ranks 1 and 3 tie at the maximum.
+            let value = [5i32, 9, 2, 9, -1][rank];
+            let mut pair = [value.to_le_bytes(), (rank as i32).to_le_bytes()].concat();
+            port.nic_allreduce(
+                &group,
+                ReduceSpec::new(ReduceOp::MAXLOC, ReduceType::I32),
+                &mut pair,
+            )
+            .unwrap();
+            assert_eq!(pair, [9i32.to_le_bytes(), 1i32.to_le_bytes()].concat());
+        }
+        // Refused before anything is posted: too long, and bitwise on floating point.
+        let mut long = [0u8; nicbar::NIC_REDUCE_MAX + 8];
+        assert!(matches!(
+            port.nic_allreduce(
+                &group,
+                ReduceSpec::new(ReduceOp::SUM, ReduceType::F64),
+                &mut long
+            ),
+            Err(BarrierError::Refused {
+                status: Status::TOO_LONG
             })
-        })
-        .collect();
-    for thread in threads {
-        thread.join().unwrap();
-    }
+        ));
+        let mut float = [0u8; 8];
+        assert!(matches!(
+            port.nic_allreduce(
+                &group,
+                ReduceSpec::new(ReduceOp::BXOR, ReduceType::F64),
+                &mut float
+            ),
+            Err(BarrierError::Refused {
+                status: Status::INVALID_TOKEN
+            })
+        ));
+    });
 }
 
 /// The reproducible sum in the NIC: five members on three NICs sum five doubles whose
@@ -367,16 +377,7 @@ fn a_reproducible_sum_gives_the_same_bits_whoever_holds_which_value() {
     use nicbar::{ReduceOp, ReduceSpec, ReduceType};
     use shared_abi::reproducible::ReproducibleSum;
     let cluster = Cluster::new("reproducible", 3);
-    let ports = vec![
-        cluster.open(0, 1),
-        cluster.open(1, 1),
-        cluster.open(2, 1),
-        cluster.open(0, 2),
-        cluster.open(1, 2),
-    ];
-    let group = Group::new(ports.iter().map(member))
-        .unwrap()
-        .with_timeout(BOUND);
+    let (ports, group) = five_members_on_three_nics(&cluster);
     let values = [1e16f64, 0.1, -3.5e-3, 0.3, -1e16];
     let mut exact = ReproducibleSum::default();
     for value in values {
@@ -384,46 +385,37 @@ fn a_reproducible_sum_gives_the_same_bits_whoever_holds_which_value() {
     }
     let expected = exact.to_f64();
     let spec = ReduceSpec::new(ReduceOp::SUM_REPRODUCIBLE, ReduceType::F64);
-    let threads: Vec<_> = ports
-        .into_iter()
-        .enumerate()
-        .map(|(rank, mut port)| {
-            let group = group.clone();
-            std::thread::spawn(move || {
-                let persistent = port.persistent_allreduce(&group, spec, 8).unwrap();
-                for run in 0..10 {
-                    let value = values[(rank + run) % values.len()];
-                    let mut sum = value.to_le_bytes();
-                    port.nic_allreduce(&group, spec, &mut sum).unwrap();
-                    assert_eq!(f64::from_le_bytes(sum), expected, "rank {rank}, run {run}");
-                    let pending = port
-                        .persistent_start(&persistent, &value.to_le_bytes())
-                        .unwrap();
-                    let mut sum = [0u8; 8];
-                    port.nic_allreduce_wait(pending, &mut sum).unwrap();
-                    assert_eq!(f64::from_le_bytes(sum), expected, "rank {rank}, run {run}");
-                }
-                for (datatype, len) in [(ReduceType::I64, 8), (ReduceType::F64, 16)] {
-                    let mut bytes = vec![0u8; len];
-                    assert!(matches!(
-                        port.nic_allreduce(
-                            &group,
-                            ReduceSpec::new(ReduceOp::SUM_REPRODUCIBLE, datatype),
-                            &mut bytes
-                        ),
-                        Err(BarrierError::Refused { .. })
-                    ));
-                }
-                let alone = Group::new([member(&port)]).unwrap();
-                let mut own = values[rank].to_le_bytes();
-                port.nic_allreduce(&alone, spec, &mut own).unwrap();
-                assert_eq!(f64::from_le_bytes(own), values[rank]);
-            })
-        })
-        .collect();
-    for thread in threads {
-        thread.join().unwrap();
-    }
+    on_every_port(ports, move |rank, mut port| {
+        let group = group.clone();
+        let persistent = port.persistent_allreduce(&group, spec, 8).unwrap();
+        for run in 0..10 {
+            let value = values[(rank + run) % values.len()];
+            let mut sum = value.to_le_bytes();
+            port.nic_allreduce(&group, spec, &mut sum).unwrap();
+            assert_eq!(f64::from_le_bytes(sum), expected, "rank {rank}, run {run}");
+            let pending = port
+                .persistent_start(&persistent, &value.to_le_bytes())
+                .unwrap();
+            let mut sum = [0u8; 8];
+            port.nic_allreduce_wait(pending, &mut sum).unwrap();
+            assert_eq!(f64::from_le_bytes(sum), expected, "rank {rank}, run {run}");
+        }
+        for (datatype, len) in [(ReduceType::I64, 8), (ReduceType::F64, 16)] {
+            let mut bytes = vec![0u8; len];
+            assert!(matches!(
+                port.nic_allreduce(
+                    &group,
+                    ReduceSpec::new(ReduceOp::SUM_REPRODUCIBLE, datatype),
+                    &mut bytes
+                ),
+                Err(BarrierError::Refused { .. })
+            ));
+        }
+        let alone = Group::new([member(&port)]).unwrap();
+        let mut own = values[rank].to_le_bytes();
+        port.nic_allreduce(&alone, spec, &mut own).unwrap();
+        assert_eq!(f64::from_le_bytes(own), values[rank]);
+    });
 }
 
 /// Persistent collectives (MPI's `MPI_Barrier_init`, `MPI_Allreduce_init`): three members on
@@ -448,59 +440,53 @@ fn persistent_collectives_compiled_once_start_many_times_in_either_order() {
         .with_id(72)
         .with_timeout(BOUND);
     let spec = ReduceSpec::new(ReduceOp::SUM, ReduceType::I64);
-    let threads: Vec<_> = ports
-        .into_iter()
-        .enumerate()
-        .map(|(rank, mut port)| {
-            let (barriers, sums, members) = (barriers.clone(), sums.clone(), members.clone());
-            std::thread::spawn(move || {
-                let barrier = port.persistent_barrier(&barriers).unwrap();
-                assert_eq!(
-                    barrier.steps(),
-                    compile(barriers.options().algorithm, &members, rank).as_slice()
-                );
-                let sum = port.persistent_allreduce(&sums, spec, 16).unwrap();
-                assert_eq!(sum.reduce(), Some((spec, 16)));
-                for start in 0..STARTS {
-                    let mine = [rank as i64 + start, -(rank as i64) * start];
-                    let data: Vec<u8> = mine.iter().flat_map(|v| v.to_le_bytes()).collect();
-                    let (pending_sum, pending_barrier) = if rank % 2 == 0 {
-                        let s = port.persistent_start(&sum, &data).unwrap();
-                        (s, port.persistent_start(&barrier, &[]).unwrap())
-                    } else {
-                        let b = port.persistent_start(&barrier, &[]).unwrap();
-                        (port.persistent_start(&sum, &data).unwrap(), b)
-                    };
-                    port.barrier_wait(pending_barrier).unwrap();
-                    let mut result = [0u8; 16];
-                    port.nic_allreduce_wait(pending_sum, &mut result).unwrap();
-                    let got = [
-                        i64::from_le_bytes(result[..8].try_into().unwrap()),
-                        i64::from_le_bytes(result[8..].try_into().unwrap()),
-                    ];
-                    // Ranks 0, 1 and 2: (0 + 1 + 2) + 3 * start, and -(0 + 1 + 2) * start.
-                    assert_eq!(
-                        got,
-                        [3 + 3 * start, -3 * start],
-                        "rank {rank}, start {start}"
-                    );
-                    if start % 8 == 7 {
-                        port.barrier(&barriers).unwrap();
-                    }
-                }
-                // Another length than compiled is refused before anything is posted.
-                assert!(matches!(
-                    port.persistent_start(&sum, &[0; 8]),
-                    Err(BarrierError::Refused {
-                        status: Status::TOO_LONG
-                    })
-                ));
-                port.barrier(&barriers).unwrap();
-                (port, barrier)
+    let shared = (barriers.clone(), sums.clone(), members.clone());
+    let mut ports = on_every_port(ports, move |rank, mut port| {
+        let (barriers, sums, members) = &shared;
+        let barrier = port.persistent_barrier(barriers).unwrap();
+        assert_eq!(
+            barrier.steps(),
+            compile(barriers.options().algorithm, members, rank).as_slice()
+        );
+        let sum = port.persistent_allreduce(sums, spec, 16).unwrap();
+        assert_eq!(sum.reduce(), Some((spec, 16)));
+        for start in 0..STARTS {
+            let mine = [rank as i64 + start, -(rank as i64) * start];
+            let data: Vec<u8> = mine.iter().flat_map(|v| v.to_le_bytes()).collect();
+            let (pending_sum, pending_barrier) = if rank % 2 == 0 {
+                let s = port.persistent_start(&sum, &data).unwrap();
+                (s, port.persistent_start(&barrier, &[]).unwrap())
+            } else {
+                let b = port.persistent_start(&barrier, &[]).unwrap();
+                (port.persistent_start(&sum, &data).unwrap(), b)
+            };
+            port.barrier_wait(pending_barrier).unwrap();
+            let mut result = [0u8; 16];
+            port.nic_allreduce_wait(pending_sum, &mut result).unwrap();
+            let got = [
+                i64::from_le_bytes(result[..8].try_into().unwrap()),
+                i64::from_le_bytes(result[8..].try_into().unwrap()),
+            ];
+            // Ranks 0, 1 and 2: (0 + 1 + 2) + 3 * start, and -(0 + 1 + 2) * start.
+            assert_eq!(
+                got,
+                [3 + 3 * start, -3 * start],
+                "rank {rank}, start {start}"
+            );
+            if start % 8 == 7 {
+                port.barrier(barriers).unwrap();
+            }
+        }
+        // Another length than compiled is refused before anything is posted.
+        assert!(matches!(
+            port.persistent_start(&sum, &[0; 8]),
+            Err(BarrierError::Refused {
+                status: Status::TOO_LONG
             })
-        })
-        .collect();
-    let mut ports: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        ));
+        port.barrier(barriers).unwrap();
+        (port, barrier)
+    });
     // A persistent collective starts only on the port it was compiled for (its rank's steps).
     let (mut first, _) = ports.remove(0);
     let (_, second_barrier) = ports.remove(0);
@@ -548,62 +534,52 @@ fn a_nic_broadcast_brings_every_member_the_roots_bytes_and_bad_roots_are_refused
     let group = Group::new(ports.iter().map(member))
         .unwrap()
         .with_timeout(BOUND);
-    let mut root = ports.into_iter();
-    let threads: Vec<_> = (0..3)
-        .map(|rank| {
-            let mut port = root.next().unwrap();
-            let group = group.clone();
-            std::thread::spawn(move || {
-                for (n, length) in [1usize, 17, nicbar::NIC_BROADCAST_MAX]
-                    .into_iter()
-                    .enumerate()
-                {
-                    let sent: Vec<u8> = (0..length).map(|i| (i * 7 + n) as u8).collect();
-                    for from in 0..3 {
-                        if rank == from && n == 0 {
-                            // Refused at the root before anything is posted.
-                            for bad in [vec![], vec![1; nicbar::NIC_BROADCAST_MAX + 1]] {
-                                let mut bad = bad;
-                                assert!(matches!(
-                                    port.nic_broadcast(&group, from, &mut bad),
-                                    Err(BarrierError::Refused {
-                                        status: Status::TOO_LONG
-                                    })
-                                ));
-                            }
-                        }
-                        let mut data = if rank == from {
-                            sent.clone()
-                        } else {
-                            vec![0; length]
-                        };
-                        assert_eq!(port.nic_broadcast(&group, from, &mut data).unwrap(), length);
-                        assert_eq!(data, sent, "rank {rank}, {length} bytes from {from}");
-                        if rank != from && length > 4 {
-                            // Into a shorter buffer: as many as fit.
-                            let mut short = [0u8; 4];
-                            let got = port.nic_broadcast(&group, from, &mut short);
-                            assert_eq!(got.unwrap(), length);
-                            assert_eq!(short[..], sent[..4]);
-                        } else if length > 4 {
-                            let mut again = sent.clone();
-                            assert_eq!(
-                                port.nic_broadcast(&group, from, &mut again).unwrap(),
-                                length
-                            );
-                        }
+    on_every_port(ports, move |rank, mut port| {
+        for (n, length) in [1usize, 17, nicbar::NIC_BROADCAST_MAX]
+            .into_iter()
+            .enumerate()
+        {
+            let sent: Vec<u8> = (0..length).map(|i| (i * 7 + n) as u8).collect();
+            for from in 0..3 {
+                if rank == from && n == 0 {
+                    // Refused at the root before anything is posted.
+                    for bad in [vec![], vec![1; nicbar::NIC_BROADCAST_MAX + 1]] {
+                        let mut bad = bad;
+                        assert!(matches!(
+                            port.nic_broadcast(&group, from, &mut bad),
+                            Err(BarrierError::Refused {
+                                status: Status::TOO_LONG
+                            })
+                        ));
                     }
                 }
-                assert!(
-                    port.receive().unwrap().is_none(),
-                    "nothing of the broadcasts leaks out"
-                );
-            })
-        })
-        .collect();
-    for thread in threads {
-        thread.join().unwrap();
-    }
+                let mut data = if rank == from {
+                    sent.clone()
+                } else {
+                    vec![0; length]
+                };
+                assert_eq!(port.nic_broadcast(&group, from, &mut data).unwrap(), length);
+                assert_eq!(data, sent, "rank {rank}, {length} bytes from {from}");
+                if rank != from && length > 4 {
+                    // Into a shorter buffer: as many as fit.
+                    let mut short = [0u8; 4];
+                    let got = port.nic_broadcast(&group, from, &mut short);
+                    assert_eq!(got.unwrap(), length);
+                    assert_eq!(short[..], sent[..4]);
+                } else if length > 4 {
+                    let mut again = sent.clone();
+                    assert_eq!(
+                        port.nic_broadcast(&group, from, &mut again).unwrap(),
+                        length
+                    );
+                }
+            }
+        }
+        assert!(
+            port.receive().unwrap().is_none(),
+            "nothing of the broadcasts leaks out"
+        );
+    });
 }
 
 #[test]
@@ -788,43 +764,34 @@ fn alternate_barriers(cluster: Cluster) {
     ];
     let entered: Arc<Vec<AtomicU64>> = Arc::new((0..MEMBERS).map(|_| AtomicU64::new(0)).collect());
     let start = Arc::new(ThreadBarrier::new(MEMBERS));
-    let threads: Vec<_> = ports
-        .into_iter()
-        .enumerate()
-        .map(|(rank, mut port)| {
-            let (group, entered, start) = (group.clone(), entered.clone(), start.clone());
-            std::thread::spawn(move || {
-                start.wait();
-                let mut count = 0;
-                for algorithm in algorithms {
-                    let options = group.options().with_algorithm(algorithm);
-                    for round in 0..ROUNDS {
-                        count += 1;
-                        entered[rank].store(count, Ordering::SeqCst);
-                        if round % 2 == 0 {
-                            port.barrier_with(&group, &options)
-                        } else {
-                            port.host_barrier(&group, &options)
-                        }
-                        .unwrap_or_else(|e| panic!("rank {rank} {algorithm:?} {round}: {e}"));
-                        for (other, their) in entered.iter().enumerate() {
-                            let their = their.load(Ordering::SeqCst);
-                            assert!(
-                                their >= count,
-                                "rank {rank} left barrier {count} ({algorithm:?}) before rank \
-                                 {other} entered it (it entered {their})"
-                            );
-                        }
-                    }
+    on_every_port(ports, move |rank, mut port| {
+        let (group, entered, start) = (group.clone(), entered.clone(), start.clone());
+        start.wait();
+        let mut count = 0;
+        for algorithm in algorithms {
+            let options = group.options().with_algorithm(algorithm);
+            for round in 0..ROUNDS {
+                count += 1;
+                entered[rank].store(count, Ordering::SeqCst);
+                if round % 2 == 0 {
+                    port.barrier_with(&group, &options)
+                } else {
+                    port.host_barrier(&group, &options)
                 }
-                // Nothing of the barriers leaked out to the caller.
-                assert!(port.receive().unwrap().is_none());
-            })
-        })
-        .collect();
-    for thread in threads {
-        thread.join().unwrap();
-    }
+                .unwrap_or_else(|e| panic!("rank {rank} {algorithm:?} {round}: {e}"));
+                for (other, their) in entered.iter().enumerate() {
+                    let their = their.load(Ordering::SeqCst);
+                    assert!(
+                        their >= count,
+                        "rank {rank} left barrier {count} ({algorithm:?}) before rank \
+                         {other} entered it (it entered {their})"
+                    );
+                }
+            }
+        }
+        // Nothing of the barriers leaked out to the caller.
+        assert!(port.receive().unwrap().is_none());
+    });
 }
 
 /// The NIC takes at most 64 receive buffers per port; a barrier buffer provided behind more waits
