@@ -28,14 +28,15 @@ pub fn combine(
         return Err(ReduceRefusal::BadLength(left.len().max(right.len())));
     }
     if spec.op == ReduceOp::SUM_REPRODUCIBLE {
-        // Accumulators (`check` took their length): merged exactly, in integers.
-        if let (Some(mut sum), Some(other)) = (
+        // Accumulators, merged exactly, in integers.
+        let (Some(mut sum), Some(other)) = (
             ReproducibleSum::from_bytes(left),
             ReproducibleSum::from_bytes(right),
-        ) {
-            sum.merge(&other);
-            out.copy_from_slice(&sum.to_bytes());
-        }
+        ) else {
+            return Err(ReduceRefusal::BadLength(out.len()));
+        };
+        sum.merge(&other);
+        out.copy_from_slice(&sum.to_bytes());
         return Ok(());
     }
     let element = spec.element_size();

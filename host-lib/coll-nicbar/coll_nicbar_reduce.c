@@ -75,11 +75,7 @@ typedef struct {
 static nic_type_t fortran_type(struct ompi_datatype_t *dtype, int32_t op)
 {
     nic_type_t none = {0, 0};
-    size_t size = 0;
-    ompi_datatype_type_size(dtype, &size);
-    if (NICBAR_REDUCE_MINLOC == op || NICBAR_REDUCE_MAXLOC == op) {
-        return MPI_2INTEGER == dtype && 8 == size ? (nic_type_t){NICBAR_REDUCE_INT32, 8} : none;
-    }
+    int pair = MPI_2INTEGER == dtype;
     int integer = MPI_INTEGER == dtype;
 #if OMPI_HAVE_FORTRAN_INTEGER4
     integer = integer || MPI_INTEGER4 == dtype;
@@ -94,12 +90,24 @@ static nic_type_t fortran_type(struct ompi_datatype_t *dtype, int32_t op)
 #if OMPI_HAVE_FORTRAN_REAL8
     real = real || MPI_REAL8 == dtype;
 #endif
+    if (!pair && !integer && !real) {
+        return none;
+    }
+    size_t size = 0;
+    ompi_datatype_type_size(dtype, &size);
+    int pairwise = NICBAR_REDUCE_MINLOC == op || NICBAR_REDUCE_MAXLOC == op;
+    int bitwise = NICBAR_REDUCE_BAND == op || NICBAR_REDUCE_BOR == op || NICBAR_REDUCE_BXOR == op;
     int logical = NICBAR_REDUCE_LAND == op || NICBAR_REDUCE_LOR == op || NICBAR_REDUCE_LXOR == op;
-    if (integer && !logical && (4 == size || 8 == size)) {
+    if (pairwise) {
+        return pair && 8 == size ? (nic_type_t){NICBAR_REDUCE_INT32, 8} : none;
+    }
+    if (4 != size && 8 != size) {
+        return none;
+    }
+    if (integer && !logical) {
         return (nic_type_t){4 == size ? NICBAR_REDUCE_INT32 : NICBAR_REDUCE_INT64, size};
     }
-    int bitwise = NICBAR_REDUCE_BAND == op || NICBAR_REDUCE_BOR == op || NICBAR_REDUCE_BXOR == op;
-    if (real && !bitwise && !logical && (4 == size || 8 == size)) {
+    if (real && !bitwise && !logical) {
         return (nic_type_t){4 == size ? NICBAR_REDUCE_FLOAT : NICBAR_REDUCE_DOUBLE, size};
     }
     return none;
@@ -160,12 +168,8 @@ static nic_type_t nic_type(struct ompi_datatype_t *dtype, int32_t op)
     if (MPI_BYTE == dtype) {
         return bitwise ? (nic_type_t){NICBAR_REDUCE_UINT8, 1} : none;
     }
-    nic_type_t fortran = fortran_type(dtype, op);
-    if (0 != fortran.type) {
-        return fortran;
-    }
     if (bitwise || logical) {
-        return none;
+        return fortran_type(dtype, op);
     }
     if (MPI_FLOAT == dtype && 4 == sizeof(float)) {
         return (nic_type_t){NICBAR_REDUCE_FLOAT, 4};
@@ -173,7 +177,7 @@ static nic_type_t nic_type(struct ompi_datatype_t *dtype, int32_t op)
     if (MPI_DOUBLE == dtype && 8 == sizeof(double)) {
         return (nic_type_t){NICBAR_REDUCE_DOUBLE, 8};
     }
-    return none;
+    return fortran_type(dtype, op);
 }
 
 /* What the NIC combines for one call: its operation, type and bytes; `length` 0 if it cannot. */

@@ -295,13 +295,14 @@ impl ReduceSpec {
             payload[..value.len()].copy_from_slice(value);
             return Ok(value.len());
         }
-        let sum = match *value {
-            [a, b, c, d] => ReproducibleSum::of_f32(f32::from_le_bytes([a, b, c, d])),
-            _ => {
-                let mut bytes = [0; 8];
-                bytes.copy_from_slice(value);
-                ReproducibleSum::of_f64(f64::from_le_bytes(bytes))
-            }
+        // `check_value` took one element of a floating-point type.
+        let mut bytes = [0; 8];
+        bytes[..value.len()].copy_from_slice(value);
+        let sum = match self.datatype {
+            ReduceType::F32 => ReproducibleSum::of_f32(f32::from_le_bytes([
+                bytes[0], bytes[1], bytes[2], bytes[3],
+            ])),
+            _ => ReproducibleSum::of_f64(f64::from_le_bytes(bytes)),
         };
         payload[..ACCUMULATOR_LEN].copy_from_slice(&sum.to_bytes());
         Ok(ACCUMULATOR_LEN)

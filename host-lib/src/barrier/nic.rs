@@ -243,8 +243,8 @@ impl Port {
     /// # Errors
     /// As [`Port::barrier`]; [`BarrierError::Refused`] with `TOO_LONG` for an empty or too long
     /// `data` or one not a whole number of elements (for the reproducible sum, not one element),
-    /// `INVALID_TOKEN` for an operation not defined on the type; [`BarrierError::Failed`] with `BAD_SCHEDULE` where members disagree on the
-    /// length.
+    /// `INVALID_TOKEN` for an operation not defined on the type; [`BarrierError::Failed`] with
+    /// `BAD_SCHEDULE` where members disagree on the length.
     pub fn nic_allreduce(
         &mut self,
         group: &Group,

@@ -61,8 +61,6 @@ impl PersistentCollective {
     }
 }
 
-/// `refusal` as a port's refusal of the allreduce: `TOO_LONG` for a bad length, else
-/// `INVALID_TOKEN` (an operation not defined on the type).
 impl Port {
     /// This port as a group member.
     fn member(&self) -> Member {
