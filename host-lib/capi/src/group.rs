@@ -20,8 +20,6 @@ use crate::types::*;
 /// How long past its own timeout a group barrier may go unreported before nicbar_barrier gives
 /// up on the NIC.
 const REPORT_GRACE: Duration = Duration::from_secs(2);
-/// How long nicbar_barrier spins on the event ring before it sleeps.
-const BARRIER_SPIN: Duration = Duration::from_micros(20);
 
 impl PortState {
     /// Ends a barrier at once, without the NIC: `status` says how. Its event and callback come
@@ -164,8 +162,7 @@ impl PortState {
                     }
                 }
                 None => {
-                    let spin_until =
-                        WaitMode::SpinThenSleep(BARRIER_SPIN).spin_until(Instant::now(), report_by);
+                    let spin_until = WaitMode::default().spin_until(Instant::now(), report_by);
                     // Waiting for the barrier's end: sends' ends need not wake the process.
                     if !self.raw.wait(report_by, spin_until, Wake::UNLESS_SENT)? {
                         return Err(BarrierError::NoReport {

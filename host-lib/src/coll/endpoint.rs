@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use shared_abi::ring::Wake;
 use shared_abi::schedule::RUNNING_BARRIERS;
 
-use crate::{BarrierError, Error, Group, PendingBarrier, PersistentCollective, Port};
+use crate::{BarrierError, Error, Group, PendingBarrier, PersistentCollective, Port, WaitMode};
 
 use super::transfer::{TransferCounters, TransferError, Transfers};
 #[cfg(doc)]
@@ -95,11 +95,14 @@ impl Endpoint {
     /// The endpoint over `port`: its transfer buffers allocated and provided, the port opened
     /// to its peers' puts. `NICBAR_COLL_RENDEZVOUS` (a byte count, or `off`) and
     /// `NICBAR_COLL_UNEXPECTED_BYTES` change the rendezvous threshold and the limit of
-    /// unexpected data.
+    /// unexpected data. The endpoint's waits spin on their own, progressing the transfers and
+    /// running the caller's idle work between polls ([`Op::with_spin`]), then sleep on the port
+    /// at once: the port's wait mode becomes [`WaitMode::Sleep`].
     ///
     /// # Errors
     /// What the port says when its arena has no room.
     pub fn new(mut port: Port) -> Result<Self, Error> {
+        port.set_wait_mode(WaitMode::Sleep);
         let transfers = Transfers::new(&mut port, DEFAULT_TIMEOUT)?;
         let mut endpoint = Self {
             port,

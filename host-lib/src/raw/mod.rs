@@ -46,12 +46,11 @@ const SPINS_PER_LIVENESS_CHECK: u32 = 1 << 16;
 /// Spins between yields of the core, while spinning on the event ring.
 const SPINS_PER_YIELD: u32 = 16;
 
-/// How a wait for an event waits.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// How a wait for an event waits. The default spins [`WaitMode::DEFAULT_SPIN`], then sleeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WaitMode {
-    /// Sleep on the event doorbell (the NIC rings it only while the process sleeps). Frees the
-    /// core; costs a wake-up per event when idle.
-    #[default]
+    /// Sleep on the event doorbell at once (the NIC rings it only while the process sleeps).
+    /// Frees the core; costs a wake-up per event, which the NIC pays.
     Sleep,
     /// Spin on the event ring: the lowest latency, and a whole core.
     Spin,
@@ -59,7 +58,23 @@ pub enum WaitMode {
     SpinThenSleep(Duration),
 }
 
+impl Default for WaitMode {
+    /// [`WaitMode::SpinThenSleep`] for [`WaitMode::DEFAULT_SPIN`], as GM's
+    /// `gm_blocking_receive` polls a while before it sleeps.
+    fn default() -> Self {
+        Self::SpinThenSleep(Self::DEFAULT_SPIN)
+    }
+}
+
 impl WaitMode {
+    /// How long the default wait spins (yielding the core now and then) before it sleeps. An
+    /// event that comes within it — a barrier's end, a peer's answer — costs no wake-up: waking
+    /// a sleeping process is the NIC's dearest work (a system call and, often, an
+    /// inter-processor interrupt), and it delays the NIC's next packet. Long enough for a
+    /// barrier among processes of one host, short enough that a process with nothing coming
+    /// gives its core away at once.
+    pub const DEFAULT_SPIN: Duration = Duration::from_micros(20);
+
     /// Until when a wait that starts at `started` and ends at `deadline` spins before it
     /// sleeps; `None` to sleep at once.
     pub fn spin_until(self, started: Instant, deadline: Option<Instant>) -> Option<Instant> {

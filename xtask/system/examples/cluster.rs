@@ -28,7 +28,7 @@ type Result<T = (), E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
 const HELP: &str = "\
 cluster: one process of the nicbar quick start (cargo xtask demo runs one per rank)
 
-usage: cluster --rank R --nodes N [--socket PATH] [--barriers K] [--round-trips M] [--spin]
+usage: cluster --rank R --nodes N [--socket PATH] [--barriers K] [--round-trips M] [--spin | --sleep]
 
   --rank R          this process's rank: it opens port 1 of NIC unit R (R modulo the
                     daemon's units if it runs fewer), whose node id must be R
@@ -36,7 +36,9 @@ usage: cluster --rank R --nodes N [--socket PATH] [--barriers K] [--round-trips 
   --socket PATH     the daemon's control socket (default: $NICBAR_SOCKET, else the default path)
   --barriers K      barriers timed per algorithm and side (default 3000)
   --round-trips M   ping-pong round trips between ranks 0 and 1 (default 5000)
-  --spin            wait for events spinning instead of sleeping on the doorbell
+  --spin            wait for events spinning only
+  --sleep           wait for events asleep on the doorbell at once
+                    (default: spin 20 us, yielding the core, then sleep)
 ";
 
 /// The port every rank opens.
@@ -54,7 +56,8 @@ struct Options {
     socket: Option<PathBuf>,
     barriers: usize,
     round_trips: usize,
-    spin: bool,
+    /// How the port waits for events.
+    wait: WaitMode,
 }
 
 fn parse() -> Result<Option<Options>> {
@@ -64,7 +67,7 @@ fn parse() -> Result<Option<Options>> {
         socket: None,
         barriers: 3000,
         round_trips: 5000,
-        spin: false,
+        wait: WaitMode::default(),
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -76,7 +79,8 @@ fn parse() -> Result<Option<Options>> {
             "--socket" => options.socket = Some(value("--socket")?.into()),
             "--barriers" => options.barriers = value("--barriers")?.parse()?,
             "--round-trips" => options.round_trips = value("--round-trips")?.parse()?,
-            "--spin" => options.spin = true,
+            "--spin" => options.wait = WaitMode::Spin,
+            "--sleep" => options.wait = WaitMode::Sleep,
             other => return Err(format!("unknown argument {other}; see --help").into()),
         }
     }
@@ -132,11 +136,7 @@ fn run(options: &Options) -> Result {
     }
     let mut port =
         opened.map_err(|error| format!("cannot open port {PORT} of unit {unit}: {error}"))?;
-    port.set_wait_mode(if options.spin {
-        WaitMode::Spin
-    } else {
-        WaitMode::Sleep
-    });
+    port.set_wait_mode(options.wait);
     if usize::from(port.node_id().get()) != rank {
         return Err(format!(
             "unit {unit} is {}, not node {rank}: start the daemon with \

@@ -1077,6 +1077,24 @@ fn sixteen_idle_nics_with_open_ports_sleep() {
     terminate(&mut daemon);
 }
 
+/// A port's default wait spins only a little: a process with nothing coming gives its core away
+/// and sleeps on its doorbell.
+#[test]
+fn the_default_wait_sleeps_when_nothing_comes() {
+    let dir = temp_dir();
+    let emulator = emulator(dir.path(), 1, None);
+    let mut port = Port::open_at(emulator.socket(), 0, 0).unwrap();
+    let event = port.receive_timeout(Duration::from_millis(50)).unwrap();
+    assert!(
+        event.is_none(),
+        "an event on a port nobody sends to: {event:?}"
+    );
+    assert!(
+        port.counters().sleeps >= 1,
+        "a port waiting 50 ms with nothing to come never slept"
+    );
+}
+
 #[test]
 fn a_waiting_process_learns_that_the_daemon_is_gone() {
     let dir = temp_dir();

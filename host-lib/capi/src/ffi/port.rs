@@ -13,8 +13,6 @@ use crate::state::PortState;
 use crate::status::{exit_with, fail, from_error, set_last_error};
 use crate::types::*;
 
-/// How long gm_blocking_receive spins on the event ring before it sleeps on the doorbell.
-const BLOCKING_SPIN: Duration = Duration::from_micros(20);
 /// The longest a blocking receive holds the port's lock in one wait: other threads' calls on the
 /// port get in between.
 const BLOCKING_SLICE: Duration = Duration::from_millis(10);
@@ -502,13 +500,7 @@ pub unsafe extern "C" fn gm_receive(port: *mut gm_port) -> *mut gm_recv_event_t 
 pub unsafe extern "C" fn gm_blocking_receive(port: *mut gm_port) -> *mut gm_recv_event_t {
     guard("gm_blocking_receive", no_event(), || {
         // SAFETY: as in gm_receive.
-        unsafe {
-            blocking_receive(
-                port,
-                WaitMode::SpinThenSleep(BLOCKING_SPIN),
-                "gm_blocking_receive",
-            )
-        }
+        unsafe { blocking_receive(port, WaitMode::default(), "gm_blocking_receive") }
     })
 }
 
