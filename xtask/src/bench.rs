@@ -73,10 +73,11 @@ enum Bench {
         /// Skip the Open MPI reference even if it is installed.
         #[arg(long)]
         no_mpi: bool,
-        /// Processes spin on their event rings (yielding) instead of sleeping on doorbells; wants
-        /// a core per process (with fewer, spinners can starve one another).
-        #[arg(long)]
-        spin: bool,
+        /// How the processes wait for a barrier's end: `sleep` on their doorbells at once;
+        /// `spin` on their event rings (yielding), which wants a core per process (with fewer,
+        /// spinners can starve one another); `default`, the library's: spin 20 µs, then sleep.
+        #[arg(long, default_value = "sleep", value_parser = ["sleep", "spin", "default"])]
+        wait: String,
         /// Also measure dissemination at the n this tuning file (`bench rttp --write`) gives
         /// each size, as the series "diss tuned"; without it, at the n of the tuning file the
         /// library reads, if there is one.
@@ -186,7 +187,7 @@ pub(crate) fn run_bench(args: Args) -> Result<()> {
             out,
             plot_only,
             no_mpi,
-            spin,
+            wait,
             tuning,
             threads,
             idle,
@@ -201,9 +202,7 @@ pub(crate) fn run_bench(args: Args) -> Result<()> {
                 if no_mpi {
                     command.arg("--no-mpi");
                 }
-                if spin {
-                    command.arg("--spin");
-                }
+                command.arg("--wait").arg(&wait);
                 if let Some(file) = &tuning {
                     command.arg("--tuning").arg(file);
                 }

@@ -27,17 +27,21 @@ const HELP: &str = "\
 bench_barrier: NIC-based against host-based barrier latency on the emulated NIC, per algorithm,
 at several process counts, with Open MPI's MPI_Barrier as a reference where it is installed.
 
-usage: bench_barrier [--sizes 2,4,8,16] [--barriers K] [--out DIR] [--no-mpi] [--spin]
-                     [--tuning FILE] [--threads LIST] [--idle LIST]
+usage: bench_barrier [--sizes 2,4,8,16] [--barriers K] [--out DIR] [--no-mpi]
+                     [--wait sleep|spin|default] [--tuning FILE] [--threads LIST] [--idle LIST]
 
   --sizes LIST    process counts (default 2,4,8,16)
   --barriers K    timed barriers per measurement, after K/10 to warm up (default 1000)
   --out DIR       where to write bench-barrier.csv (default .); `cargo xtask bench
                   barrier` draws bench-barrier.svg from it
   --no-mpi        skip the Open MPI reference even if mpirun is installed
-  --spin          processes spin on their event rings (yielding the core) instead of
-                  sleeping on their doorbells, as MPI's shared-memory barrier spins;
-                  wants a core per process (with fewer, spinners can starve one another)
+  --wait MODE     how the processes wait for a barrier's end (default sleep):
+                    sleep    asleep on their doorbells at once
+                    spin     spinning on their event rings (yielding the core), as MPI's
+                             shared-memory barrier spins; wants a core per process (with
+                             fewer, spinners can starve one another)
+                    default  the library's default: spin 20 us, then sleep
+  --spin          --wait spin
   --tuning FILE   also measure dissemination at the n FILE tunes for each size (a
                   `cargo xtask bench rttp --write` file); without it, at the n of the
                   tuning file the library reads, if there is one
@@ -191,6 +195,19 @@ fn orchestrate(args: &[String]) -> Result {
             "--out" => out = rest.next().ok_or("--out needs a directory")?.into(),
             "--no-mpi" => mpi = false,
             "--spin" => wait = "spin",
+            "--wait" => {
+                wait = match rest.next().map(String::as_str) {
+                    Some("sleep") => "sleep",
+                    Some("spin") => "spin",
+                    Some("default") => "default",
+                    other => {
+                        let other = other.unwrap_or("nothing");
+                        return Err(
+                            format!("--wait takes sleep, spin or default, not {other}").into()
+                        );
+                    }
+                }
+            }
             "--tuning" => {
                 let path = PathBuf::from(rest.next().ok_or("--tuning needs a file")?);
                 tuned = Tuned::File(
@@ -235,10 +252,10 @@ fn orchestrate(args: &[String]) -> Result {
     println!("machine: {} cores, {}", cores(), cpu_model());
     println!(
         "{barriers} timed barriers per measurement, processes {}\n",
-        if wait == "spin" {
-            "spinning on their event rings (yielding)"
-        } else {
-            "sleeping on their doorbells"
+        match wait {
+            "spin" => "spinning on their event rings (yielding)",
+            "default" => "waiting by the library's default (spin 20 us, then sleep)",
+            _ => "sleeping on their doorbells",
         }
     );
 
@@ -380,10 +397,10 @@ fn child(args: &[String]) -> Result {
     let barriers: usize = arg(3)?.parse()?;
     let list: Vec<Algorithm> = arg(4)?.split(',').map(decode).collect::<Result<_>>()?;
     let mut port = Port::open_at(socket, rank as u8, 1)?;
-    port.set_wait_mode(if arg(5)? == "spin" {
-        WaitMode::Spin
-    } else {
-        WaitMode::Sleep
+    port.set_wait_mode(match arg(5)? {
+        "spin" => WaitMode::Spin,
+        "default" => WaitMode::default(),
+        _ => WaitMode::Sleep,
     });
     let group = Group::new((0..n).map(|node| Member::new(NodeId::new(node as u16), PortId(1))))?;
     let mut out = String::new();
