@@ -197,13 +197,19 @@ impl Endpoint {
     }
 
     /// Provides the receive token one barrier's end uses (paper §5.2,
-    /// `gm_provide_barrier_buffer`).
+    /// `gm_provide_barrier_buffer`), ringing a sleeping NIC: a barrier already posted may be
+    /// waiting for it.
     pub(crate) fn provide_barrier_buffer(&mut self) -> Result<(), Error> {
-        let token = ReceiveToken {
-            kind: ReceiveKind::BARRIER,
-            ..ReceiveToken::default()
-        };
-        self.raw.post_receive(&token)?;
+        self.raw.post_receive(&barrier_buffer())?;
+        self.barrier_tokens.buffers += 1;
+        Ok(())
+    }
+
+    /// [`Endpoint::provide_barrier_buffer`] ahead of the barrier token that will use it, without
+    /// ringing the NIC: that token's post rings it if it sleeps
+    /// ([`RawPort::post_receive_unrung`]).
+    pub(crate) fn provide_barrier_buffer_ahead(&mut self) -> Result<(), Error> {
+        self.raw.post_receive_unrung(&barrier_buffer())?;
         self.barrier_tokens.buffers += 1;
         Ok(())
     }
@@ -467,6 +473,14 @@ impl Endpoint {
         let send = entry.take()?;
         self.free_send_slots.push(slot as u32);
         Some(send)
+    }
+}
+
+/// The receive token of a barrier's buffer.
+fn barrier_buffer() -> ReceiveToken {
+    ReceiveToken {
+        kind: ReceiveKind::BARRIER,
+        ..ReceiveToken::default()
     }
 }
 

@@ -332,9 +332,10 @@ impl Port {
         started: Instant,
     ) -> Result<PendingBarrier, BarrierError> {
         let barrier = self.barrier.next_id(group);
-        // A barrier buffer for each running barrier's end, this one's included.
+        // A barrier buffer for each running barrier's end, this one's included (the token's
+        // post below rings a sleeping NIC for both).
         while (self.endpoint.barrier_tokens.buffers as usize) <= self.barrier.running.len() {
-            self.provide_barrier_buffer()?;
+            self.endpoint.provide_barrier_buffer_ahead()?;
         }
         self.barrier.next_serial = self.barrier.next_serial.wrapping_add(1);
         let context = GROUP_CONTEXT | u64::from(self.barrier.next_serial);
@@ -459,7 +460,7 @@ impl Port {
         for (steps, context, timeout, barrier, carried) in due {
             let keeping = self.barrier.kept.choose(&steps);
             let posted = if self.endpoint.barrier_tokens.buffers == 0 {
-                self.provide_barrier_buffer()
+                self.endpoint.provide_barrier_buffer_ahead()
             } else {
                 Ok(())
             }

@@ -365,9 +365,11 @@ pub(crate) fn absorb(
 
 /// Provides the next barrier's buffer as soon as one ends, so it is in the NIC before the next
 /// barrier token. Best effort: [`crate::Port::barrier_start`] provides it if this could not.
+/// No barrier runs without its buffer here (each start provides one per running barrier), so
+/// the NIC needs this one only for the next barrier token, whose post rings it if it sleeps.
 fn provide_ahead(endpoint: &mut Endpoint) {
     if endpoint.barrier_tokens.buffers == 0 {
-        let _ = endpoint.provide_barrier_buffer();
+        let _ = endpoint.provide_barrier_buffer_ahead();
     }
 }
 

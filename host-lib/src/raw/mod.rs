@@ -375,6 +375,22 @@ impl RawPort {
     /// # Errors
     /// [`Error::NoReceiveTokens`].
     pub fn post_receive(&mut self, token: &ReceiveToken) -> Result<(), Error> {
+        self.post_receive_unrung(token)?;
+        let asked = self
+            .receive_ring
+            .consumer_wants_doorbell(self.region.memory());
+        self.ring_nic_if_asked(asked);
+        Ok(())
+    }
+
+    /// [`RawPort::post_receive`] without ringing a sleeping NIC, for a token the NIC needs only
+    /// once a send token posted after it asks for it (a barrier's buffer, provided before its
+    /// barrier token): the NIC takes it at its next look at the port, which that send's doorbell
+    /// brings at the latest. A system call and a wake-up of the NIC saved.
+    ///
+    /// # Errors
+    /// [`Error::NoReceiveTokens`].
+    pub fn post_receive_unrung(&mut self, token: &ReceiveToken) -> Result<(), Error> {
         if self.receive_tokens == 0 {
             return Err(Error::NoReceiveTokens);
         }
@@ -382,10 +398,6 @@ impl RawPort {
             .push(self.region.memory(), token)
             .map_err(|error| ring_error(error, Error::NoReceiveTokens))?;
         self.receive_tokens -= 1;
-        let asked = self
-            .receive_ring
-            .consumer_wants_doorbell(self.region.memory());
-        self.ring_nic_if_asked(asked);
         Ok(())
     }
 

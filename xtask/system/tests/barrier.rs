@@ -742,6 +742,41 @@ fn barriers_alternate_on_two_sleeping_nic_threads() {
     ));
 }
 
+/// A barrier rings a sleeping NIC once, for its token: the buffer its end uses, and the next
+/// barrier's buffer provided when it ends, go into the receive ring without a doorbell (the
+/// token's post brings the NIC to them). The NIC threads sleep the moment they are idle, so
+/// every doorbell a process may ring, it rings.
+#[test]
+fn a_barrier_rings_a_sleeping_nic_once() {
+    const BARRIERS: u64 = 200;
+    let dir = std::env::temp_dir().join(format!("nicbar-barrier-rings-{}", std::process::id()));
+    let mut config = EmulatorConfig::in_process(dir.join("control.sock"), 2);
+    config.idle = IdlePolicy::Sleep;
+    config.idle_linger = Duration::ZERO;
+    let cluster = Cluster {
+        emulator: Emulator::spawn(config).unwrap(),
+        dir,
+    };
+    let ports = [cluster.open(0, 1), cluster.open(1, 1)];
+    let group = Group::new(ports.iter().map(member))
+        .unwrap()
+        .with_timeout(BOUND);
+    let doorbells = on_every_port(ports, move |rank, mut port| {
+        let before = port.counters().doorbells;
+        for round in 0..BARRIERS {
+            port.barrier(&group)
+                .unwrap_or_else(|e| panic!("rank {rank} barrier {round}: {e}"));
+        }
+        port.counters().doorbells - before
+    });
+    for (rank, rung) in doorbells.into_iter().enumerate() {
+        assert!(
+            rung <= BARRIERS,
+            "rank {rank} rang the NIC {rung} times for {BARRIERS} barriers"
+        );
+    }
+}
+
 fn alternate_barriers(cluster: Cluster) {
     const MEMBERS: usize = 4;
     const ROUNDS: u64 = 25;
