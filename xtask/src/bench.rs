@@ -78,6 +78,9 @@ enum Bench {
         /// spinners can starve one another); `default`, the library's: spin 20 µs, then sleep.
         #[arg(long, default_value = "sleep", value_parser = ["sleep", "spin", "default"])]
         wait: String,
+        /// `--wait spin`.
+        #[arg(long, conflicts_with = "wait")]
+        spin: bool,
         /// Also measure dissemination at the n this tuning file (`bench rttp --write`) gives
         /// each size, as the series "diss tuned"; without it, at the n of the tuning file the
         /// library reads, if there is one.
@@ -188,6 +191,7 @@ pub(crate) fn run_bench(args: Args) -> Result<()> {
             plot_only,
             no_mpi,
             wait,
+            spin,
             tuning,
             threads,
             idle,
@@ -202,7 +206,7 @@ pub(crate) fn run_bench(args: Args) -> Result<()> {
                 if no_mpi {
                     command.arg("--no-mpi");
                 }
-                command.arg("--wait").arg(&wait);
+                command.arg("--wait").arg(if spin { "spin" } else { &wait });
                 if let Some(file) = &tuning {
                     command.arg("--tuning").arg(file);
                 }
