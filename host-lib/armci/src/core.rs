@@ -89,6 +89,10 @@ pub(crate) mod message {
     pub(crate) const REDUCE: u8 = 2;
     /// A queue lock's wake-up: look at your flags again.
     pub(crate) const WAKE: u8 = 3;
+    /// The send context of a wake-up, whose failure is nobody's: the flags it points at were
+    /// written, and the write waited for, before it was sent, and a rank that saw them may have
+    /// left before it came.
+    pub(crate) const WAKE_CONTEXT: u64 = 1;
     /// One member's entry of an exchange within a process group.
     pub(crate) const GROUP_EXCHANGE: u8 = 4;
 }
@@ -553,6 +557,10 @@ impl Armci {
                 }
             }
             Event::Sent {
+                context: message::WAKE_CONTEXT,
+                ..
+            } => {}
+            Event::Sent {
                 status,
                 target_node,
                 target_port,
@@ -716,10 +724,15 @@ impl Armci {
         buffer[12..16].copy_from_slice(&group.to_le_bytes());
         buffer[message::HEADER..len].copy_from_slice(payload);
         let (node, port) = self.peers[rank];
+        let context = if kind == message::WAKE {
+            message::WAKE_CONTEXT
+        } else {
+            0
+        };
         loop {
             match self
                 .port
-                .send(buffer, len, size, Priority::LOW, node, port, 0)
+                .send(buffer, len, size, Priority::LOW, node, port, context)
             {
                 Ok(()) => return Ok(()),
                 Err(e) if matches!(e.error, PortError::NoSendTokens) => {
