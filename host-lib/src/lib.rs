@@ -4,8 +4,9 @@
 //! ([`Port::dma_alloc`]), posts send and receive tokens into the port's memory-mapped rings
 //! ([`Port::send`], [`Port::provide_receive_buffer`]) and takes events from its event ring
 //! ([`Port::receive`], [`Port::blocking_receive`]) — no system call per message: the NIC's
-//! doorbell is rung only when the NIC sleeps and asked for it, and a waiting process sleeps on its
-//! own doorbell only when its event ring is empty (or spins, by [`WaitMode`]).
+//! doorbell is rung only when the NIC sleeps and asked for it, and a waiting process spins 20 µs
+//! on its event ring, then sleeps on its own doorbell until an event comes ([`WaitMode`] chooses
+//! otherwise).
 //!
 //! As in GM, the process holds send tokens (one per send ring slot; a SENT event returns one) and
 //! receive tokens, and a buffer belongs to the NIC from the send or provide until the event that
