@@ -459,6 +459,29 @@ fn mpirun(
     Ok(command)
 }
 
+/// `mpirun` as the checks run it: the component on, over shared memory.
+fn mpirun_checked(components: &Path, socket: &Path, processes: usize) -> Result<Command> {
+    mpirun(components, socket, processes, 100, Transport::SharedMemory)
+}
+
+/// The daemon arguments of a wire that loses, duplicates and reorders 5 % of its packets, the
+/// fault injector seeded with `seed`.
+fn lossy_wire(seed: u64) -> Vec<String> {
+    [
+        "--loss",
+        "0.05",
+        "--duplicate",
+        "0.05",
+        "--reorder",
+        "0.05",
+        "--seed",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .chain([seed.to_string()])
+    .collect()
+}
+
 /// Runs `command` with a deadline; returns its standard output and error, printed as it goes,
 /// and whether it succeeded.
 fn run_captured(command: &mut Command, limit: Duration) -> Result<(String, bool)> {
@@ -618,21 +641,8 @@ pub(crate) fn run_tests(args: &TestArgs) -> Result<()> {
             .duration_since(UNIX_EPOCH)
             .map_or(1, |d| d.as_nanos() as u64 & 0xffff_ffff);
         println!("\n-- concurrent barriers through the fault injector, run {attempt}, seed {seed}");
-        let faults: Vec<String> = [
-            "--loss",
-            "0.05",
-            "--duplicate",
-            "0.05",
-            "--reorder",
-            "0.05",
-            "--seed",
-        ]
-        .iter()
-        .map(|s| (*s).to_owned())
-        .chain([seed.to_string()])
-        .collect();
-        let daemon = Daemon::start(&nicctl, &run_dir.join("faulty"), 4, &faults)?;
-        let mut command = mpirun(&components, &daemon.socket, 4, 100, Transport::SharedMemory)?;
+        let daemon = Daemon::start(&nicctl, &run_dir.join("faulty"), 4, &lossy_wire(seed))?;
+        let mut command = mpirun_checked(&components, &daemon.socket, 4)?;
         command.arg(programs.join("barrier_concurrent")).arg("200");
         let text = run_expecting(
             &mut command,
@@ -668,7 +678,7 @@ pub(crate) fn run_tests(args: &TestArgs) -> Result<()> {
     )?;
 
     println!("\n-- Fortran");
-    let mut command = mpirun(&components, &daemon.socket, 4, 100, Transport::SharedMemory)?;
+    let mut command = mpirun_checked(&components, &daemon.socket, 4)?;
     command.arg(programs.join("barrier_fortran"));
     let text = run_expecting(
         &mut command,
@@ -679,7 +689,7 @@ pub(crate) fn run_tests(args: &TestArgs) -> Result<()> {
     expect_through_nic(&text, 4 * 100)?;
     // Fortran's INTEGER, INTEGER(8), REAL, DOUBLE PRECISION and MPI_2INTEGER: seven reductions
     // a round, twenty rounds, combined in the NIC on every process.
-    let mut command = mpirun(&components, &daemon.socket, 4, 100, Transport::SharedMemory)?;
+    let mut command = mpirun_checked(&components, &daemon.socket, 4)?;
     command.arg(programs.join("reduce_fortran"));
     let text = run_expecting(
         &mut command,
@@ -691,7 +701,7 @@ pub(crate) fn run_tests(args: &TestArgs) -> Result<()> {
 
     println!("\n-- a killed rank");
     let victim = 2;
-    let mut command = mpirun(&components, &daemon.socket, 4, 100, Transport::SharedMemory)?;
+    let mut command = mpirun_checked(&components, &daemon.socket, 4)?;
     command
         .args(["--enable-recovery", "--mca", "coll_nicbar_timeout", "3000"])
         .arg(programs.join("barrier_kill"))
@@ -700,7 +710,7 @@ pub(crate) fn run_tests(args: &TestArgs) -> Result<()> {
     check_kill_report(&text, 4, victim, "MPI_Barrier")?;
 
     println!("\n-- a killed rank in a data collective");
-    let mut command = mpirun(&components, &daemon.socket, 4, 100, Transport::SharedMemory)?;
+    let mut command = mpirun_checked(&components, &daemon.socket, 4)?;
     command
         .args(["--enable-recovery", "--mca", "coll_nicbar_timeout", "3000"])
         .arg(programs.join("coll_kill"))
@@ -709,7 +719,7 @@ pub(crate) fn run_tests(args: &TestArgs) -> Result<()> {
     check_kill_report(&text, 4, victim, "MPI_Alltoall")?;
 
     println!("\n-- a killed rank in an allreduce in the NIC");
-    let mut command = mpirun(&components, &daemon.socket, 4, 100, Transport::SharedMemory)?;
+    let mut command = mpirun_checked(&components, &daemon.socket, 4)?;
     command
         .args(["--enable-recovery", "--mca", "coll_nicbar_timeout", "3000"])
         .arg(programs.join("coll_kill"))
@@ -723,13 +733,7 @@ pub(crate) fn run_tests(args: &TestArgs) -> Result<()> {
         let tests = mpi4py_tests()?;
         for processes in [2, 4] {
             println!("\n-- mpi4py {MPI4PY}'s test suite, {processes} processes");
-            let mut command = mpirun(
-                &components,
-                &daemon.socket,
-                processes,
-                100,
-                Transport::SharedMemory,
-            )?;
+            let mut command = mpirun_checked(&components, &daemon.socket, processes)?;
             command
                 .current_dir(tests.parent().ok_or("no directory")?)
                 .arg(SYSTEM_PYTHON)
@@ -763,13 +767,7 @@ fn check_opposite_order_barriers(
         println!(
             "\n-- MPI_Ibarrier on two communicators in opposite orders, {processes} processes"
         );
-        let mut command = mpirun(
-            components,
-            &daemon.socket,
-            processes,
-            100,
-            Transport::SharedMemory,
-        )?;
+        let mut command = mpirun_checked(components, &daemon.socket, processes)?;
         command
             .arg(programs.join("barrier_opposite"))
             .arg(ROUNDS.to_string());
@@ -796,13 +794,8 @@ fn check_reductions(
     programs: &Path,
     run_dir: &Path,
 ) -> Result<()> {
-    let faults: Vec<String> = ["--loss", "0.05", "--duplicate", "0.05", "--reorder", "0.05"]
-        .iter()
-        .map(|s| (*s).to_owned())
-        .chain(["--seed".to_owned(), "7".to_owned()])
-        .collect();
     let plain = Daemon::start(nicctl, &run_dir.join("reduce"), 5, &[])?;
-    let faulty = Daemon::start(nicctl, &run_dir.join("reduce-faulty"), 4, &faults)?;
+    let faulty = Daemon::start(nicctl, &run_dir.join("reduce-faulty"), 4, &lossy_wire(7))?;
     // At 2 processes as users get it by default (what the NIC does not combine goes to the
     // component below); at 5 and through the fault injector with the NIC's messages carrying it
     // (the algorithm chosen by size: recursive doubling, and Rabenseifner's above 64 KiB).
@@ -817,13 +810,7 @@ fn check_reductions(
             "the rest through the component below"
         };
         println!("\n-- MPI_Allreduce and MPI_Reduce, {processes} processes, {wire} wire, {rest}");
-        let mut command = mpirun(
-            components,
-            &daemon.socket,
-            processes,
-            100,
-            Transport::SharedMemory,
-        )?;
+        let mut command = mpirun_checked(components, &daemon.socket, processes)?;
         if over_messages {
             command.args(["--mca", "coll_nicbar_allreduce_algorithm", "0"]);
         }
@@ -844,7 +831,7 @@ fn check_reductions(
     // The long vectors and user operations again with the other algorithms forced.
     for (algorithm, name) in [("1", "recursive doubling"), ("3", "the ring")] {
         println!("\n-- long MPI_Allreduce and MPI_Reduce, 5 processes, {name} forced");
-        let mut command = mpirun(components, &plain.socket, 5, 100, Transport::SharedMemory)?;
+        let mut command = mpirun_checked(components, &plain.socket, 5)?;
         command.args(["--mca", "coll_nicbar_allreduce_algorithm", algorithm]);
         command
             .arg(programs.join("reduce_check"))
@@ -881,13 +868,7 @@ fn check_persistent(
     let daemon = Daemon::start(nicctl, &run_dir.join("persistent"), 5, &[])?;
     for processes in [2, 5] {
         println!("\n-- persistent collectives, {processes} processes");
-        let mut command = mpirun(
-            components,
-            &daemon.socket,
-            processes,
-            100,
-            Transport::SharedMemory,
-        )?;
+        let mut command = mpirun_checked(components, &daemon.socket, processes)?;
         command
             .arg(programs.join("persistent_check"))
             .arg(STARTS.to_string());
@@ -918,13 +899,7 @@ fn check_reproducible_sum(
     let daemon = Daemon::start(nicctl, &run_dir.join("reproducible"), 8, &[])?;
     for processes in [3, 8] {
         println!("\n-- the reproducible sum, {processes} processes");
-        let mut command = mpirun(
-            components,
-            &daemon.socket,
-            processes,
-            100,
-            Transport::SharedMemory,
-        )?;
+        let mut command = mpirun_checked(components, &daemon.socket, processes)?;
         command.args(["--mca", "coll_nicbar_reproducible_sum", "1"]);
         command
             .arg(programs.join("reproducible_check"))
