@@ -31,11 +31,18 @@ impl Cluster {
     /// A daemon whose NICs run on `threads` threads (the default for this host if `None`) with
     /// idle policy `idle`.
     fn on_threads(name: &str, units: u16, threads: Option<usize>, idle: IdlePolicy) -> Self {
+        Self::configured(name, units, |config| {
+            config.threads = threads;
+            config.idle = idle;
+        })
+    }
+
+    /// A daemon of `units` NICs with its configuration as `configure` leaves it.
+    fn configured(name: &str, units: u16, configure: impl FnOnce(&mut EmulatorConfig)) -> Self {
         let dir =
             std::env::temp_dir().join(format!("nicbar-barrier-{name}-{}", std::process::id()));
         let mut config = EmulatorConfig::in_process(dir.join("control.sock"), units);
-        config.threads = threads;
-        config.idle = idle;
+        configure(&mut config);
         let emulator = Emulator::spawn(config).unwrap();
         Self { emulator, dir }
     }
@@ -749,14 +756,10 @@ fn barriers_alternate_on_two_sleeping_nic_threads() {
 #[test]
 fn a_barrier_rings_a_sleeping_nic_once() {
     const BARRIERS: u64 = 200;
-    let dir = std::env::temp_dir().join(format!("nicbar-barrier-rings-{}", std::process::id()));
-    let mut config = EmulatorConfig::in_process(dir.join("control.sock"), 2);
-    config.idle = IdlePolicy::Sleep;
-    config.idle_linger = Duration::ZERO;
-    let cluster = Cluster {
-        emulator: Emulator::spawn(config).unwrap(),
-        dir,
-    };
+    let cluster = Cluster::configured("rings", 2, |config| {
+        config.idle = IdlePolicy::Sleep;
+        config.idle_linger = Duration::ZERO;
+    });
     let ports = [cluster.open(0, 1), cluster.open(1, 1)];
     let group = Group::new(ports.iter().map(member))
         .unwrap()
