@@ -190,7 +190,13 @@ fn bench_barriers(
                 .arg(args.iterations.to_string());
             let cpu_before = daemon.nic_cpu_ns();
             let stopped = (priority < 0).then(|| daemon.stopped()).transpose()?;
-            let (text, ok) = run_captured(&mut command, Duration::from_secs(600))?;
+            let (text, ok) = run_row(
+                &mut command,
+                Duration::from_secs(600),
+                priority < 0,
+                &format!("{barrier} at {processes} processes"),
+                |text| parse_result(text).is_some(),
+            )?;
             drop(stopped);
             let nic_cpu_ms =
                 (priority > 0).then(|| daemon.nic_cpu_ns().saturating_sub(cpu_before) as f64 / 1e6);
@@ -391,7 +397,13 @@ fn bench_collectives(
                 command.arg(args.collectives.join(","));
             }
             let stopped = (priority < 0).then(|| daemon.stopped()).transpose()?;
-            let (text, ok) = run_captured(&mut command, Duration::from_secs(1800))?;
+            let (text, ok) = run_row(
+                &mut command,
+                Duration::from_secs(1800),
+                priority < 0,
+                &format!("{served_by} at {processes} processes"),
+                |text| !parse_collective_results(text).is_empty(),
+            )?;
             drop(stopped);
             let lines = parse_collective_results(&text);
             if !ok || lines.is_empty() {
@@ -736,6 +748,26 @@ fn mpirun_namespaces(components: &Path, run_dir: &Path, hosts: usize) -> Result<
     Ok(command)
 }
 
+/// Runs one row of a table under `mpirun`: its output, and whether it exited well. A row of
+/// Open MPI's own collectives (`reference`) that fails or gives no result (`has_result` says)
+/// runs once more, saying so: it measures Open MPI, not nicbar, and one in a couple of hundred
+/// has ended with no result and no word on a loaded 2-core host. A row through the component
+/// runs once: its failure is nicbar's to report.
+fn run_row(
+    command: &mut Command,
+    limit: Duration,
+    reference: bool,
+    what: &str,
+    has_result: impl Fn(&str) -> bool,
+) -> Result<(String, bool)> {
+    let (text, ok) = run_captured(command, limit)?;
+    if !reference || (ok && has_result(&text)) {
+        return Ok((text, ok));
+    }
+    println!("{what} (Open MPI's own collectives) gave no result: running it once more");
+    run_captured(command, limit)
+}
+
 /// The component and Open MPI over TCP across `hosts` namespaces.
 fn bench_namespaces(
     prefix: &Path,
@@ -824,4 +856,38 @@ pub(super) fn parse_result(text: &str) -> Option<BarrierResult> {
         post_us: field("post_us=")?,
         wait_us: field("wait_us=")?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A command that fails the first time it runs in `dir` and prints a result after.
+    fn fails_once(dir: &Path) -> Command {
+        let mut command = Command::new("sh");
+        command.arg("-c").arg(format!(
+            "if [ -e {0}/ran ]; then echo result; else touch {0}/ran; exit 1; fi",
+            dir.display()
+        ));
+        command
+    }
+
+    #[test]
+    fn a_reference_row_that_fails_runs_once_more_and_a_components_row_does_not() {
+        let dir = target_dir()
+            .join("xtask-tests")
+            .join(format!("run-row-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let limit = Duration::from_secs(30);
+        let has_result = |text: &str| text.contains("result");
+
+        let (text, ok) = run_row(&mut fails_once(&dir), limit, true, "ref", has_result).unwrap();
+        assert!(ok && has_result(&text), "the second run's output: {text:?}");
+
+        std::fs::remove_file(dir.join("ran")).unwrap();
+        let (_, ok) = run_row(&mut fails_once(&dir), limit, false, "nicbar", has_result).unwrap();
+        assert!(!ok, "a row through the component ran again");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
