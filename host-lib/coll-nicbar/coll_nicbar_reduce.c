@@ -69,12 +69,22 @@ typedef struct {
  * as the integers of their size, REAL, REAL4, REAL8 and DOUBLE PRECISION as `float` or `double`
  * by theirs (the Fortran compiler's kinds: Open MPI says how long they are), and MPI_2INTEGER of
  * two 4-byte INTEGERs as the NIC's (value, index) pairs for MINLOC and MAXLOC. MPI's logical
- * operations are defined on Fortran's LOGICAL, not its INTEGER: those stay with the component
- * below.
+ * operations are defined on Fortran's LOGICAL, not its INTEGER: LOGICAL takes them as the
+ * integer of its size, whose logical operations give 1 or 0 as Open MPI's own do (C's `&&`,
+ * `||` and `!=` on the values), and INTEGER leaves them to the component below.
  */
 static nic_type_t fortran_type(struct ompi_datatype_t *dtype, int32_t op)
 {
     nic_type_t none = {0, 0};
+    int logical = NICBAR_REDUCE_LAND == op || NICBAR_REDUCE_LOR == op || NICBAR_REDUCE_LXOR == op;
+    if (MPI_LOGICAL == dtype) {
+        size_t size = 0;
+        ompi_datatype_type_size(dtype, &size);
+        if (!logical || (4 != size && 8 != size)) {
+            return none;
+        }
+        return (nic_type_t){4 == size ? NICBAR_REDUCE_INT32 : NICBAR_REDUCE_INT64, size};
+    }
     int pair = MPI_2INTEGER == dtype;
     int integer = MPI_INTEGER == dtype;
 #if OMPI_HAVE_FORTRAN_INTEGER4
@@ -97,7 +107,6 @@ static nic_type_t fortran_type(struct ompi_datatype_t *dtype, int32_t op)
     ompi_datatype_type_size(dtype, &size);
     int pairwise = NICBAR_REDUCE_MINLOC == op || NICBAR_REDUCE_MAXLOC == op;
     int bitwise = NICBAR_REDUCE_BAND == op || NICBAR_REDUCE_BOR == op || NICBAR_REDUCE_BXOR == op;
-    int logical = NICBAR_REDUCE_LAND == op || NICBAR_REDUCE_LOR == op || NICBAR_REDUCE_LXOR == op;
     if (pairwise) {
         return pair && 8 == size ? (nic_type_t){NICBAR_REDUCE_INT32, 8} : none;
     }
@@ -115,8 +124,8 @@ static nic_type_t fortran_type(struct ompi_datatype_t *dtype, int32_t op)
 
 /*
  * The NIC's element type for `dtype` under `op` (0 if none): the integer and floating-point
- * types for the arithmetic and comparing operations, integers for the logical ones, integers
- * and MPI_BYTE for the bitwise ones (MPI's rules), and for MINLOC and MAXLOC the pair types laid
+ * types for the arithmetic and comparing operations, integers and C's bool for the logical ones,
+ * integers and MPI_BYTE for the bitwise ones (MPI's rules), and for MINLOC and MAXLOC the pair types laid
  * out as the NIC's packed (value, int) pairs: MPI_2INT and MPI_FLOAT_INT (MPI_DOUBLE_INT,
  * MPI_LONG_INT and MPI_SHORT_INT have padding in C); and Fortran's types (fortran_type).
  */
@@ -167,6 +176,10 @@ static nic_type_t nic_type(struct ompi_datatype_t *dtype, int32_t op)
     }
     if (MPI_BYTE == dtype) {
         return bitwise ? (nic_type_t){NICBAR_REDUCE_UINT8, 1} : none;
+    }
+    if (MPI_C_BOOL == dtype) {
+        /* C's bool takes the logical operations alone, as 1 or 0 (Open MPI's own alike). */
+        return logical && 1 == sizeof(_Bool) ? (nic_type_t){NICBAR_REDUCE_UINT8, 1} : none;
     }
     if (bitwise || logical) {
         return fortran_type(dtype, op);

@@ -1,5 +1,6 @@
 ! MPI_Allreduce, MPI_Iallreduce and MPI_Reduce from Fortran (the mpi_f08 bindings) on INTEGER,
-! INTEGER(8), REAL, DOUBLE PRECISION and MPI_2INTEGER: the component combines Fortran's types in
+! INTEGER(8), REAL, DOUBLE PRECISION, MPI_2INTEGER and LOGICAL (under MPI_LAND, MPI_LOR and
+! MPI_LXOR, as a convergence test asks every rank): the component combines Fortran's types in
 ! the NIC as it does C's. The inputs are small integers, exact in every type, so each result is
 ! known. Prints "fortran reductions: N ok" on rank 0 (N checks on all ranks), else the failures.
 program reduce
@@ -12,6 +13,7 @@ program reduce
     real :: reals(8), real_sums(8)
     double precision :: doubles(4), double_sums(4), one, one_sum
     integer :: pairs(2, 2), located(2, 2), r
+    logical :: flags(3), all_set(3), any_set(3), odd_set(3)
     type(MPI_Request) :: request
 
     call MPI_Init(ierror)
@@ -33,6 +35,9 @@ program reduce
             pairs(2, j) = rank
         end do
         one = dble(rank + round)
+        do j = 1, 3
+            flags(j) = mod(rank + j + round, 3) /= 0
+        end do
 
         call MPI_Allreduce(ints, int_sums, 4, MPI_INTEGER, MPI_SUM, MPI_COMM_WORLD, ierror)
         do j = 1, 4
@@ -58,6 +63,14 @@ program reduce
         do j = 1, 2
             call expect(located(1, j) == least(j + round) .and. &
                         located(2, j) == first_at(j + round, least(j + round)))
+        end do
+        call MPI_Allreduce(flags, all_set, 3, MPI_LOGICAL, MPI_LAND, MPI_COMM_WORLD, ierror)
+        call MPI_Allreduce(flags, any_set, 3, MPI_LOGICAL, MPI_LOR, MPI_COMM_WORLD, ierror)
+        call MPI_Allreduce(flags, odd_set, 3, MPI_LOGICAL, MPI_LXOR, MPI_COMM_WORLD, ierror)
+        do j = 1, 3
+            call expect((all_set(j) .eqv. (set_on(j + round) == nprocs)) .and. &
+                        (any_set(j) .eqv. (set_on(j + round) > 0)) .and. &
+                        (odd_set(j) .eqv. (mod(set_on(j + round), 2) == 1)))
         end do
         call MPI_Reduce(ints, mins, 4, MPI_INTEGER, MPI_MIN, mod(round, nprocs), &
                         MPI_COMM_WORLD, ierror)
@@ -91,6 +104,15 @@ contains
             least = min(least, mod(r + shift, 3))
         end do
     end function least
+
+    ! How many ranks r have mod(r + shift, 3) /= 0 (their flag set).
+    integer function set_on(shift)
+        integer, intent(in) :: shift
+        set_on = 0
+        do r = 0, nprocs - 1
+            if (mod(r + shift, 3) /= 0) set_on = set_on + 1
+        end do
+    end function set_on
 
     ! The smallest rank r whose mod(r + shift, 3) is `value`.
     integer function first_at(shift, value)

@@ -4,7 +4,8 @@
  * the component below): each result against a reference every rank computes itself, folding
  * every rank's input in rank order with MPI_Reduce_local (Open MPI's own operation code).
  * Inputs are small integers, exact in every type, so every order of combination gives the same
- * bits. Fortran's types too, at the sizes its compiler gave them. Runs on MPI_COMM_WORLD, a dup
+ * bits. Fortran's types too, at the sizes its compiler gave them, and the truth types (C's bool,
+ * Fortran's LOGICAL) under the logical operations. Runs on MPI_COMM_WORLD, a dup
  * of it and a split of it; in place and not; every root.
  * Then long vectors (which go over the NIC's messages) and user-defined operations: one that
  * does not commute (composing affine maps on MPI_2INT, so only rank order gives the reference)
@@ -29,6 +30,7 @@ typedef struct {
     int is_signed;
     int pair;    /* a (value, int) type of MINLOC and MAXLOC */
     int fortran; /* Fortran's: its size is the compiler's kind, asked of MPI */
+    int boolean; /* C's bool or Fortran's LOGICAL: the logical operations alone */
 } type_t;
 
 typedef struct {
@@ -336,6 +338,8 @@ int main(int argc, char **argv)
         {MPI_INTEGER8, "MPI_INTEGER8", 0, 0, 1, 0, 1},
 #endif
         {MPI_2INTEGER, "MPI_2INTEGER", 0, 0, 1, 1, 1},
+        {MPI_C_BOOL, "MPI_C_BOOL", 1, 0, 0, 0, 0, 1},
+        {MPI_LOGICAL, "MPI_LOGICAL", 0, 0, 0, 0, 1, 1},
     };
     const op_t ops[] = {
         {MPI_SUM, "MPI_SUM"},   {MPI_PROD, "MPI_PROD"},     {MPI_MIN, "MPI_MIN"},
@@ -367,7 +371,9 @@ int main(int argc, char **argv)
                 int logical = MPI_LAND == op->op || MPI_LOR == op->op || MPI_LXOR == op->op;
                 /* MPI's rules: what each operation is defined on. */
                 if (pairwise != type->pair || (type->floating && (bitwise || logical)) ||
-                    (MPI_BYTE == type->type && !bitwise) || (type->fortran && logical)) {
+                    (MPI_BYTE == type->type && !bitwise) ||
+                    (type->fortran && !type->boolean && logical) ||
+                    (type->boolean && !logical)) {
                     continue;
                 }
                 /* Fortran kinds this program does not lay out: (INTEGER, INTEGER) of two
