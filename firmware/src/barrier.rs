@@ -956,16 +956,10 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             connection.record.forget_barrier(port, run.barrier);
         }
         // The values this reduction sent go with it unless a packet of it may be sent again
-        // (queued, or not yet acknowledged): on a route that loses nothing, at once. A value left
-        // here goes when the port needs its place (`keep_value`).
-        if run.reduce.is_some() && !self.broadcast_in_use(port, generation, run.barrier, false) {
-            let ended = run.barrier;
-            if let Some(slot) = self.ports.slot_mut(port) {
-                slot.reduce_values.forget(|key| {
-                    matches!(key, ValueKey::Sent { generation: g, barrier, .. }
-                        if *g == generation && *barrier == ended)
-                });
-            }
+        // (queued, or not yet acknowledged): on a route that loses nothing, at once; else when
+        // the ack of its last packet comes (`barrier_packet_through`).
+        if run.reduce.is_some() {
+            self.forget_sent_values(port, generation, run.barrier);
         }
         let (kind, (peer_node, peer_port)) = if status == Status::SUCCESS {
             self.counters.barriers_completed += 1;
@@ -1056,6 +1050,39 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             slot.reduce_values.forget(|kept| evictable.contains(kept));
             slot.reduce_values.keep(key, data)
         })
+    }
+
+    /// A packet of `port`'s barrier `barrier` (incarnation `generation`) was acknowledged. The
+    /// ack of a barrier packet waits for the next barrier's packets to carry it, so a
+    /// reduction's packets are mostly still unacknowledged when it ends: the values it sent go
+    /// here instead, once nothing of it may be sent again. Every step of a reduction looks
+    /// through the port's values, and so finds only those of what runs, not a full table's
+    /// worth of ended ones waiting for `keep_value` to make room.
+    pub(crate) fn barrier_packet_through(
+        &mut self,
+        port: usize,
+        generation: Generation,
+        barrier: BarrierId,
+    ) {
+        if self.ports.slot(port).is_some_and(|slot| {
+            slot.reduce_values
+                .keys()
+                .any(|key| sent_by(&key, generation, barrier))
+        }) {
+            self.forget_sent_values(port, generation, barrier);
+        }
+    }
+
+    /// Forgets the values `port` (incarnation `generation`) sent in reduction `barrier` unless
+    /// a packet of it may be sent again (or it still runs).
+    fn forget_sent_values(&mut self, port: usize, generation: Generation, barrier: BarrierId) {
+        if self.broadcast_in_use(port, generation, barrier, false) {
+            return;
+        }
+        if let Some(slot) = self.ports.slot_mut(port) {
+            slot.reduce_values
+                .forget(|key| sent_by(key, generation, barrier));
+        }
     }
 
     /// The value `port` (incarnation `generation`) sent in `round` of reduction `barrier`, if
@@ -1282,4 +1309,10 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                     || connection.sent.iter().any(|sent| carries(&sent.body))
             })
     }
+}
+
+/// Whether `key` names a value sent by incarnation `generation` of a port in reduction
+/// `barrier`.
+fn sent_by(key: &ValueKey, generation: Generation, barrier: BarrierId) -> bool {
+    matches!(key, ValueKey::Sent { generation: g, barrier: b, .. } if *g == generation && *b == barrier)
 }

@@ -160,6 +160,19 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                         segment,
                     });
                 }
+                Body::Barrier {
+                    port,
+                    generation,
+                    barrier,
+                    failed: None,
+                    ..
+                } => {
+                    let _ = acked.push(Acked::Barrier {
+                        port,
+                        generation,
+                        barrier,
+                    });
+                }
                 _ => {}
             }
             connection.sent.pop_front();
@@ -189,6 +202,11 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                     serial,
                     segment,
                 } => self.segment_acknowledged(port, slot, serial, segment),
+                Acked::Barrier {
+                    port,
+                    generation,
+                    barrier,
+                } => self.barrier_packet_through(usize::from(port), generation, barrier),
             }
         }
     }
@@ -767,5 +785,11 @@ enum Acked {
         slot: u8,
         serial: u32,
         segment: u32,
+    },
+    /// A packet of a barrier of `port` (incarnation `generation`): a reduction's values may go.
+    Barrier {
+        port: u8,
+        generation: shared_abi::ids::Generation,
+        barrier: shared_abi::ids::BarrierId,
     },
 }

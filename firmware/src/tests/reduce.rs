@@ -113,6 +113,28 @@ fn an_allreduce_between_ports_of_one_nic_leaves_no_value_behind() {
     }
 }
 
+#[test]
+fn an_allreduce_over_the_wire_leaves_no_sent_value_once_its_packets_are_acknowledged() {
+    // A barrier packet's ack waits for the next barrier to carry it (or for the ack delay), so
+    // the reduction ends with its packets unacknowledged: its values go when the acks come,
+    // and the next reduction's steps look through an empty table, not a full one.
+    let mut net = Net::new(4);
+    let members: Vec<(u16, u8)> = (0..4).map(|node| (node, 1)).collect();
+    for &(node, port) in &members {
+        net.open(node, port);
+    }
+    let values = [5u32, 6, 7, 8];
+    for (status, bytes) in allreduce(&mut net, &members, &values) {
+        assert_eq!(status, Status::SUCCESS);
+        assert_eq!(bytes, expected(&values));
+    }
+    for &(node, port) in &members {
+        let slot = net[node].nic.ports.slot(usize::from(port)).unwrap();
+        let kept: Vec<_> = slot.reduce_values.keys().collect();
+        assert!(kept.is_empty(), "node {node} port {port} still keeps {kept:?}");
+    }
+}
+
 /// Runs an allreduce with `spec` over `members` (each a port on a node of its own), member
 /// `rank` bringing `payloads[rank]`, through a lossy wire drawn from `seed`; checks every member
 /// completed it and returns each one's result bytes.
