@@ -131,7 +131,10 @@ fn an_allreduce_over_the_wire_leaves_no_sent_value_once_its_packets_are_acknowle
     for &(node, port) in &members {
         let slot = net[node].nic.ports.slot(usize::from(port)).unwrap();
         let kept: Vec<_> = slot.reduce_values.keys().collect();
-        assert!(kept.is_empty(), "node {node} port {port} still keeps {kept:?}");
+        assert!(
+            kept.is_empty(),
+            "node {node} port {port} still keeps {kept:?}"
+        );
     }
 }
 
