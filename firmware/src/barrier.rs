@@ -955,12 +955,11 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         for connection in self.connections.iter_mut() {
             connection.record.forget_barrier(port, run.barrier);
         }
-        // The values this reduction sent go with it unless a packet of it may be sent again
-        // (queued, or not yet acknowledged): on a route that loses nothing, at once; else when
-        // the ack of its last packet comes (`barrier_packet_through`).
-        if run.reduce.is_some() {
-            self.forget_sent_values(port, generation, run.barrier);
-        }
+        // The values this reduction sent, and this broadcast's bytes, go with it unless a packet
+        // of it may be sent again (queued, or not yet acknowledged): on a route that loses
+        // nothing, at once; else when the ack of its last packet comes
+        // (`barrier_packet_through`).
+        self.release_held(port, generation, run.barrier);
         let (kind, (peer_node, peer_port)) = if status == Status::SUCCESS {
             self.counters.barriers_completed += 1;
             (EventKind::BARRIER_COMPLETED, (NodeId::new(0), PortId(0)))
@@ -1054,34 +1053,44 @@ impl<H: Hal, const C: usize> Nic<H, C> {
 
     /// A packet of `port`'s barrier `barrier` (incarnation `generation`) was acknowledged. The
     /// ack of a barrier packet waits for the next barrier's packets to carry it, so a
-    /// reduction's packets are mostly still unacknowledged when it ends: the values it sent go
-    /// here instead, once nothing of it may be sent again. Every step of a reduction looks
-    /// through the port's values, and so finds only those of what runs, not a full table's
-    /// worth of ended ones waiting for `keep_value` to make room.
+    /// reduction's or a broadcast's packets are mostly still unacknowledged when it ends: what
+    /// the port holds for it goes here instead ([`Nic::release_held`]).
     pub(crate) fn barrier_packet_through(
         &mut self,
         port: usize,
         generation: Generation,
         barrier: BarrierId,
     ) {
-        if self.ports.slot(port).is_some_and(|slot| {
-            slot.reduce_values
-                .keys()
-                .any(|key| sent_by(&key, generation, barrier))
-        }) {
-            self.forget_sent_values(port, generation, barrier);
-        }
+        self.release_held(port, generation, barrier);
     }
 
-    /// Forgets the values `port` (incarnation `generation`) sent in reduction `barrier` unless
-    /// a packet of it may be sent again (or it still runs).
-    fn forget_sent_values(&mut self, port: usize, generation: Generation, barrier: BarrierId) {
-        if self.broadcast_in_use(port, generation, barrier, false) {
+    /// Lets go of what `port` (incarnation `generation`) holds for barrier `barrier` once
+    /// nothing of it may be sent again: the values it sent in a reduction, and a broadcast's
+    /// bytes unless a record's early packet waits for them. Every step of a reduction looks
+    /// through the port's values, and every broadcast kept in a full table asks of each place
+    /// whether its bytes are still needed (a look through every connection); held until the
+    /// table was full, they made both cost a full table's worth.
+    fn release_held(&mut self, port: usize, generation: Generation, barrier: BarrierId) {
+        let Some(slot) = self.ports.slot(port) else {
+            return;
+        };
+        let values = slot
+            .reduce_values
+            .keys()
+            .any(|key| sent_by(&key, generation, barrier));
+        let bytes = slot.broadcasts.get(generation, barrier).is_some();
+        if !(values || bytes) || self.broadcast_in_use(port, generation, barrier, false) {
             return;
         }
+        let recorded = bytes && self.broadcast_in_use(port, generation, barrier, true);
         if let Some(slot) = self.ports.slot_mut(port) {
-            slot.reduce_values
-                .forget(|key| sent_by(key, generation, barrier));
+            if values {
+                slot.reduce_values
+                    .forget(|key| sent_by(key, generation, barrier));
+            }
+            if bytes && !recorded {
+                slot.broadcasts.forget(generation, barrier);
+            }
         }
     }
 

@@ -15,7 +15,9 @@ use shared_abi::ids::{BarrierId, Generation};
 /// way to those of the running barrier and to a root's, and bytes that find no place are dropped
 /// (the packet is taken all the same: refusing it would hold up its connection). With the tree
 /// rooted at the root no member receives the bytes before it runs the broadcast, so the only bytes
-/// a place is held for are those of its packets not yet acknowledged.
+/// a place is held for are those of its packets not yet acknowledged: they go when the broadcast
+/// ends or the ack of its last packet comes, whichever is later (`Nic::release_held`), so a place
+/// is most often free when the next broadcast comes.
 pub(crate) const BROADCASTS_KEPT: usize = 8;
 
 /// One broadcast's bytes, as one port (incarnation `generation`) holds them.
@@ -51,6 +53,15 @@ impl BroadcastBytes {
             .iter()
             .flatten()
             .find(|b| b.generation == generation && b.barrier == barrier)
+    }
+
+    /// Forgets the bytes of `barrier` held by incarnation `generation`, if kept.
+    pub(crate) fn forget(&mut self, generation: Generation, barrier: BarrierId) {
+        for kept in &mut self.kept {
+            if kept.is_some_and(|b| b.generation == generation && b.barrier == barrier) {
+                *kept = None;
+            }
+        }
     }
 
     /// Where the bytes of broadcast `barrier` for incarnation `generation` may be kept: the
