@@ -957,8 +957,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         }
         // The values this reduction sent, and this broadcast's bytes, go with it unless a packet
         // of it may be sent again (queued, or not yet acknowledged): on a route that loses
-        // nothing, at once; else when the ack of its last packet comes
-        // (`barrier_packet_through`).
+        // nothing, at once; else when the ack of its last packet comes (`handle_ack`).
         self.release_held(port, generation, run.barrier);
         let (kind, (peer_node, peer_port)) = if status == Status::SUCCESS {
             self.counters.barriers_completed += 1;
@@ -1051,26 +1050,15 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         })
     }
 
-    /// A packet of `port`'s barrier `barrier` (incarnation `generation`) was acknowledged. The
-    /// ack of a barrier packet waits for the next barrier's packets to carry it, so a
-    /// reduction's or a broadcast's packets are mostly still unacknowledged when it ends: what
-    /// the port holds for it goes here instead ([`Nic::release_held`]).
-    pub(crate) fn barrier_packet_through(
-        &mut self,
-        port: usize,
-        generation: Generation,
-        barrier: BarrierId,
-    ) {
-        self.release_held(port, generation, barrier);
-    }
-
     /// Lets go of what `port` (incarnation `generation`) holds for barrier `barrier` once
     /// nothing of it may be sent again: the values it sent in a reduction, and a broadcast's
-    /// bytes unless a record's early packet waits for them. Every step of a reduction looks
-    /// through the port's values, and every broadcast kept in a full table asks of each place
-    /// whether its bytes are still needed (a look through every connection); held until the
-    /// table was full, they made both cost a full table's worth.
-    fn release_held(&mut self, port: usize, generation: Generation, barrier: BarrierId) {
+    /// bytes unless a record's early packet waits for them. Called at the barrier's end and at
+    /// the ack of each of its packets: a barrier packet's ack waits for the next barrier's
+    /// packets to carry it, so they are mostly unacknowledged when it ends. Every step of a
+    /// reduction looks through the port's values, and every broadcast kept in a full table asks
+    /// of each place whether its bytes are still needed (a look through every connection); held
+    /// until the table was full, they made both cost a full table's worth.
+    pub(crate) fn release_held(&mut self, port: usize, generation: Generation, barrier: BarrierId) {
         let Some(slot) = self.ports.slot(port) else {
             return;
         };

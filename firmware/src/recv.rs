@@ -206,7 +206,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                     port,
                     generation,
                     barrier,
-                } => self.barrier_packet_through(usize::from(port), generation, barrier),
+                } => self.release_held(usize::from(port), generation, barrier),
             }
         }
     }
@@ -786,7 +786,8 @@ enum Acked {
         serial: u32,
         segment: u32,
     },
-    /// A packet of a barrier of `port` (incarnation `generation`): a reduction's values may go.
+    /// A packet of a barrier of `port` (incarnation `generation`): what the port holds for a
+    /// reduction or a broadcast may go.
     Barrier {
         port: u8,
         generation: shared_abi::ids::Generation,
