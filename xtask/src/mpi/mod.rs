@@ -464,22 +464,14 @@ fn mpirun_checked(components: &Path, socket: &Path, processes: usize) -> Result<
     mpirun(components, socket, processes, 100, Transport::SharedMemory)
 }
 
-/// The daemon arguments of a wire that loses, duplicates and reorders 5 % of its packets, the
-/// fault injector seeded with `seed`.
-fn lossy_wire(seed: u64) -> Vec<String> {
-    [
-        "--loss",
-        "0.05",
-        "--duplicate",
-        "0.05",
-        "--reorder",
-        "0.05",
-        "--seed",
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .chain([seed.to_string()])
-    .collect()
+/// The daemon arguments of a wire that loses, duplicates and reorders `rate` of its packets
+/// (a fraction), the fault injector seeded with `seed`.
+fn lossy_wire(rate: f64, seed: u64) -> Vec<String> {
+    ["--loss", "--duplicate", "--reorder"]
+        .iter()
+        .flat_map(|option| [(*option).to_owned(), rate.to_string()])
+        .chain(["--seed".to_owned(), seed.to_string()])
+        .collect()
 }
 
 /// Runs `command` with a deadline; returns its standard output and error, printed as it goes,
@@ -641,7 +633,7 @@ pub(crate) fn run_tests(args: &TestArgs) -> Result<()> {
             .duration_since(UNIX_EPOCH)
             .map_or(1, |d| d.as_nanos() as u64 & 0xffff_ffff);
         println!("\n-- concurrent barriers through the fault injector, run {attempt}, seed {seed}");
-        let daemon = Daemon::start(&nicctl, &run_dir.join("faulty"), 4, &lossy_wire(seed))?;
+        let daemon = Daemon::start(&nicctl, &run_dir.join("faulty"), 4, &lossy_wire(0.05, seed))?;
         let mut command = mpirun_checked(&components, &daemon.socket, 4)?;
         command.arg(programs.join("barrier_concurrent")).arg("200");
         let text = run_expecting(
@@ -795,7 +787,12 @@ fn check_reductions(
     run_dir: &Path,
 ) -> Result<()> {
     let plain = Daemon::start(nicctl, &run_dir.join("reduce"), 5, &[])?;
-    let faulty = Daemon::start(nicctl, &run_dir.join("reduce-faulty"), 4, &lossy_wire(7))?;
+    let faulty = Daemon::start(
+        nicctl,
+        &run_dir.join("reduce-faulty"),
+        4,
+        &lossy_wire(0.05, 7),
+    )?;
     // At 2 processes as users get it by default (what the NIC does not combine goes to the
     // component below); at 5 and through the fault injector with the NIC's messages carrying it
     // (the algorithm chosen by size: recursive doubling, and Rabenseifner's above 64 KiB).
@@ -1094,19 +1091,7 @@ fn check_data_collectives(
         .duration_since(UNIX_EPOCH)
         .map_or(1, |d| d.as_nanos() as u64 & 0xffff_ffff);
     println!("\n-- the data collectives through the fault injector, seed {seed}");
-    let faults: Vec<String> = [
-        "--loss",
-        "0.02",
-        "--duplicate",
-        "0.02",
-        "--reorder",
-        "0.02",
-        "--seed",
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .chain([seed.to_string()])
-    .collect();
+    let faults = lossy_wire(0.02, seed);
     let faulty = Daemon::start(nicctl, &run_dir.join("faulty-data"), 4, &faults)?;
     let text = run(&faulty.socket, 4, 100, &[], fault_bytes)
         .map_err(|error| format!("{error} (fault seed {seed})"))?;
@@ -1236,6 +1221,23 @@ fn check_kill_report(text: &str, processes: usize, victim: usize, operation: &st
 mod tests {
     use super::bench::{parse_collective_results, parse_result};
     use super::*;
+
+    #[test]
+    fn a_lossy_wire_is_the_fault_injectors_three_rates_and_its_seed() {
+        assert_eq!(
+            lossy_wire(0.02, 9),
+            [
+                "--loss",
+                "0.02",
+                "--duplicate",
+                "0.02",
+                "--reorder",
+                "0.02",
+                "--seed",
+                "9"
+            ]
+        );
+    }
 
     #[test]
     fn the_collective_result_lines_are_read() {
