@@ -124,10 +124,11 @@ static nic_type_t fortran_type(struct ompi_datatype_t *dtype, int32_t op)
 
 /*
  * The NIC's element type for `dtype` under `op` (0 if none): the integer and floating-point
- * types for the arithmetic and comparing operations, integers and C's bool for the logical ones,
- * integers and MPI_BYTE for the bitwise ones (MPI's rules), and for MINLOC and MAXLOC the pair types laid
- * out as the NIC's packed (value, int) pairs: MPI_2INT and MPI_FLOAT_INT (MPI_DOUBLE_INT,
- * MPI_LONG_INT and MPI_SHORT_INT have padding in C); and Fortran's types (fortran_type).
+ * types for the arithmetic and comparing operations, integers and C's bool for the logical
+ * ones, integers and MPI_BYTE for the bitwise ones (MPI's rules), and for MINLOC and MAXLOC the
+ * pair types laid out as the NIC's packed (value, int) pairs: MPI_2INT and MPI_FLOAT_INT
+ * (MPI_DOUBLE_INT, MPI_LONG_INT and MPI_SHORT_INT have padding in C); and Fortran's types
+ * (fortran_type).
  */
 static nic_type_t nic_type(struct ompi_datatype_t *dtype, int32_t op)
 {
