@@ -536,7 +536,9 @@ impl<H: Hal, const C: usize> Nic<H, C> {
 
     /// A barrier packet of `barrier` from `port` found its target `(node, dst_port)` gone for
     /// good (closed by an owner that ran the same job's barriers): if `port` still runs that
-    /// barrier, it fails at once naming the member, instead of waiting for it to open.
+    /// barrier and waits for a packet the member never sent, it fails at once naming the
+    /// member, instead of waiting for it to open. One that has all it needs from the member
+    /// goes on: the member entered, and a member missing further on is the one it names.
     pub(crate) fn barrier_target_gone(
         &mut self,
         port: usize,
@@ -546,12 +548,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     ) {
         self.counters.barrier_targets_gone += 1;
         if let Some(slot) = self.run_slot(port, barrier) {
-            self.finish_barrier(
-                port,
-                slot,
-                Status::TARGET_PORT_CLOSED,
-                Some((node, dst_port)),
-            );
+            self.fail_run_needing(port, slot, node, Some(dst_port), Status::TARGET_PORT_CLOSED);
         }
     }
 
@@ -781,7 +778,9 @@ impl<H: Hal, const C: usize> Nic<H, C> {
 
     /// `peer`'s port `source` (generation `generation`) closed. A running barrier that still
     /// waits for a packet it has not received from that port can never complete: it fails,
-    /// naming the port. What a dead incarnation left for ports not in a barrier is forgotten.
+    /// naming the port. What the dead incarnation sent for barriers not running yet stays, for
+    /// the barrier of its identity to take (a member that entered and exited still entered);
+    /// only GM's raw barriers' packets, which name no barrier, are forgotten.
     pub(crate) fn peer_port_closed(&mut self, peer: NodeId, source: usize, generation: Generation) {
         let Some(source_id) = u8::try_from(source).ok().map(PortId) else {
             return;
@@ -819,12 +818,12 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             if running {
                 self.fail_barrier_needing(port, peer, Some(source_id), Status::TARGET_PORT_CLOSED);
             } else if peer == self.node {
-                self.local_record.clear_source(port, source, generation);
+                self.local_record.forget_raw_from(port, source, generation);
             } else if let Some(connection) = self
                 .connection_index(peer)
                 .and_then(|i| self.connections.get_mut(i))
             {
-                connection.record.clear_source(port, source, generation);
+                connection.record.forget_raw_from(port, source, generation);
             }
         }
     }
@@ -861,18 +860,20 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             return;
         };
         let barrier = run.barrier;
-        let Some(step) = run.still_needs(node, peer_port) else {
-            return;
-        };
-        let source = usize::from(step.port.0);
-        let recorded = if node == self.node {
-            self.local_record.has(port, source, barrier, step.round)
+        let record = if node == self.node {
+            Some(&self.local_record)
         } else {
             self.connection_index(node)
                 .and_then(|i| self.connections.get(i))
-                .is_some_and(|c| c.record.has(port, source, barrier, step.round))
+                .map(|connection| &connection.record)
         };
-        if !recorded {
+        // Every step still to do that receives from the member, not only the first: a member
+        // met in several rounds may have sent the first and died before the next.
+        let missing = run.steps_needing(node, peer_port).find(|step| {
+            let source = usize::from(step.port.0);
+            !record.is_some_and(|record| record.has(port, source, barrier, step.round))
+        });
+        if let Some(step) = missing {
             self.finish_barrier(port, slot, status, Some((step.node, step.port)));
         }
     }

@@ -264,8 +264,12 @@ impl UnexpectedBarrierRecord {
         }
     }
 
-    /// Forgets what generation `generation` of `source_port` left for `destination_port`.
-    pub(crate) fn clear_source(
+    /// Generation `generation` of `source_port` closed: forgets the packets of GM's raw
+    /// barriers it left for `destination_port`. They name no barrier, so a later incarnation's
+    /// could not be told from them (paper §3.2). A named barrier's packets stay: each says that
+    /// its sender entered that barrier, which stays true after it exits, and only a barrier of
+    /// that identity (its job's) can take them.
+    pub(crate) fn forget_raw_from(
         &mut self,
         destination_port: usize,
         source_port: usize,
@@ -277,7 +281,12 @@ impl UnexpectedBarrierRecord {
             .and_then(|row| row.get_mut(source_port))
             && cell.generation == generation.get()
         {
-            *cell = Cell::default();
+            for slot in cell.slots.iter_mut() {
+                if slot.barrier == BarrierId::NONE {
+                    slot.rounds = 0;
+                }
+            }
+            cell.compact();
         }
     }
 
@@ -431,11 +440,21 @@ mod tests {
         assert_eq!(record.take(1, 2, A, 0), None);
         assert_eq!(record.take(1, 2, A, 1), Some(None));
         assert_eq!(record.take(1, 2, A, 1), None);
+    }
+
+    #[test]
+    fn a_closed_source_leaves_its_named_barriers_packets_and_takes_its_raw_ones() {
+        let mut record = UnexpectedBarrierRecord::default();
         record.record(1, 2, G2, A, 5, None).unwrap();
-        record.clear_source(1, 2, G1);
-        assert!(record.has(1, 2, A, 5));
-        record.clear_source(1, 2, G2);
-        assert!(!record.has(1, 2, A, 5));
+        record.record(1, 2, G2, BarrierId::NONE, 0, None).unwrap();
+        record.forget_raw_from(1, 2, G1);
+        assert!(
+            record.has(1, 2, BarrierId::NONE, 0),
+            "another generation's close"
+        );
+        record.forget_raw_from(1, 2, G2);
+        assert!(!record.has(1, 2, BarrierId::NONE, 0));
+        assert_eq!(record.take(1, 2, A, 5), Some(None));
     }
 
     #[test]

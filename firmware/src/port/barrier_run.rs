@@ -115,11 +115,25 @@ impl BarrierRun {
     /// Whether the steps still to do (from the current one on) wait for a packet from
     /// `(node, port)` — any port of `node` if `port` is `None` — that has not arrived.
     pub(crate) fn still_needs(&self, node: NodeId, port: Option<PortId>) -> Option<Step> {
-        self.steps.iter().skip(self.index).copied().find(|step| {
-            matches!(step.op, StepOp::RECV | StepOp::EXCHANGE)
-                && step.node == node
-                && port.is_none_or(|port| step.port == port)
-        })
+        self.steps_needing(node, port).next()
+    }
+
+    /// The steps still to do (from the current one on) that receive from `(node, port)` — any
+    /// port of `node` if `port` is `None` — in order.
+    pub(crate) fn steps_needing(
+        &self,
+        node: NodeId,
+        port: Option<PortId>,
+    ) -> impl Iterator<Item = Step> + '_ {
+        self.steps
+            .iter()
+            .skip(self.index)
+            .copied()
+            .filter(move |step| {
+                matches!(step.op, StepOp::RECV | StepOp::EXCHANGE)
+                    && step.node == node
+                    && port.is_none_or(|port| step.port == port)
+            })
     }
 
     /// Where the barrier is, for status displays.

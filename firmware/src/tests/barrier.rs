@@ -6,6 +6,7 @@ use core::time::Duration;
 use shared_abi::event::{Event, EventKind, Status};
 use shared_abi::ids::{BarrierId, NodeId, PortId};
 use shared_abi::packet::PacketKind;
+use shared_abi::schedule::{Step, StepOp};
 use shared_abi::token::SendKind;
 
 use super::*;
@@ -412,20 +413,32 @@ fn a_packet_of_another_group_completes_nothing() {
     assert_eq!(completed(&net[1].events(1)), [0xb]);
 }
 
+/// A gather-broadcast of two, port 1 at both nodes: the root's steps (receive from the leaf,
+/// then release it) and the leaf's.
+fn gather_broadcast_of_two(leaf: u16, root: u16) -> ([Step; 2], [Step; 2]) {
+    let step = |op, node, round| Step::new(op, NodeId::new(node), PortId(1), round);
+    (
+        [step(StepOp::RECV, leaf, 0), step(StepOp::SEND, leaf, 1)],
+        [step(StepOp::SEND, root, 0), step(StepOp::RECV, root, 1)],
+    )
+}
+
 #[test]
 fn a_port_gone_for_good_fails_its_jobs_late_peer_at_once() {
     let mut net = Net::new(2);
     net.open(0, 1);
     net.open(1, 1);
-    // Node 1's process runs barriers of job 5, gives up on node 0 (not there yet), and exits.
-    net[1].start_barrier_of(1, &[exchange(0, 1, 0)], 0xb, 1000, nth(0));
+    // Node 1's process runs barriers of job 5 (a gather-broadcast rooted at it), gives up on
+    // node 0 (not there yet) before it sent anything, and exits.
+    let (root, leaf) = gather_broadcast_of_two(0, 1);
+    net[1].start_barrier_of(1, &root, 0xb, 1000, nth(0));
     net.run_for(Duration::from_micros(1000));
     assert_eq!(net[1].nic.counters().barriers_failed, 1);
     net.close(1, 1);
     net.run();
     // Node 0's process of job 5 enters late: told at once, not at its 10 s timeout.
     let start = net.now;
-    net[0].start_barrier_of(1, &[exchange(1, 1, 0)], 0xa, 10_000_000, nth(0));
+    net[0].start_barrier_of(1, &leaf, 0xa, 10_000_000, nth(0));
     net.run_for(Duration::from_millis(10));
     let events = net[0].events(1);
     assert_eq!(
@@ -457,10 +470,17 @@ fn a_local_port_gone_for_good_fails_its_jobs_late_peer_at_once() {
     let mut net = Net::new(1);
     net.open(0, 1);
     net.open(0, 2);
-    net[0].start_barrier_of(2, &[exchange(0, 1, 0)], 0xb, 1000, nth(0));
+    let (root, leaf) = gather_broadcast_of_two(0, 0);
+    let on_port = |steps: [Step; 2], port| {
+        steps.map(|step| Step {
+            port: PortId(port),
+            ..step
+        })
+    };
+    net[0].start_barrier_of(2, &on_port(root, 1), 0xb, 1000, nth(0));
     net.run_for(Duration::from_micros(1000));
     net.close(0, 2);
-    net[0].start_barrier_of(1, &[exchange(0, 2, 0)], 0xa, 10_000_000, nth(0));
+    net[0].start_barrier_of(1, &on_port(leaf, 2), 0xa, 10_000_000, nth(0));
     net.run_for(Duration::from_millis(1));
     let events = net[0].events(1);
     assert_eq!(
@@ -472,7 +492,6 @@ fn a_local_port_gone_for_good_fails_its_jobs_late_peer_at_once() {
 
 #[test]
 fn a_failure_reaches_every_member_still_waiting_naming_the_member_that_is_missing() {
-    use shared_abi::schedule::{Step, StepOp};
     let step = |op, node: u16, round| Step::new(op, NodeId::new(node), PortId(1), round);
     let mut net = Net::new(3);
     net.open(0, 1);
@@ -508,4 +527,53 @@ fn a_failure_reaches_every_member_still_waiting_naming_the_member_that_is_missin
             "every member names the member that never came, not the neighbour that gave up"
         );
     }
+}
+
+#[test]
+fn a_late_member_names_the_member_that_never_came_not_one_that_entered_and_exited() {
+    // Pairwise exchange of four (each node's port 1): round 0 with node ^ 1, round 1 with
+    // node ^ 2. Node 2 dies between barriers; nodes 1 and 3 enter the next one, fail and exit
+    // before node 0 enters it. Node 1 had sent node 0 its packet of round 0: it entered.
+    let schedule = |node: u16| [exchange(node ^ 1, 1, 0), exchange(node ^ 2, 1, 1)];
+    let mut net = Net::new(4);
+    for node in 0..4 {
+        net.open(node, 1);
+    }
+    for node in 0..4 {
+        net[node].start_barrier_of(1, &schedule(node), 0x10, 10_000_000, nth(0));
+    }
+    net.run();
+    for node in 0..4 {
+        assert_eq!(completed(&net[node].events(1)), [0x10]);
+    }
+    net.close(2, 1);
+    net.run();
+    for node in [1, 3] {
+        net[node].start_barrier_of(1, &schedule(node), 0x11, 10_000_000, nth(1));
+    }
+    net.run_for(Duration::from_millis(1));
+    for node in [1, 3] {
+        let events = net[node].events(1);
+        assert_eq!(
+            summary(&events),
+            [(EventKind::BARRIER_FAILED, Status::TARGET_PORT_CLOSED, 0x11)]
+        );
+        assert_eq!(events[0].peer_node, NodeId::new(2), "node {node}");
+        net.close(node, 1);
+    }
+    net.run();
+
+    net[0].start_barrier_of(1, &schedule(0), 0xa, 10_000_000, nth(1));
+    net.run_for(Duration::from_millis(10));
+    let events = net[0].events(1);
+    assert_eq!(
+        summary(&events),
+        [(EventKind::BARRIER_FAILED, Status::TARGET_PORT_CLOSED, 0xa)],
+        "told at once, not at its timeout"
+    );
+    assert_eq!(
+        (events[0].peer_node, events[0].peer_port),
+        (NodeId::new(2), PortId(1)),
+        "node 1 entered this barrier before it exited: node 2 is the member that never came"
+    );
 }

@@ -1,12 +1,13 @@
 /*
  * One rank dies between collectives; every other rank's next one returns an error whose message
- * names a missing rank (the dead one, or a survivor that left the collective when it failed),
- * instead of hanging; at least one names the dead rank.
+ * names a missing rank, instead of hanging.
  *
- * Usage: coll_kill VICTIM [alltoall|allreduce]. The collective is MPI_Alltoall (over the NIC's
- * messages) or an 8-byte MPI_Allreduce (combined in the NIC). Prints "rank R: <MPI call> failed:
- * <message>" on each survivor and exits 0 if the message names a missing rank; exits 1
- * otherwise.
+ * Usage: coll_kill VICTIM [alltoall|allreduce [LATE]]. The collective is MPI_Alltoall (over the
+ * NIC's messages) or an 8-byte MPI_Allreduce (combined in the NIC). Prints "rank R: <MPI call>
+ * failed: <message>" on each survivor and exits 0 if the message names a missing rank; exits 1
+ * otherwise (which rank it names, the caller checks). With LATE, that rank enters the failing
+ * collective 0.3 s after the others, by when they have failed and exited. (The wait only steers
+ * the run to that order; what is checked holds in any order.)
  */
 #include <mpi.h>
 #include <signal.h>
@@ -27,6 +28,7 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     victim = argc > 1 ? atoi(argv[1]) : size - 1;
     int allreduce = argc > 2 && 0 == strcmp(argv[2], "allreduce");
+    int late = argc > 3 ? atoi(argv[3]) : -1;
     const char *call = allreduce ? "MPI_Allreduce" : "MPI_Alltoall";
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     send = calloc(size * 1024, sizeof *send);
@@ -45,6 +47,9 @@ int main(int argc, char **argv)
     }
     if (rank == victim) {
         raise(SIGKILL);
+    }
+    if (rank == late) {
+        usleep(300000);
     }
     rc = allreduce ? MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD)
                    : MPI_Alltoall(send, 1024, MPI_INT, receive, 1024, MPI_INT, MPI_COMM_WORLD);
