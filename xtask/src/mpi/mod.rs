@@ -1179,8 +1179,8 @@ fn expect_reductions_in_nic(text: &str, least: u64) -> Result<()> {
     Ok(())
 }
 
-/// Every survivor's `operation` failed instead of hanging, each failure names a rank, and at
-/// least one names the killed rank.
+/// Every survivor's `operation` failed instead of hanging, and each failure names the killed
+/// rank as the one missing.
 fn check_kill_report(text: &str, processes: usize, victim: usize, operation: &str) -> Result<()> {
     let failures: Vec<&str> = text
         .lines()
@@ -1202,7 +1202,8 @@ fn check_kill_report(text: &str, processes: usize, victim: usize, operation: &st
         return Err("a failure does not name a missing rank".into());
     }
     // The NIC passes a failed barrier on to every member still waiting, naming the member that
-    // is missing: every survivor names the killed rank.
+    // is missing, and one that enters late goes past the members that entered and left: every
+    // survivor names the killed rank.
     if naming != processes - 1 {
         return Err(format!(
             "{naming} of {} survivors named the killed rank {victim}",
