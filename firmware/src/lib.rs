@@ -373,15 +373,24 @@ impl<H: Hal, const CONNECTIONS: usize> Nic<H, CONNECTIONS> {
     /// memory; data packets still in flight become cancelled slots; barrier packets already
     /// queued still go (a barrier that completed needs them at its peers); and every connection
     /// is told, after those, that this generation is dead (paper §3.2).
-    /// Takes the caller's clock like every entry point; closing starts no timer (`_now` unused).
-    /// Returns the generation that closed, or `None` if the port was not open.
+    /// A barrier of the port that failed since the last [`Nic::poll`] owes its members aborts,
+    /// due at once: they go first (a process often exits the moment its barrier fails), or the
+    /// members would learn only that this port closed — and those it never sent anything, not
+    /// even that. Returns the generation that closed, or `None` if the port was not open.
     ///
     /// This is the abrupt close (the process died): what the NIC had not yet taken from the send
     /// ring, and messages not yet acknowledged, are dropped. [`Nic::begin_close`] is the orderly
     /// one. Closing a port that is finishing an orderly close ends it now (and counts as finished
     /// for [`Nic::take_finished_closes`]).
-    pub fn close_port(&mut self, port: PortId, _now: Instant) -> Option<Generation> {
+    pub fn close_port(&mut self, port: PortId, now: Instant) -> Option<Generation> {
         let index = port.index()?;
+        if self.ports.open(index).is_some_and(|open| {
+            open.barrier_retries
+                .iter()
+                .any(|retry| retry.failed.is_some())
+        }) {
+            self.run_due_barrier_retries(now);
+        }
         let slot = self.ports.slot_mut(index)?;
         let open = slot.open.take()?;
         self.open_ports &= !port_bit(index);

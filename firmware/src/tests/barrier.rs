@@ -577,3 +577,42 @@ fn a_late_member_names_the_member_that_never_came_not_one_that_entered_and_exite
         "node 1 entered this barrier before it exited: node 2 is the member that never came"
     );
 }
+
+#[test]
+fn a_port_that_closes_right_after_its_barrier_failed_still_sends_the_abort_it_owes() {
+    // Node 1 receives from node 2, then releases node 0. Node 2 exits; node 1's barrier fails
+    // on the notice, and node 1's process exits at once — before the NIC's next poll, which
+    // would have sent node 0 the abort. The close sends it first: node 0 names node 2, not
+    // node 1.
+    let step = |op, node: u16, round| Step::new(op, NodeId::new(node), PortId(1), round);
+    let mut net = Net::new(3);
+    for node in 0..3 {
+        net.open(node, 1);
+    }
+    net[0].start_barrier_of(1, &[step(StepOp::RECV, 1, 1)], 0xa, 10_000_000, nth(0));
+    let middle = [step(StepOp::EXCHANGE, 2, 0), step(StepOp::SEND, 0, 1)];
+    net[1].start_barrier_of(1, &middle, 0xb, 10_000_000, nth(0));
+    net.run();
+    net.close(2, 1);
+    let now = net.now;
+    for packet in net.poll(2) {
+        net[1].nic.on_packet(&packet.bytes, now);
+    }
+    assert_eq!(
+        summary(&net[1].events(1)),
+        [(EventKind::BARRIER_FAILED, Status::TARGET_PORT_CLOSED, 0xb)]
+    );
+    net.close(1, 1);
+    net.run();
+    let events = net[0].events(1);
+    assert_eq!(
+        summary(&events),
+        [(EventKind::BARRIER_FAILED, Status::TARGET_PORT_CLOSED, 0xa)],
+        "node 0 learns at once (node 1 had sent it nothing: no close notice would come)"
+    );
+    assert_eq!(
+        (events[0].peer_node, events[0].peer_port),
+        (NodeId::new(2), PortId(1)),
+        "node 0 names the member that left first, not the one that passed the news on"
+    );
+}
