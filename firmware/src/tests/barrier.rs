@@ -18,6 +18,29 @@ fn completed(events: &[Event]) -> Vec<u64> {
         .collect()
 }
 
+/// Asserts that `events` are one failure, of the barrier whose context is `context`, for
+/// `status`, naming port `member.1` of node `member.0` as the member it waited for; `why` says
+/// what the caller pins.
+#[track_caller]
+fn assert_failed_naming(
+    events: &[Event],
+    context: u64,
+    status: Status,
+    member: (u16, u8),
+    why: &str,
+) {
+    assert_eq!(
+        summary(events),
+        [(EventKind::BARRIER_FAILED, status, context)],
+        "{why}"
+    );
+    assert_eq!(
+        (events[0].peer_node, events[0].peer_port),
+        (NodeId::new(member.0), PortId(member.1)),
+        "{why}"
+    );
+}
+
 #[test]
 fn a_two_node_pairwise_exchange_completes_on_both_with_the_token_context() {
     let mut net = Net::new(2);
@@ -292,13 +315,12 @@ fn a_barrier_whose_peer_port_closes_fails_naming_that_node_and_port() {
     net.run_for(Duration::from_millis(10));
 
     let events = net[0].events(1);
-    assert_eq!(
-        summary(&events),
-        [(EventKind::BARRIER_FAILED, Status::TARGET_PORT_CLOSED, 0xc)]
-    );
-    assert_eq!(
-        (events[0].peer_node, events[0].peer_port),
-        (NodeId::new(1), PortId(3))
+    assert_failed_naming(
+        &events,
+        0xc,
+        Status::TARGET_PORT_CLOSED,
+        (1, 3),
+        "the member whose port closed",
     );
     assert!(!net[0].nic.port_status(PortId(1)).unwrap().barrier_running);
 }
@@ -316,13 +338,12 @@ fn a_barrier_past_its_timeout_ends_with_barrier_timed_out() {
     net.run_until(start.saturating_add(Duration::from_micros(1000)));
 
     let events = net[0].events(1);
-    assert_eq!(
-        summary(&events),
-        [(EventKind::BARRIER_FAILED, Status::BARRIER_TIMED_OUT, 0xd)]
-    );
-    assert_eq!(
-        (events[0].peer_node, events[0].peer_port),
-        (NodeId::new(1), PortId(1))
+    assert_failed_naming(
+        &events,
+        0xd,
+        Status::BARRIER_TIMED_OUT,
+        (1, 1),
+        "the member it waited for",
     );
     assert_eq!(net[0].nic.counters().barriers_failed, 1);
 }
@@ -338,17 +359,12 @@ fn a_barrier_waiting_on_a_silent_node_fails_with_target_node_unreachable() {
     net.run_for(config.give_up_after + config.retransmit_timeout * 32);
 
     let events = net[0].events(1);
-    assert_eq!(
-        summary(&events),
-        [(
-            EventKind::BARRIER_FAILED,
-            Status::TARGET_NODE_UNREACHABLE,
-            0xe
-        )]
-    );
-    assert_eq!(
-        (events[0].peer_node, events[0].peer_port),
-        (NodeId::new(1), PortId(1))
+    assert_failed_naming(
+        &events,
+        0xe,
+        Status::TARGET_NODE_UNREACHABLE,
+        (1, 1),
+        "the silent node",
     );
 }
 
@@ -441,13 +457,12 @@ fn a_port_gone_for_good_fails_its_jobs_late_peer_at_once() {
     net[0].start_barrier_of(1, &leaf, 0xa, 10_000_000, nth(0));
     net.run_for(Duration::from_millis(10));
     let events = net[0].events(1);
-    assert_eq!(
-        summary(&events),
-        [(EventKind::BARRIER_FAILED, Status::TARGET_PORT_CLOSED, 0xa)]
-    );
-    assert_eq!(
-        (events[0].peer_node, events[0].peer_port),
-        (NodeId::new(1), PortId(1))
+    assert_failed_naming(
+        &events,
+        0xa,
+        Status::TARGET_PORT_CLOSED,
+        (1, 1),
+        "the member gone for good",
     );
     assert!(net.now.saturating_since(start) <= Duration::from_millis(10));
     assert_eq!(net[1].nic.counters().barrier_targets_gone, 0);
@@ -554,27 +569,21 @@ fn a_late_member_names_the_member_that_never_came_not_one_that_entered_and_exite
     net.run_for(Duration::from_millis(1));
     for node in [1, 3] {
         let events = net[node].events(1);
-        assert_eq!(
-            summary(&events),
-            [(EventKind::BARRIER_FAILED, Status::TARGET_PORT_CLOSED, 0x11)]
-        );
-        assert_eq!(events[0].peer_node, NodeId::new(2), "node {node}");
+        let why = std::format!("node {node}");
+        assert_failed_naming(&events, 0x11, Status::TARGET_PORT_CLOSED, (2, 1), &why);
         net.close(node, 1);
     }
     net.run();
 
     net[0].start_barrier_of(1, &schedule(0), 0xa, 10_000_000, nth(1));
     net.run_for(Duration::from_millis(10));
-    let events = net[0].events(1);
-    assert_eq!(
-        summary(&events),
-        [(EventKind::BARRIER_FAILED, Status::TARGET_PORT_CLOSED, 0xa)],
-        "told at once, not at its timeout"
-    );
-    assert_eq!(
-        (events[0].peer_node, events[0].peer_port),
-        (NodeId::new(2), PortId(1)),
-        "node 1 entered this barrier before it exited: node 2 is the member that never came"
+    assert_failed_naming(
+        &net[0].events(1),
+        0xa,
+        Status::TARGET_PORT_CLOSED,
+        (2, 1),
+        "told at once, and node 1 entered this barrier before it exited: node 2 is the member \
+         that never came",
     );
 }
 
@@ -598,21 +607,22 @@ fn a_port_that_closes_right_after_its_barrier_failed_still_sends_the_abort_it_ow
     for packet in net.poll(2) {
         net[1].nic.on_packet(&packet.bytes, now);
     }
-    assert_eq!(
-        summary(&net[1].events(1)),
-        [(EventKind::BARRIER_FAILED, Status::TARGET_PORT_CLOSED, 0xb)]
+    let why = "node 1's own barrier";
+    assert_failed_naming(
+        &net[1].events(1),
+        0xb,
+        Status::TARGET_PORT_CLOSED,
+        (2, 1),
+        why,
     );
     net.close(1, 1);
     net.run();
-    let events = net[0].events(1);
-    assert_eq!(
-        summary(&events),
-        [(EventKind::BARRIER_FAILED, Status::TARGET_PORT_CLOSED, 0xa)],
-        "node 0 learns at once (node 1 had sent it nothing: no close notice would come)"
-    );
-    assert_eq!(
-        (events[0].peer_node, events[0].peer_port),
-        (NodeId::new(2), PortId(1)),
-        "node 0 names the member that left first, not the one that passed the news on"
+    assert_failed_naming(
+        &net[0].events(1),
+        0xa,
+        Status::TARGET_PORT_CLOSED,
+        (2, 1),
+        "node 0 learns at once (node 1 had sent it nothing: no close notice would come), and \
+         names the member that left first, not the one that passed the news on",
     );
 }
