@@ -521,7 +521,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         };
         let needs = self
             .run_at(port, slot)
-            .is_some_and(|run| run.still_needs(source.0, Some(source.1)).is_some());
+            .is_some_and(|run| run.steps_needing(source.0, Some(source.1)).next().is_some());
         if needs {
             self.finish_barrier(port, slot, failed.status, Some((failed.node, failed.port)));
         }

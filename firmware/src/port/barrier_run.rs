@@ -112,12 +112,6 @@ impl BarrierRun {
         earliest(Some(self.deadline), self.stalled_until)
     }
 
-    /// Whether the steps still to do (from the current one on) wait for a packet from
-    /// `(node, port)` — any port of `node` if `port` is `None` — that has not arrived.
-    pub(crate) fn still_needs(&self, node: NodeId, port: Option<PortId>) -> Option<Step> {
-        self.steps_needing(node, port).next()
-    }
-
     /// The steps still to do (from the current one on) that receive from `(node, port)` — any
     /// port of `node` if `port` is `None` — in order.
     pub(crate) fn steps_needing(
