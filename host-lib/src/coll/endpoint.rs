@@ -15,9 +15,11 @@ use std::time::{Duration, Instant};
 use shared_abi::ring::Wake;
 use shared_abi::schedule::RUNNING_BARRIERS;
 
-use crate::{BarrierError, Error, Group, PendingBarrier, PersistentCollective, Port, WaitMode};
+use crate::{
+    BarrierError, Error, Group, Member, PendingBarrier, PersistentCollective, Port, WaitMode,
+};
 
-use super::transfer::{TransferCounters, TransferError, Transfers};
+use super::transfer::{Key, TransferCounters, TransferError, Transfers};
 #[cfg(doc)]
 use super::{Op, transfer::RENDEZVOUS_THRESHOLD};
 
@@ -321,6 +323,18 @@ impl Endpoint {
             }
         }
         ended
+    }
+
+    /// The caller waits for the message `key` from `from`, of `length` bytes, from now on
+    /// ([`Transfers::want`]; and [`Transfers::offer`]: a message that comes by rendezvous lands
+    /// where this endpoint offers, with no round trip before the sender's puts).
+    ///
+    /// # Errors
+    /// As [`Transfers::want`].
+    pub fn expect(&mut self, from: Member, key: Key, length: usize) -> Result<(), TransferError> {
+        self.transfers.want(&mut self.port, from, key)?;
+        self.transfers.offer(&mut self.port, from, key, length);
+        Ok(())
     }
 
     /// Hands the port's waiting events to the transfers and posts what they have to send.

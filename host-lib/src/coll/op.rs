@@ -207,7 +207,7 @@ impl<'a> Op<'a> {
     pub fn receive(&mut self, from: usize, part: u32, length: usize) -> Result<Vec<u8>, CollError> {
         let key = self.key(part);
         let member = self.members[from];
-        self.wait_for(from, key, |transfers| transfers.take(member, key))
+        self.wait_for(from, key, length, |transfers| transfers.take(member, key))
             .and_then(|message| match message.len() == length {
                 true => Ok(message),
                 false => Err(CollError::Length {
@@ -232,24 +232,26 @@ impl<'a> Op<'a> {
         let key = self.key(part);
         let member = self.members[from];
         let expected = out.len();
-        self.wait_for(from, key, |transfers| transfers.take_into(member, key, out))?
-            .map_err(|got| CollError::Length {
-                rank: from,
-                expected,
-                got,
-            })
+        self.wait_for(from, key, expected, |transfers| {
+            transfers.take_into(member, key, out)
+        })?
+        .map_err(|got| CollError::Length {
+            rank: from,
+            expected,
+            got,
+        })
     }
 
-    /// Waits until `take` finds the message `key` from rank `from`.
+    /// Waits until `take` finds the message `key` from rank `from`, of `length` bytes.
     fn wait_for<T>(
         &mut self,
         from: usize,
         key: Key,
+        length: usize,
         mut take: impl FnMut(&mut super::transfer::Transfers) -> Option<T>,
     ) -> Result<T, CollError> {
         self.endpoint
-            .transfers
-            .want(&mut self.endpoint.port, self.members[from], key)
+            .expect(self.members[from], key, length)
             .map_err(|error| CollError::Peer { rank: from, error })?;
         let mut polls = 0;
         loop {

@@ -924,7 +924,8 @@ fn a_peer_gone_mid_rendezvous_fails_the_collective_naming_it() {
 }
 
 /// A rendezvous control message as a third port would forge it: `kind` 2 is a clear-to-send,
-/// 4 a "done"; `id` the sender's id of the message, `value` a remote pointer.
+/// 4 a "done", 5 an offer; `id` the sender's id of the message (an offer's length), `value` a
+/// remote pointer.
 fn forged_control(sequence: u32, kind: u32, id: u64, value: u64) -> Vec<u8> {
     let mut bytes = Vec::new();
     bytes.extend_from_slice(b"NBR1");
@@ -977,6 +978,23 @@ fn forged_rendezvous_answers_from_a_third_port_are_dropped() {
     let mine = forger.register_memory(length).unwrap();
     forger.allow_remote_memory_access().unwrap();
 
+    // Before the sender sends, the third port offers its own memory as the message's landing
+    // region: an offer is the receiver's alone, so it changes nothing.
+    let key = transfer::Key {
+        context: 5,
+        sequence: 1,
+        part: 0,
+    };
+    let forger_member = Member::new(NodeId::new(2), nicbar::PortId(1));
+    send_raw(
+        &mut forger,
+        0,
+        &forged_control(1, 5, length as u64, mine.remote(0)),
+    );
+    pump_until(&mut sender, |s| {
+        s.transfers().offered_to(forger_member, key)
+    });
+
     let mut call = Op::new(&mut sender, &members, 5, 1)
         .unwrap()
         .with_timeout(Duration::from_secs(20))
@@ -1007,6 +1025,152 @@ fn forged_rendezvous_answers_from_a_third_port_are_dropped() {
     assert_eq!(receiver.transfer_counters().dropped, 1);
     assert_eq!(sender.transfer_counters().rendezvous_sent, 1);
     forger.close().unwrap();
+    sender.close().unwrap();
+    receiver.close().unwrap();
+    drop(daemon);
+    drop(dir);
+}
+
+/// The key of part `part` of operation 1 on communicator 5, as [`Op`] names it.
+fn key_of(part: u32) -> transfer::Key {
+    transfer::Key {
+        context: 5,
+        sequence: 1,
+        part,
+    }
+}
+
+/// Sends `message` as part `part` of operation 1 from `sender` to rank 1 and waits until it is
+/// delivered (by rendezvous, until its puts have landed).
+fn send_part(sender: &mut Endpoint, members: &[Member], part: u32, message: Vec<u8>) {
+    let mut idle = || {};
+    let mut call = Op::new(sender, members, 5, 1)
+        .unwrap()
+        .with_timeout(Duration::from_secs(20))
+        .with_idle(&mut idle);
+    call.send(1, part, message);
+    call.finish().unwrap();
+}
+
+/// Receives part `part` of operation 1 from rank 0, `length` bytes.
+fn receive_part(receiver: &mut Endpoint, members: &[Member], part: u32, length: usize) -> Vec<u8> {
+    let mut idle = || {};
+    let mut call = Op::new(receiver, members, 5, 1)
+        .unwrap()
+        .with_timeout(Duration::from_secs(20))
+        .with_idle(&mut idle);
+    call.receive(0, part, length).unwrap()
+}
+
+#[test]
+fn a_receiver_that_waits_first_offers_its_landing_region_and_the_sender_puts_into_it() {
+    // The receiver waits for a 1 MiB message before it is sent: its landing region goes to the
+    // sender at once, which puts the message there with no ready-to-send or clear-to-send.
+    let length = 1 << 20;
+    let (daemon, dir, mut sender, mut receiver, members) = two_endpoints("offer", 2);
+    receiver.expect(members[0], key_of(0), length).unwrap();
+    pump_until(&mut receiver, |r| !r.transfers().has_outgoing());
+    pump_until(&mut sender, |s| {
+        s.transfers().offered_to(members[1], key_of(0))
+    });
+
+    send_part(&mut sender, &members, 0, data(0, length, 1));
+    let got = receive_part(&mut receiver, &members, 0, length);
+    assert!(got == data(0, length, 1), "the message is the sender's");
+    let (sent, received) = (sender.transfer_counters(), receiver.transfer_counters());
+    assert_eq!(sent.offers_taken, 1, "{sent:?}");
+    assert_eq!(received.rendezvous_offered, 1, "{received:?}");
+    assert_eq!(received.rendezvous_received, 1, "{received:?}");
+    assert_eq!((sent.dropped, received.dropped), (0, 0));
+    sender.close().unwrap();
+    receiver.close().unwrap();
+    drop(daemon);
+    drop(dir);
+}
+
+#[test]
+fn an_offer_that_crosses_the_ready_to_send_is_its_answer() {
+    // The sender asks first; the receiver offers before it has read the ready-to-send. The
+    // sender puts into the offered region, and the ready-to-send takes no region of its own.
+    let length = 1 << 20;
+    let (daemon, dir, mut sender, mut receiver, members) = two_endpoints("offer-crossing", 2);
+    let mut idle = || {};
+    let mut call = Op::new(&mut sender, &members, 5, 1)
+        .unwrap()
+        .with_timeout(Duration::from_secs(20))
+        .with_idle(&mut idle);
+    call.send(1, 0, data(0, length, 2));
+    pump_until(call.endpoint(), |s| !s.transfers().has_outgoing());
+    receiver.expect(members[0], key_of(0), length).unwrap();
+    pump_until(&mut receiver, |r| !r.transfers().has_outgoing());
+    call.finish().unwrap();
+
+    let got = receive_part(&mut receiver, &members, 0, length);
+    assert!(got == data(0, length, 2), "the message is the sender's");
+    let (sent, received) = (sender.transfer_counters(), receiver.transfer_counters());
+    assert_eq!(sent.offers_taken, 1, "{sent:?}");
+    assert_eq!(received.regions_registered, 1, "{received:?}");
+    assert_eq!((sent.dropped, received.dropped), (0, 0));
+    sender.close().unwrap();
+    receiver.close().unwrap();
+    drop(daemon);
+    drop(dir);
+}
+
+#[test]
+fn an_offer_of_another_length_or_an_eager_message_leaves_the_message_whole() {
+    // An offer of another length than the sender sends is void (the ready-to-send is answered
+    // as ever), and an offered region whose message came eagerly goes back to the pool.
+    let length = 1 << 20;
+    let (daemon, dir, mut sender, mut receiver, members) = two_endpoints("offer-void", 2);
+    receiver.expect(members[0], key_of(0), length).unwrap();
+    pump_until(&mut receiver, |r| !r.transfers().has_outgoing());
+    pump_until(&mut sender, |s| {
+        s.transfers().offered_to(members[1], key_of(0))
+    });
+    let longer = length + 4096;
+    let mut idle = || {};
+    let mut call = Op::new(&mut sender, &members, 5, 1)
+        .unwrap()
+        .with_timeout(Duration::from_secs(20))
+        .with_idle(&mut idle);
+    call.send(1, 0, data(0, longer, 3));
+    pump_until(call.endpoint(), |s| !s.transfers().has_outgoing());
+    // The ready-to-send is answered with a region of its length.
+    pump_until(&mut receiver, |r| {
+        r.transfers().counters().regions_registered == 2 && !r.transfers().has_outgoing()
+    });
+    call.finish().unwrap();
+    assert!(receive_part(&mut receiver, &members, 0, longer) == data(0, longer, 3));
+    assert_eq!(sender.transfer_counters().offers_taken, 0);
+
+    // A message of the threshold's length, which this sender sends eagerly (in segments the
+    // receiver's provided buffers hold while it is not looking).
+    let short = RENDEZVOUS_THRESHOLD;
+    sender.set_rendezvous_threshold(usize::MAX);
+    receiver.expect(members[0], key_of(1), short).unwrap();
+    assert_eq!(receiver.transfers().landings(), 1, "the offer's region");
+    pump_until(&mut receiver, |r| !r.transfers().has_outgoing());
+    pump_until(&mut sender, |s| {
+        s.transfers().offered_to(members[1], key_of(1))
+    });
+    send_part(&mut sender, &members, 1, data(0, short, 4));
+    assert!(receive_part(&mut receiver, &members, 1, short) == data(0, short, 4));
+    let received = receiver.transfer_counters();
+    assert_eq!(
+        received.rendezvous_received, 1,
+        "only the first came by rendezvous"
+    );
+    assert_eq!(received.rendezvous_offered, 2, "{received:?}");
+    assert_eq!(
+        receiver.transfers().landings(),
+        0,
+        "the offered region went back"
+    );
+    assert_eq!(
+        (sender.transfer_counters().dropped, received.dropped),
+        (0, 0)
+    );
     sender.close().unwrap();
     receiver.close().unwrap();
     drop(daemon);

@@ -61,6 +61,45 @@ impl Transfers {
         Ok(())
     }
 
+    /// The caller waits for the message `key` from `from`, of `length` bytes: if it will come by
+    /// rendezvous and nothing of it is here yet, a landing region goes to `from` at once (an
+    /// offer), so that the sender puts the message as soon as it sends it, with no ready-to-send
+    /// and clear-to-send between. A ready-to-send that crosses the offer is answered by it; one
+    /// of another length, or an eager message, makes it void.
+    pub fn offer(&mut self, port: &mut Port, from: Member, key: Key, length: usize) {
+        let at = (from, key);
+        if !self.by_rendezvous(length)
+            || length as u64 > shared_abi::rdma::MAX_RDMA_LENGTH
+            || self.landing.contains_key(&at)
+            || self.arrived.contains_key(&at)
+            || self.assembling.contains_key(&at)
+            || self.over_limit.contains_key(&at)
+        {
+            return;
+        }
+        let Ok(region) = self.pool.take(port, length) else {
+            // The sender's ready-to-send is answered (or refused) when it comes.
+            return;
+        };
+        let value = region.remote(0);
+        self.landing.insert(
+            at,
+            Landing {
+                id: None,
+                total: length,
+                region,
+            },
+        );
+        self.counters.rendezvous_offered += 1;
+        let offer = Control {
+            kind: ControlKind::Offer,
+            key,
+            id: length as u64,
+            value,
+        };
+        self.send_internal(from, offer);
+    }
+
     /// Answers the ready-to-sends kept waiting, in order, while they fit under the limit.
     pub(super) fn answer_deferred(&mut self, port: &mut Port) {
         while let Some(&(member, control)) = self.deferred.front() {
@@ -271,6 +310,14 @@ impl Transfers {
         if assembly.missing == 0
             && let Some(done) = self.assembling.remove(&key)
         {
+            // It came eagerly: a landing region offered for it is not needed.
+            if self
+                .landing
+                .get(&key)
+                .is_some_and(|landing| landing.id.is_none())
+            {
+                self.landing.remove(&key);
+            }
             self.arrived.insert(key, Arrived::Assembled(done.data));
         }
         Some(header.key)
@@ -281,10 +328,11 @@ impl Transfers {
         match control.kind {
             ControlKind::Ready => self.ready(port, from, control),
             ControlKind::Clear | ControlKind::Refuse => self.answered(port, from, control),
+            ControlKind::Offer => self.offered(port, from, control),
             ControlKind::Done => {
                 let key = (from, control.key);
                 match self.landing.remove(&key) {
-                    Some(landing) if landing.id == control.id => {
+                    Some(landing) if landing.id.is_none_or(|id| id == control.id) => {
                         // The message stays where it landed: passed on from there, and copied
                         // out once, into the buffer of the caller who takes it.
                         self.counters.rendezvous_received += 1;
@@ -310,6 +358,16 @@ impl Transfers {
             self.counters.dropped += 1;
             return;
         };
+        if let Some(landing) = self.landing.get(&key)
+            && landing.id.is_none()
+        {
+            if landing.total == total {
+                // It crossed this endpoint's offer, which the sender takes as its answer.
+                return;
+            }
+            // Another length than offered: the offer is void, and this one is answered.
+            self.landing.remove(&key);
+        }
         if control.value > shared_abi::rdma::MAX_RDMA_LENGTH
             || self.landing.contains_key(&key)
             || self.arrived.contains_key(&key)
@@ -347,7 +405,7 @@ impl Transfers {
                 self.landing.insert(
                     key,
                     Landing {
-                        id: control.id,
+                        id: Some(control.id),
                         total,
                         region,
                     },
@@ -375,33 +433,92 @@ impl Transfers {
     /// the message goes eagerly.
     pub(super) fn answered(&mut self, port: &mut Port, from: Member, control: Control) {
         let id = SendId(control.id);
-        let asked = matches!(
-            self.sends.get(&id),
-            Some(SendRecord {
-                error: None,
-                rendezvous: Some((to, key, Rendezvous::Asking { .. })),
-                ..
-            }) if *to == from && *key == control.key
-        );
-        if !asked {
+        if self.asking(id, from, control.key).is_none() {
             self.counters.dropped += 1;
             return;
         }
+        match control.kind {
+            ControlKind::Clear => self.start_puts(port, id, control.value),
+            _ => self.send_eagerly(id),
+        }
+    }
+
+    /// The receiver `from` offered a landing region for a message of ours: taken as the
+    /// clear-to-send of a send of it that asked already, else kept for the send to come.
+    pub(super) fn offered(&mut self, port: &mut Port, from: Member, control: Control) {
+        let Ok(length) = usize::try_from(control.id) else {
+            self.counters.dropped += 1;
+            return;
+        };
+        let asking = self
+            .sends
+            .keys()
+            .copied()
+            .find_map(|id| self.asking(id, from, control.key).map(|len| (id, len)));
+        match asking {
+            Some((id, len)) if len == length => {
+                self.counters.offers_taken += 1;
+                self.start_puts(port, id, control.value);
+            }
+            // Another length: the receiver answers the ready-to-send itself.
+            Some(_) => {}
+            None if self.offers.len() < REFUSED_KEEP => {
+                self.offers
+                    .insert((from, control.key), (control.value, length));
+            }
+            None => self.counters.dropped += 1,
+        }
+    }
+
+    /// Landing regions held for messages that have not arrived (answered or offered).
+    pub fn landings(&self) -> usize {
+        self.landing.len()
+    }
+
+    /// Whether `to` offered a landing region for the message `key`, not sent yet.
+    pub fn offered_to(&self, to: Member, key: Key) -> bool {
+        self.offers.contains_key(&(to, key))
+    }
+
+    /// The length of send `id` if it is of `key` to `to` and waits for the receiver's answer.
+    fn asking(&self, id: SendId, to: Member, key: Key) -> Option<usize> {
+        match self.sends.get(&id) {
+            Some(SendRecord {
+                error: None,
+                rendezvous: Some((t, k, Rendezvous::Asking { data })),
+                ..
+            }) if *t == to && *k == key => Some(data.len()),
+            _ => None,
+        }
+    }
+
+    /// Send `id`, which waited for the receiver's answer, goes eagerly (refused).
+    fn send_eagerly(&mut self, id: SendId) {
+        let Some(record) = self.sends.get_mut(&id) else {
+            return;
+        };
+        if let Some((to, key, Rendezvous::Asking { data })) = record.rendezvous.take() {
+            self.queue_eager(id, to, key, data.owned());
+        }
+    }
+
+    /// Send `id`, which waited for the receiver's answer, is put into the landing region at
+    /// `remote`: from where it is staged, or from a region it is copied into now (or eagerly,
+    /// if this side cannot register one).
+    pub(super) fn start_puts(&mut self, port: &mut Port, id: SendId, remote: u64) {
         let Some(record) = self.sends.get_mut(&id) else {
             return;
         };
         let Some((to, key, Rendezvous::Asking { data })) = record.rendezvous.take() else {
             return;
         };
-        let region = match (control.kind, data.region()) {
-            (ControlKind::Clear, Some(staged)) => Some(staged.clone()),
-            (ControlKind::Clear, None) => self.pool.take(port, data.len()).ok().inspect(|region| {
+        let region = match data.region() {
+            Some(staged) => Some(staged.clone()),
+            None => self.pool.take(port, data.len()).ok().inspect(|region| {
                 region.bytes().write(0, &data.owned());
             }),
-            _ => None,
         };
         let Some(region) = region else {
-            // Refused, or this side cannot register the source: eagerly, as a short message.
             self.queue_eager(id, to, key, data.owned());
             return;
         };
@@ -410,7 +527,7 @@ impl Transfers {
             key,
             Rendezvous::Putting {
                 region,
-                remote: RemotePointer::from_u64(control.value),
+                remote: RemotePointer::from_u64(remote),
                 total: data.len(),
                 next: 0,
                 again: Vec::new(),

@@ -21,6 +21,11 @@ pub struct TransferCounters {
     /// Ready-to-sends this endpoint refused (it could not register a landing region): those
     /// messages came eagerly.
     pub rendezvous_refused: u64,
+    /// Landing regions offered before the sender's ready-to-send (the receiver waited for a
+    /// message it knew the length of).
+    pub rendezvous_offered: u64,
+    /// Messages put into a landing region their receiver offered (no clear-to-send waited for).
+    pub offers_taken: u64,
     /// Puts sent again after the NIC gave up on them.
     pub puts_resent: u64,
     /// Regions registered for rendezvous transfers.

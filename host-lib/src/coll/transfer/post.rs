@@ -17,6 +17,9 @@ impl Transfers {
         self.pool.trim(port);
         self.replenish(port);
         self.answer_deferred(port);
+        for (id, remote) in std::mem::take(&mut self.offered_sends) {
+            self.start_puts(port, id, remote);
+        }
         while !self.forward_backlog.is_empty() {
             let Some(mut buffer) = self.spare.pop() else {
                 break;

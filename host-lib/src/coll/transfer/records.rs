@@ -67,9 +67,12 @@ pub(super) struct PutFlight {
     pub(super) length: usize,
 }
 
-/// A rendezvous the receiver has answered: where the message lands, until its "done".
+/// A rendezvous the receiver has answered or offered: where the message lands, until its
+/// "done".
 pub(super) struct Landing {
-    pub(super) id: u64,
+    /// The sender's id of the message; `None` for a landing this endpoint offered before the
+    /// sender said it was ready (whatever id its "done" names).
+    pub(super) id: Option<u64>,
     pub(super) total: usize,
     pub(super) region: Lent,
 }

@@ -38,6 +38,23 @@ impl Transfers {
     pub(super) fn send_as(&mut self, id: SendId, to: Member, key: Key, data: Payload) {
         let detached = self.sends.get(&id).is_some_and(|record| record.detached);
         if self.by_rendezvous(data.len()) {
+            if let Some((remote, length)) = self.offers.remove(&(to, key))
+                && length == data.len()
+            {
+                // The receiver offered its landing region already: no ready-to-send, the puts
+                // start at the next post.
+                self.sends.insert(
+                    id,
+                    SendRecord {
+                        detached,
+                        rendezvous: Some((to, key, Rendezvous::Asking { data })),
+                        ..SendRecord::new(0)
+                    },
+                );
+                self.counters.offers_taken += 1;
+                self.offered_sends.push((id, remote));
+                return;
+            }
             let ready = Control {
                 kind: ControlKind::Ready,
                 key,

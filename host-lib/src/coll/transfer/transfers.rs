@@ -69,6 +69,12 @@ pub struct Transfers {
     pub(super) over_limit: HashMap<(Member, Key), usize>,
     /// Ready-to-sends waiting for room under the limit, in arrival order.
     pub(super) deferred: VecDeque<(Member, Control)>,
+    /// Landing regions receivers offered for messages not sent yet, by receiver and key: the
+    /// remote pointer and the length offered.
+    pub(super) offers: HashMap<(Member, Key), (u64, usize)>,
+    /// Sends that found their receiver's offer: their puts start at the next post (id, remote
+    /// pointer).
+    pub(super) offered_sends: Vec<(SendId, u64)>,
 }
 
 impl Transfers {
@@ -112,6 +118,8 @@ impl Transfers {
             puts: HashMap::new(),
             draining: HashMap::new(),
             landing: HashMap::new(),
+            offers: HashMap::new(),
+            offered_sends: Vec::new(),
             forwards: HashMap::new(),
             forward_backlog: VecDeque::new(),
             lent: 0,

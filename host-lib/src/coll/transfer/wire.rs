@@ -88,6 +88,9 @@ pub(super) enum ControlKind {
     Refuse,
     /// Every byte is in the landing region.
     Done,
+    /// Clear to send before the ready-to-send: the receiver waits for the message, of `id`
+    /// bytes, and `value` is the remote pointer of the landing region it registered for it.
+    Offer,
 }
 
 impl ControlKind {
@@ -97,6 +100,7 @@ impl ControlKind {
             Self::Clear => 2,
             Self::Refuse => 3,
             Self::Done => 4,
+            Self::Offer => 5,
         }
     }
 
@@ -106,6 +110,7 @@ impl ControlKind {
             2 => Self::Clear,
             3 => Self::Refuse,
             4 => Self::Done,
+            5 => Self::Offer,
             _ => return None,
         })
     }
@@ -116,7 +121,8 @@ impl ControlKind {
 pub(super) struct Control {
     pub(super) kind: ControlKind,
     pub(super) key: Key,
-    /// The sender's id of the message ([`SendId`]): a clear-to-send and a "done" name it.
+    /// The sender's id of the message ([`SendId`]): a clear-to-send and a "done" name it. An
+    /// offer, which comes before the receiver knows it, holds the message's length instead.
     pub(super) id: u64,
     pub(super) value: u64,
 }
