@@ -29,6 +29,17 @@
 //!    where it landed until the caller takes it ([`Transfers::take_into`] copies it once, into
 //!    the caller's buffer).
 //!
+//! A receiver that waits for a message before its ready-to-send came, and knows its length (as
+//! every collective's receive does: [`Transfers::offer`]), does not wait to be asked: it sends
+//! an *offer* at once, naming a landing region of that length. A sender that holds the offer
+//! when it sends puts the message there with no ready-to-send — one round trip fewer in every
+//! step whose receiver is first, and on a host with more processes than cores each leg of that
+//! trip waits for a process to be scheduled. The two may cross: a ready-to-send of the offered
+//! length that meets the offer is answered by it (the sender takes an offer as a clear-to-send),
+//! one of another length voids it and is answered as ever, and an offer whose message comes
+//! eagerly gives its region back when the message is whole. An offer is taken only from the
+//! receiver it names, so a third port's offers change nothing.
+//!
 //! A rank that passes a message on (the inner ranks of a broadcast tree) can ask for it to be
 //! *forwarded* ([`Transfers::forward`], CollGM §3.3's message forwarding): each eager segment of
 //! it, as it arrives, goes on to the next ranks from the receive buffer it arrived in — the NIC
