@@ -1044,10 +1044,7 @@ fn key_of(part: u32) -> transfer::Key {
 /// delivered (by rendezvous, until its puts have landed).
 fn send_part(sender: &mut Endpoint, members: &[Member], part: u32, message: Vec<u8>) {
     let mut idle = || {};
-    let mut call = Op::new(sender, members, 5, 1)
-        .unwrap()
-        .with_timeout(Duration::from_secs(20))
-        .with_idle(&mut idle);
+    let mut call = op(sender, members, 1, &mut idle);
     call.send(1, part, message);
     call.finish().unwrap();
 }
@@ -1055,11 +1052,33 @@ fn send_part(sender: &mut Endpoint, members: &[Member], part: u32, message: Vec<
 /// Receives part `part` of operation 1 from rank 0, `length` bytes.
 fn receive_part(receiver: &mut Endpoint, members: &[Member], part: u32, length: usize) -> Vec<u8> {
     let mut idle = || {};
-    let mut call = Op::new(receiver, members, 5, 1)
+    op(receiver, members, 1, &mut idle)
+        .receive(0, part, length)
         .unwrap()
-        .with_timeout(Duration::from_secs(20))
-        .with_idle(&mut idle);
-    call.receive(0, part, length).unwrap()
+}
+
+/// Closes both endpoints' ports, then the daemon, then its directory.
+fn close(sender: Endpoint, receiver: Endpoint, daemon: EmulatorHandle, dir: TempDir) {
+    sender.close().unwrap();
+    receiver.close().unwrap();
+    drop(daemon);
+    drop(dir);
+}
+
+/// Rank 1 (`receiver`) waits for part `part` of operation 1 from rank 0, of `length` bytes,
+/// before rank 0 (`sender`) sends it; returns once the sender holds the receiver's offer.
+fn offer(
+    receiver: &mut Endpoint,
+    sender: &mut Endpoint,
+    members: &[Member],
+    part: u32,
+    length: usize,
+) {
+    receiver.expect(members[0], key_of(part), length).unwrap();
+    pump_until(receiver, |r| !r.transfers().has_outgoing());
+    pump_until(sender, |s| {
+        s.transfers().offered_to(members[1], key_of(part))
+    });
 }
 
 #[test]
@@ -1068,11 +1087,7 @@ fn a_receiver_that_waits_first_offers_its_landing_region_and_the_sender_puts_int
     // sender at once, which puts the message there with no ready-to-send or clear-to-send.
     let length = 1 << 20;
     let (daemon, dir, mut sender, mut receiver, members) = two_endpoints("offer", 2);
-    receiver.expect(members[0], key_of(0), length).unwrap();
-    pump_until(&mut receiver, |r| !r.transfers().has_outgoing());
-    pump_until(&mut sender, |s| {
-        s.transfers().offered_to(members[1], key_of(0))
-    });
+    offer(&mut receiver, &mut sender, &members, 0, length);
 
     send_part(&mut sender, &members, 0, data(0, length, 1));
     let got = receive_part(&mut receiver, &members, 0, length);
@@ -1082,10 +1097,7 @@ fn a_receiver_that_waits_first_offers_its_landing_region_and_the_sender_puts_int
     assert_eq!(received.rendezvous_offered, 1, "{received:?}");
     assert_eq!(received.rendezvous_received, 1, "{received:?}");
     assert_eq!((sent.dropped, received.dropped), (0, 0));
-    sender.close().unwrap();
-    receiver.close().unwrap();
-    drop(daemon);
-    drop(dir);
+    close(sender, receiver, daemon, dir);
 }
 
 #[test]
@@ -1095,10 +1107,7 @@ fn an_offer_that_crosses_the_ready_to_send_is_its_answer() {
     let length = 1 << 20;
     let (daemon, dir, mut sender, mut receiver, members) = two_endpoints("offer-crossing", 2);
     let mut idle = || {};
-    let mut call = Op::new(&mut sender, &members, 5, 1)
-        .unwrap()
-        .with_timeout(Duration::from_secs(20))
-        .with_idle(&mut idle);
+    let mut call = op(&mut sender, &members, 1, &mut idle);
     call.send(1, 0, data(0, length, 2));
     pump_until(call.endpoint(), |s| !s.transfers().has_outgoing());
     receiver.expect(members[0], key_of(0), length).unwrap();
@@ -1111,10 +1120,7 @@ fn an_offer_that_crosses_the_ready_to_send_is_its_answer() {
     assert_eq!(sent.offers_taken, 1, "{sent:?}");
     assert_eq!(received.regions_registered, 1, "{received:?}");
     assert_eq!((sent.dropped, received.dropped), (0, 0));
-    sender.close().unwrap();
-    receiver.close().unwrap();
-    drop(daemon);
-    drop(dir);
+    close(sender, receiver, daemon, dir);
 }
 
 #[test]
@@ -1123,17 +1129,10 @@ fn an_offer_of_another_length_or_an_eager_message_leaves_the_message_whole() {
     // as ever), and an offered region whose message came eagerly goes back to the pool.
     let length = 1 << 20;
     let (daemon, dir, mut sender, mut receiver, members) = two_endpoints("offer-void", 2);
-    receiver.expect(members[0], key_of(0), length).unwrap();
-    pump_until(&mut receiver, |r| !r.transfers().has_outgoing());
-    pump_until(&mut sender, |s| {
-        s.transfers().offered_to(members[1], key_of(0))
-    });
+    offer(&mut receiver, &mut sender, &members, 0, length);
     let longer = length + 4096;
     let mut idle = || {};
-    let mut call = Op::new(&mut sender, &members, 5, 1)
-        .unwrap()
-        .with_timeout(Duration::from_secs(20))
-        .with_idle(&mut idle);
+    let mut call = op(&mut sender, &members, 1, &mut idle);
     call.send(1, 0, data(0, longer, 3));
     pump_until(call.endpoint(), |s| !s.transfers().has_outgoing());
     // The ready-to-send is answered with a region of its length.
@@ -1148,12 +1147,8 @@ fn an_offer_of_another_length_or_an_eager_message_leaves_the_message_whole() {
     // receiver's provided buffers hold while it is not looking).
     let short = RENDEZVOUS_THRESHOLD;
     sender.set_rendezvous_threshold(usize::MAX);
-    receiver.expect(members[0], key_of(1), short).unwrap();
+    offer(&mut receiver, &mut sender, &members, 1, short);
     assert_eq!(receiver.transfers().landings(), 1, "the offer's region");
-    pump_until(&mut receiver, |r| !r.transfers().has_outgoing());
-    pump_until(&mut sender, |s| {
-        s.transfers().offered_to(members[1], key_of(1))
-    });
     send_part(&mut sender, &members, 1, data(0, short, 4));
     assert!(receive_part(&mut receiver, &members, 1, short) == data(0, short, 4));
     let received = receiver.transfer_counters();
@@ -1171,10 +1166,7 @@ fn an_offer_of_another_length_or_an_eager_message_leaves_the_message_whole() {
         (sender.transfer_counters().dropped, received.dropped),
         (0, 0)
     );
-    sender.close().unwrap();
-    receiver.close().unwrap();
-    drop(daemon);
-    drop(dir);
+    close(sender, receiver, daemon, dir);
 }
 
 #[test]

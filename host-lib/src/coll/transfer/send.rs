@@ -38,38 +38,36 @@ impl Transfers {
     pub(super) fn send_as(&mut self, id: SendId, to: Member, key: Key, data: Payload) {
         let detached = self.sends.get(&id).is_some_and(|record| record.detached);
         if self.by_rendezvous(data.len()) {
-            if let Some((remote, length)) = self.offers.remove(&(to, key))
-                && length == data.len()
-            {
-                // The receiver offered its landing region already: no ready-to-send, the puts
-                // start at the next post.
-                self.sends.insert(
-                    id,
-                    SendRecord {
-                        detached,
-                        rendezvous: Some((to, key, Rendezvous::Asking { data })),
-                        ..SendRecord::new(0)
-                    },
-                );
-                self.counters.offers_taken += 1;
-                self.offered_sends.push((id, remote));
-                return;
-            }
-            let ready = Control {
-                kind: ControlKind::Ready,
-                key,
-                id: id.0,
-                value: data.len() as u64,
-            };
+            let length = data.len();
+            // A landing region the receiver offered already (of this length): no ready-to-send,
+            // the puts start at the next post.
+            let offered = self
+                .offers
+                .remove(&(to, key))
+                .filter(|&(_, offered)| offered == length);
             self.sends.insert(
                 id,
                 SendRecord {
                     detached,
                     rendezvous: Some((to, key, Rendezvous::Asking { data })),
-                    ..SendRecord::new(1)
+                    ..SendRecord::new(usize::from(offered.is_none()))
                 },
             );
-            self.queue_control(id, to, ready);
+            match offered {
+                Some((remote, _)) => {
+                    self.counters.offers_taken += 1;
+                    self.offered_sends.push((id, remote));
+                }
+                None => {
+                    let ready = Control {
+                        kind: ControlKind::Ready,
+                        key,
+                        id: id.0,
+                        value: length as u64,
+                    };
+                    self.queue_control(id, to, ready);
+                }
+            }
             return;
         }
         self.sends.insert(
