@@ -145,8 +145,12 @@ pub(crate) fn run_mpi(args: Args) -> Result<()> {
             let built = build(&prefix, "capi")?;
             std::fs::create_dir_all(&components)?;
             let target = components.join("mca_coll_nicbar.so");
-            std::fs::copy(&built, &target)
-                .map_err(|error| format!("copying to {}: {error}", target.display()))?;
+            // Copying the built component onto itself (--components naming the build's own
+            // folder) would leave it empty.
+            if !same_file(&built, &target) {
+                std::fs::copy(&built, &target)
+                    .map_err(|error| format!("copying to {}: {error}", target.display()))?;
+            }
             println!("installed {}", target.display());
             println!(
                 "run: {}/bin/nicctl emulate --units 2 &   then   mpirun{} ./program",
@@ -165,6 +169,11 @@ pub(crate) fn run_mpi(args: Args) -> Result<()> {
         }
         MpiCommand::Test(args) => run_tests(&args),
     }
+}
+
+/// Whether `a` and `b` name one file (both exist and resolve to the same path).
+fn same_file(a: &Path, b: &Path) -> bool {
+    matches!((a.canonicalize(), b.canonicalize()), (Ok(a), Ok(b)) if a == b)
 }
 
 /// Where the build and the checks put their files.
