@@ -6,7 +6,7 @@
 # `cargo xtask mpi test` installs them), from the repository's root.
 #
 # usage: xtask/cores/bundle.sh [DIR]   (default bench-out/cores; then run DIR/run.sh there, and
-# DIR/compare.sh for the allreduce against the barrier)
+# DIR/compare.sh for the allreduce against the barrier, DIR/long.sh for the long allreduce)
 set -eu
 BUNDLE=$(mkdir -p "${1:-bench-out/cores}" && cd "${1:-bench-out/cores}" && pwd)
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -30,5 +30,5 @@ DEBS=$(mktemp -d)
   libevent-core-2.1-7 libevent-pthreads-2.1-7 libnuma1)
 for deb in "$DEBS"/*.deb; do dpkg -x "$deb" "$BUNDLE/ompi"; done
 rm -rf "$DEBS"
-cp "$HERE/run.sh" "$HERE/compare.sh" "$HERE/mpi.sh" "$BUNDLE/"
+cp "$HERE/run.sh" "$HERE/compare.sh" "$HERE/long.sh" "$HERE/mpi.sh" "$BUNDLE/"
 du -sh "$BUNDLE"

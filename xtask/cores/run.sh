@@ -9,7 +9,8 @@
 # SIZES (default "2 4 8 16"), ITERATIONS (default 5000) and DAEMONS (default "4 8") shrink a run;
 # ENGINES lists the one-host daemon's settings measured under coll/nicbar (`;` between them; the
 # allreduce runs under the first), THREADS the NIC thread counts bench_barrier sweeps with the
-# adaptive policy, and SKIP the parts left out (refs, own, allreduce, bench, cluster).
+# adaptive policy, ALLREDUCE_BYTES the MPI_Allreduce sizes (default 8,64,1024), and SKIP the parts
+# left out (refs, own, allreduce, bench, cluster).
 # Writes summary.txt (one line per figure) and details.txt (every program's output) to OUT.
 set -u
 D=$(cd "$(dirname "$0")" && pwd)
@@ -20,6 +21,7 @@ ITERATIONS=${ITERATIONS:-5000}
 DAEMONS=${DAEMONS:-4 8}
 ENGINES=${ENGINES:---idle adaptive;--idle poll --threads 1;--idle poll --threads 2;--idle sleep}
 THREADS=${THREADS:-auto,1,2}
+ALLREDUCE_BYTES=${ALLREDUCE_BYTES:-8,64,1024}
 SKIP=${SKIP:-}
 # Whether a part is to run.
 part() { [[ " $SKIP " != *" $1 "* ]]; }
@@ -88,13 +90,13 @@ if [ -d "$D/ompi/usr" ]; then
     stop_daemon
   done
 
-  part allreduce && log "MPI_Allreduce of doubles (coll_bench): Open MPI's own, with coll/nicbar loaded (8 B in the NIC, longer ones left to Open MPI), and coll/nicbar's"
+  part allreduce && log "MPI_Allreduce of doubles (coll_bench): Open MPI's own, with coll/nicbar loaded (up to 32 B in the NIC, longer ones left to Open MPI), and coll/nicbar's"
   part allreduce && start_daemon ${engines[0]} && export NICBAR_SOCKET=$SOCKET &&
   for p in $SIZES; do
-    say "allreduce P=$p ompi-shm: $(measure 60 $(mr $p) $OWN_SHM "$B/coll_bench" 8,64,1024 300 0 allreduce)"
-    say "allreduce P=$p ompi-tcp: $(measure 60 $(mr $p) $OWN_TCP "$B/coll_bench" 8,64,1024 300 0 allreduce)"
-    say "allreduce P=$p ompi-shm+nicbar-loaded: $(measure 60 $(mr $p) $(nicbar --mca coll_nicbar_allreduce_algorithm -1) "$B/coll_bench" 8,64,1024 300 0 allreduce)"
-    say "allreduce P=$p nicbar: $(measure 60 $(mr $p) $(nicbar --mca coll_nicbar_allreduce_algorithm 0) "$B/coll_bench" 8,64,1024 300 0 allreduce)"
+    say "allreduce P=$p ompi-shm: $(measure 60 $(mr $p) $OWN_SHM "$B/coll_bench" $ALLREDUCE_BYTES 300 0 allreduce)"
+    say "allreduce P=$p ompi-tcp: $(measure 60 $(mr $p) $OWN_TCP "$B/coll_bench" $ALLREDUCE_BYTES 300 0 allreduce)"
+    say "allreduce P=$p ompi-shm+nicbar-loaded: $(measure 60 $(mr $p) $(nicbar --mca coll_nicbar_allreduce_algorithm -1) "$B/coll_bench" $ALLREDUCE_BYTES 300 0 allreduce)"
+    say "allreduce P=$p nicbar: $(measure 60 $(mr $p) $(nicbar --mca coll_nicbar_allreduce_algorithm 0) "$B/coll_bench" $ALLREDUCE_BYTES 300 0 allreduce)"
     for who in "ompi-shm|$OWN_SHM" "ompi-tcp|$OWN_TCP" "nicbar|$(nicbar)"; do
       say "iallreduce 8 B P=$p ${who%%|*}: $(measure 60 $(mr $p) ${who#*|} "$B/barrier_bench" $ITERATIONS allreduce 8)"
     done
