@@ -197,6 +197,17 @@ impl<'a> Op<'a> {
         self.sends.push((id, to));
     }
 
+    /// Says ahead that `part` from `from`, of `length` bytes, will be waited for: if it comes
+    /// by rendezvous, a landing region goes to `from` now, so that its puts start as soon as it
+    /// sends, however late this rank starts waiting ([`Transfers::offer`]).
+    pub fn offer(&mut self, from: usize, part: u32, length: usize) {
+        let key = self.key(part);
+        let endpoint = &mut *self.endpoint;
+        endpoint
+            .transfers
+            .offer(&mut endpoint.port, self.members[from], key, length);
+    }
+
     /// Waits for `part` of this operation from `from`, which must be `length` bytes.
     ///
     /// # Errors

@@ -395,6 +395,69 @@ fn every_allreduce_combines_every_rank_in_order() {
     }
 }
 
+/// A long allreduce goes in pieces of its steps' messages (each a message of its own, its
+/// landing offered ahead): every algorithm, at sizes with and without the fix-up, over a vector
+/// of several pieces whose length is no multiple of a piece and whose elements (24 bytes) do not
+/// divide one, comes out as the sum on every rank, and again and again on the regions the
+/// first ones registered: pieces do not register a region each.
+#[test]
+fn a_long_allreduce_goes_in_pieces_and_sums_every_rank() {
+    const ELEMENT: usize = 24;
+    const ELEMENTS: usize = 50_001;
+    let add = |source: &[u8], target: &mut [u8]| {
+        for (a, b) in source.chunks_exact(8).zip(target.chunks_exact_mut(8)) {
+            let total = u64::from_le_bytes(a.try_into().unwrap())
+                .wrapping_add(u64::from_le_bytes((&*b).try_into().unwrap()));
+            b.copy_from_slice(&total.to_le_bytes());
+        }
+    };
+    for size in [2, 3, 4] {
+        run_ranks(
+            "allreduce-pieces",
+            size,
+            None,
+            move |rank, endpoint, members| {
+                let mut idle = || {};
+                let mut sequence = 0;
+                for round in 0..3 {
+                    for algorithm in [
+                        Allreduce::RecursiveDoubling,
+                        Allreduce::Rabenseifner,
+                        Allreduce::Ring,
+                    ] {
+                        sequence += 1;
+                        let salt = sequence as usize;
+                        let mut sum = data(rank, ELEMENT * ELEMENTS, salt);
+                        let call = op(endpoint, members, sequence, &mut idle);
+                        coll::allreduce(call, &mut sum, ELEMENT, &mut { add }, true, algorithm)
+                            .unwrap();
+                        let mut expected = vec![0u8; ELEMENT * ELEMENTS];
+                        for from in 0..size {
+                            add(&data(from, ELEMENT * ELEMENTS, salt), &mut expected);
+                        }
+                        assert!(
+                            sum == expected,
+                            "{algorithm:?} sum at rank {rank} of {size}, round {round}"
+                        );
+                    }
+                }
+                // A region lent to a piece goes back to the pool when the piece is taken or
+                // delivered, and the next pieces reuse it: one region a piece would be one for each
+                // piece received and each sent.
+                let counters = endpoint.transfer_counters();
+                assert!(
+                    counters.rendezvous_received >= 20,
+                    "rank {rank} of {size} took too few pieces by rendezvous: {counters:?}"
+                );
+                assert!(
+                    counters.regions_registered * 4 <= counters.rendezvous_received,
+                    "rank {rank} of {size} registered a region for many pieces: {counters:?}"
+                );
+            },
+        );
+    }
+}
+
 /// A buffer that is not whole elements is refused before anything is sent.
 #[test]
 fn an_allreduce_of_part_of_an_element_is_refused() {
