@@ -28,15 +28,6 @@ say() { echo "$*" | tee -a "$S"; }
 
 . "$D/mpi.sh"
 
-# CPU time of a process's threads, in ns (scheduler statistics, else clock ticks).
-cpu_ns() {
-  local total=0 t
-  for t in /proc/$1/task/*; do
-    if [ -r $t/schedstat ]; then total=$((total + $(cut -d' ' -f1 $t/schedstat)))
-    else total=$((total + ($(cut -d' ' -f14 $t/stat) + $(cut -d' ' -f15 $t/stat)) * 10000000)); fi
-  done
-  echo $total
-}
 # One coll_bench run of one size: "µs" or "µs/nic_ms" (with DAEMON set: the daemon's CPU ms
 # per allreduce, the warm-up counted), else "failed".
 once() {

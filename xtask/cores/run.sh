@@ -42,15 +42,6 @@ measure() {
   grep "^result" "$W/last" | sed 's/^result //' | paste -sd';' || true
   [ $rc -eq 0 ] || echo "FAILED rc=$rc"
 }
-# CPU time of a process's threads, in ns (scheduler statistics, else clock ticks).
-cpu_ns() {
-  local total=0 t
-  for t in /proc/$1/task/*; do
-    if [ -r $t/schedstat ]; then total=$((total + $(cut -d' ' -f1 $t/schedstat)))
-    else total=$((total + ($(cut -d' ' -f14 $t/stat) + $(cut -d' ' -f15 $t/stat)) * 10000000)); fi
-  done
-  echo $total
-}
 # Starts a one-host daemon of 16 units with the given engine arguments; sets DAEMON and SOCKET.
 start_daemon() {
   SOCKET=$W/control-$RANDOM.sock
