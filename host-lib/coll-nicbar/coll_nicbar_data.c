@@ -523,73 +523,113 @@ int mca_coll_nicbar_alltoallv(const void *sbuf, const int *scounts, const int *s
 
 /* What the library's allreduce calls to combine: Open MPI's operation on `count` elements,
  * through MPI_Reduce_local (the operation's own code, user-defined ones too; Open MPI's internal
- * op header needs Fortran headers its development package does not ship). */
+ * op header needs Fortran headers its development package does not ship). The library sees
+ * element `i` at `i * extent` from the buffer's start, where MPI sees it at `true_lb` past its
+ * typed base: the base is `true_lb` before what the library hands over. */
 typedef struct {
     struct ompi_op_t *op;
     struct ompi_datatype_t *dtype;
-    size_t size;
+    ptrdiff_t extent;
+    ptrdiff_t true_lb;
 } combine_t;
 
 static void combine(const void *source, void *target, size_t count, void *argument)
 {
     combine_t *with = argument;
+    const char *from = (const char *) source - with->true_lb;
+    char *to = (char *) target - with->true_lb;
     while (count > 0) {
         int part = count > INT_MAX ? INT_MAX : (int) count;
-        MPI_Reduce_local(source, target, part, with->dtype, with->op);
-        source = (const char *) source + (size_t) part * with->size;
-        target = (char *) target + (size_t) part * with->size;
+        MPI_Reduce_local(from, to, part, with->dtype, with->op);
+        from += (size_t) part * (size_t) with->extent;
+        to += (size_t) part * (size_t) with->extent;
         count -= (size_t) part;
     }
 }
 
-/* Whether a reduction of `count` elements of `dtype` that the NIC does not combine goes over
- * the NIC's messages: a predefined type, whose elements lie side by side (so the library can
- * split the vector between any two of them); the pair types with padding and derived types go
- * to the component below. Depends only on what MPI makes the same on every rank. */
-int mca_coll_nicbar_reduce_by_messages(int count, struct ompi_datatype_t *dtype)
+/* How `count` elements of `dtype` lie for the library, which splits a vector between any two
+ * elements: each element's bytes within a slot of `extent` bytes, the slots side by side. */
+typedef struct {
+    ptrdiff_t extent;
+    ptrdiff_t true_lb;
+    /* Every byte of the slots is data, from the typed base on (the predefined types but the
+     * padded pairs, contiguous derived ones): the library works in the user's buffer. Else a
+     * copy of the data packed into slots, holes and all, keeps the user's holes untouched. */
+    int dense;
+} layout_t;
+
+static int layout(struct ompi_datatype_t *dtype, layout_t *out)
 {
     size_t size = 0;
-    ptrdiff_t lb = 0, extent = 0;
-    if (C.allreduce_algorithm < 0 || count <= 0 || !ompi_datatype_is_predefined(dtype)) {
-        return 0;
-    }
+    ptrdiff_t lb = 0, extent = 0, true_lb = 0, true_extent = 0;
     ompi_datatype_type_size(dtype, &size);
     ompi_datatype_get_extent(dtype, &lb, &extent);
-    return size > 0 && 0 == lb && (ptrdiff_t) size == extent;
+    ompi_datatype_get_true_extent(dtype, &true_lb, &true_extent);
+    /* An element's data within its extent, so that slots never overlap (a type resized below
+     * its data, or of negative extent, is not). */
+    if (0 == size || extent <= 0 || true_extent > extent) {
+        return 0;
+    }
+    out->extent = extent;
+    out->true_lb = true_lb;
+    out->dense = (ptrdiff_t) size == extent && 0 == true_lb;
+    return 1;
+}
+
+/* Whether a reduction of `count` elements of `dtype` that the NIC does not combine goes over
+ * the NIC's messages: any type whose elements do not overlap, predefined or derived (MPI takes
+ * derived ones under user operations), the rest to the component below. Depends only on what
+ * MPI makes the same on every rank. */
+int mca_coll_nicbar_reduce_by_messages(int count, struct ompi_datatype_t *dtype)
+{
+    layout_t unused;
+    return C.allreduce_algorithm >= 0 && count > 0 && layout(dtype, &unused);
 }
 
 /* MPI_Allreduce (root < 0) or MPI_Reduce to `root` over the NIC's messages: the allreduce runs
- * in the result buffer (a scratch one on a reduce's other ranks), every rank getting the same
- * bits; a reduce's root keeps them. */
+ * in the result buffer, or in a scratch one (a reduce's other ranks; types with holes), every
+ * rank getting the same bits; a reduce's root keeps them. */
 int mca_coll_nicbar_reduce_messages(const void *sbuf, void *rbuf, int count,
                                     struct ompi_datatype_t *dtype, struct ompi_op_t *op,
                                     struct ompi_communicator_t *comm,
                                     mca_coll_nicbar_module_t *self, int root)
 {
-    size_t size = 0;
+    layout_t lay;
     nicbar_coll_op call;
     int state, commutative = 0, keeps = root < 0 || ompi_comm_rank(comm) == root;
     const char *operation = root < 0 ? "MPI_Allreduce" : "MPI_Reduce";
-    void *buffer = rbuf;
+    const void *input = MPI_IN_PLACE == sbuf ? rbuf : sbuf;
+    char *slots = rbuf;
 
-    ompi_datatype_type_size(dtype, &size);
-    combine_t with = {op, dtype, size};
-    size_t length = size * (size_t) count;
+    if (!layout(dtype, &lay)) {
+        return MPI_ERR_TYPE;
+    }
+    size_t length = (size_t) lay.extent * (size_t) count;
+    combine_t with = {op, dtype, lay.extent, lay.true_lb};
     MPI_Op_commutative(op, &commutative);
-    if (!keeps) {
-        buffer = malloc(length);
-        if (NULL == buffer) {
+    if (!keeps || !lay.dense) {
+        /* calloc: a type's holes go to the other ranks, zeros rather than this heap's bytes. */
+        slots = calloc(1, length);
+        if (NULL == slots) {
             return MPI_ERR_NO_MEM;
         }
     }
-    if (MPI_IN_PLACE != sbuf) {
-        memcpy(buffer, sbuf, length);
+    if (lay.dense) {
+        if (input != slots) {
+            memcpy(slots, input, length);
+        }
+    } else {
+        ompi_datatype_copy_content_same_ddt(dtype, (size_t) count, slots - lay.true_lb,
+                                            (char *) input);
     }
     op_init(&call, self, comm, C.allreduce_algorithm);
-    LOCKED(nicbar_coll_allreduce(C.endpoint, self->group, &call, buffer, length, size, combine,
-                                 &with, commutative));
-    if (!keeps) {
-        free(buffer);
+    LOCKED(nicbar_coll_allreduce(C.endpoint, self->group, &call, slots, length,
+                                 (size_t) lay.extent, combine, &with, commutative));
+    if (keeps && !lay.dense && NICBAR_COLL_COMPLETED == state) {
+        ompi_datatype_copy_content_same_ddt(dtype, (size_t) count, rbuf, slots - lay.true_lb);
+    }
+    if (slots != rbuf) {
+        free(slots);
     }
     return NICBAR_COLL_COMPLETED == state ? MPI_SUCCESS : outcome(state, &call, comm, operation);
 }

@@ -3,10 +3,10 @@
  * MPIX_Allreduce_init and MPIX_Reduce_init. A predefined operation
  * on a predefined type, up to NICBAR_NIC_REDUCE_MAX bytes, combines in the NIC: a barrier whose
  * packets carry the values, recursive doubling in a fixed order, so every rank gets the same bits
- * in every run (docs/mpi.md). Longer vectors and user operations on predefined types run over
- * the NIC's messages (mca_coll_nicbar_reduce_messages: recursive doubling, Rabenseifner's or the
- * ring, Open MPI's operation combining); derived types, the pair types whose C layout has
- * padding, and the non-blocking forms of all that go to the component below. Every rank chooses
+ * in every run (docs/mpi.md). Longer vectors, user operations and derived types run over the
+ * NIC's messages (mca_coll_nicbar_reduce_messages: recursive doubling, Rabenseifner's or the
+ * ring, Open MPI's operation combining); the non-blocking forms of all that go to the component
+ * below. Every rank chooses
  * alike: the choice depends only on the operation, the type and the count, which MPI makes the
  * same on every rank.
  *

@@ -9,7 +9,8 @@
  * of it and a split of it; in place and not; every root.
  * Then long vectors (which go over the NIC's messages) and user-defined operations: one that
  * does not commute (composing affine maps on MPI_2INT, so only rank order gives the reference)
- * and one that does.
+ * and one that does; and derived types under user operations, dense, with holes and with their
+ * data past their lower bound, whose holes in the result must stay untouched.
  *
  * usage: reduce_check [ROUNDS [long]]   prints "reduce_check: ok N checks" on rank 0; "long"
  *                                       runs only the long vectors and the user operations
@@ -305,6 +306,132 @@ static void run_user(MPI_Comm comm, const char *comm_name, MPI_Datatype type, MP
     free(got);
 }
 
+/* Derived types, which MPI reduces under user operations only: where each element's data lies
+ * in its extent, the rest being holes a reduction must leave as they were. */
+typedef struct {
+    MPI_Datatype type;
+    const char *name;
+    MPI_Op op;
+    const char *op_name;
+    int extent;
+    int fields;     /* 8-byte fields of an element */
+    int offsets[2]; /* where they lie in it */
+} derived_t;
+
+/* Two uint64_t side by side (MPI_Type_contiguous): summed, wrapping. */
+static void pair_sum(void *in, void *inout, int *len, MPI_Datatype *type)
+{
+    (void) type;
+    const uint64_t *x = in;
+    uint64_t *y = inout;
+    for (int i = 0; i < 2 * *len; i++) {
+        y[i] += x[i];
+    }
+}
+
+/* Two uint64_t with a third's hole between them (MPI_Type_vector(2, 1, 2)): summed. */
+static void holed_sum(void *in, void *inout, int *len, MPI_Datatype *type)
+{
+    (void) type;
+    const uint64_t *x = in;
+    uint64_t *y = inout;
+    for (int i = 0; i < *len; i++) {
+        y[3 * i] += x[3 * i];
+        y[3 * i + 2] += x[3 * i + 2];
+    }
+}
+
+/* An affine map 8 bytes into a 16-byte element (a struct resized to lower bound 0): composed,
+ * which does not commute. */
+static void shifted_compose(void *in, void *inout, int *len, MPI_Datatype *type)
+{
+    (void) type;
+    for (int i = 0; i < *len; i++) {
+        int one = 1;
+        compose((char *) in + 16 * i + 8, (char *) inout + 16 * i + 8, &one, NULL);
+    }
+}
+
+/* Fills the data of `count` elements of `type` with rank `rank`'s values. */
+static void derived_input(const derived_t *type, int rank, int count, unsigned char *buffer)
+{
+    for (int i = 0; i < count; i++) {
+        for (int f = 0; f < type->fields; f++) {
+            uint64_t value = (uint64_t) (rank + 1) * 0x9e3779b97f4a7c15u +
+                             (uint64_t) (i * type->fields + f) * 0xbf58476d1ce4e5b9u;
+            value |= 1; /* an affine map's factor, odd */
+            memcpy(buffer + (size_t) i * (size_t) type->extent + type->offsets[f], &value, 8);
+        }
+    }
+}
+
+/* Whether `got` holds `expected`'s data and its holes still hold the 0xa5 they were given. */
+static int same_derived(const derived_t *type, const unsigned char *got,
+                        const unsigned char *expected, int count)
+{
+    for (int i = 0; i < count; i++) {
+        const unsigned char *g = got + (size_t) i * (size_t) type->extent;
+        const unsigned char *e = expected + (size_t) i * (size_t) type->extent;
+        for (int byte = 0; byte < type->extent; byte++) {
+            int data = 0;
+            for (int f = 0; f < type->fields; f++) {
+                data |= byte >= type->offsets[f] && byte < type->offsets[f] + 8;
+            }
+            if (data ? g[byte] != e[byte] : 0xa5 != g[byte]) {
+                return 0;
+            }
+        }
+    }
+    return 1;
+}
+
+/* MPI_Allreduce (in place and not) and MPI_Reduce to every other root of `count` elements of
+ * a derived type, against the reference folded in rank order. */
+static void run_derived(MPI_Comm comm, const char *comm_name, const derived_t *type, int count)
+{
+    int rank, size;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    size_t bytes = (size_t) count * (size_t) type->extent;
+    unsigned char *mine = malloc(bytes), *expected = malloc(bytes), *theirs = malloc(bytes),
+                  *got = malloc(bytes);
+    type_t described = {type->type, type->name, type->extent, 0, 0, 0};
+    op_t named = {type->op, type->op_name};
+
+    memset(mine, 0xa5, bytes);
+    memset(expected, 0xa5, bytes);
+    memset(theirs, 0xa5, bytes);
+    derived_input(type, 0, count, expected);
+    for (int other = 1; other < size; other++) {
+        derived_input(type, other, count, theirs);
+        memcpy(got, expected, bytes);
+        memcpy(expected, theirs, bytes);
+        MPI_Reduce_local(got, expected, count, type->type, type->op);
+    }
+    derived_input(type, rank, count, mine);
+
+    memset(got, 0xa5, bytes);
+    MPI_Allreduce(mine, got, count, type->type, type->op, comm);
+    check(same_derived(type, got, expected, count), "MPI_Allreduce", &described, &named, count,
+          comm_name);
+    memcpy(got, mine, bytes);
+    MPI_Allreduce(MPI_IN_PLACE, got, count, type->type, type->op, comm);
+    check(same_derived(type, got, expected, count), "MPI_Allreduce in place", &described,
+          &named, count, comm_name);
+    for (int root = 1; root < size; root += 2) {
+        memset(got, 0xa5, bytes);
+        MPI_Reduce(mine, got, count, type->type, type->op, root, comm);
+        if (rank == root) {
+            check(same_derived(type, got, expected, count), "MPI_Reduce", &described, &named,
+                  count, comm_name);
+        }
+    }
+    free(mine);
+    free(expected);
+    free(theirs);
+    free(got);
+}
+
 int main(int argc, char **argv)
 {
     int rounds = argc > 1 ? atoi(argv[1]) : 1;
@@ -361,6 +488,31 @@ int main(int argc, char **argv)
     MPI_Op composition, sum;
     MPI_Op_create(compose, 0, &composition);
     MPI_Op_create(wrapping_sum, 1, &sum);
+    derived_t derived[3] = {
+        {MPI_DATATYPE_NULL, "2 MPI_UINT64_T (contiguous)", MPI_OP_NULL, "a wrapping sum", 16, 2,
+         {0, 8}},
+        {MPI_DATATYPE_NULL, "2 MPI_UINT64_T a hole apart (vector)", MPI_OP_NULL, "a wrapping sum",
+         24, 2, {0, 16}},
+        {MPI_DATATYPE_NULL, "MPI_2INT 8 bytes into 16 (struct, resized)", MPI_OP_NULL,
+         "composition", 16, 1, {8}},
+    };
+    MPI_Type_contiguous(2, MPI_UINT64_T, &derived[0].type);
+    MPI_Op_create(pair_sum, 1, &derived[0].op);
+    MPI_Type_vector(2, 1, 2, MPI_UINT64_T, &derived[1].type);
+    MPI_Op_create(holed_sum, 1, &derived[1].op);
+    {
+        MPI_Datatype shifted;
+        int one = 1;
+        MPI_Aint at = 8;
+        MPI_Datatype pair = MPI_2INT;
+        MPI_Type_create_struct(1, &one, &at, &pair, &shifted);
+        MPI_Type_create_resized(shifted, 0, 16, &derived[2].type);
+        MPI_Type_free(&shifted);
+    }
+    MPI_Op_create(shifted_compose, 0, &derived[2].op);
+    for (int d = 0; d < 3; d++) {
+        MPI_Type_commit(&derived[d].type);
+    }
     for (int round = 0; round < rounds; round++) {
         for (size_t t = 0; t < sizeof types / sizeof types[0] && !long_only; t++) {
             const type_t *type = &types[t];
@@ -392,8 +544,8 @@ int main(int argc, char **argv)
             }
         }
         /* Long vectors: recursive doubling's sizes and Rabenseifner's (over 64 KiB), an odd
-         * count, so that blocks split unevenly. */
-        const int longs[][2] = {{6, 0}, {14, 0}, {6, 2}, {14, 3}, {15, 8}, {16, 10}};
+         * count, so that blocks split unevenly; MPI_DOUBLE_INT, whose C layout pads. */
+        const int longs[][2] = {{6, 0}, {14, 0}, {6, 2}, {14, 3}, {15, 8}, {16, 10}, {18, 11}};
         for (size_t l = 0; l < sizeof longs / sizeof longs[0]; l++) {
             for (int count = 1001; count <= 40001; count += 39000) {
                 run(MPI_COMM_WORLD, "MPI_COMM_WORLD", &types[longs[l][0]], &ops[longs[l][1]],
@@ -411,9 +563,19 @@ int main(int argc, char **argv)
                      count);
             run_user(dup, "a dup of MPI_COMM_WORLD", MPI_UINT64_T, sum, "a wrapping sum", count);
         }
+        for (int d = 0; d < 3; d++) {
+            for (int count = 1; count <= 40001; count += 20000) {
+                run_derived(MPI_COMM_WORLD, "MPI_COMM_WORLD", &derived[d], count);
+                run_derived(split, "a split of MPI_COMM_WORLD", &derived[d], count);
+            }
+        }
     }
     MPI_Op_free(&composition);
     MPI_Op_free(&sum);
+    for (int d = 0; d < 3; d++) {
+        MPI_Type_free(&derived[d].type);
+        MPI_Op_free(&derived[d].op);
+    }
     MPI_Allreduce(MPI_IN_PLACE, &failures, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (0 == rank) {
         if (0 == failures) {
