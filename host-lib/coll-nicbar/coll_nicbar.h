@@ -105,6 +105,9 @@ typedef struct {
 } mca_coll_nicbar_module_t;
 OBJ_CLASS_DECLARATION(mca_coll_nicbar_module_t);
 
+/* A non-blocking reduction over the NIC's messages (coll_nicbar_reduce_messages.c). */
+typedef struct mca_coll_nicbar_ireduce_t mca_coll_nicbar_ireduce_t;
+
 /*
  * A non-blocking barrier or reduction: an Open MPI request completed by the progress function.
  * A persistent one (MPIX_Barrier_init, MPIX_Allreduce_init, MPIX_Reduce_init) keeps its
@@ -119,6 +122,7 @@ typedef struct {
     size_t result_length;
     nicbar_coll_persistent *persistent; /* NULL unless persistent */
     const void *data;                   /* a persistent reduction's input, read at each start */
+    mca_coll_nicbar_ireduce_t *messages; /* a reduction over messages (NULL: in the NIC) */
 } mca_coll_nicbar_request_t;
 OBJ_CLASS_DECLARATION(mca_coll_nicbar_request_t);
 
@@ -156,6 +160,16 @@ int mca_coll_nicbar_reduce_messages(const void *sbuf, void *rbuf, int count,
                                     struct ompi_datatype_t *dtype, struct ompi_op_t *op,
                                     struct ompi_communicator_t *comm,
                                     mca_coll_nicbar_module_t *self, int root);
+int mca_coll_nicbar_ireduce_messages(const void *sbuf, void *rbuf, int count,
+                                     struct ompi_datatype_t *dtype, struct ompi_op_t *op,
+                                     struct ompi_communicator_t *comm,
+                                     mca_coll_nicbar_module_t *self, int root,
+                                     ompi_request_t **out);
+int mca_coll_nicbar_ireduce_messages_end(mca_coll_nicbar_request_t *request, int *code);
+void mca_coll_nicbar_op_init(nicbar_coll_op *op, mca_coll_nicbar_module_t *self,
+                             struct ompi_communicator_t *comm, int algorithm);
+int mca_coll_nicbar_outcome(int state, nicbar_coll_op *op, struct ompi_communicator_t *comm,
+                            const char *operation);
 void mca_coll_nicbar_count_reduction(void);
 int mca_coll_nicbar_persistent_new(struct ompi_communicator_t *comm, const char *operation,
                                    nicbar_coll_persistent *persistent, const void *data,

@@ -135,8 +135,8 @@ static void idle(void *argument)
     mca_coll_nicbar_idle_yield();
 }
 
-static void op_init(nicbar_coll_op *op, mca_coll_nicbar_module_t *self,
-                    struct ompi_communicator_t *comm, int algorithm)
+void mca_coll_nicbar_op_init(nicbar_coll_op *op, mca_coll_nicbar_module_t *self,
+                             struct ompi_communicator_t *comm, int algorithm)
 {
     memset(op, 0, sizeof *op);
     op->context = (uint32_t) comm->c_contextid;
@@ -150,8 +150,8 @@ static void op_init(nicbar_coll_op *op, mca_coll_nicbar_module_t *self,
 }
 
 /* The MPI code for how the library's call ended. */
-static int outcome(int state, nicbar_coll_op *op, struct ompi_communicator_t *comm,
-                   const char *operation)
+int mca_coll_nicbar_outcome(int state, nicbar_coll_op *op, struct ompi_communicator_t *comm,
+                            const char *operation)
 {
     if (NICBAR_COLL_COMPLETED == state) {
         return MPI_SUCCESS;
@@ -189,10 +189,12 @@ int mca_coll_nicbar_bcast(void *buffer, int count, struct ompi_datatype_t *dtype
         view_finish(&view, 0, 1);
         return rc;
     }
-    op_init(&op, self, comm, C.bcast_algorithm);
+    mca_coll_nicbar_op_init(&op, self, comm, C.bcast_algorithm);
     LOCKED(nicbar_coll_bcast(C.endpoint, self->group, &op, view.bytes, view.length, root));
     rc = view_finish(&view, !at_root, NICBAR_COLL_COMPLETED != state);
-    return NICBAR_COLL_COMPLETED == state ? rc : outcome(state, &op, comm, "MPI_Bcast");
+    return NICBAR_COLL_COMPLETED == state
+               ? rc
+               : mca_coll_nicbar_outcome(state, &op, comm, "MPI_Bcast");
 }
 
 int mca_coll_nicbar_scatter(const void *sbuf, int scount, struct ompi_datatype_t *sdtype,
@@ -220,7 +222,7 @@ int mca_coll_nicbar_scatter(const void *sbuf, int scount, struct ompi_datatype_t
         block = receive.length;
     }
     if (MPI_SUCCESS == rc) {
-        op_init(&op, self, comm, C.scatter_algorithm);
+        mca_coll_nicbar_op_init(&op, self, comm, C.scatter_algorithm);
         LOCKED(nicbar_coll_scatter(C.endpoint, self->group, &op, send.bytes,
                                    in_place ? NULL : receive.bytes, block, root));
     }
@@ -230,8 +232,9 @@ int mca_coll_nicbar_scatter(const void *sbuf, int scount, struct ompi_datatype_t
         if (MPI_SUCCESS != rc) {
             return rc;
         }
-        return NICBAR_COLL_COMPLETED == state ? unpacked
-                                              : outcome(state, &op, comm, "MPI_Scatter");
+        return NICBAR_COLL_COMPLETED == state
+                   ? unpacked
+                   : mca_coll_nicbar_outcome(state, &op, comm, "MPI_Scatter");
     }
 }
 
@@ -262,7 +265,7 @@ int mca_coll_nicbar_gather(const void *sbuf, int scount, struct ompi_datatype_t 
         block = receive.length / size;
     }
     if (MPI_SUCCESS == rc) {
-        op_init(&op, self, comm, C.gather_algorithm);
+        mca_coll_nicbar_op_init(&op, self, comm, C.gather_algorithm);
         LOCKED(nicbar_coll_gather(C.endpoint, self->group, &op, in_place ? NULL : send.bytes,
                                   receive.bytes, block, root));
     }
@@ -272,8 +275,9 @@ int mca_coll_nicbar_gather(const void *sbuf, int scount, struct ompi_datatype_t 
         if (MPI_SUCCESS != rc) {
             return rc;
         }
-        return NICBAR_COLL_COMPLETED == state ? unpacked
-                                              : outcome(state, &op, comm, "MPI_Gather");
+        return NICBAR_COLL_COMPLETED == state
+                   ? unpacked
+                   : mca_coll_nicbar_outcome(state, &op, comm, "MPI_Gather");
     }
 }
 
@@ -348,7 +352,7 @@ int mca_coll_nicbar_scatterv(const void *sbuf, const int *scounts, const int *di
         rc = view_make(&receive, rbuf, (size_t) rcount, rdtype, VIEW_RECEIVE);
     }
     if (MPI_SUCCESS == rc) {
-        op_init(&op, self, comm, 0);
+        mca_coll_nicbar_op_init(&op, self, comm, 0);
         LOCKED(nicbar_coll_scatterv(C.endpoint, self->group, &op, (const void *const *) blocks,
                                     lengths, in_place ? NULL : receive.bytes, receive.length,
                                     root));
@@ -364,8 +368,9 @@ int mca_coll_nicbar_scatterv(const void *sbuf, const int *scounts, const int *di
         if (MPI_SUCCESS != rc) {
             return rc;
         }
-        return NICBAR_COLL_COMPLETED == state ? unpacked
-                                              : outcome(state, &op, comm, "MPI_Scatterv");
+        return NICBAR_COLL_COMPLETED == state
+                   ? unpacked
+                   : mca_coll_nicbar_outcome(state, &op, comm, "MPI_Scatterv");
     }
 }
 
@@ -401,7 +406,7 @@ int mca_coll_nicbar_gatherv(const void *sbuf, int scount, struct ompi_datatype_t
                               in_place ? root : -1, blocks, lengths);
     }
     if (MPI_SUCCESS == rc) {
-        op_init(&op, self, comm, 0);
+        mca_coll_nicbar_op_init(&op, self, comm, 0);
         LOCKED(nicbar_coll_gatherv(C.endpoint, self->group, &op, in_place ? NULL : send.bytes,
                                    send.length, (void *const *) blocks, lengths, root));
     }
@@ -416,8 +421,9 @@ int mca_coll_nicbar_gatherv(const void *sbuf, int scount, struct ompi_datatype_t
         if (MPI_SUCCESS != rc) {
             return rc;
         }
-        return NICBAR_COLL_COMPLETED == state ? unpacked
-                                              : outcome(state, &op, comm, "MPI_Gatherv");
+        return NICBAR_COLL_COMPLETED == state
+                   ? unpacked
+                   : mca_coll_nicbar_outcome(state, &op, comm, "MPI_Gatherv");
     }
 }
 
@@ -443,7 +449,7 @@ int mca_coll_nicbar_alltoall(const void *sbuf, int scount, struct ompi_datatype_
         rc = view_make(&receive, rbuf, (size_t) rcount * size, rdtype, VIEW_RECEIVE);
     }
     if (MPI_SUCCESS == rc) {
-        op_init(&op, self, comm, C.alltoall_algorithm);
+        mca_coll_nicbar_op_init(&op, self, comm, C.alltoall_algorithm);
         LOCKED(nicbar_coll_alltoall(C.endpoint, self->group, &op, send.bytes, receive.bytes,
                                     receive.length / size));
     }
@@ -453,8 +459,9 @@ int mca_coll_nicbar_alltoall(const void *sbuf, int scount, struct ompi_datatype_
         if (MPI_SUCCESS != rc) {
             return rc;
         }
-        return NICBAR_COLL_COMPLETED == state ? unpacked
-                                              : outcome(state, &op, comm, "MPI_Alltoall");
+        return NICBAR_COLL_COMPLETED == state
+                   ? unpacked
+                   : mca_coll_nicbar_outcome(state, &op, comm, "MPI_Alltoall");
     }
 }
 
@@ -496,7 +503,7 @@ int mca_coll_nicbar_alltoallv(const void *sbuf, const int *scounts, const int *s
                             receive_blocks, receive_lengths);
         }
         if (MPI_SUCCESS == rc) {
-            op_init(&op, self, comm, C.alltoall_algorithm);
+            mca_coll_nicbar_op_init(&op, self, comm, C.alltoall_algorithm);
             LOCKED(nicbar_coll_alltoallv(C.endpoint, self->group, &op,
                                          (const void *const *) send_blocks, send_lengths,
                                          (void *const *) receive_blocks, receive_lengths));
@@ -517,119 +524,7 @@ int mca_coll_nicbar_alltoallv(const void *sbuf, const int *scounts, const int *s
     if (MPI_SUCCESS != rc) {
         return rc;
     }
-    return NICBAR_COLL_COMPLETED == state ? unpacked
-                                          : outcome(state, &op, comm, "MPI_Alltoallv");
-}
-
-/* What the library's allreduce calls to combine: Open MPI's operation on `count` elements,
- * through MPI_Reduce_local (the operation's own code, user-defined ones too; Open MPI's internal
- * op header needs Fortran headers its development package does not ship). The library sees
- * element `i` at `i * extent` from the buffer's start, where MPI sees it at `true_lb` past its
- * typed base: the base is `true_lb` before what the library hands over. */
-typedef struct {
-    struct ompi_op_t *op;
-    struct ompi_datatype_t *dtype;
-    ptrdiff_t extent;
-    ptrdiff_t true_lb;
-} combine_t;
-
-static void combine(const void *source, void *target, size_t count, void *argument)
-{
-    combine_t *with = argument;
-    const char *from = (const char *) source - with->true_lb;
-    char *to = (char *) target - with->true_lb;
-    while (count > 0) {
-        int part = count > INT_MAX ? INT_MAX : (int) count;
-        MPI_Reduce_local(from, to, part, with->dtype, with->op);
-        from += (size_t) part * (size_t) with->extent;
-        to += (size_t) part * (size_t) with->extent;
-        count -= (size_t) part;
-    }
-}
-
-/* How `count` elements of `dtype` lie for the library, which splits a vector between any two
- * elements: each element's bytes within a slot of `extent` bytes, the slots side by side. */
-typedef struct {
-    ptrdiff_t extent;
-    ptrdiff_t true_lb;
-    /* Every byte of the slots is data, from the typed base on (the predefined types but the
-     * padded pairs, contiguous derived ones): the library works in the user's buffer. Else a
-     * copy of the data packed into slots, holes and all, keeps the user's holes untouched. */
-    int dense;
-} layout_t;
-
-static int layout(struct ompi_datatype_t *dtype, layout_t *out)
-{
-    size_t size = 0;
-    ptrdiff_t lb = 0, extent = 0, true_lb = 0, true_extent = 0;
-    ompi_datatype_type_size(dtype, &size);
-    ompi_datatype_get_extent(dtype, &lb, &extent);
-    ompi_datatype_get_true_extent(dtype, &true_lb, &true_extent);
-    /* An element's data within its extent, so that slots never overlap (a type resized below
-     * its data, or of negative extent, is not). */
-    if (0 == size || extent <= 0 || true_extent > extent) {
-        return 0;
-    }
-    out->extent = extent;
-    out->true_lb = true_lb;
-    out->dense = (ptrdiff_t) size == extent && 0 == true_lb;
-    return 1;
-}
-
-/* Whether a reduction of `count` elements of `dtype` that the NIC does not combine goes over
- * the NIC's messages: any type whose elements do not overlap, predefined or derived (MPI takes
- * derived ones under user operations), the rest to the component below. Depends only on what
- * MPI makes the same on every rank. */
-int mca_coll_nicbar_reduce_by_messages(int count, struct ompi_datatype_t *dtype)
-{
-    layout_t unused;
-    return C.allreduce_algorithm >= 0 && count > 0 && layout(dtype, &unused);
-}
-
-/* MPI_Allreduce (root < 0) or MPI_Reduce to `root` over the NIC's messages: the allreduce runs
- * in the result buffer, or in a scratch one (a reduce's other ranks; types with holes), every
- * rank getting the same bits; a reduce's root keeps them. */
-int mca_coll_nicbar_reduce_messages(const void *sbuf, void *rbuf, int count,
-                                    struct ompi_datatype_t *dtype, struct ompi_op_t *op,
-                                    struct ompi_communicator_t *comm,
-                                    mca_coll_nicbar_module_t *self, int root)
-{
-    layout_t lay;
-    nicbar_coll_op call;
-    int state, commutative = 0, keeps = root < 0 || ompi_comm_rank(comm) == root;
-    const char *operation = root < 0 ? "MPI_Allreduce" : "MPI_Reduce";
-    const void *input = MPI_IN_PLACE == sbuf ? rbuf : sbuf;
-    char *slots = rbuf;
-
-    if (!layout(dtype, &lay)) {
-        return MPI_ERR_TYPE;
-    }
-    size_t length = (size_t) lay.extent * (size_t) count;
-    combine_t with = {op, dtype, lay.extent, lay.true_lb};
-    MPI_Op_commutative(op, &commutative);
-    if (!keeps || !lay.dense) {
-        /* calloc: a type's holes go to the other ranks, zeros rather than this heap's bytes. */
-        slots = calloc(1, length);
-        if (NULL == slots) {
-            return MPI_ERR_NO_MEM;
-        }
-    }
-    if (lay.dense) {
-        if (input != slots) {
-            memcpy(slots, input, length);
-        }
-    } else {
-        ompi_datatype_copy_content_same_ddt(dtype, (size_t) count, slots - lay.true_lb,
-                                            (char *) input);
-    }
-    op_init(&call, self, comm, C.allreduce_algorithm);
-    LOCKED(nicbar_coll_allreduce(C.endpoint, self->group, &call, slots, length,
-                                 (size_t) lay.extent, combine, &with, commutative));
-    if (keeps && !lay.dense && NICBAR_COLL_COMPLETED == state) {
-        ompi_datatype_copy_content_same_ddt(dtype, (size_t) count, rbuf, slots - lay.true_lb);
-    }
-    if (slots != rbuf) {
-        free(slots);
-    }
-    return NICBAR_COLL_COMPLETED == state ? MPI_SUCCESS : outcome(state, &call, comm, operation);
+    return NICBAR_COLL_COMPLETED == state
+               ? unpacked
+               : mca_coll_nicbar_outcome(state, &op, comm, "MPI_Alltoallv");
 }

@@ -223,6 +223,7 @@ mca_coll_nicbar_request_t *mca_coll_nicbar_request_new(struct ompi_communicator_
     request->result_length = 0;
     request->persistent = NULL;
     request->data = NULL;
+    request->messages = NULL;
     return request;
 }
 
@@ -285,6 +286,16 @@ int mca_coll_nicbar_post(struct ompi_communicator_t *comm, mca_coll_nicbar_reque
         return MPI_ERR_INTERN;
     }
     if (0 != outstanding_add(request)) {
+        if (NULL != request->messages) {
+            /* Run to its end here, which every wait on the endpoint moves on. */
+            int rc;
+            while (!mca_coll_nicbar_ireduce_messages_end(request, &rc)) {
+                (void) nicbar_coll_wait(C.endpoint, 100);
+            }
+            pthread_mutex_unlock(&C.lock);
+            OBJ_RELEASE(request);
+            return MPI_SUCCESS == rc ? MPI_ERR_NO_MEM : rc;
+        }
         /* The collective runs on in the NIC; waiting for it here keeps its members' order. */
         pthread_mutex_unlock(&C.lock);
         int rc = mca_coll_nicbar_wait(comm, request->ticket, request->operation);
@@ -428,14 +439,21 @@ int mca_coll_nicbar_progress(void)
     }
     for (size_t i = 0; i < outstanding_count && count < 64;) {
         mca_coll_nicbar_request_t *barrier = outstanding[i];
-        int failed_rank = -1;
-        int state = nicbar_coll_barrier_test(C.endpoint, barrier->ticket, &failed_rank, reason,
-                                             sizeof reason);
-        if (NICBAR_COLL_PENDING == state) {
-            i++;
-            continue;
+        if (NULL != barrier->messages) {
+            if (!mca_coll_nicbar_ireduce_messages_end(barrier, &codes[count])) {
+                i++;
+                continue;
+            }
+        } else {
+            int failed_rank = -1;
+            int state = nicbar_coll_barrier_test(C.endpoint, barrier->ticket, &failed_rank,
+                                                 reason, sizeof reason);
+            if (NICBAR_COLL_PENDING == state) {
+                i++;
+                continue;
+            }
+            codes[count] = take_end(barrier, state, failed_rank, reason);
         }
-        codes[count] = take_end(barrier, state, failed_rank, reason);
         ended[count++] = barrier;
         memmove(&outstanding[i], &outstanding[i + 1],
                 (outstanding_count - i - 1) * sizeof *outstanding);

@@ -4,11 +4,10 @@
  * on a predefined type, up to NICBAR_NIC_REDUCE_MAX bytes, combines in the NIC: a barrier whose
  * packets carry the values, recursive doubling in a fixed order, so every rank gets the same bits
  * in every run (docs/mpi.md). Longer vectors, user operations and derived types run over the
- * NIC's messages (mca_coll_nicbar_reduce_messages: recursive doubling, Rabenseifner's or the
- * ring, Open MPI's operation combining); the non-blocking forms of all that go to the component
- * below. Every rank chooses
- * alike: the choice depends only on the operation, the type and the count, which MPI makes the
- * same on every rank.
+ * NIC's messages (coll_nicbar_reduce_messages.c: recursive doubling, Rabenseifner's or the
+ * ring, Open MPI's operation combining), the non-blocking forms in the background. Every rank
+ * chooses alike: the choice depends only on the operation, the type and the count, which MPI
+ * makes the same on every rank.
  *
  * MPI_Reduce is an allreduce whose result only the root keeps: in the NIC, a reduction to one
  * rank costs what the reduction to all costs.
@@ -322,6 +321,10 @@ int mca_coll_nicbar_iallreduce(const void *sbuf, void *rbuf, int count,
     mca_coll_nicbar_module_t *self = (mca_coll_nicbar_module_t *) module;
     nic_reduction_t reduction = nic_reduction(count, dtype, op);
     if (0 == reduction.length) {
+        if (mca_coll_nicbar_reduce_by_messages(count, dtype)) {
+            return mca_coll_nicbar_ireduce_messages(sbuf, rbuf, count, dtype, op, comm, self, -1,
+                                                    request);
+        }
         return self->previous.iallreduce(sbuf, rbuf, count, dtype, op, comm, request,
                                          self->previous.iallreduce_module);
     }
@@ -337,6 +340,10 @@ int mca_coll_nicbar_ireduce(const void *sbuf, void *rbuf, int count,
     mca_coll_nicbar_module_t *self = (mca_coll_nicbar_module_t *) module;
     nic_reduction_t reduction = nic_reduction(count, dtype, op);
     if (0 == reduction.length) {
+        if (mca_coll_nicbar_reduce_by_messages(count, dtype)) {
+            return mca_coll_nicbar_ireduce_messages(sbuf, rbuf, count, dtype, op, comm, self,
+                                                    root, request);
+        }
         return self->previous.ireduce(sbuf, rbuf, count, dtype, op, root, comm, request,
                                       self->previous.ireduce_module);
     }

@@ -10,7 +10,8 @@
  * Then long vectors (which go over the NIC's messages) and user-defined operations: one that
  * does not commute (composing affine maps on MPI_2INT, so only rank order gives the reference)
  * and one that does; and derived types under user operations, dense, with holes and with their
- * data past their lower bound, whose holes in the result must stay untouched.
+ * data past their lower bound, whose holes in the result must stay untouched; and a long
+ * MPI_Iallreduce that only a blocking MPI_Allreduce on another communicator can move on.
  *
  * usage: reduce_check [ROUNDS [long]]   prints "reduce_check: ok N checks" on rank 0; "long"
  *                                       runs only the long vectors and the user operations
@@ -432,6 +433,46 @@ static void run_derived(MPI_Comm comm, const char *comm_name, const derived_t *t
     free(got);
 }
 
+/* A long MPI_Iallreduce on `comm` and a long MPI_Allreduce on `other` (its dup), started in
+ * that order everywhere; even ranks run the blocking one before they wait for the first, odd
+ * ranks after. Valid MPI: the even ranks' MPI_Allreduce must move the MPI_Iallreduce on, which
+ * the odd ranks wait for before they join it. */
+static void run_overlapped(MPI_Comm comm, MPI_Comm other, const char *comm_name)
+{
+    const int count = 30001;
+    int rank, size;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    long *first = malloc(count * sizeof(long)), *second = malloc(count * sizeof(long));
+    long *got_first = malloc(count * sizeof(long)), *got_second = malloc(count * sizeof(long));
+    for (int i = 0; i < count; i++) {
+        first[i] = rank + i;
+        second[i] = 2 * rank - i;
+    }
+    MPI_Request request;
+    MPI_Iallreduce(first, got_first, count, MPI_LONG, MPI_SUM, comm, &request);
+    if (0 == rank % 2) {
+        MPI_Allreduce(second, got_second, count, MPI_LONG, MPI_SUM, other);
+        MPI_Wait(&request, MPI_STATUS_IGNORE);
+    } else {
+        MPI_Wait(&request, MPI_STATUS_IGNORE);
+        MPI_Allreduce(second, got_second, count, MPI_LONG, MPI_SUM, other);
+    }
+    long ranks = (long) size * (size - 1) / 2;
+    int ok = 1;
+    for (int i = 0; i < count; i++) {
+        ok &= got_first[i] == ranks + (long) size * i;
+        ok &= got_second[i] == 2 * ranks - (long) size * i;
+    }
+    type_t described = {MPI_LONG, "MPI_LONG", (int) sizeof(long), 0, 1, 0};
+    op_t named = {MPI_SUM, "MPI_SUM"};
+    check(ok, "MPI_Iallreduce around an MPI_Allreduce", &described, &named, count, comm_name);
+    free(first);
+    free(second);
+    free(got_first);
+    free(got_second);
+}
+
 int main(int argc, char **argv)
 {
     int rounds = argc > 1 ? atoi(argv[1]) : 1;
@@ -563,6 +604,7 @@ int main(int argc, char **argv)
                      count);
             run_user(dup, "a dup of MPI_COMM_WORLD", MPI_UINT64_T, sum, "a wrapping sum", count);
         }
+        run_overlapped(MPI_COMM_WORLD, dup, "MPI_COMM_WORLD and its dup");
         for (int d = 0; d < 3; d++) {
             for (int count = 1; count <= 40001; count += 20000) {
                 run_derived(MPI_COMM_WORLD, "MPI_COMM_WORLD", &derived[d], count);

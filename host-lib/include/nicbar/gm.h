@@ -3104,6 +3104,45 @@ int32_t nicbar_coll_allreduce(struct nicbar_coll_endpoint *endpoint,
                               int32_t commutative);
 
 /**
+ * MPI_Iallreduce: nicbar_coll_allreduce() in the background. `length` bytes of `buffer` are
+ * copied now (the caller may reuse it); returns a ticket for nicbar_coll_iallreduce_test(), or
+ * 0 when it did not start (`op`'s failed_rank and message say why, as nicbar_coll_bcast()'s
+ * do). Every wait of a collective on the endpoint, nicbar_coll_progress() and
+ * nicbar_coll_iallreduce_test() progress it, none of them waiting for it. `op`'s idle function
+ * is not run for it.
+ *
+ * # Safety
+ * As nicbar_coll_allreduce(), but `buffer` only for reads, and only during the call;
+ * `combine` safe to call with `argument` until the test says the allreduce ended.
+ */
+uint64_t nicbar_coll_iallreduce(struct nicbar_coll_endpoint *endpoint,
+                                const struct nicbar_coll_group *group,
+                                struct nicbar_coll_op *op,
+                                const void *buffer,
+                                size_t length,
+                                size_t element,
+                                nicbar_coll_combine_fn combine,
+                                void *argument,
+                                int32_t commutative);
+
+/**
+ * Whether the allreduce nicbar_coll_iallreduce() gave `ticket` has ended:
+ * NICBAR_COLL_PENDING; NICBAR_COLL_COMPLETED, its result written to `result` (`length` bytes,
+ * the length it started with; NULL drops it); NICBAR_COLL_FAILED, `op`'s failed_rank and
+ * message saying why; NICBAR_COLL_UNKNOWN for a ticket the endpoint does not know (an ended
+ * one is told once) or a `length` other than the allreduce's.
+ *
+ * # Safety
+ * `endpoint` is NULL or a live endpoint; `result` is NULL or valid for writes of `length`
+ * bytes; `op` is a writable nicbar_coll_op.
+ */
+int32_t nicbar_coll_iallreduce_test(struct nicbar_coll_endpoint *endpoint,
+                                    uint64_t ticket,
+                                    void *result,
+                                    size_t length,
+                                    struct nicbar_coll_op *op);
+
+/**
  * Starts an allreduce of `group` in the NIC: this member's `length` bytes at `data`, elements
  * of `type` (a `NICBAR_REDUCE_*` type), combined with `op` (a `NICBAR_REDUCE_*` operation).
  * Returns its ticket (never 0; 0 for a NULL handle, or NULL `data` with a nonzero `length`).

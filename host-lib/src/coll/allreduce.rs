@@ -16,10 +16,23 @@
 //! landing the receiver offers ahead: the sender stages the next piece while the NIC puts one
 //! and the receiver combines the one before, so the three passes over a long vector overlap
 //! and each reads what the last wrote while it is still in the caches.
+//!
+//! An algorithm is a schedule of exchanges that depends only on the group's size, the rank and
+//! the vector's length; [`allreduce`] runs it waiting, [`allreduce_start`] in the background
+//! (MPI_Iallreduce), the same exchanges in the same order.
+
+use std::ops::Range;
+
+use crate::Member;
 
 use super::algorithm::Allreduce;
+use super::endpoint::{Background, Endpoint};
 use super::error::CollError;
-use super::op::Op;
+use super::op::{Op, Suspended};
+
+/// An allreduce's combining function: `combine(source, target)` leaves `source ∘ target` in
+/// `target`.
+pub type Combine<'c> = dyn FnMut(&[u8], &mut [u8]) + 'c;
 
 /// MPI_Allreduce of `buffer` (whole elements of `element` bytes) in place with `combine`
 /// (`combine(source, target)` leaves `source ∘ target` in `target`); `commutative` says
@@ -36,27 +49,74 @@ pub fn allreduce(
     commutative: bool,
     algorithm: Allreduce,
 ) -> Result<(), CollError> {
-    if element == 0 || buffer.len() % element != 0 {
-        return Err(CollError::Argument(format!(
-            "{} bytes are not whole elements of {element} bytes",
-            buffer.len()
-        )));
-    }
-    if op.size() == 1 || buffer.is_empty() {
-        return op.finish();
-    }
-    let mut run = Reduction {
-        op: &mut op,
-        element,
-        combine,
-    };
-    match algorithm {
-        _ if !commutative => run.recursive_doubling(buffer)?,
-        Allreduce::RecursiveDoubling => run.recursive_doubling(buffer)?,
-        Allreduce::Rabenseifner => run.rabenseifner(buffer)?,
-        Allreduce::Ring => run.ring(buffer)?,
+    let steps = schedule(&op, buffer.len(), element, commutative, algorithm)?;
+    for exchange in &steps {
+        let mut at = Progress::default();
+        exchange.advance(&mut op, &mut at, buffer, element, combine, Wait::Yes)?;
     }
     op.finish()
+}
+
+/// MPI_Iallreduce: [`allreduce`] of `buffer` in the background, on `op`'s endpoint; returns
+/// its ticket. Every wait on the endpoint progresses it, as [`Endpoint::background_end`] does,
+/// which brings the result once it has ended.
+///
+/// # Errors
+/// As [`allreduce`], for the arguments; the rest comes with its end.
+pub fn allreduce_start(
+    op: Op<'_>,
+    buffer: Vec<u8>,
+    element: usize,
+    combine: Box<Combine<'static>>,
+    commutative: bool,
+    algorithm: Allreduce,
+) -> Result<u64, CollError> {
+    let steps = schedule(&op, buffer.len(), element, commutative, algorithm)?;
+    Ok(op.into_background(|members, identity, suspended| {
+        Box::new(InBackground {
+            members,
+            identity,
+            suspended: Some(suspended),
+            steps,
+            step: 0,
+            at: Progress::default(),
+            element,
+            buffer,
+            combine,
+        })
+    }))
+}
+
+/// The schedule of an allreduce of `length` bytes of `element`-byte elements on `op`'s group.
+fn schedule(
+    op: &Op<'_>,
+    length: usize,
+    element: usize,
+    commutative: bool,
+    algorithm: Allreduce,
+) -> Result<Vec<Exchange>, CollError> {
+    if element == 0 || length % element != 0 {
+        return Err(CollError::Argument(format!(
+            "{length} bytes are not whole elements of {element} bytes"
+        )));
+    }
+    let plan = Plan {
+        size: op.size(),
+        rank: op.rank(),
+        length,
+        element,
+    };
+    if plan.size == 1 || length == 0 {
+        return Ok(Vec::new());
+    }
+    let mut steps = Vec::new();
+    match algorithm {
+        _ if !commutative => plan.recursive_doubling(&mut steps),
+        Allreduce::RecursiveDoubling => plan.recursive_doubling(&mut steps),
+        Allreduce::Rabenseifner => plan.rabenseifner(&mut steps),
+        Allreduce::Ring => plan.ring(&mut steps),
+    }
+    Ok(steps)
 }
 
 /// The parts of one allreduce's messages: the fix-up's, then one per step of each phase.
@@ -80,7 +140,7 @@ const PIECES: usize = 64;
 const OFFERED_AHEAD: usize = 2;
 
 /// How a step takes what it receives.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 enum Take {
     /// Combined on the left of what is there: `target = received ∘ target`.
     Left,
@@ -107,7 +167,7 @@ impl Pieces {
     }
 
     /// Piece `index`'s bytes, from the message's start.
-    fn range(&self, index: usize) -> std::ops::Range<usize> {
+    fn range(&self, index: usize) -> Range<usize> {
         index * self.each..((index + 1) * self.each).min(self.len)
     }
 }
@@ -118,11 +178,109 @@ fn piece_part(part: u32, piece: usize) -> u32 {
     part * PIECES as u32 + piece as u32
 }
 
-/// One allreduce under way.
-struct Reduction<'o, 'a, 'c> {
-    op: &'o mut Op<'a>,
+/// One step, both ways as `part`: `buffer[out]` goes to `to`, and what `from` sends is taken
+/// into `buffer[into]` as `take` says. Either range may be empty.
+#[derive(Clone, Debug, PartialEq)]
+struct Exchange {
+    to: usize,
+    from: usize,
+    part: u32,
+    out: Range<usize>,
+    into: Range<usize>,
+    take: Take,
+}
+
+/// How far an exchange has come: its first landings offered, the pieces sent, offered and
+/// taken.
+#[derive(Default)]
+struct Progress {
+    sent: usize,
+    offered: usize,
+    taken: usize,
+}
+
+/// Whether an exchange waits for what it receives, or leaves off until called again.
+#[derive(Clone, Copy, PartialEq)]
+enum Wait {
+    Yes,
+    No,
+}
+
+impl Exchange {
+    /// Runs the exchange a piece at a time ([`PIECE`]) from where `at` says — landings
+    /// offered two pieces ahead of the one taken, the next piece staged and sent before this
+    /// rank waits for the one it takes, so that staging, putting and combining overlap — to its end (true), or
+    /// with [`Wait::No`] until a piece it takes has not come (false).
+    fn advance(
+        &self,
+        op: &mut Op<'_>,
+        at: &mut Progress,
+        buffer: &mut [u8],
+        element: usize,
+        combine: &mut Combine<'_>,
+        wait: Wait,
+    ) -> Result<bool, CollError> {
+        let outgoing = Pieces::new(self.out.len(), element);
+        let incoming = Pieces::new(self.into.len(), element);
+        loop {
+            // Landings first, so that the peer's puts may start before this rank stages.
+            while at.offered < incoming.count().min(at.taken + OFFERED_AHEAD + 1) {
+                let length = incoming.range(at.offered).len();
+                op.offer(self.from, piece_part(self.part, at.offered), length);
+                at.offered += 1;
+            }
+            // One piece ahead of the one taken: the first two go before the first wait; all
+            // that are left once nothing more comes.
+            while at.sent < outgoing.count()
+                && (at.sent <= at.taken + 1 || at.taken == incoming.count())
+            {
+                let bytes = outgoing.range(at.sent);
+                let data = op.stage(&buffer[self.out.start + bytes.start..][..bytes.len()]);
+                op.send(self.to, piece_part(self.part, at.sent), data);
+                at.sent += 1;
+            }
+            if at.taken == incoming.count() {
+                return Ok(true);
+            }
+            let bytes = incoming.range(at.taken);
+            let target = &mut buffer[self.into.start + bytes.start..][..bytes.len()];
+            let part = piece_part(self.part, at.taken);
+            let took = match (self.take, wait) {
+                (Take::Copy, Wait::Yes) => op.receive_into(self.from, part, target).map(|()| true),
+                (Take::Copy, Wait::No) => op.try_receive_into(self.from, part, target),
+                (take, wait) => {
+                    let data = match wait {
+                        Wait::Yes => Some(op.receive(self.from, part, target.len())?),
+                        Wait::No => op.try_receive(self.from, part, target.len())?,
+                    };
+                    match (data, take) {
+                        (None, _) => Ok(false),
+                        (Some(data), Take::Left) => {
+                            combine(&data, target);
+                            Ok(true)
+                        }
+                        (Some(mut data), _) => {
+                            combine(target, &mut data);
+                            target.copy_from_slice(&data);
+                            Ok(true)
+                        }
+                    }
+                }
+            }?;
+            if !took {
+                return Ok(false);
+            }
+            at.taken += 1;
+        }
+    }
+}
+
+/// What an allreduce's schedule depends on.
+struct Plan {
+    size: usize,
+    rank: usize,
+    length: usize,
     element: usize,
-    combine: &'c mut dyn FnMut(&[u8], &mut [u8]),
 }
 
 /// How the ranks stand for a power-of-two algorithm: the largest power of two not above the
@@ -163,156 +321,87 @@ impl Folded {
     }
 }
 
-impl Reduction<'_, '_, '_> {
-    /// Receives `part` from `from` into `target` combined on the right: `target = received ∘
-    /// target`.
-    fn receive_left(&mut self, from: usize, part: u32, target: &mut [u8]) -> Result<(), CollError> {
-        let data = self.op.receive(from, part, target.len())?;
-        (self.combine)(&data, target);
-        Ok(())
-    }
-
-    /// Receives `part` from `from` and combines it on the right of `target`: `target = target
-    /// ∘ received`.
-    fn receive_right(
-        &mut self,
-        from: usize,
-        part: u32,
-        target: &mut [u8],
-    ) -> Result<(), CollError> {
-        let mut data = self.op.receive(from, part, target.len())?;
-        (self.combine)(target, &mut data);
-        target.copy_from_slice(&data);
-        Ok(())
-    }
-
-    /// One step, both ways as `part`: sends `buffer[out]` to `to` and takes what `from` sends
-    /// into `buffer[into]` as `take` says, a piece at a time ([`PIECE`]) — its landing offered
-    /// ahead, the next piece staged and sent before this rank waits for the one it takes, so
-    /// that staging, putting and combining overlap. Either range may be empty.
-    fn exchange(
-        &mut self,
-        (to, from): (usize, usize),
-        part: u32,
-        buffer: &mut [u8],
-        out: std::ops::Range<usize>,
-        into: std::ops::Range<usize>,
-        take: Take,
-    ) -> Result<(), CollError> {
-        let outgoing = Pieces::new(out.len(), self.element);
-        let incoming = Pieces::new(into.len(), self.element);
-        for piece in 0..incoming.count().min(OFFERED_AHEAD) {
-            self.op
-                .offer(from, piece_part(part, piece), incoming.range(piece).len());
+impl Plan {
+    /// The exchange with `peer` (both ways) as `part`.
+    fn with(peer: usize, part: u32, out: Range<usize>, into: Range<usize>, take: Take) -> Exchange {
+        Exchange {
+            to: peer,
+            from: peer,
+            part,
+            out,
+            into,
+            take,
         }
-        let mut sent = 0;
-        for piece in 0..incoming.count().max(outgoing.count()) {
-            // One piece ahead of the one taken: the first two go before the first wait.
-            while sent < outgoing.count() && sent <= piece + 1 {
-                let bytes = outgoing.range(sent);
-                let data = self
-                    .op
-                    .stage(&buffer[out.start + bytes.start..out.start + bytes.end]);
-                self.op.send(to, piece_part(part, sent), data);
-                sent += 1;
-            }
-            if piece < incoming.count() {
-                let ahead = piece + OFFERED_AHEAD;
-                if ahead < incoming.count() {
-                    self.op
-                        .offer(from, piece_part(part, ahead), incoming.range(ahead).len());
-                }
-                let bytes = incoming.range(piece);
-                let target = &mut buffer[into.start + bytes.start..into.start + bytes.end];
-                let part = piece_part(part, piece);
-                match take {
-                    Take::Left => self.receive_left(from, part, target)?,
-                    Take::Right => self.receive_right(from, part, target)?,
-                    Take::Copy => self.op.receive_into(from, part, target)?,
-                }
-            }
-        }
-        Ok(())
     }
 
     /// The fix-up before a power-of-two algorithm: even ranks among the first `2 × extra`
     /// send their vector to the next rank, which combines it (the lower rank's on the left).
-    fn fold(&mut self, folded: &Folded, buffer: &mut [u8]) -> Result<(), CollError> {
-        let rank = self.op.rank();
-        if rank < 2 * folded.extra {
-            let whole = 0..buffer.len();
-            let (peer, out, into) = if rank % 2 == 0 {
-                (rank + 1, whole, 0..0)
+    fn fold(&self, folded: &Folded, steps: &mut Vec<Exchange>) {
+        if self.rank < 2 * folded.extra {
+            let whole = 0..self.length;
+            steps.push(if self.rank % 2 == 0 {
+                Self::with(self.rank + 1, PART_FOLD, whole, 0..0, Take::Left)
             } else {
-                (rank - 1, 0..0, whole)
-            };
-            self.exchange((peer, peer), PART_FOLD, buffer, out, into, Take::Left)?;
+                Self::with(self.rank - 1, PART_FOLD, 0..0, whole, Take::Left)
+            });
         }
-        Ok(())
     }
 
     /// The fix-up after: the odd ranks among the first `2 × extra` send the result back.
-    fn unfold(&mut self, folded: &Folded, buffer: &mut [u8]) -> Result<(), CollError> {
-        let rank = self.op.rank();
-        if rank < 2 * folded.extra {
-            let whole = 0..buffer.len();
-            let (peer, out, into) = if rank % 2 == 1 {
-                (rank - 1, whole, 0..0)
+    fn unfold(&self, folded: &Folded, steps: &mut Vec<Exchange>) {
+        if self.rank < 2 * folded.extra {
+            let whole = 0..self.length;
+            steps.push(if self.rank % 2 == 1 {
+                Self::with(self.rank - 1, PART_UNFOLD, whole, 0..0, Take::Copy)
             } else {
-                (rank + 1, 0..0, whole)
-            };
-            self.exchange((peer, peer), PART_UNFOLD, buffer, out, into, Take::Copy)?;
+                Self::with(self.rank + 1, PART_UNFOLD, 0..0, whole, Take::Copy)
+            });
         }
-        Ok(())
     }
 
     /// Recursive doubling: log2 steps, each exchanging the whole vector with the rank a power
     /// of two away and combining in rank order.
-    fn recursive_doubling(&mut self, buffer: &mut [u8]) -> Result<(), CollError> {
-        let rank = self.op.rank();
-        let folded = Folded::new(self.op.size(), rank);
-        self.fold(&folded, buffer)?;
+    fn recursive_doubling(&self, steps: &mut Vec<Exchange>) {
+        let folded = Folded::new(self.size, self.rank);
+        self.fold(&folded, steps);
         if let Some(me) = folded.virtual_rank {
             let mut mask = 1;
             let mut part = PART_STEPS;
             while mask < folded.pof2 {
                 let peer = folded.real(me ^ mask);
-                let take = if peer < rank { Take::Left } else { Take::Right };
-                let whole = 0..buffer.len();
-                self.exchange((peer, peer), part, buffer, whole.clone(), whole, take)?;
+                let take = if peer < self.rank {
+                    Take::Left
+                } else {
+                    Take::Right
+                };
+                let whole = 0..self.length;
+                steps.push(Self::with(peer, part, whole.clone(), whole, take));
                 mask <<= 1;
                 part += 1;
             }
         }
-        self.unfold(&folded, buffer)
+        self.unfold(&folded, steps);
     }
 
     /// The byte range of block `index` of `blocks` (whole elements, as even as they come).
-    fn block(&self, length: usize, blocks: usize, index: usize) -> std::ops::Range<usize> {
-        let elements = length / self.element;
+    fn block(&self, blocks: usize, index: usize) -> Range<usize> {
+        let elements = self.length / self.element;
         let start = index * elements / blocks;
         let end = (index + 1) * elements / blocks;
         start * self.element..end * self.element
     }
 
     /// The bytes of blocks `first..last` of `blocks`.
-    fn blocks(
-        &self,
-        length: usize,
-        blocks: usize,
-        first: usize,
-        last: usize,
-    ) -> std::ops::Range<usize> {
-        self.block(length, blocks, first).start..self.block(length, blocks, last - 1).end
+    fn blocks(&self, blocks: usize, first: usize, last: usize) -> Range<usize> {
+        self.block(blocks, first).start..self.block(blocks, last - 1).end
     }
 
     /// Rabenseifner's: a reduce-scatter by recursive halving (each step sends half of what is
     /// left to the partner and combines the other half with the partner's), then an allgather
     /// by recursive doubling; on `pof2` ranks after the fix-up.
-    fn rabenseifner(&mut self, buffer: &mut [u8]) -> Result<(), CollError> {
-        let length = buffer.len();
-        let folded = Folded::new(self.op.size(), self.op.rank());
-        self.fold(&folded, buffer)?;
+    fn rabenseifner(&self, steps: &mut Vec<Exchange>) {
+        let folded = Folded::new(self.size, self.rank);
+        self.fold(&folded, steps);
         if let Some(me) = folded.virtual_rank {
             let pof2 = folded.pof2;
             let (mut first, mut last) = (0, pof2);
@@ -326,9 +415,9 @@ impl Reduction<'_, '_, '_> {
                 } else {
                     ((middle, last), (first, middle))
                 };
-                let given = self.blocks(length, pof2, given.0, given.1);
-                let kept_bytes = self.blocks(length, pof2, kept.0, kept.1);
-                self.exchange((peer, peer), part, buffer, given, kept_bytes, Take::Left)?;
+                let given = self.blocks(pof2, given.0, given.1);
+                let kept_bytes = self.blocks(pof2, kept.0, kept.1);
+                steps.push(Self::with(peer, part, given, kept_bytes, Take::Left));
                 (first, last) = kept;
                 mask /= 2;
                 part += 1;
@@ -341,37 +430,100 @@ impl Reduction<'_, '_, '_> {
                 } else {
                     (first - (last - first), first)
                 };
-                let mine = self.blocks(length, pof2, first, last);
-                let theirs_bytes = self.blocks(length, pof2, theirs.0, theirs.1);
-                self.exchange((peer, peer), part, buffer, mine, theirs_bytes, Take::Copy)?;
+                let mine = self.blocks(pof2, first, last);
+                let theirs_bytes = self.blocks(pof2, theirs.0, theirs.1);
+                steps.push(Self::with(peer, part, mine, theirs_bytes, Take::Copy));
                 (first, last) = (first.min(theirs.0), last.max(theirs.1));
                 mask <<= 1;
                 part += 1;
             }
         }
-        self.unfold(&folded, buffer)
+        self.unfold(&folded, steps);
     }
 
     /// The ring: `size - 1` steps of a reduce-scatter, each passing one block to the next
     /// rank, then `size - 1` steps of an allgather around the same ring; every rank sends and
     /// receives about twice the vector whatever the size.
-    fn ring(&mut self, buffer: &mut [u8]) -> Result<(), CollError> {
-        let (size, rank) = (self.op.size(), self.op.rank());
-        let length = buffer.len();
+    fn ring(&self, steps: &mut Vec<Exchange>) {
+        let (size, rank) = (self.size, self.rank);
         let (next, previous) = ((rank + 1) % size, (rank + size - 1) % size);
         let mut part = PART_STEPS;
-        for step in 0..size - 1 {
-            let out = self.block(length, size, (rank + size - step) % size);
-            let into = self.block(length, size, (rank + 2 * size - step - 1) % size);
-            self.exchange((next, previous), part, buffer, out, into, Take::Left)?;
-            part += 1;
+        for (phase, take) in [(0, Take::Left), (1, Take::Copy)] {
+            for step in 0..size - 1 {
+                let out = self.block(size, (rank + phase + size - step) % size);
+                let into = self.block(size, (rank + phase + 2 * size - step - 1) % size);
+                steps.push(Exchange {
+                    to: next,
+                    from: previous,
+                    part,
+                    out,
+                    into,
+                    take,
+                });
+                part += 1;
+            }
         }
-        for step in 0..size - 1 {
-            let out = self.block(length, size, (rank + 1 + size - step) % size);
-            let into = self.block(length, size, (rank + size - step) % size);
-            self.exchange((next, previous), part, buffer, out, into, Take::Copy)?;
-            part += 1;
+    }
+}
+
+/// An allreduce in the background ([`allreduce_start`]): its schedule, how far it has come,
+/// and its vector, owned until it ends.
+struct InBackground {
+    members: Vec<Member>,
+    identity: (usize, u32, u32),
+    /// None while a poll runs it.
+    suspended: Option<Suspended>,
+    steps: Vec<Exchange>,
+    step: usize,
+    at: Progress,
+    element: usize,
+    buffer: Vec<u8>,
+    combine: Box<Combine<'static>>,
+}
+
+impl InBackground {
+    /// Runs what can run now on `op`; true once every step is done and every send is in the
+    /// NIC's hands.
+    fn run(&mut self, op: &mut Op<'_>) -> Result<bool, CollError> {
+        let waiting_for = self
+            .steps
+            .get(self.step)
+            .map_or(self.identity.0, |e| e.from);
+        op.poll(waiting_for)?;
+        while let Some(exchange) = self.steps.get(self.step) {
+            let (buffer, combine) = (&mut self.buffer, &mut *self.combine);
+            if !exchange.advance(op, &mut self.at, buffer, self.element, combine, Wait::No)? {
+                return Ok(false);
+            }
+            self.step += 1;
+            self.at = Progress::default();
         }
-        Ok(())
+        op.try_finish()
+    }
+}
+
+impl Background for InBackground {
+    fn poll(&mut self, endpoint: &mut Endpoint) -> Option<Result<(), CollError>> {
+        let suspended = self.suspended.take()?;
+        // Lent to the operation while it runs.
+        let members = std::mem::take(&mut self.members);
+        let mut op = Op::resume(endpoint, &members, self.identity, suspended);
+        let ended = match self.run(&mut op) {
+            Ok(false) => {
+                self.suspended = Some(op.suspend());
+                None
+            }
+            ended => {
+                // Ended, well or not: its sends are the NIC's alone from here.
+                drop(op);
+                Some(ended.map(|_| ()))
+            }
+        };
+        self.members = members;
+        ended
+    }
+
+    fn take_output(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.buffer)
     }
 }

@@ -19,6 +19,7 @@ use crate::{
     BarrierError, Error, Group, Member, PendingBarrier, PersistentCollective, Port, WaitMode,
 };
 
+use super::error::CollError;
 use super::transfer::{Key, TransferCounters, TransferError, Transfers};
 #[cfg(doc)]
 use super::{Op, transfer::RENDEZVOUS_THRESHOLD};
@@ -71,6 +72,19 @@ enum Brings {
     Result(Vec<u8>),
 }
 
+/// A collective over messages that runs in the background: every wait on the endpoint, and
+/// [`Endpoint::background_end`], progresses it without waiting. [`crate::coll::allreduce_start`]
+/// makes one.
+pub trait Background {
+    /// Does what can be done now; returns how it ended, once it has.
+    fn poll(&mut self, endpoint: &mut Endpoint) -> Option<Result<(), CollError>>;
+    /// What it leaves the caller, once ended (an allreduce's result).
+    fn take_output(&mut self) -> Vec<u8>;
+}
+
+/// How a background collective ended, and what it left.
+pub type BackgroundEnd = (Result<(), CollError>, Vec<u8>);
+
 /// One process's port, with the barriers it has queued, those running in the NIC, the ends not
 /// yet taken, and the collectives' transfers.
 pub struct Endpoint {
@@ -91,6 +105,9 @@ pub struct Endpoint {
     /// Collectives other than barriers completed.
     pub(super) collectives: u64,
     pub(super) transfers: Transfers,
+    /// Collectives over messages running in the background, by ticket, and those ended.
+    background: Vec<(u64, Box<dyn Background>)>,
+    background_ended: HashMap<u64, BackgroundEnd>,
 }
 
 impl Endpoint {
@@ -117,6 +134,8 @@ impl Endpoint {
             completed: 0,
             collectives: 0,
             transfers,
+            background: Vec::new(),
+            background_ended: HashMap::new(),
         };
         if let Some(threshold) =
             rendezvous_threshold_from(std::env::var("NICBAR_COLL_RENDEZVOUS").ok())
@@ -249,7 +268,54 @@ impl Endpoint {
     pub fn progress(&mut self) -> usize {
         let ended = self.progress_barriers();
         let _ = self.pump_transfers();
+        self.progress_background();
         ended
+    }
+
+    /// Starts `work` in the background; returns its ticket for [`Endpoint::background_end`].
+    pub fn start_background(&mut self, work: Box<dyn Background>) -> u64 {
+        let ticket = self.next_ticket;
+        self.next_ticket = self.next_ticket.wrapping_add(1).max(1);
+        self.background.push((ticket, work));
+        self.progress_background();
+        ticket
+    }
+
+    /// Progresses the background collectives; returns how many ended.
+    pub(super) fn progress_background(&mut self) -> usize {
+        if self.background.is_empty() {
+            return 0;
+        }
+        // Taken out while they run: each borrows the endpoint.
+        let mut running = std::mem::take(&mut self.background);
+        let before = running.len();
+        running.retain_mut(|(ticket, work)| match work.poll(self) {
+            Some(outcome) => {
+                let output = work.take_output();
+                self.background_ended.insert(*ticket, (outcome, output));
+                false
+            }
+            None => true,
+        });
+        let ended = before - running.len();
+        running.append(&mut self.background);
+        self.background = running;
+        ended
+    }
+
+    /// How background collective `ticket` ended, and what it left, once it has (taken: asked
+    /// once); None while it runs or for a ticket this endpoint does not know
+    /// ([`Endpoint::background_running`] tells them apart). Progresses first.
+    pub fn background_end(&mut self, ticket: u64) -> Option<BackgroundEnd> {
+        if !self.background_ended.contains_key(&ticket) {
+            self.progress();
+        }
+        self.background_ended.remove(&ticket)
+    }
+
+    /// Whether background collective `ticket` is still running.
+    pub fn background_running(&self, ticket: u64) -> bool {
+        self.background.iter().any(|(t, _)| *t == ticket)
     }
 
     /// [`Endpoint::progress`]'s barrier half: takes the ends that have come and posts queued
@@ -366,12 +432,10 @@ impl Endpoint {
     /// sleep follows it.
     pub fn wait(&mut self, timeout: Duration) -> usize {
         let mut ended = self.progress_barriers();
-        let moved = self.pump_transfers().unwrap_or(false);
+        let moved = self.pump_transfers().unwrap_or(false) || self.progress_background() > 0;
         let held_back = self.held_back.is_some();
-        if ended == 0
-            && !moved
-            && (held_back || !self.running.is_empty() || self.transfers.has_outgoing())
-        {
+        let waiting = !self.running.is_empty() || !self.background.is_empty();
+        if ended == 0 && !moved && (held_back || waiting || self.transfers.has_outgoing()) {
             // Wakes for a barrier's own end too (which `receive` keeps); for sends' ends only
             // when they may be what the transfers, or a barrier held back, wait for.
             let wake = if held_back {

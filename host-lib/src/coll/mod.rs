@@ -36,7 +36,9 @@
 //!   [`select`]: the choice — the map's entry, else the default.
 //! - the collectives over contiguous bytes: [`bcast`]; [`scatter`], [`gather`], [`scatterv`],
 //!   [`gatherv`]; [`alltoall`], [`alltoallv`] (on the shapes of `topology`); [`allreduce`]
-//!   with the caller's operation. Packing other datatypes is the caller's.
+//!   with the caller's operation, and [`allreduce_start`], the same in the background (the
+//!   endpoint keeps it, a [`Background`], and every wait on it moves it on). Packing other
+//!   datatypes is the caller's.
 //!
 //! Every rank of a communicator calls the same operations in the same order with matching
 //! lengths, as MPI requires; a rank whose lengths differ gets [`CollError::Length`], and a
@@ -57,10 +59,10 @@ mod topology;
 pub mod transfer;
 
 pub use algorithm::{Allreduce, Alltoall, Bcast, Choice, Collective, Tree};
-pub use allreduce::allreduce;
+pub use allreduce::{Combine, allreduce, allreduce_start};
 pub use alltoall::{alltoall, alltoallv};
 pub use bcast::bcast;
-pub use endpoint::{DEFAULT_TIMEOUT, Endpoint, Outcome};
+pub use endpoint::{Background, BackgroundEnd, DEFAULT_TIMEOUT, Endpoint, Outcome};
 pub use error::CollError;
 pub use op::Op;
 pub use open::{OpenError, Unit, open_port};

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::{Group, Member};
 
-use super::endpoint::{DEFAULT_TIMEOUT, Endpoint};
+use super::endpoint::{Background, DEFAULT_TIMEOUT, Endpoint};
 use super::error::CollError;
 use super::transfer::{Key, Payload, SendId};
 #[cfg(doc)]
@@ -16,6 +16,14 @@ use super::transfer::{TransferCounters, Transfers};
 const SPINS: u32 = 64;
 /// How long one sleep on the port lasts at most (the idle callback runs between sleeps).
 const SLEEP: Duration = Duration::from_micros(200);
+
+/// What an operation that runs in the background keeps between the calls that progress it (its
+/// endpoint is borrowed only while one runs): its sends, and when it started.
+pub(super) struct Suspended {
+    sends: Vec<(SendId, usize)>,
+    started: Instant,
+    timeout: Duration,
+}
 
 /// One collective operation of a communicator on an endpoint: its sends, its receives, and the
 /// wait between them (which progresses everything on the port and runs the caller's idle work).
@@ -74,6 +82,55 @@ impl<'a> Op<'a> {
             sends: Vec::new(),
             spin: SPINS,
         })
+    }
+
+    /// The operation `suspended` left off, on `endpoint` again (its members, context and
+    /// sequence as when it was built).
+    pub(super) fn resume(
+        endpoint: &'a mut Endpoint,
+        members: &'a [Member],
+        (rank, context, sequence): (usize, u32, u32),
+        suspended: Suspended,
+    ) -> Self {
+        Self {
+            endpoint,
+            members,
+            group: None,
+            rank,
+            context,
+            sequence,
+            started: suspended.started,
+            timeout: suspended.timeout,
+            idle: None,
+            sends: suspended.sends,
+            spin: SPINS,
+        }
+    }
+
+    /// Leaves the operation off until [`Op::resume`]: its sends stay its own.
+    pub(super) fn suspend(mut self) -> Suspended {
+        Suspended {
+            sends: std::mem::take(&mut self.sends),
+            started: self.started,
+            timeout: self.timeout,
+        }
+    }
+
+    /// Hands the operation to its endpoint to run in the background: `work` gets the
+    /// communicator's members, the operation's (rank, context, sequence) and what it has done
+    /// (its sends stay its own). Returns the ticket [`Endpoint::background_end`] takes.
+    pub(super) fn into_background(
+        mut self,
+        work: impl FnOnce(Vec<Member>, (usize, u32, u32), Suspended) -> Box<dyn Background>,
+    ) -> u64 {
+        let suspended = Suspended {
+            sends: std::mem::take(&mut self.sends),
+            started: self.started,
+            timeout: self.timeout,
+        };
+        let identity = (self.rank, self.context, self.sequence);
+        let work = work(self.members.to_vec(), identity, suspended);
+        self.endpoint.start_background(work)
     }
 
     /// This operation waiting at most `timeout` for a peer's data (and retrying a send while its
@@ -253,6 +310,74 @@ impl<'a> Op<'a> {
         })
     }
 
+    /// [`Op::receive`] if `part` from `from` is here, else None (nothing waits).
+    ///
+    /// # Errors
+    /// As [`Op::receive`].
+    pub(super) fn try_receive(
+        &mut self,
+        from: usize,
+        part: u32,
+        length: usize,
+    ) -> Result<Option<Vec<u8>>, CollError> {
+        let key = self.key(part);
+        let member = self.members[from];
+        let Some(message) =
+            self.look_for(from, key, length, |transfers| transfers.take(member, key))?
+        else {
+            return Ok(None);
+        };
+        match message.len() == length {
+            true => Ok(Some(message)),
+            false => Err(CollError::Length {
+                rank: from,
+                expected: length,
+                got: message.len(),
+            }),
+        }
+    }
+
+    /// [`Op::receive_into`] if `part` from `from` is here (true), else false (nothing waits).
+    ///
+    /// # Errors
+    /// As [`Op::receive`].
+    pub(super) fn try_receive_into(
+        &mut self,
+        from: usize,
+        part: u32,
+        out: &mut [u8],
+    ) -> Result<bool, CollError> {
+        let key = self.key(part);
+        let member = self.members[from];
+        let expected = out.len();
+        match self.look_for(from, key, expected, |transfers| {
+            transfers.take_into(member, key, out)
+        })? {
+            None => Ok(false),
+            Some(Ok(())) => Ok(true),
+            Some(Err(got)) => Err(CollError::Length {
+                rank: from,
+                expected,
+                got,
+            }),
+        }
+    }
+
+    /// Says the message `key` from rank `from`, of `length` bytes, is waited for, and looks
+    /// once whether `take` finds it.
+    fn look_for<T>(
+        &mut self,
+        from: usize,
+        key: Key,
+        length: usize,
+        take: impl FnOnce(&mut super::transfer::Transfers) -> Option<T>,
+    ) -> Result<Option<T>, CollError> {
+        self.endpoint
+            .expect(self.members[from], key, length)
+            .map_err(|error| CollError::Peer { rank: from, error })?;
+        Ok(take(&mut self.endpoint.transfers))
+    }
+
     /// Waits until `take` finds the message `key` from rank `from`, of `length` bytes.
     fn wait_for<T>(
         &mut self,
@@ -327,26 +452,59 @@ impl<'a> Op<'a> {
     /// timeout; [`CollError::Port`] when the port failed.
     pub fn finish(mut self) -> Result<(), CollError> {
         let mut polls = 0;
-        loop {
-            let mut waiting_for = None;
-            for &(id, to) in &self.sends {
-                if !self
-                    .endpoint
-                    .transfers
-                    .send_done(id)
-                    .map_err(|error| CollError::Peer { rank: to, error })?
-                {
-                    waiting_for = Some(to);
-                    break;
-                }
-            }
-            let Some(rank) = waiting_for else {
-                break;
-            };
+        while let Some(rank) = self.sending_to()? {
             self.step(&mut polls, rank)?;
         }
         self.endpoint.collectives += 1;
         Ok(())
+    }
+
+    /// [`Op::finish`] if every send is in the NIC's hands (true), else false (nothing waits).
+    ///
+    /// # Errors
+    /// As [`Op::finish`].
+    pub(super) fn try_finish(&mut self) -> Result<bool, CollError> {
+        if self.sending_to()?.is_some() {
+            return Ok(false);
+        }
+        self.endpoint.collectives += 1;
+        Ok(true)
+    }
+
+    /// The rank of a send not yet in the NIC's hands, if any.
+    ///
+    /// # Errors
+    /// [`CollError::Peer`] when a send failed.
+    fn sending_to(&mut self) -> Result<Option<usize>, CollError> {
+        for &(id, to) in &self.sends {
+            if !self
+                .endpoint
+                .transfers
+                .send_done(id)
+                .map_err(|error| CollError::Peer { rank: to, error })?
+            {
+                return Ok(Some(to));
+            }
+        }
+        Ok(None)
+    }
+
+    /// One poll that never waits, for an operation in the background: progresses the port and
+    /// settles delivered sends. Returns whether anything moved.
+    ///
+    /// # Errors
+    /// As [`Op::finish`].
+    pub(super) fn poll(&mut self, rank: usize) -> Result<bool, CollError> {
+        let busy = self
+            .endpoint
+            .pump_transfers()
+            .map_err(|error| CollError::Port(error.to_string()))?;
+        self.sending_to()?;
+        let waited = self.started.elapsed();
+        if !busy && waited >= self.timeout {
+            return Err(CollError::Timeout { rank, waited });
+        }
+        Ok(busy)
     }
 
     /// One poll of a wait for `rank`: progresses the port, settles delivered sends, and if
@@ -358,8 +516,10 @@ impl<'a> Op<'a> {
     /// [`CollError::Port`].
     fn step(&mut self, polls: &mut u32, rank: usize) -> Result<(), CollError> {
         // Whatever moved counts: a barrier's end or a message that came in this step is what
-        // the caller may be waiting for, and it looks again before this wait may sleep.
-        let ended = self.endpoint.progress_barriers();
+        // the caller may be waiting for, and it looks again before this wait may sleep. The
+        // collectives in the background go on meanwhile: a peer may wait on one of them before
+        // it joins this one.
+        let ended = self.endpoint.progress_barriers() + self.endpoint.progress_background();
         let busy = self
             .endpoint
             .pump_transfers()

@@ -458,6 +458,79 @@ fn a_long_allreduce_goes_in_pieces_and_sums_every_rank() {
     }
 }
 
+/// An allreduce in the background ends with the sum on every rank, moved on by nothing but
+/// the waits of a blocking allreduce started after it (whose peers wait for the first before
+/// they join it) and by asking for its end.
+#[test]
+fn a_background_allreduce_moves_on_under_other_waits() {
+    const ELEMENTS: usize = 40_001;
+    let add = |source: &[u8], target: &mut [u8]| {
+        for (a, b) in source.chunks_exact(8).zip(target.chunks_exact_mut(8)) {
+            let total = u64::from_le_bytes(a.try_into().unwrap())
+                .wrapping_add(u64::from_le_bytes((&*b).try_into().unwrap()));
+            b.copy_from_slice(&total.to_le_bytes());
+        }
+    };
+    let expected = move |size: usize, salt: usize| {
+        let mut sum = vec![0u8; 8 * ELEMENTS];
+        for from in 0..size {
+            add(&data(from, 8 * ELEMENTS, salt), &mut sum);
+        }
+        sum
+    };
+    for size in [2, 3, 4] {
+        run_ranks(
+            "allreduce-background",
+            size,
+            None,
+            move |rank, endpoint, members| {
+                let mut idle = || {};
+                let call = op(endpoint, members, 1, &mut idle);
+                let ticket = coll::allreduce_start(
+                    call,
+                    data(rank, 8 * ELEMENTS, 1),
+                    8,
+                    Box::new(add),
+                    true,
+                    Allreduce::Rabenseifner,
+                )
+                .unwrap();
+                let end = |endpoint: &mut Endpoint| loop {
+                    if let Some((outcome, sum)) = endpoint.background_end(ticket) {
+                        outcome.unwrap();
+                        break sum;
+                    }
+                    assert!(endpoint.background_running(ticket));
+                    endpoint.wait(Duration::from_millis(1));
+                };
+                let mut second = data(rank, 8 * ELEMENTS, 2);
+                let first = if rank % 2 == 0 {
+                    let call = op(endpoint, members, 2, &mut idle);
+                    coll::allreduce(call, &mut second, 8, &mut { add }, true, Allreduce::Ring)
+                        .unwrap();
+                    end(endpoint)
+                } else {
+                    let first = end(endpoint);
+                    let call = op(endpoint, members, 2, &mut idle);
+                    coll::allreduce(call, &mut second, 8, &mut { add }, true, Allreduce::Ring)
+                        .unwrap();
+                    first
+                };
+                assert!(
+                    first == expected(size, 1),
+                    "background sum at rank {rank} of {size}"
+                );
+                assert!(
+                    second == expected(size, 2),
+                    "blocking sum at rank {rank} of {size}"
+                );
+                assert!(endpoint.background_end(ticket).is_none());
+                assert!(!endpoint.background_running(ticket));
+            },
+        );
+    }
+}
+
 /// A buffer that is not whole elements is refused before anything is sent.
 #[test]
 fn an_allreduce_of_part_of_an_element_is_refused() {

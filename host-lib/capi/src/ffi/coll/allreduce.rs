@@ -9,8 +9,8 @@ use nicbar_rs::coll::{self, Allreduce, CollError};
 
 use super::super::guard_or;
 use super::{
-    bytes_mut, collective, nicbar_coll_endpoint, nicbar_coll_group, nicbar_coll_op, panicked,
-    unknown_algorithm,
+    NICBAR_COLL_PENDING, NICBAR_COLL_UNKNOWN, bytes, bytes_mut, collective, nicbar_coll_endpoint,
+    nicbar_coll_group, nicbar_coll_op, panicked, report, unknown_algorithm,
 };
 
 /// Allreduce (nicbar_coll_op's `algorithm`): log2(P) exchanges of the whole vector, in rank order.
@@ -88,6 +88,121 @@ pub unsafe extern "C" fn nicbar_coll_allreduce(
                     algorithm,
                 )
             })
+        },
+    )
+}
+
+/// MPI_Iallreduce: nicbar_coll_allreduce() in the background. `length` bytes of `buffer` are
+/// copied now (the caller may reuse it); returns a ticket for nicbar_coll_iallreduce_test(), or
+/// 0 when it did not start (`op`'s failed_rank and message say why, as nicbar_coll_bcast()'s
+/// do). Every wait of a collective on the endpoint, nicbar_coll_progress() and
+/// nicbar_coll_iallreduce_test() progress it, none of them waiting for it. `op`'s idle function
+/// is not run for it.
+///
+/// # Safety
+/// As nicbar_coll_allreduce(), but `buffer` only for reads, and only during the call;
+/// `combine` safe to call with `argument` until the test says the allreduce ended.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nicbar_coll_iallreduce(
+    endpoint: *mut nicbar_coll_endpoint,
+    group: *const nicbar_coll_group,
+    op: *mut nicbar_coll_op,
+    buffer: *const c_void,
+    length: usize,
+    element: usize,
+    combine: nicbar_coll_combine_fn,
+    argument: *mut c_void,
+    commutative: i32,
+) -> u64 {
+    let mut ticket = 0;
+    guard_or(
+        "nicbar_coll_iallreduce",
+        // SAFETY: the caller's promise about `op`.
+        |panic| unsafe { panicked(op, panic) },
+        // SAFETY: the caller's promises.
+        || unsafe {
+            collective(endpoint, group, op, |call, algorithm, _| {
+                let algorithm = allreduce_algorithm(algorithm, call.size(), length)?;
+                let combine =
+                    combine.ok_or_else(|| CollError::Argument("a NULL operation".into()))?;
+                if element == 0 {
+                    return Err(CollError::Argument("elements of 0 bytes".into()));
+                }
+                let vector = bytes(buffer, length)
+                    .ok_or_else(|| CollError::Argument("a NULL buffer".into()))?
+                    .to_vec();
+                let combine = move |source: &[u8], target: &mut [u8]| {
+                    // SAFETY: as in nicbar_coll_allreduce(); the caller keeps the function and
+                    // its argument valid until the allreduce ends.
+                    combine(
+                        source.as_ptr().cast(),
+                        target.as_mut_ptr().cast(),
+                        target.len() / element,
+                        argument,
+                    )
+                };
+                ticket = coll::allreduce_start(
+                    call,
+                    vector,
+                    element,
+                    Box::new(combine),
+                    commutative != 0,
+                    algorithm,
+                )?;
+                Ok(())
+            })
+        },
+    );
+    ticket
+}
+
+/// Whether the allreduce nicbar_coll_iallreduce() gave `ticket` has ended:
+/// NICBAR_COLL_PENDING; NICBAR_COLL_COMPLETED, its result written to `result` (`length` bytes,
+/// the length it started with; NULL drops it); NICBAR_COLL_FAILED, `op`'s failed_rank and
+/// message saying why; NICBAR_COLL_UNKNOWN for a ticket the endpoint does not know (an ended
+/// one is told once) or a `length` other than the allreduce's.
+///
+/// # Safety
+/// `endpoint` is NULL or a live endpoint; `result` is NULL or valid for writes of `length`
+/// bytes; `op` is a writable nicbar_coll_op.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nicbar_coll_iallreduce_test(
+    endpoint: *mut nicbar_coll_endpoint,
+    ticket: u64,
+    result: *mut c_void,
+    length: usize,
+    op: *mut nicbar_coll_op,
+) -> i32 {
+    guard_or(
+        "nicbar_coll_iallreduce_test",
+        // SAFETY: the caller's promise about `op`.
+        |panic| unsafe { panicked(op, panic) },
+        || {
+            // SAFETY: the caller's promises.
+            let (Some(endpoint), Some(op)) = (unsafe { endpoint.as_mut() }, unsafe { op.as_mut() })
+            else {
+                return NICBAR_COLL_UNKNOWN;
+            };
+            let Some((outcome, vector)) = endpoint.inner.background_end(ticket) else {
+                return match endpoint.inner.background_running(ticket) {
+                    true => NICBAR_COLL_PENDING,
+                    false => NICBAR_COLL_UNKNOWN,
+                };
+            };
+            let outcome = outcome.and_then(|()| {
+                // SAFETY: the caller's promise about `result`.
+                if let Some(out) = unsafe { bytes_mut(result, length) } {
+                    if vector.len() != length {
+                        return Err(CollError::Argument(format!(
+                            "the allreduce has {} bytes, not {length}",
+                            vector.len()
+                        )));
+                    }
+                    out.copy_from_slice(&vector);
+                }
+                Ok(())
+            });
+            report(op, outcome)
         },
     )
 }
