@@ -69,19 +69,17 @@ impl<'a> Op<'a> {
         let rank = members.iter().position(|m| *m == me).ok_or_else(|| {
             CollError::Argument(format!("this process's port ({me}) is not in the group"))
         })?;
-        Ok(Self {
-            endpoint,
-            members,
-            group: None,
-            rank,
-            context,
-            sequence,
+        let fresh = Suspended {
+            sends: Vec::new(),
             started: Instant::now(),
             timeout: DEFAULT_TIMEOUT,
-            idle: None,
-            sends: Vec::new(),
-            spin: SPINS,
-        })
+        };
+        Ok(Self::resume(
+            endpoint,
+            members,
+            (rank, context, sequence),
+            fresh,
+        ))
     }
 
     /// The operation `suspended` left off, on `endpoint` again (its members, context and

@@ -5,7 +5,7 @@
 
 use core::ffi::c_void;
 
-use nicbar_rs::coll::{self, Allreduce, CollError};
+use nicbar_rs::coll::{self, Allreduce, CollError, Combine, Op};
 
 use super::super::guard_or;
 use super::{
@@ -61,29 +61,15 @@ pub unsafe extern "C" fn nicbar_coll_allreduce(
         // SAFETY: the caller's promises.
         || unsafe {
             collective(endpoint, group, op, |call, algorithm, _| {
-                let algorithm = allreduce_algorithm(algorithm, call.size(), length)?;
-                let combine =
-                    combine.ok_or_else(|| CollError::Argument("a NULL operation".into()))?;
-                if element == 0 {
-                    return Err(CollError::Argument("elements of 0 bytes".into()));
-                }
+                let (algorithm, mut combine) =
+                    checked(&call, algorithm, length, element, combine, argument)?;
                 let buffer = bytes_mut(buffer, length)
                     .ok_or_else(|| CollError::Argument("a NULL buffer".into()))?;
-                let mut combine = |source: &[u8], target: &mut [u8]| {
-                    // SAFETY: two distinct buffers of the same whole number of elements, the
-                    // function and argument the caller vouched for.
-                    combine(
-                        source.as_ptr().cast(),
-                        target.as_mut_ptr().cast(),
-                        target.len() / element,
-                        argument,
-                    )
-                };
                 coll::allreduce(
                     call,
                     buffer,
                     element,
-                    &mut combine,
+                    &mut *combine,
                     commutative != 0,
                     algorithm,
                 )
@@ -122,30 +108,16 @@ pub unsafe extern "C" fn nicbar_coll_iallreduce(
         // SAFETY: the caller's promises.
         || unsafe {
             collective(endpoint, group, op, |call, algorithm, _| {
-                let algorithm = allreduce_algorithm(algorithm, call.size(), length)?;
-                let combine =
-                    combine.ok_or_else(|| CollError::Argument("a NULL operation".into()))?;
-                if element == 0 {
-                    return Err(CollError::Argument("elements of 0 bytes".into()));
-                }
+                let (algorithm, combine) =
+                    checked(&call, algorithm, length, element, combine, argument)?;
                 let vector = bytes(buffer, length)
                     .ok_or_else(|| CollError::Argument("a NULL buffer".into()))?
                     .to_vec();
-                let combine = move |source: &[u8], target: &mut [u8]| {
-                    // SAFETY: as in nicbar_coll_allreduce(); the caller keeps the function and
-                    // its argument valid until the allreduce ends.
-                    combine(
-                        source.as_ptr().cast(),
-                        target.as_mut_ptr().cast(),
-                        target.len() / element,
-                        argument,
-                    )
-                };
                 ticket = coll::allreduce_start(
                     call,
                     vector,
                     element,
-                    Box::new(combine),
+                    combine,
                     commutative != 0,
                     algorithm,
                 )?;
@@ -205,6 +177,40 @@ pub unsafe extern "C" fn nicbar_coll_iallreduce_test(
             report(op, outcome)
         },
     )
+}
+
+/// An allreduce's algorithm (numbered `id`, for `length` bytes on `call`'s group) and the
+/// caller's operation as the library's combining function, both checked.
+///
+/// # Safety
+/// `combine` safe to call with two distinct buffers of whole elements and `argument` for as
+/// long as the function returned lives.
+unsafe fn checked(
+    call: &Op<'_>,
+    id: i32,
+    length: usize,
+    element: usize,
+    combine: nicbar_coll_combine_fn,
+    argument: *mut c_void,
+) -> Result<(Allreduce, Box<Combine<'static>>), CollError> {
+    let algorithm = allreduce_algorithm(id, call.size(), length)?;
+    let combine = combine.ok_or_else(|| CollError::Argument("a NULL operation".into()))?;
+    if element == 0 {
+        return Err(CollError::Argument("elements of 0 bytes".into()));
+    }
+    let combine = move |source: &[u8], target: &mut [u8]| {
+        // SAFETY: two distinct buffers of the same whole number of elements, the function and
+        // argument the caller vouched for.
+        unsafe {
+            combine(
+                source.as_ptr().cast(),
+                target.as_mut_ptr().cast(),
+                target.len() / element,
+                argument,
+            )
+        }
+    };
+    Ok((algorithm, Box::new(combine)))
 }
 
 /// The allreduce numbered `id` on `size` ranks and `bytes` (0: the selection map's, else by
