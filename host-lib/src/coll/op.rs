@@ -487,6 +487,19 @@ impl<'a> Op<'a> {
         Ok(None)
     }
 
+    /// Settles the sends the NIC has delivered.
+    ///
+    /// # Errors
+    /// [`CollError::Peer`] when one of them failed.
+    fn settle_sends(&mut self) -> Result<(), CollError> {
+        for &(id, to) in &self.sends {
+            if let Err(error) = self.endpoint.transfers.send_done(id) {
+                return Err(CollError::Peer { rank: to, error });
+            }
+        }
+        Ok(())
+    }
+
     /// One poll that never waits, for an operation in the background: progresses the port and
     /// settles delivered sends. Returns whether anything moved.
     ///
@@ -497,7 +510,7 @@ impl<'a> Op<'a> {
             .endpoint
             .pump_transfers()
             .map_err(|error| CollError::Port(error.to_string()))?;
-        self.sending_to()?;
+        self.settle_sends()?;
         let waited = self.started.elapsed();
         if !busy && waited >= self.timeout {
             return Err(CollError::Timeout { rank, waited });
@@ -523,11 +536,7 @@ impl<'a> Op<'a> {
             .pump_transfers()
             .map_err(|error| CollError::Port(error.to_string()))?
             || ended > 0;
-        for &(id, to) in &self.sends {
-            if let Err(error) = self.endpoint.transfers.send_done(id) {
-                return Err(CollError::Peer { rank: to, error });
-            }
-        }
+        self.settle_sends()?;
         if busy {
             // The caller's idle work waits for a poll that finds nothing: on a host with no
             // core to spare, Open MPI's progress yields the core, which the next step of the
