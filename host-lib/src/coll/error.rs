@@ -38,6 +38,14 @@ pub enum CollError {
         /// What happened.
         message: String,
     },
+    /// Rank `by` gave the collective up, having found `rank` missing (if it named one); this
+    /// rank, waiting on it, fails alike.
+    GaveUp {
+        /// The rank that gave up.
+        by: usize,
+        /// The rank it found missing.
+        rank: Option<usize>,
+    },
     /// The arguments cannot describe the operation.
     Argument(String),
     /// The port failed.
@@ -45,13 +53,13 @@ pub enum CollError {
 }
 
 impl CollError {
-    /// The rank that is missing, if the failure is one: a peer the NIC could not reach, or
-    /// one whose data did not come. (A rank that sent a wrong length is named in the message
+    /// The rank that is missing, if the failure is one: a peer the NIC could not reach, one
+    /// whose data did not come, or the one a rank that gave up named. (A rank that sent a wrong length is named in the message
     /// alone: it is there.)
     pub fn rank(&self) -> Option<usize> {
         match self {
             Self::Peer { rank, .. } | Self::Timeout { rank, .. } => Some(*rank),
-            Self::Nic { rank, .. } => *rank,
+            Self::Nic { rank, .. } | Self::GaveUp { rank, .. } => *rank,
             Self::Length { .. } | Self::Argument(_) | Self::Port(_) => None,
         }
     }
@@ -78,6 +86,16 @@ impl std::fmt::Display for CollError {
                  counts and datatypes match?)"
             ),
             Self::Nic { message, .. } => write!(f, "the NIC's broadcast failed: {message}"),
+            Self::GaveUp {
+                by,
+                rank: Some(rank),
+            } => {
+                write!(
+                    f,
+                    "rank {by} gave this collective up for want of rank {rank}"
+                )
+            }
+            Self::GaveUp { by, rank: None } => write!(f, "rank {by} gave this collective up"),
             Self::Argument(message) => write!(f, "{message}"),
             Self::Port(message) => write!(f, "the port failed: {message}"),
         }

@@ -8,7 +8,7 @@ use crate::{Group, Member};
 
 use super::endpoint::{Background, DEFAULT_TIMEOUT, Endpoint};
 use super::error::CollError;
-use super::transfer::{Key, Payload, SendId};
+use super::transfer::{FAILED_PART, Key, PROBE_PART, Payload, SendId};
 #[cfg(doc)]
 use super::transfer::{TransferCounters, Transfers};
 
@@ -16,6 +16,10 @@ use super::transfer::{TransferCounters, Transfers};
 const SPINS: u32 = 64;
 /// How long one sleep on the port lasts at most (the idle callback runs between sleeps).
 const SLEEP: Duration = Duration::from_micros(200);
+/// How long a wait hears nothing before it asks whether the peer's port is still open (a
+/// message delivered to a port just before it closed says nothing of the peer's death; a probe
+/// sent after does, long before the timeout).
+const PROBE_AFTER: Duration = Duration::from_millis(250);
 
 /// What an operation that runs in the background keeps between the calls that progress it (its
 /// endpoint is borrowed only while one runs): its sends, and when it started.
@@ -23,6 +27,7 @@ pub(super) struct Suspended {
     sends: Vec<(SendId, usize)>,
     started: Instant,
     timeout: Duration,
+    quiet_since: Instant,
 }
 
 /// One collective operation of a communicator on an endpoint: its sends, its receives, and the
@@ -40,6 +45,8 @@ pub struct Op<'a> {
     idle: Option<&'a mut dyn FnMut()>,
     sends: Vec<(SendId, usize)>,
     spin: u32,
+    /// Since when the operation's waits have seen nothing move (or last probed).
+    quiet_since: Instant,
 }
 
 impl Drop for Op<'_> {
@@ -69,10 +76,12 @@ impl<'a> Op<'a> {
         let rank = members.iter().position(|m| *m == me).ok_or_else(|| {
             CollError::Argument(format!("this process's port ({me}) is not in the group"))
         })?;
+        let now = Instant::now();
         let fresh = Suspended {
             sends: Vec::new(),
-            started: Instant::now(),
+            started: now,
             timeout: DEFAULT_TIMEOUT,
+            quiet_since: now,
         };
         Ok(Self::resume(
             endpoint,
@@ -102,6 +111,7 @@ impl<'a> Op<'a> {
             idle: None,
             sends: suspended.sends,
             spin: SPINS,
+            quiet_since: suspended.quiet_since,
         }
     }
 
@@ -111,6 +121,7 @@ impl<'a> Op<'a> {
             sends: std::mem::take(&mut self.sends),
             started: self.started,
             timeout: self.timeout,
+            quiet_since: self.quiet_since,
         }
     }
 
@@ -125,6 +136,7 @@ impl<'a> Op<'a> {
             sends: std::mem::take(&mut self.sends),
             started: self.started,
             timeout: self.timeout,
+            quiet_since: self.quiet_since,
         };
         let identity = (self.rank, self.context, self.sequence);
         let work = work(self.members.to_vec(), identity, suspended);
@@ -474,17 +486,32 @@ impl<'a> Op<'a> {
     /// # Errors
     /// [`CollError::Peer`] when a send failed.
     fn sending_to(&mut self) -> Result<Option<usize>, CollError> {
+        let mut failed = None;
         for &(id, to) in &self.sends {
-            if !self
-                .endpoint
-                .transfers
-                .send_done(id)
-                .map_err(|error| CollError::Peer { rank: to, error })?
-            {
-                return Ok(Some(to));
+            match self.endpoint.transfers.send_done(id) {
+                Ok(true) => {}
+                Ok(false) => return Ok(Some(to)),
+                Err(error) => {
+                    failed = Some(CollError::Peer { rank: to, error });
+                    break;
+                }
             }
         }
-        Ok(None)
+        match failed {
+            Some(error) => Err(self.failing(error)),
+            None => Ok(None),
+        }
+    }
+
+    /// After [`PROBE_AFTER`] with nothing moving, sends `rank` a probe ([`PROBE_PART`]): if its
+    /// port has closed, the probe fails, and the wait with it, naming `rank`.
+    fn probe_if_quiet(&mut self, rank: usize, busy: bool) {
+        if busy {
+            self.quiet_since = Instant::now();
+        } else if rank != self.rank && self.quiet_since.elapsed() >= PROBE_AFTER {
+            self.quiet_since = Instant::now();
+            self.send(rank, PROBE_PART, Vec::new());
+        }
     }
 
     /// Settles the sends the NIC has delivered.
@@ -492,12 +519,46 @@ impl<'a> Op<'a> {
     /// # Errors
     /// [`CollError::Peer`] when one of them failed.
     fn settle_sends(&mut self) -> Result<(), CollError> {
-        for &(id, to) in &self.sends {
-            if let Err(error) = self.endpoint.transfers.send_done(id) {
-                return Err(CollError::Peer { rank: to, error });
-            }
+        let failed = self.sends.iter().find_map(|&(id, to)| {
+            let error = self.endpoint.transfers.send_done(id).err()?;
+            Some(CollError::Peer { rank: to, error })
+        });
+        match failed {
+            Some(error) => Err(self.failing(error)),
+            None => self.given_up(),
         }
-        Ok(())
+    }
+
+    /// Fails if another member said it gave the operation up ([`FAILED_PART`]), naming the
+    /// rank it found missing.
+    fn given_up(&mut self) -> Result<(), CollError> {
+        let Some((member, named)) = self.endpoint.transfers.failed(self.context, self.sequence)
+        else {
+            return Ok(());
+        };
+        let Some(by) = self.members.iter().position(|m| *m == member) else {
+            return Ok(());
+        };
+        let rank = usize::try_from(named)
+            .ok()
+            .filter(|&rank| rank < self.size());
+        Err(CollError::GaveUp { by, rank })
+    }
+
+    /// `error`, this operation's end, after telling the other members (but the one it names)
+    /// that this rank gave the operation up and whom it found missing, so that one waiting on
+    /// this rank names that rank rather than this one.
+    fn failing(&mut self, error: CollError) -> CollError {
+        if let CollError::Peer { rank, .. } | CollError::Timeout { rank, .. } = error {
+            let named = (rank as u64).to_le_bytes();
+            let me = self.rank;
+            for other in (0..self.size()).filter(|&other| other != me && other != rank) {
+                self.send(other, FAILED_PART, named.to_vec());
+            }
+            // Posted now: the caller may leave as soon as it hears.
+            let _ = self.endpoint.pump_transfers();
+        }
+        error
     }
 
     /// One poll that never waits, for an operation in the background: progresses the port and
@@ -511,9 +572,10 @@ impl<'a> Op<'a> {
             .pump_transfers()
             .map_err(|error| CollError::Port(error.to_string()))?;
         self.settle_sends()?;
+        self.probe_if_quiet(rank, busy);
         let waited = self.started.elapsed();
         if !busy && waited >= self.timeout {
-            return Err(CollError::Timeout { rank, waited });
+            return Err(self.failing(CollError::Timeout { rank, waited }));
         }
         Ok(busy)
     }
@@ -537,6 +599,7 @@ impl<'a> Op<'a> {
             .map_err(|error| CollError::Port(error.to_string()))?
             || ended > 0;
         self.settle_sends()?;
+        self.probe_if_quiet(rank, busy);
         if busy {
             // The caller's idle work waits for a poll that finds nothing: on a host with no
             // core to spare, Open MPI's progress yields the core, which the next step of the
@@ -550,7 +613,7 @@ impl<'a> Op<'a> {
         *polls += 1;
         let waited = self.started.elapsed();
         if waited >= self.timeout {
-            return Err(CollError::Timeout { rank, waited });
+            return Err(self.failing(CollError::Timeout { rank, waited }));
         }
         let wake = self.endpoint.transfers.wake();
         if *polls > self.spin

@@ -1194,8 +1194,8 @@ fn expect_reductions_in_nic(text: &str, least: u64) -> Result<()> {
     Ok(())
 }
 
-/// Every survivor's `operation` failed instead of hanging, each failure naming a missing rank,
-/// and each the killed one (an allreduce over messages: at least one).
+/// Every survivor's `operation` failed instead of hanging, and each failure names the killed
+/// rank as the one missing.
 fn check_kill_report(text: &str, processes: usize, victim: usize, operation: &str) -> Result<()> {
     let failures: Vec<&str> = text
         .lines()
@@ -1217,16 +1217,10 @@ fn check_kill_report(text: &str, processes: usize, victim: usize, operation: &st
         return Err("a failure does not name a missing rank".into());
     }
     // The NIC passes a failed barrier on to every member still waiting, naming the member that
-    // is missing, and one that enters late goes past the members that entered and left: every
-    // survivor names the killed rank. An allreduce over messages has ranks that wait for a
-    // survivor which itself waits for the killed rank: they name the rank they waited for, so
-    // the killed rank need only be named by one.
-    let need = if operation == "MPI_Iallreduce" {
-        1
-    } else {
-        processes - 1
-    };
-    if naming < need {
+    // is missing, and one that enters late goes past the members that entered and left; a rank
+    // that gives up a collective over messages tells the others whom it found missing, so that
+    // one waiting on it names that rank too: every survivor names the killed rank.
+    if naming != processes - 1 {
         return Err(format!(
             "{naming} of {} survivors named the killed rank {victim}",
             processes - 1

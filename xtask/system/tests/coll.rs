@@ -531,6 +531,37 @@ fn a_background_allreduce_moves_on_under_other_waits() {
     }
 }
 
+/// A rank whose port closed before a long allreduce fails every other rank's, each naming it:
+/// the ranks that exchange with it find its port closed (a quiet wait probes it, rather than
+/// wait out the timeout), and those that wait on them hear that they gave the allreduce up,
+/// and for want of whom.
+#[test]
+fn a_closed_rank_fails_every_long_allreduce_naming_it() {
+    const VICTIM: usize = 2;
+    run_ranks("allreduce-closed", 4, None, |rank, endpoint, members| {
+        if rank == VICTIM {
+            return;
+        }
+        let mut idle = || {};
+        let call = op(endpoint, members, 1, &mut idle);
+        let mut vector = data(rank, 1 << 20, 1);
+        let error = coll::allreduce(
+            call,
+            &mut vector,
+            8,
+            &mut |_, _| {},
+            true,
+            Allreduce::Rabenseifner,
+        )
+        .unwrap_err();
+        assert_eq!(error.rank(), Some(VICTIM), "rank {rank}: {error}");
+        assert!(
+            !matches!(error, CollError::Timeout { .. }),
+            "rank {rank} waited out the timeout: {error}"
+        );
+    });
+}
+
 /// A buffer that is not whole elements is refused before anything is sent.
 #[test]
 fn an_allreduce_of_part_of_an_element_is_refused() {

@@ -7,7 +7,8 @@ use super::payload::{Arrived, Payload};
 use super::records::{Assembly, Landing, Rendezvous, SendId, SendRecord};
 use super::transfers::Transfers;
 use super::wire::{
-    Control, ControlKind, HEADER_LEN, Header, Key, RECEIVE_TAG, SEGMENT_PAYLOAD, segment_count,
+    Control, ControlKind, FAILED_PART, HEADER_LEN, Header, Key, PROBE_PART, RECEIVE_TAG,
+    SEGMENT_PAYLOAD, segment_count,
 };
 use super::{REFUSED_KEEP, TransferError};
 
@@ -249,6 +250,14 @@ impl Transfers {
             return None;
         };
         let payload = &bytes[HEADER_LEN..];
+        if header.key.part == PROBE_PART {
+            // Its delivery was all it asked.
+            return None;
+        }
+        if header.key.part == FAILED_PART {
+            self.note_failed(from, header.key, payload);
+            return None;
+        }
         let (Ok(offset), Ok(total)) = (
             usize::try_from(header.offset),
             usize::try_from(header.total),
@@ -321,6 +330,30 @@ impl Transfers {
             self.arrived.insert(key, Arrived::Assembled(done.data));
         }
         Some(header.key)
+    }
+
+    /// A member's notice that its operation `key` failed ([`FAILED_PART`]); a malformed one is
+    /// dropped, and past [`REFUSED_KEEP`] operations kept, later ones are.
+    fn note_failed(&mut self, from: Member, key: Key, payload: &[u8]) {
+        let (Ok(named), true) = (
+            <[u8; 8]>::try_from(payload),
+            self.failed.len() < REFUSED_KEEP,
+        ) else {
+            self.counters.dropped += 1;
+            return;
+        };
+        self.failed
+            .entry((key.context, key.sequence))
+            .or_insert((from, u64::from_le_bytes(named)));
+    }
+
+    /// Whether a member said operation `sequence` of the communicator `context` failed: the
+    /// member and the rank it named (`u64::MAX`: none). Taken.
+    pub fn failed(&mut self, context: u32, sequence: u32) -> Option<(Member, u64)> {
+        if self.failed.is_empty() {
+            return None;
+        }
+        self.failed.remove(&(context, sequence))
     }
 
     /// A rendezvous control message `control` arrived from `from`.

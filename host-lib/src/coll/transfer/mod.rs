@@ -89,7 +89,7 @@ pub use error::TransferError;
 pub use payload::Payload;
 pub use records::SendId;
 pub use transfers::Transfers;
-pub use wire::{HEADER_LEN, Key, RECEIVE_TAG, SEGMENT_PAYLOAD, segments};
+pub use wire::{FAILED_PART, HEADER_LEN, Key, PROBE_PART, RECEIVE_TAG, SEGMENT_PAYLOAD, segments};
 
 /// Receive buffers kept provided (the NIC holds 64 per port; the rest is the barriers' room).
 pub const RECEIVE_BUFFERS: usize = 48;

@@ -75,6 +75,9 @@ pub struct Transfers {
     /// Sends that found their receiver's offer: their puts start at the next post (id, remote
     /// pointer).
     pub(super) offered_sends: Vec<(SendId, u64)>,
+    /// Operations a member said it failed, by (context, sequence): the member and the rank it
+    /// named (at most [`REFUSED_KEEP`] kept).
+    pub(super) failed: HashMap<(u32, u32), (Member, u64)>,
 }
 
 impl Transfers {
@@ -129,6 +132,7 @@ impl Transfers {
             wanted: None,
             over_limit: HashMap::new(),
             deferred: VecDeque::new(),
+            failed: HashMap::new(),
         }
     }
 

@@ -9,6 +9,15 @@ use shared_abi::MTU_PAYLOAD;
 pub const RECEIVE_TAG: u32 = u32::from_le_bytes(*b"NBCL");
 /// The first bytes of every segment.
 const MAGIC: u32 = u32::from_le_bytes(*b"NBC1");
+/// A part no operation's message uses: a message of no bytes under it only asks whether the
+/// receiver's port is still open (sending it to a closed one fails), and the receiver drops it.
+pub const PROBE_PART: u32 = u32::MAX;
+
+/// The part of a failed operation's notice to its other members: 8 bytes, the rank its sender
+/// found missing (little-endian; `u64::MAX`: none), so that a member waiting on the sender fails
+/// naming that rank, not the sender ([`Transfers::failed`](super::Transfers::failed)).
+pub const FAILED_PART: u32 = u32::MAX - 1;
+
 /// Bytes of the header before each segment's payload.
 pub const HEADER_LEN: usize = 32;
 /// Payload bytes per segment.
