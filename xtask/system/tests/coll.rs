@@ -82,6 +82,15 @@ fn run_ranks_with(
     }
 }
 
+/// `target += source` as little-endian `u64`s, wrapping: an allreduce's combining function.
+fn add(source: &[u8], target: &mut [u8]) {
+    for (a, b) in source.chunks_exact(8).zip(target.chunks_exact_mut(8)) {
+        let total = u64::from_le_bytes(a.try_into().unwrap())
+            .wrapping_add(u64::from_le_bytes((&*b).try_into().unwrap()));
+        b.copy_from_slice(&total.to_le_bytes());
+    }
+}
+
 /// An operation of the test communicator (context 5), sequence `sequence`.
 fn op<'a>(
     endpoint: &'a mut Endpoint,
@@ -372,15 +381,8 @@ fn every_allreduce_combines_every_rank_in_order() {
                     sequence += 1;
                     let words = count * 4;
                     let mut sum = data(rank, words * 8, sequence as usize);
-                    let mut add = |source: &[u8], target: &mut [u8]| {
-                        for (a, b) in source.chunks_exact(8).zip(target.chunks_exact_mut(8)) {
-                            let total = u64::from_le_bytes(a.try_into().unwrap())
-                                .wrapping_add(u64::from_le_bytes((&*b).try_into().unwrap()));
-                            b.copy_from_slice(&total.to_le_bytes());
-                        }
-                    };
                     let call = op(endpoint, members, sequence, &mut idle);
-                    coll::allreduce(call, &mut sum, 8, &mut add, true, algorithm).unwrap();
+                    coll::allreduce(call, &mut sum, 8, &mut { add }, true, algorithm).unwrap();
                     let mut expected = vec![0u8; words * 8];
                     for from in 0..size {
                         add(&data(from, words * 8, sequence as usize), &mut expected);
@@ -404,13 +406,6 @@ fn every_allreduce_combines_every_rank_in_order() {
 fn a_long_allreduce_goes_in_pieces_and_sums_every_rank() {
     const ELEMENT: usize = 24;
     const ELEMENTS: usize = 50_001;
-    let add = |source: &[u8], target: &mut [u8]| {
-        for (a, b) in source.chunks_exact(8).zip(target.chunks_exact_mut(8)) {
-            let total = u64::from_le_bytes(a.try_into().unwrap())
-                .wrapping_add(u64::from_le_bytes((&*b).try_into().unwrap()));
-            b.copy_from_slice(&total.to_le_bytes());
-        }
-    };
     for size in [2, 3, 4] {
         run_ranks(
             "allreduce-pieces",
@@ -464,13 +459,6 @@ fn a_long_allreduce_goes_in_pieces_and_sums_every_rank() {
 #[test]
 fn a_background_allreduce_moves_on_under_other_waits() {
     const ELEMENTS: usize = 40_001;
-    let add = |source: &[u8], target: &mut [u8]| {
-        for (a, b) in source.chunks_exact(8).zip(target.chunks_exact_mut(8)) {
-            let total = u64::from_le_bytes(a.try_into().unwrap())
-                .wrapping_add(u64::from_le_bytes((&*b).try_into().unwrap()));
-            b.copy_from_slice(&total.to_le_bytes());
-        }
-    };
     let expected = move |size: usize, salt: usize| {
         let mut sum = vec![0u8; 8 * ELEMENTS];
         for from in 0..size {
