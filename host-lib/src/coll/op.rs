@@ -18,8 +18,11 @@ const SPINS: u32 = 64;
 const SLEEP: Duration = Duration::from_micros(200);
 /// How long a wait hears nothing before it asks whether the peer's port is still open (a
 /// message delivered to a port just before it closed says nothing of the peer's death; a probe
-/// sent after does, long before the timeout).
+/// sent after does, long before the timeout). Each probe with nothing heard since doubles it,
+/// up to [`PROBE_MOST`], so that a peer computing for minutes gets a few probes, not hundreds.
 const PROBE_AFTER: Duration = Duration::from_millis(250);
+/// The longest a quiet wait goes between probes.
+const PROBE_MOST: Duration = Duration::from_secs(4);
 
 /// What an operation that runs in the background keeps between the calls that progress it (its
 /// endpoint is borrowed only while one runs): its sends, and when it started.
@@ -28,6 +31,7 @@ pub(super) struct Suspended {
     started: Instant,
     timeout: Duration,
     quiet_since: Instant,
+    probe_after: Duration,
 }
 
 /// One collective operation of a communicator on an endpoint: its sends, its receives, and the
@@ -45,8 +49,10 @@ pub struct Op<'a> {
     idle: Option<&'a mut dyn FnMut()>,
     sends: Vec<(SendId, usize)>,
     spin: u32,
-    /// Since when the operation's waits have seen nothing move (or last probed).
+    /// Since when the operation's waits have seen nothing move (or last probed), and how long
+    /// until the next probe.
     quiet_since: Instant,
+    probe_after: Duration,
 }
 
 impl Drop for Op<'_> {
@@ -82,6 +88,7 @@ impl<'a> Op<'a> {
             started: now,
             timeout: DEFAULT_TIMEOUT,
             quiet_since: now,
+            probe_after: PROBE_AFTER,
         };
         Ok(Self::resume(
             endpoint,
@@ -112,6 +119,7 @@ impl<'a> Op<'a> {
             sends: suspended.sends,
             spin: SPINS,
             quiet_since: suspended.quiet_since,
+            probe_after: suspended.probe_after,
         }
     }
 
@@ -122,6 +130,7 @@ impl<'a> Op<'a> {
             started: self.started,
             timeout: self.timeout,
             quiet_since: self.quiet_since,
+            probe_after: self.probe_after,
         }
     }
 
@@ -137,6 +146,7 @@ impl<'a> Op<'a> {
             started: self.started,
             timeout: self.timeout,
             quiet_since: self.quiet_since,
+            probe_after: self.probe_after,
         };
         let identity = (self.rank, self.context, self.sequence);
         let work = work(self.members.to_vec(), identity, suspended);
@@ -503,13 +513,15 @@ impl<'a> Op<'a> {
         }
     }
 
-    /// After [`PROBE_AFTER`] with nothing moving, sends `rank` a probe ([`PROBE_PART`]): if its
+    /// After [`PROBE_AFTER`] (doubling) with nothing moving, sends `rank` a probe ([`PROBE_PART`]): if its
     /// port has closed, the probe fails, and the wait with it, naming `rank`.
     fn probe_if_quiet(&mut self, rank: usize, busy: bool) {
         if busy {
             self.quiet_since = Instant::now();
-        } else if rank != self.rank && self.quiet_since.elapsed() >= PROBE_AFTER {
+            self.probe_after = PROBE_AFTER;
+        } else if rank != self.rank && self.quiet_since.elapsed() >= self.probe_after {
             self.quiet_since = Instant::now();
+            self.probe_after = (self.probe_after * 2).min(PROBE_MOST);
             self.send(rank, PROBE_PART, Vec::new());
         }
     }
