@@ -61,6 +61,38 @@ pub fn allreduce(
 /// its ticket. Every wait on the endpoint progresses it, as [`Endpoint::background_end`] does,
 /// which brings the result once it has ended.
 ///
+/// ```no_run
+/// use std::time::Duration;
+/// use nicbar::coll::{Allreduce, Endpoint, Op, allreduce_start};
+/// use nicbar::{Member, NodeId, Port, PortId};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let mut endpoint = Endpoint::new(Port::open(0, 1)?)?;
+/// let members: Vec<Member> = (0..4).map(|n| Member::new(NodeId::new(n), PortId(1))).collect();
+/// // A sum of little-endian u64s, as every rank calls it.
+/// let add = |source: &[u8], target: &mut [u8]| {
+///     for (a, b) in source.chunks_exact(8).zip(target.chunks_exact_mut(8)) {
+///         let sum = u64::from_le_bytes(a.try_into().unwrap())
+///             .wrapping_add(u64::from_le_bytes((&*b).try_into().unwrap()));
+///         b.copy_from_slice(&sum.to_le_bytes());
+///     }
+/// };
+/// let op = Op::new(&mut endpoint, &members, 5, 1)?;
+/// let vector = vec![1u8; 1 << 20];
+/// let ticket = allreduce_start(op, vector, 8, Box::new(add), true, Allreduce::Rabenseifner)?;
+/// // ... compute, calling into the endpoint now and then ...
+/// let sum = loop {
+///     if let Some((outcome, sum)) = endpoint.background_end(ticket) {
+///         outcome?;
+///         break sum;
+///     }
+///     endpoint.wait(Duration::from_millis(1));
+/// };
+/// # let _ = sum;
+/// # Ok(())
+/// # }
+/// ```
+///
 /// # Errors
 /// As [`allreduce`], for the arguments; the rest comes with its end.
 pub fn allreduce_start(
