@@ -30,5 +30,5 @@ DEBS=$(mktemp -d)
   libevent-core-2.1-7 libevent-pthreads-2.1-7 libnuma1)
 for deb in "$DEBS"/*.deb; do dpkg -x "$deb" "$BUNDLE/ompi"; done
 rm -rf "$DEBS"
-cp "$HERE/run.sh" "$HERE/compare.sh" "$HERE/long.sh" "$HERE/mpi.sh" "$BUNDLE/"
+cp "$HERE/run.sh" "$HERE/compare.sh" "$HERE/long.sh" "$HERE/mpi.sh" "$HERE/out.sh" "$BUNDLE/"
 du -sh "$BUNDLE"

@@ -19,11 +19,8 @@ SIZES=${SIZES:-8 16}
 ITERATIONS=${ITERATIONS:-5000}
 ROUNDS=${ROUNDS:-3}
 ENGINES=${ENGINES:---idle adaptive;--idle adaptive --nice -10}
-mkdir -p "$O"
 S=$O/compare.txt
-W=$(mktemp -d)
-trap 'pkill -P $$ 2>/dev/null; rm -rf "$W"' EXIT
-say() { echo "$*" | tee -a "$S"; }
+. "$D/out.sh"
 
 . "$D/mpi.sh"
 

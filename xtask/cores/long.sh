@@ -20,11 +20,8 @@ THREADS=${THREADS:-1 2 8}
 ROUNDS=${ROUNDS:-2}
 BUDGET_MS=${BUDGET_MS:-300}
 NICCTL=${NICCTL:-$B/nicctl}
-mkdir -p "$O"
 S=$O/long.txt
-W=$(mktemp -d)
-trap 'pkill -P $$ 2>/dev/null; rm -rf "$W"' EXIT
-say() { echo "$*" | tee -a "$S"; }
+. "$D/out.sh"
 
 . "$D/mpi.sh"
 

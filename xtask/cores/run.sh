@@ -25,13 +25,10 @@ ALLREDUCE_BYTES=${ALLREDUCE_BYTES:-8,64,1024}
 SKIP=${SKIP:-}
 # Whether a part is to run.
 part() { [[ " $SKIP " != *" $1 "* ]]; }
-mkdir -p "$O"
 S=$O/summary.txt
 X=$O/details.txt
-W=$(mktemp -d)
-trap 'pkill -P $$ 2>/dev/null; rm -rf "$W"' EXIT
+. "$D/out.sh"
 
-say() { echo "$*" | tee -a "$S"; }
 log() { say "## $(date +%T) $*"; }
 # Runs a command with a deadline, its whole output into details.txt; prints its `result` lines.
 measure() {
