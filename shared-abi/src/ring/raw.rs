@@ -87,31 +87,44 @@ impl SharedMemory for RawMemory {
     }
 }
 
-/// Bytes per volatile access of the bulk copies: a word, so a packet's payload costs an eighth
-/// of the accesses a byte at a time would (a 4 KiB copy measured about 6x faster).
-const WORD: usize = core::mem::size_of::<u64>();
+/// The unit of the bulk copies' volatile accesses: 16 bytes where every processor of the
+/// architecture has them (x86-64's SSE2), a word elsewhere. A put's 4 KiB segments copied 16
+/// bytes at a time go as fast as `memcpy` (twice the speed of words, measured on x86-64), and
+/// the emulated NIC copies every byte of a put twice.
+#[cfg(target_arch = "x86_64")]
+type Chunk = core::arch::x86_64::__m128i;
+#[cfg(not(target_arch = "x86_64"))]
+type Chunk = u64;
+
+/// Bytes per volatile access of the bulk copies.
+const CHUNK: usize = core::mem::size_of::<Chunk>();
 
 /// Copies `out.len()` bytes from `source` into `out` with volatile reads: single bytes up to
-/// the first 8-aligned address of `source`, aligned words after, single bytes at the end.
+/// the first [`CHUNK`]-aligned address of `source`, aligned chunks after, single bytes at the
+/// end.
 ///
 /// # Safety
 /// `source..source + out.len()` must be valid for reads.
 unsafe fn copy_from_volatile(source: *const u8, out: &mut [u8]) {
-    let head = source.align_offset(WORD).min(out.len());
+    let head = source.align_offset(CHUNK).min(out.len());
     let (first, rest) = out.split_at_mut(head);
     for (at, byte) in first.iter_mut().enumerate() {
         // SAFETY: `at < head <= out.len()`, inside the range.
         *byte = unsafe { source.add(at).read_volatile() };
     }
-    // SAFETY: `head` bytes in, still inside the range, and 8-aligned (or the range's end).
+    // SAFETY: `head` bytes in, still inside the range, and aligned (or the range's end).
     let source = unsafe { source.add(head) };
-    let whole = rest.len() - rest.len() % WORD;
-    for (index, chunk) in rest[..whole].chunks_exact_mut(WORD).enumerate() {
-        // SAFETY: word `index` from the aligned `source` lies inside the range.
-        let word = unsafe { source.cast::<u64>().add(index).read_volatile() };
-        chunk.copy_from_slice(&word.to_ne_bytes());
+    let whole = rest.len() / CHUNK;
+    let into = rest.as_mut_ptr().cast::<Chunk>();
+    for index in 0..whole {
+        // SAFETY: chunk `index` from the aligned `source` lies inside the range, and chunk
+        // `index` of `rest` inside it (unaligned, so written as such).
+        unsafe {
+            let chunk = source.cast::<Chunk>().add(index).read_volatile();
+            into.add(index).write_unaligned(chunk);
+        }
     }
-    for (at, byte) in rest.iter_mut().enumerate().skip(whole) {
+    for (at, byte) in rest.iter_mut().enumerate().skip(whole * CHUNK) {
         // SAFETY: `at < rest.len()`, inside the range.
         *byte = unsafe { source.add(at).read_volatile() };
     }
@@ -122,27 +135,25 @@ unsafe fn copy_from_volatile(source: *const u8, out: &mut [u8]) {
 /// # Safety
 /// `target..target + data.len()` must be valid for writes.
 unsafe fn copy_to_volatile(data: &[u8], target: *mut u8) {
-    let head = target.align_offset(WORD).min(data.len());
+    let head = target.align_offset(CHUNK).min(data.len());
     let (first, rest) = data.split_at(head);
     for (at, &byte) in first.iter().enumerate() {
         // SAFETY: `at < head <= data.len()`, inside the range.
         unsafe { target.add(at).write_volatile(byte) };
     }
-    // SAFETY: `head` bytes in, still inside the range, and 8-aligned (or the range's end).
+    // SAFETY: `head` bytes in, still inside the range, and aligned (or the range's end).
     let target = unsafe { target.add(head) };
-    let whole = rest.len() - rest.len() % WORD;
-    for (index, chunk) in rest[..whole].chunks_exact(WORD).enumerate() {
-        let mut bytes = [0; WORD];
-        bytes.copy_from_slice(chunk);
-        // SAFETY: word `index` from the aligned `target` lies inside the range.
+    let whole = rest.len() / CHUNK;
+    let from = rest.as_ptr().cast::<Chunk>();
+    for index in 0..whole {
+        // SAFETY: chunk `index` of `rest` lies inside it (unaligned, so read as such), and
+        // chunk `index` from the aligned `target` inside the range.
         unsafe {
-            target
-                .cast::<u64>()
-                .add(index)
-                .write_volatile(u64::from_ne_bytes(bytes))
-        };
+            let chunk = from.add(index).read_unaligned();
+            target.cast::<Chunk>().add(index).write_volatile(chunk);
+        }
     }
-    for (at, &byte) in rest.iter().enumerate().skip(whole) {
+    for (at, &byte) in rest.iter().enumerate().skip(whole * CHUNK) {
         // SAFETY: `at < rest.len()`, inside the range.
         unsafe { target.add(at).write_volatile(byte) };
     }

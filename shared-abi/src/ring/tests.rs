@@ -429,16 +429,18 @@ proptest! {
 
 #[test]
 fn bulk_copies_move_exactly_their_bytes_at_every_alignment() {
-    // The copies go a word at a time between single bytes at either end: every offset and
-    // length around a word's size, each checked against the bytes around it too.
-    let region = TestRegion::new(40);
-    for offset in 0..10 {
-        for len in 0..26 {
-            let pattern: Vec<u8> = (0..40).map(|at| at as u8 ^ 0x5a).collect();
+    // The copies go a chunk (up to 16 bytes) at a time between single bytes at either end:
+    // every offset and length around two chunks' size, each checked against the bytes around
+    // it too.
+    const LEN: usize = 72;
+    let region = TestRegion::new(LEN);
+    for offset in 0..18 {
+        for len in 0..=LEN - offset {
+            let pattern: Vec<u8> = (0..LEN).map(|at| at as u8 ^ 0x5a).collect();
             region.memory.write(0, &pattern).unwrap();
             let data: Vec<u8> = (0..len).map(|at| 0x80 | at as u8).collect();
             region.memory.write(offset, &data).unwrap();
-            let mut all = std::vec![0u8; 40];
+            let mut all = std::vec![0u8; LEN];
             region.memory.read(0, &mut all).unwrap();
             let mut expected = pattern.clone();
             expected[offset..offset + len].copy_from_slice(&data);
