@@ -65,6 +65,10 @@ pub(crate) fn run_demo(args: Args) -> Result<()> {
 
     let dir = DemoDir::create()?;
     let socket = dir.path.join("control.sock");
+    let on_cpus = args
+        .engine
+        .process_cpus()?
+        .map_or_else(String::new, |cpus| format!(" on CPUs {cpus}"));
     let engine = args.engine.daemon_args();
     step(&format!(
         "starting a {nodes}-node emulated cluster: nicctl emulate --units {nodes} --socket {}{}",
@@ -76,8 +80,8 @@ pub(crate) fn run_demo(args: Args) -> Result<()> {
     ));
     let mut daemon = Daemon::start(&nicctl, nodes, &socket, &engine)?;
     step(&format!(
-        "cluster up; running {nodes} processes of the cluster example: a ping-pong, then {} \
-         barriers per algorithm in the NIC and on the host",
+        "cluster up; running {nodes} processes of the cluster example{on_cpus}: a ping-pong, then \
+         {} barriers per algorithm in the NIC and on the host",
         args.barriers
     ));
     let started = Instant::now();
@@ -95,7 +99,9 @@ pub(crate) fn run_demo(args: Args) -> Result<()> {
             .arg("--barriers")
             .arg(args.barriers.to_string())
             .arg("--round-trips")
-            .arg(args.round_trips.to_string())
+            .arg(args.round_trips.to_string());
+        let mut command = args.engine.confine(command)?;
+        command
             .stdin(Stdio::null())
             // Rank 0 prints the results; the others speak only to report an error.
             .stdout(if rank == 0 {

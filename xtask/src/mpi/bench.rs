@@ -65,6 +65,17 @@ pub(crate) struct BenchArgs {
 /// skipped: they would take minutes on two cores.
 const ALLTOALL_LIMIT: usize = 64 << 20;
 
+/// `command`, the run of one row, on its CPUs: the component's on the processes' CPUs of
+/// `--nic-cpus` (the NIC's are the daemon's), Open MPI's own everywhere (no NIC of theirs
+/// needs a core).
+fn on_row_cpus(engine: &Engine, command: Command, priority: i32) -> Result<Command> {
+    if priority < 0 {
+        Ok(command)
+    } else {
+        engine.confine(command)
+    }
+}
+
 /// One measurement: what served the barrier, over which transport, how many processes.
 struct Measurement {
     barrier: &'static str,
@@ -140,6 +151,8 @@ pub(crate) fn run_bench(args: BenchArgs) -> Result<()> {
     if args.replot {
         return replot_collectives(&workspace_root().join(&args.out));
     }
+    // A bad --nic-cpus is told before anything is built.
+    args.engine.process_cpus()?;
     ensure_packages(true)?;
     let prefix = scratch().join("prefix");
     let component = build(&prefix, "capi")?;
@@ -188,6 +201,7 @@ fn bench_barriers(
                 .args(["--mca", "mpi_yield_when_idle", "1"])
                 .arg(programs.join("barrier_bench"))
                 .arg(args.iterations.to_string());
+            let mut command = on_row_cpus(&args.engine, command, priority)?;
             let cpu_before = daemon.nic_cpu_ns();
             let stopped = (priority < 0).then(|| daemon.stopped()).transpose()?;
             let (text, ok) = run_row(
@@ -396,6 +410,7 @@ fn bench_collectives(
             if !args.collectives.is_empty() {
                 command.arg(args.collectives.join(","));
             }
+            let mut command = on_row_cpus(&args.engine, command, priority)?;
             let stopped = (priority < 0).then(|| daemon.stopped()).transpose()?;
             let (text, ok) = run_row(
                 &mut command,
