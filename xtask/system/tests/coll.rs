@@ -91,6 +91,16 @@ fn add(source: &[u8], target: &mut [u8]) {
     }
 }
 
+/// What an allreduce with [`add`] of every rank's `data(rank, length, salt)` comes to on a group
+/// of `size`.
+fn sum_of_ranks(size: usize, length: usize, salt: usize) -> Vec<u8> {
+    let mut sum = vec![0u8; length];
+    for from in 0..size {
+        add(&data(from, length, salt), &mut sum);
+    }
+    sum
+}
+
 /// An operation of the test communicator (context 5), sequence `sequence`.
 fn op<'a>(
     endpoint: &'a mut Endpoint,
@@ -383,12 +393,8 @@ fn every_allreduce_combines_every_rank_in_order() {
                     let mut sum = data(rank, words * 8, sequence as usize);
                     let call = op(endpoint, members, sequence, &mut idle);
                     coll::allreduce(call, &mut sum, 8, &mut { add }, true, algorithm).unwrap();
-                    let mut expected = vec![0u8; words * 8];
-                    for from in 0..size {
-                        add(&data(from, words * 8, sequence as usize), &mut expected);
-                    }
                     assert!(
-                        sum == expected,
+                        sum == sum_of_ranks(size, words * 8, sequence as usize),
                         "{algorithm:?} sum of {words} words at rank {rank} of {size}"
                     );
                 }
@@ -426,12 +432,8 @@ fn a_long_allreduce_goes_in_pieces_and_sums_every_rank() {
                         let call = op(endpoint, members, sequence, &mut idle);
                         coll::allreduce(call, &mut sum, ELEMENT, &mut { add }, true, algorithm)
                             .unwrap();
-                        let mut expected = vec![0u8; ELEMENT * ELEMENTS];
-                        for from in 0..size {
-                            add(&data(from, ELEMENT * ELEMENTS, salt), &mut expected);
-                        }
                         assert!(
-                            sum == expected,
+                            sum == sum_of_ranks(size, ELEMENT * ELEMENTS, salt),
                             "{algorithm:?} sum at rank {rank} of {size}, round {round}"
                         );
                     }
@@ -459,13 +461,6 @@ fn a_long_allreduce_goes_in_pieces_and_sums_every_rank() {
 #[test]
 fn a_background_allreduce_moves_on_under_other_waits() {
     const ELEMENTS: usize = 40_001;
-    let expected = move |size: usize, salt: usize| {
-        let mut sum = vec![0u8; 8 * ELEMENTS];
-        for from in 0..size {
-            add(&data(from, 8 * ELEMENTS, salt), &mut sum);
-        }
-        sum
-    };
     for size in [2, 3, 4] {
         run_ranks(
             "allreduce-background",
@@ -505,11 +500,11 @@ fn a_background_allreduce_moves_on_under_other_waits() {
                     first
                 };
                 assert!(
-                    first == expected(size, 1),
+                    first == sum_of_ranks(size, 8 * ELEMENTS, 1),
                     "background sum at rank {rank} of {size}"
                 );
                 assert!(
-                    second == expected(size, 2),
+                    second == sum_of_ranks(size, 8 * ELEMENTS, 2),
                     "blocking sum at rank {rank} of {size}"
                 );
                 assert!(endpoint.background_end(ticket).is_none());
