@@ -544,11 +544,11 @@ impl<'a> Op<'a> {
     /// Fails if another member said it gave the operation up ([`FAILED_PART`]), naming the
     /// rank it found missing.
     fn given_up(&mut self) -> Result<(), CollError> {
-        let Some((member, named)) = self.endpoint.transfers.failed(self.context, self.sequence)
+        let Some((by, named)) =
+            self.endpoint
+                .transfers
+                .failed(self.context, self.sequence, self.members)
         else {
-            return Ok(());
-        };
-        let Some(by) = self.members.iter().position(|m| *m == member) else {
             return Ok(());
         };
         let rank = usize::try_from(named)

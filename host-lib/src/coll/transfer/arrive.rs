@@ -333,7 +333,8 @@ impl Transfers {
     }
 
     /// A member's notice that its operation `key` failed ([`FAILED_PART`]); a malformed one is
-    /// dropped, and past [`REFUSED_KEEP`] operations kept, later ones are.
+    /// dropped, and past [`REFUSED_KEEP`] notices kept, later ones are. A sender's first
+    /// notice for an operation stands.
     fn note_failed(&mut self, from: Member, key: Key, payload: &[u8]) {
         let (Ok(named), true) = (
             <[u8; 8]>::try_from(payload),
@@ -343,17 +344,30 @@ impl Transfers {
             return;
         };
         self.failed
-            .entry((key.context, key.sequence))
-            .or_insert((from, u64::from_le_bytes(named)));
+            .entry((key.context, key.sequence, from))
+            .or_insert(u64::from_le_bytes(named));
     }
 
-    /// Whether a member said operation `sequence` of the communicator `context` failed: the
-    /// member and the rank it named (`u64::MAX`: none). Taken.
-    pub fn failed(&mut self, context: u32, sequence: u32) -> Option<(Member, u64)> {
+    /// Whether one of `members` said operation `sequence` of the communicator `context` failed:
+    /// the first such member's index in `members` and the rank it named (`u64::MAX`: none).
+    /// Every member's notice for the operation is taken with it; notices from ports outside
+    /// `members` are left to be dropped with the operations kept.
+    pub fn failed(
+        &mut self,
+        context: u32,
+        sequence: u32,
+        members: &[Member],
+    ) -> Option<(usize, u64)> {
         if self.failed.is_empty() {
             return None;
         }
-        self.failed.remove(&(context, sequence))
+        let mut first = None;
+        for (index, &member) in members.iter().enumerate() {
+            if let Some(named) = self.failed.remove(&(context, sequence, member)) {
+                first.get_or_insert((index, named));
+            }
+        }
+        first
     }
 
     /// A rendezvous control message `control` arrived from `from`.
@@ -643,5 +657,73 @@ mod tests {
         transfers.arrive(from, &segment(key, 3 * SEGMENT_PAYLOAD, 2));
         assert_eq!(transfers.counters().dropped, 4);
         assert_eq!(transfers.take(from, key), None);
+    }
+
+    /// A failed operation's notice from `from`, naming `rank`.
+    fn notice(transfers: &mut Transfers, from: Member, key: Key, rank: u64) {
+        let mut bytes = vec![0u8; HEADER_LEN];
+        let key = Key {
+            part: FAILED_PART,
+            ..key
+        };
+        Header {
+            key,
+            offset: 0,
+            total: 8,
+        }
+        .write(&mut bytes);
+        bytes.extend(rank.to_le_bytes());
+        transfers.arrive(from, &bytes);
+    }
+
+    #[test]
+    fn a_notice_from_outside_the_group_hides_no_members_notice() {
+        let mut transfers = Transfers::empty(Duration::from_secs(1));
+        let members: Vec<Member> = (0..3)
+            .map(|node| Member::new(NodeId::new(node), PortId(1)))
+            .collect();
+        let stranger = Member::new(NodeId::new(9), PortId(1));
+        let key = Key {
+            context: 7,
+            sequence: 3,
+            part: 0,
+        };
+        // The forged notice comes first and names member 1; the real one, from member 2,
+        // names member 0.
+        notice(&mut transfers, stranger, key, 1);
+        notice(&mut transfers, members[2], key, 0);
+        notice(&mut transfers, members[2], key, 1);
+        assert_eq!(
+            transfers.failed(7, 3, &members),
+            Some((2, 0)),
+            "its first notice"
+        );
+        assert_eq!(
+            transfers.failed(7, 3, &members),
+            None,
+            "taken, the stranger's ignored"
+        );
+        // Another operation's notice is its own, and a malformed one is dropped.
+        notice(
+            &mut transfers,
+            members[1],
+            Key { sequence: 4, ..key },
+            u64::MAX,
+        );
+        assert_eq!(transfers.failed(7, 3, &members), None);
+        assert_eq!(transfers.failed(7, 4, &members), Some((1, u64::MAX)));
+        let dropped = transfers.counters().dropped;
+        let mut short = segment(
+            Key {
+                part: FAILED_PART,
+                ..key
+            },
+            8,
+            0,
+        );
+        short.pop();
+        transfers.arrive(members[0], &short);
+        assert_eq!(transfers.counters().dropped, dropped + 1);
+        assert_eq!(transfers.failed(7, 3, &members), None);
     }
 }

@@ -75,9 +75,10 @@ pub struct Transfers {
     /// Sends that found their receiver's offer: their puts start at the next post (id, remote
     /// pointer).
     pub(super) offered_sends: Vec<(SendId, u64)>,
-    /// Operations a member said it failed, by (context, sequence): the member and the rank it
-    /// named (at most [`REFUSED_KEEP`] kept).
-    pub(super) failed: HashMap<(u32, u32), (Member, u64)>,
+    /// Operations a member said it failed, by (context, sequence, member): the rank it named
+    /// (at most [`REFUSED_KEEP`] kept). Kept per sender too, so that a notice from a port
+    /// outside the group cannot stand in for a member's.
+    pub(super) failed: HashMap<(u32, u32, Member), u64>,
 }
 
 impl Transfers {
