@@ -125,8 +125,10 @@ enum Bench {
         #[arg(long)]
         plot_only: bool,
     },
-    /// MPI_Barrier latency and MPI_Ibarrier overlap (OSU's definition) through the coll/nicbar
-    /// component beside Open MPI's own collectives over shared memory and TCP (table, CSV).
+    /// MPI_Barrier latency and MPI_Ibarrier overlap (OSU's definition), and the data
+    /// collectives' latency (MPI_Bcast, MPI_Scatter[v], MPI_Gather[v], MPI_Alltoall[v],
+    /// MPI_Allreduce) over sizes and process counts, through the coll/nicbar component beside
+    /// Open MPI's own collectives over shared memory and TCP (tables, CSVs, plots).
     Mpi(crate::mpi::BenchArgs),
     /// Saify's *Optimizing Collective Communication Operations in ARMCI* over the emulated NIC:
     /// AllFence latency against K and node count (one request at a time, K outstanding in a

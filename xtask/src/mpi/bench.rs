@@ -1,8 +1,8 @@
 //! `cargo xtask bench mpi`: MPI_Barrier latency and MPI_Ibarrier overlap through coll/nicbar
 //! beside Open MPI's own collectives, on one host and across network namespaces; and the data
-//! collectives' latency (MPI_Bcast, MPI_Scatter[v], MPI_Gather[v], MPI_Alltoall[v]) over message
-//! sizes and process counts, the component beside Open MPI over shared memory and over TCP.
-//! Tables, CSVs and plots.
+//! collectives' latency (MPI_Bcast, MPI_Scatter[v], MPI_Gather[v], MPI_Alltoall[v],
+//! MPI_Allreduce) over message sizes and process counts, the component beside Open MPI over
+//! shared memory and over TCP. Tables, CSVs and plots.
 
 // The benchmark runs the stage's own helpers: mpirun, daemons, the compiled programs.
 use super::*;
