@@ -274,6 +274,14 @@ impl<'a> Op<'a> {
         self.sends.push((id, to));
     }
 
+    /// Posts what is queued now instead of at the next wait, so that the NIC moves it while
+    /// the caller goes on: for a root that stages a block for each rank in turn, whose first
+    /// block would otherwise wait until the last is staged.
+    pub fn post(&mut self) {
+        // A failure here is the port's, and the wait that follows meets it again.
+        let _ = self.endpoint.pump_transfers();
+    }
+
     /// Says ahead that `part` from `from`, of `length` bytes, will be waited for: if it comes
     /// by rendezvous, a landing region goes to `from` now, so that its puts start as soon as it
     /// sends, however late this rank starts waiting ([`Transfers::offer`]).

@@ -54,6 +54,7 @@ pub fn scatter(
                     let to = real(v, root, size);
                     let data = op.stage(&send[to * block..(to + 1) * block]);
                     op.send(to, 0, data);
+                    op.post();
                 }
                 if let Some(receive) = receive {
                     receive.copy_from_slice(&send[rank * block..(rank + 1) * block]);
@@ -211,6 +212,7 @@ pub fn scatterv(
             if !send[to].is_empty() {
                 let data = op.stage(send[to]);
                 op.send(to, 0, data);
+                op.post();
             }
         }
         if let Some(receive) = receive {
