@@ -73,12 +73,12 @@ pub fn scatter(
                 // The root: its send buffer (checked above), in vrank order.
                 None => {
                     let send = send.unwrap_or_default();
-                    (0..size)
-                        .flat_map(|v| {
-                            let r = real(v, root, size);
-                            send[r * block..(r + 1) * block].iter().copied()
-                        })
-                        .collect()
+                    let mut held = Vec::with_capacity(size * block);
+                    for v in 0..size {
+                        let r = real(v, root, size);
+                        held.extend_from_slice(&send[r * block..(r + 1) * block]);
+                    }
+                    held
                 }
             };
             for child in children {
