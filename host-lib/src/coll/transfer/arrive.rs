@@ -351,7 +351,7 @@ impl Transfers {
     /// Whether one of `members` said operation `sequence` of the communicator `context` failed:
     /// the first such member's index in `members` and the rank it named (`u64::MAX`: none).
     /// Every member's notice for the operation is taken with it; notices from ports outside
-    /// `members` are left to be dropped with the operations kept.
+    /// `members` are never taken, and stay counted against [`REFUSED_KEEP`].
     pub fn failed(
         &mut self,
         context: u32,
