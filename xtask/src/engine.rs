@@ -53,12 +53,7 @@ impl Engine {
             return Ok(None);
         };
         let nic = parse_cpus(nic).map_err(|error| format!("--nic-cpus: {error}"))?;
-        let status = std::fs::read_to_string("/proc/self/status")?;
-        let allowed = status
-            .lines()
-            .find_map(|line| line.strip_prefix("Cpus_allowed_list:"))
-            .ok_or("/proc/self/status names no allowed CPUs")?;
-        let allowed = parse_cpus(allowed.trim())?;
+        let allowed = allowed_cpus()?;
         if let Some(cpu) = nic.iter().find(|cpu| !allowed.contains(cpu)) {
             return Err(format!("--nic-cpus: CPU {cpu} is not one this task may use").into());
         }
@@ -113,6 +108,16 @@ impl Engine {
             self.threads, self.idle
         )
     }
+}
+
+/// The CPUs this task may run on, as the kernel lists them in `/proc/self/status`.
+fn allowed_cpus() -> Result<Vec<usize>> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    let allowed = status
+        .lines()
+        .find_map(|line| line.strip_prefix("Cpus_allowed_list:"))
+        .ok_or("/proc/self/status names no allowed CPUs")?;
+    parse_cpus(allowed.trim())
 }
 
 /// The CPUs of a list such as `0-3,8` (the kernel's and `taskset`'s form), ascending, each once.
@@ -209,12 +214,7 @@ mod tests {
     #[test]
     fn the_processes_get_every_cpu_but_the_nics() {
         assert_eq!(parse(&[]).unwrap().process_cpus().unwrap(), None);
-        let allowed = std::fs::read_to_string("/proc/self/status").unwrap();
-        let allowed = allowed
-            .lines()
-            .find_map(|line| line.strip_prefix("Cpus_allowed_list:"))
-            .map(|list| parse_cpus(list.trim()).unwrap())
-            .unwrap();
+        let allowed = allowed_cpus().unwrap();
         let nic = allowed[0].to_string();
         let engine = parse(&["--nic-cpus", &nic]).unwrap();
         if allowed.len() == 1 {
