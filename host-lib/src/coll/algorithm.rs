@@ -8,7 +8,8 @@
 pub enum Bcast {
     /// The root sends to every rank.
     Linear,
-    /// A binomial tree, the message whole.
+    /// A binomial tree: the message whole up to 512 KiB, and above in pieces of 256 KiB that
+    /// each rank passes on as they land.
     Binomial,
     /// A binary tree, the message in segments forwarded as they arrive.
     Binary,

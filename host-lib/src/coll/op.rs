@@ -487,6 +487,34 @@ impl<'a> Op<'a> {
         Ok(())
     }
 
+    /// Waits until at most the latest `pending` of the operation's sends are not yet in the
+    /// NIC's hands: a sender of many messages keeps that many on their way, and no more of its
+    /// memory staged at once.
+    ///
+    /// # Errors
+    /// As [`Op::finish`].
+    pub fn wait_sends(&mut self, pending: usize) -> Result<(), CollError> {
+        let mut polls = 0;
+        loop {
+            let older = self.sends.len().saturating_sub(pending);
+            let mut waiting = None;
+            for &(id, to) in &self.sends[..older] {
+                match self.endpoint.transfers.send_done(id) {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        waiting = Some(to);
+                        break;
+                    }
+                    Err(error) => return Err(self.failing(CollError::Peer { rank: to, error })),
+                }
+            }
+            match waiting {
+                Some(rank) => self.step(&mut polls, rank)?,
+                None => return Ok(()),
+            }
+        }
+    }
+
     /// [`Op::finish`] if every send is in the NIC's hands (true), else false (nothing waits).
     ///
     /// # Errors

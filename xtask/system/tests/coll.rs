@@ -656,6 +656,42 @@ fn a_nic_broadcast_of_another_length_than_the_roots_fails_with_the_lengths() {
 }
 
 #[test]
+fn long_binomial_broadcasts_are_passed_on_piece_by_piece_byte_for_byte() {
+    // Above 512 KiB the binomial tree moves the message in pieces of 256 KiB, each inner rank
+    // sending one on while the next lands: at 5 ranks vrank 2 passes every piece to vrank 3,
+    // and vrank 0 feeds three children. Lengths: one byte over two pieces, a short odd last
+    // piece, whole ones.
+    let size = 5;
+    run_ranks(
+        "bcast-pieces",
+        size,
+        None,
+        move |rank, endpoint, members| {
+            let mut sequence = 0;
+            let mut idle = || {};
+            for length in [(512 << 10) + 1, 700_001, 1 << 20] {
+                for root in [0, 3] {
+                    sequence += 1;
+                    let salt = sequence as usize;
+                    let mut buffer = if rank == root {
+                        data(root, length, salt)
+                    } else {
+                        vec![0xee; length]
+                    };
+                    let call = op(endpoint, members, sequence, &mut idle);
+                    coll::bcast(call, &mut buffer, root, Bcast::Binomial, 0).unwrap();
+                    assert!(
+                        buffer == data(root, length, salt),
+                        "{length} bytes from {root} at rank {rank}"
+                    );
+                }
+            }
+            assert_eq!(endpoint.transfer_counters().rendezvous_refused, 0);
+        },
+    );
+}
+
+#[test]
 fn large_broadcasts_go_by_rendezvous_byte_for_byte() {
     let size = 3;
     run_ranks("bcast-large", size, None, move |rank, endpoint, members| {
