@@ -668,26 +668,40 @@ fn long_binomial_broadcasts_are_passed_on_piece_by_piece_byte_for_byte() {
         None,
         move |rank, endpoint, members| {
             let mut sequence = 0;
-            let mut idle = || {};
             for length in [(512 << 10) + 1, 700_001, 1 << 20] {
                 for root in [0, 3] {
                     sequence += 1;
-                    let salt = sequence as usize;
-                    let mut buffer = if rank == root {
-                        data(root, length, salt)
-                    } else {
-                        vec![0xee; length]
-                    };
-                    let call = op(endpoint, members, sequence, &mut idle);
-                    coll::bcast(call, &mut buffer, root, Bcast::Binomial, 0).unwrap();
-                    assert!(
-                        buffer == data(root, length, salt),
-                        "{length} bytes from {root} at rank {rank}"
-                    );
+                    let message = (sequence, root, length);
+                    check_broadcast(endpoint, members, rank, message, Bcast::Binomial, 0);
                 }
             }
             assert_eq!(endpoint.transfer_counters().rendezvous_refused, 0);
         },
+    );
+}
+
+/// Broadcasts `length` bytes from `root` as operation `sequence` with `algorithm` (segments of
+/// `segment` bytes) and checks every byte that came to `rank`.
+fn check_broadcast(
+    endpoint: &mut Endpoint,
+    members: &[Member],
+    rank: usize,
+    (sequence, root, length): (u32, usize, usize),
+    algorithm: Bcast,
+    segment: usize,
+) {
+    let salt = sequence as usize;
+    let mut buffer = if rank == root {
+        data(root, length, salt)
+    } else {
+        vec![0xee; length]
+    };
+    let mut idle = || {};
+    let call = op(endpoint, members, sequence, &mut idle);
+    coll::bcast(call, &mut buffer, root, algorithm, segment).unwrap();
+    assert!(
+        buffer == data(root, length, salt),
+        "{algorithm:?} of {length} bytes from {root} at rank {rank}"
     );
 }
 
@@ -696,7 +710,6 @@ fn large_broadcasts_go_by_rendezvous_byte_for_byte() {
     let size = 3;
     run_ranks("bcast-large", size, None, move |rank, endpoint, members| {
         let mut sequence = 0;
-        let mut idle = || {};
         for algorithm in [
             Bcast::Linear,
             Bcast::Binomial,
@@ -707,18 +720,8 @@ fn large_broadcasts_go_by_rendezvous_byte_for_byte() {
             for length in LARGE {
                 for root in [0, 2] {
                     sequence += 1;
-                    let salt = sequence as usize;
-                    let mut buffer = if rank == root {
-                        data(root, length, salt)
-                    } else {
-                        vec![0xee; length]
-                    };
-                    let call = op(endpoint, members, sequence, &mut idle);
-                    coll::bcast(call, &mut buffer, root, algorithm, LARGE_SEGMENT).unwrap();
-                    assert!(
-                        buffer == data(root, length, salt),
-                        "{algorithm:?} of {length} bytes from {root} at rank {rank}"
-                    );
+                    let message = (sequence, root, length);
+                    check_broadcast(endpoint, members, rank, message, algorithm, LARGE_SEGMENT);
                 }
             }
         }
