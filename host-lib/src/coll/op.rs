@@ -497,18 +497,7 @@ impl<'a> Op<'a> {
         let mut polls = 0;
         loop {
             let older = self.sends.len().saturating_sub(pending);
-            let mut waiting = None;
-            for &(id, to) in &self.sends[..older] {
-                match self.endpoint.transfers.send_done(id) {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        waiting = Some(to);
-                        break;
-                    }
-                    Err(error) => return Err(self.failing(CollError::Peer { rank: to, error })),
-                }
-            }
-            match waiting {
+            match self.sending_among(older)? {
                 Some(rank) => self.step(&mut polls, rank)?,
                 None => return Ok(()),
             }
@@ -532,8 +521,16 @@ impl<'a> Op<'a> {
     /// # Errors
     /// [`CollError::Peer`] when a send failed.
     fn sending_to(&mut self) -> Result<Option<usize>, CollError> {
+        self.sending_among(self.sends.len())
+    }
+
+    /// [`Op::sending_to`] among the operation's first `first` sends.
+    ///
+    /// # Errors
+    /// [`CollError::Peer`] when one of them failed.
+    fn sending_among(&mut self, first: usize) -> Result<Option<usize>, CollError> {
         let mut failed = None;
-        for &(id, to) in &self.sends {
+        for &(id, to) in &self.sends[..first] {
             match self.endpoint.transfers.send_done(id) {
                 Ok(true) => {}
                 Ok(false) => return Ok(Some(to)),
