@@ -45,18 +45,7 @@ pub fn bcast(
             if buffer.len() > WHOLE_UP_TO {
                 binomial_in_pieces(&mut op, buffer, parent, &children)?;
             } else {
-                match parent {
-                    Some(from) => {
-                        let forwarded = op.forward(from, 0, &children);
-                        op.receive_forwarded(from, 0, buffer, &children, forwarded)?;
-                    }
-                    None => {
-                        let data = op.stage(buffer);
-                        for child in children {
-                            op.send(child, 0, data.clone());
-                        }
-                    }
-                }
+                binomial_whole(&mut op, buffer, parent, &children)?;
             }
         }
         Bcast::Binary => {
@@ -99,6 +88,29 @@ const WHOLE_UP_TO: usize = 2 * PIECE;
 /// parent's puts start without a round trip.
 const OFFERED_AHEAD: usize = 2;
 
+/// The binomial tree with the message whole, part 0: an inner rank forwards each eager segment
+/// as it arrives ([`Op::forward`]), and a message that came by rendezvous once it is here.
+fn binomial_whole(
+    op: &mut Op<'_>,
+    buffer: &mut [u8],
+    parent: Option<usize>,
+    children: &[usize],
+) -> Result<(), CollError> {
+    match parent {
+        Some(from) => {
+            let forwarded = op.forward(from, 0, children);
+            op.receive_forwarded(from, 0, buffer, children, forwarded)
+        }
+        None => {
+            let data = op.stage(buffer);
+            for &child in children {
+                op.send(child, 0, data.clone());
+            }
+            Ok(())
+        }
+    }
+}
+
 /// The binomial tree with the message in pieces of [`PIECE`] bytes (by rendezvous, part `k`
 /// for piece `k`): the root stages and posts each piece once the one before is delivered; an
 /// inner rank offers its landings ahead, so that its parent's puts go on meanwhile, and sends
@@ -122,8 +134,8 @@ fn binomial_in_pieces(
         }
         if !children.is_empty() {
             // The last piece delivered first: with more on their way (one or two pieces per
-            // child), the NIC interleaved them, and each came later (8 processes on two cores,
-            // 16 MiB: 15 and 17 ms against 14).
+            // child), the NIC interleaved them, and each came later (`coll_bench` at 8
+            // processes on two cores, 16 MiB: 15 and 17 ms against 14; docs/benchmarks.md).
             op.wait_sends(0)?;
             let data = op.stage(piece);
             for &child in children {
