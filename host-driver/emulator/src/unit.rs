@@ -590,6 +590,7 @@ impl UnitLoop {
             self.nic.hal_mut().wire.counters.received += self.arrivals.len() as u64;
             while let Some(packet) = self.arrivals.pop_front() {
                 self.nic.on_local_packet(&packet, now);
+                self.inbox.recycle(packet);
             }
             if busy {
                 self.settled = None;

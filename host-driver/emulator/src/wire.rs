@@ -29,12 +29,20 @@ use nicbar_control::{WireCounters, doorbell};
 /// full output queue: the reliability protocol resends).
 pub(crate) const INBOX_CAPACITY: usize = 8192;
 
+/// Emptied packet buffers an inbox keeps for its pushers to fill again. A buffer allocated for
+/// every in-process packet and freed after it cost the NIC thread a fifth of its time in
+/// `malloc` and `free` during a long allreduce (a put's every 4 KiB segment is one); a NIC
+/// drains its inbox each round, so a round's worth of buffers keeps the allocator out of it.
+const SPARE_BUFFERS: usize = 128;
+
 /// Packets for one NIC from the other NICs of the daemon: a bounded lock-free queue that any NIC
 /// thread pushes into and the receiving NIC's thread drains, with no system call while that
 /// thread is awake ([`ThreadWake`]).
 #[derive(Debug)]
 pub(crate) struct Inbox {
     queue: ArrayQueue<Vec<u8>>,
+    /// Buffers of packets the receiving NIC has handled, for the next pushes.
+    spares: ArrayQueue<Vec<u8>>,
     /// The thread that runs the receiving NIC.
     owner: Arc<ThreadWake>,
 }
@@ -44,16 +52,27 @@ impl Inbox {
     pub(crate) fn new(owner: Arc<ThreadWake>) -> Self {
         Self {
             queue: ArrayQueue::new(INBOX_CAPACITY),
+            spares: ArrayQueue::new(SPARE_BUFFERS),
             owner,
         }
     }
 
-    /// Queues `packet` and wakes the receiving NIC's thread if it sleeps; `false` if the inbox is
-    /// full and the packet was dropped.
-    fn push(&self, packet: Vec<u8>) -> bool {
-        let queued = self.queue.push(packet).is_ok();
+    /// Queues a copy of `packet` (in a spare buffer if there is one) and wakes the receiving
+    /// NIC's thread if it sleeps; `false` if the inbox is full and the packet was dropped.
+    fn push(&self, packet: &[u8]) -> bool {
+        let mut buffer = self.spares.pop().unwrap_or_default();
+        buffer.clear();
+        buffer.extend_from_slice(packet);
+        let queued = self.queue.push(buffer).is_ok();
         self.owner.wake();
         queued
+    }
+
+    /// Keeps the buffer of a packet taken from this inbox and handled, for a later push (or
+    /// frees it if enough are kept).
+    pub(crate) fn recycle(&self, buffer: Vec<u8>) {
+        // A full pool frees the buffer: nothing is lost but the allocation saved.
+        let _ = self.spares.push(buffer);
     }
 
     /// Whether nothing is queued.
@@ -285,7 +304,7 @@ impl Wire {
             return Ok(());
         }
         if let Some(inbox) = self.local.inbox(destination) {
-            if !inbox.push(packet.to_vec()) {
+            if !inbox.push(packet) {
                 self.counters.undeliverable += 1;
             }
             return Ok(());
@@ -438,6 +457,31 @@ mod tests {
         let tag = key.map_or([0x5a; firmware::auth::MAC_LEN], |key| key.tag(&out));
         out.extend_from_slice(&tag);
         out
+    }
+
+    #[test]
+    fn a_recycled_buffer_carries_the_next_packet_and_only_it() {
+        let inbox = Inbox::new(Arc::new(ThreadWake::new(doorbell::new().unwrap())));
+        assert!(inbox.push(&[1; 4096]));
+        let mut taken = VecDeque::new();
+        inbox.take_all(&mut taken);
+        let first = taken.pop_front().unwrap();
+        let reused = first.as_ptr();
+        inbox.recycle(first);
+        // A shorter packet in the buffer of a longer one: nothing of the old one stays.
+        assert!(inbox.push(&[2; 100]));
+        inbox.take_all(&mut taken);
+        let second = taken.pop_front().unwrap();
+        assert_eq!(second, [2; 100]);
+        assert_eq!(
+            second.as_ptr(),
+            reused,
+            "the buffer came back for the next packet"
+        );
+        for _ in 0..SPARE_BUFFERS + 1 {
+            inbox.recycle(vec![0; 8]);
+        }
+        assert_eq!(inbox.spares.len(), SPARE_BUFFERS, "the pool is bounded");
     }
 
     #[test]
