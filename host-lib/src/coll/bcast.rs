@@ -1,6 +1,8 @@
 //! MPI_Bcast over messages (CollGM §3.4): linear, binomial, segmented binary and pipeline trees,
 //! the split binary tree, and the NIC's own broadcast for a few bytes.
 
+use std::ops::Range;
+
 use super::algorithm::Bcast;
 use super::error::CollError;
 use super::op::Op;
@@ -43,7 +45,7 @@ pub fn bcast(
             let children: Vec<usize> = children.iter().map(|&c| real(c, root, size)).collect();
             let parent = parent.map(|parent| real(parent, root, size));
             if buffer.len() > WHOLE_UP_TO {
-                binomial_in_pieces(&mut op, buffer, parent, &children)?;
+                tree_in_pieces(&mut op, buffer, parent, &children, PIECE, 0)?;
             } else {
                 binomial_whole(&mut op, buffer, parent, &children)?;
             }
@@ -111,26 +113,30 @@ fn binomial_whole(
     }
 }
 
-/// The binomial tree with the message in pieces of [`PIECE`] bytes (by rendezvous, part `k`
-/// for piece `k`): the root stages and posts each piece once the one before is delivered; an
-/// inner rank offers its landings ahead, so that its parent's puts go on meanwhile, and sends
-/// each piece on to `children` as soon as it has it and the one before is delivered.
-fn binomial_in_pieces(
+/// A tree with the message in pieces of `piece` bytes, each a message of its own (part
+/// `first_part + k` for piece `k`; by rendezvous when that long): the root stages and posts each
+/// piece once the one before is delivered; an inner rank offers its landings ahead, so that its
+/// parent's puts go on meanwhile, and sends each piece on to `children` as soon as it has it and
+/// the one before is delivered. `parent` and `children` are ranks.
+fn tree_in_pieces(
     op: &mut Op<'_>,
     buffer: &mut [u8],
     parent: Option<usize>,
     children: &[usize],
+    piece: usize,
+    first_part: u32,
 ) -> Result<(), CollError> {
-    let pieces = pieces(buffer.len(), PIECE);
+    let pieces = pieces(buffer.len(), piece);
+    let part = |index: usize| first_part + index as u32;
     let mut offered = 0;
     for (index, &(offset, length)) in pieces.iter().enumerate() {
         let piece = &mut buffer[offset..offset + length];
         if let Some(from) = parent {
             while offered < pieces.len().min(index + OFFERED_AHEAD + 1) {
-                op.offer(from, offered as u32, pieces[offered].1);
+                op.offer(from, part(offered), pieces[offered].1);
                 offered += 1;
             }
-            op.receive_into(from, index as u32, piece)?;
+            op.receive_into(from, part(index), piece)?;
         }
         if !children.is_empty() {
             // The last piece delivered first: with more on their way (one or two pieces per
@@ -139,7 +145,7 @@ fn binomial_in_pieces(
             op.wait_sends(0)?;
             let data = op.stage(piece);
             for &child in children {
-                op.send(child, index as u32, data.clone());
+                op.send(child, part(index), data.clone());
             }
             op.post();
         }
@@ -161,6 +167,12 @@ fn tree_segments(
     let size = op.size();
     let children: Vec<usize> = children.iter().map(|&c| real(c, root, size)).collect();
     let pieces = pieces(buffer.len(), segment);
+    if op.by_rendezvous(pieces[0].1) {
+        // Segments put whole cannot be forwarded as they arrive; all on their way at once,
+        // the NIC interleaved them and each came later (1.5–3.4× the binomial tree's time).
+        let parent = parent.map(|parent| real(parent, root, size));
+        return tree_in_pieces(op, buffer, parent, &children, segment, first_part);
+    }
     // Every piece is forwarded as its segments arrive, whichever piece this rank waits for.
     let forwarded: Vec<bool> = match parent {
         Some(parent) => (0..pieces.len())
@@ -190,6 +202,34 @@ fn tree_segments(
                 }
             }
         }
+    }
+    Ok(())
+}
+
+/// The split binary tree's root with segments put whole: piece `k` of each half to the top of
+/// its subtree, one piece of each at a time, as [`tree_in_pieces`] sends (a half after the
+/// other would leave the second subtree idle meanwhile). `tops` are ranks.
+fn halves_in_pieces(
+    op: &mut Op<'_>,
+    buffer: &[u8],
+    tops: &[(Range<usize>, usize)],
+    segment: usize,
+) -> Result<(), CollError> {
+    let tops: Vec<_> = tops
+        .iter()
+        .filter(|(range, _)| !range.is_empty())
+        .map(|(range, top)| (range.start, pieces(range.len(), segment), *top))
+        .collect();
+    let count = tops.iter().map(|(_, pieces, _)| pieces.len()).max();
+    for index in 0..count.unwrap_or(0) {
+        op.wait_sends(0)?;
+        for (start, pieces, top) in &tops {
+            if let Some(&(offset, length)) = pieces.get(index) {
+                let data = op.stage(&buffer[start + offset..][..length]);
+                op.send(*top, index as u32, data);
+            }
+        }
+        op.post();
     }
     Ok(())
 }
@@ -225,10 +265,18 @@ fn split_binary(
     let exchange = PHASE;
     let direct = 2 * PHASE;
     if vrank == 0 {
-        for s in [1, 2] {
-            let r = range(s);
-            if !r.is_empty() {
-                tree_segments(op, &mut buffer[r], root, None, &[s], 0, segment)?;
+        if op.by_rendezvous(pieces(half, segment)[0].1) {
+            let tops = [
+                (range(1), real(1, root, size)),
+                (range(2), real(2, root, size)),
+            ];
+            halves_in_pieces(op, buffer, &tops, segment)?;
+        } else {
+            for s in [1, 2] {
+                let r = range(s);
+                if !r.is_empty() {
+                    tree_segments(op, &mut buffer[r], root, None, &[s], 0, segment)?;
+                }
             }
         }
         // Ranks of the larger side without a partner get the other half from here.

@@ -282,6 +282,12 @@ impl<'a> Op<'a> {
         let _ = self.endpoint.pump_transfers();
     }
 
+    /// Whether a message of `length` bytes goes by rendezvous: put by the NIC into a landing
+    /// its receiver offers, whole, rather than sent eagerly segment by segment.
+    pub fn by_rendezvous(&self, length: usize) -> bool {
+        self.endpoint.transfers.by_rendezvous(length)
+    }
+
     /// Says ahead that `part` from `from`, of `length` bytes, will be waited for: if it comes
     /// by rendezvous, a landing region goes to `from` now, so that its puts start as soon as it
     /// sends, however late this rank starts waiting ([`Transfers::offer`]).

@@ -70,6 +70,13 @@ const FAULT_CHECK_BYTES: usize = 1 << 20;
 /// The largest message of the runs that force each algorithm in turn (bytes).
 const FORCED_CHECK_BYTES: usize = 128 << 10;
 
+/// The segment of the segmented broadcasts in the run that forces algorithm `k` (bytes): the
+/// binary tree's and the chain's go eagerly, forwarded as they arrive; the split binary tree's
+/// (`k` 4) are 64 KiB, the rendezvous threshold, and go one by one, put whole.
+fn forced_segment(k: i32) -> i32 {
+    if k == 4 { 64 << 10 } else { 8192 * k }
+}
+
 /// Options of `cargo xtask mpi`.
 #[derive(ClapArgs)]
 pub(crate) struct Args {
@@ -1002,7 +1009,7 @@ fn check_data_collectives(
                         "coll_nicbar_alltoall_algorithm",
                         ((k - 1) % 3 + 1).to_string(),
                     ),
-                    ("coll_nicbar_segment", (8192 * k).to_string()),
+                    ("coll_nicbar_segment", forced_segment(k).to_string()),
                 ],
                 forced_bytes,
             )

@@ -680,6 +680,39 @@ fn long_binomial_broadcasts_are_passed_on_piece_by_piece_byte_for_byte() {
     );
 }
 
+#[test]
+fn segmented_broadcasts_pass_segments_put_whole_on_one_by_one_byte_for_byte() {
+    // Segments that go by rendezvous move one at a time down the trees, as the binomial tree's
+    // pieces do. At 5 ranks every tree has an inner rank that passes each segment on: the
+    // binary tree's vrank 1 (to 3 and 4), the split binary tree's vrank 1 (its half to 3 and
+    // 4, whose partners are 2 and the root), the chain's vranks 1 to 3. Lengths: one segment
+    // and a byte, an odd short last segment, whole segments.
+    let size = 5;
+    run_ranks(
+        "bcast-segments",
+        size,
+        None,
+        move |rank, endpoint, members| {
+            let mut sequence = 0;
+            for algorithm in [Bcast::Binary, Bcast::SplitBinary, Bcast::Pipeline] {
+                for length in [LARGE_SEGMENT + 1, 700_001, 4 * LARGE_SEGMENT] {
+                    for root in [0, 3] {
+                        sequence += 1;
+                        let message = (sequence, root, length);
+                        check_broadcast(endpoint, members, rank, message, algorithm, LARGE_SEGMENT);
+                    }
+                }
+            }
+            let counters = endpoint.transfer_counters();
+            assert!(
+                counters.rendezvous_received > 0,
+                "rank {rank}: {counters:?}"
+            );
+            assert_eq!(counters.rendezvous_refused, 0);
+        },
+    );
+}
+
 /// Broadcasts `length` bytes from `root` as operation `sequence` with `algorithm` (segments of
 /// `segment` bytes) and checks every byte that came to `rank`.
 fn check_broadcast(
