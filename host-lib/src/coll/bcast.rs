@@ -6,6 +6,7 @@ use std::ops::Range;
 use super::algorithm::Bcast;
 use super::error::CollError;
 use super::op::Op;
+use super::pieces::{PIECE, WHOLE_UP_TO, receive_in_pieces, send_in_pieces};
 use super::topology::{PHASE, binomial, pieces, real};
 
 /// MPI_Bcast of `buffer` from `root`.
@@ -79,17 +80,6 @@ pub fn bcast(
     op.finish()
 }
 
-/// Bytes of one piece of a long binomial broadcast: an inner rank passes a piece on while the
-/// next lands, where a whole message stopped at every rank of the tree until its last byte came.
-const PIECE: usize = 256 << 10;
-/// The longest message the binomial tree moves whole: two pieces overlapped too little to pay
-/// for their second handshake (512 KiB at 8 processes on two cores, `coll_bench`: 625 µs in
-/// pieces, 508 whole; three rounds).
-const WHOLE_UP_TO: usize = 2 * PIECE;
-/// Pieces whose landing an inner rank offers ahead of the one it waits for, so that its
-/// parent's puts start without a round trip.
-const OFFERED_AHEAD: usize = 2;
-
 /// The binomial tree with the message whole, part 0: an inner rank forwards each eager segment
 /// as it arrives ([`Op::forward`]), and a message that came by rendezvous once it is here.
 fn binomial_whole(
@@ -113,11 +103,9 @@ fn binomial_whole(
     }
 }
 
-/// A tree with the message in pieces of `piece` bytes, each a message of its own (part
-/// `first_part + k` for piece `k`; by rendezvous when that long): the root stages and posts each
-/// piece once the one before is delivered; an inner rank offers its landings ahead, so that its
-/// parent's puts go on meanwhile, and sends each piece on to `children` as soon as it has it and
-/// the one before is delivered. `parent` and `children` are ranks.
+/// A tree with the message in pieces of `piece` bytes ([`super::pieces`]): the root sends each
+/// piece once the one before is delivered; an inner rank passes each on to `children` as soon
+/// as it has it and the one before is delivered. `parent` and `children` are ranks.
 fn tree_in_pieces(
     op: &mut Op<'_>,
     buffer: &mut [u8],
@@ -126,31 +114,10 @@ fn tree_in_pieces(
     piece: usize,
     first_part: u32,
 ) -> Result<(), CollError> {
-    let pieces = pieces(buffer.len(), piece);
-    let part = |index: usize| first_part + index as u32;
-    let mut offered = 0;
-    for (index, &(offset, length)) in pieces.iter().enumerate() {
-        let piece = &mut buffer[offset..offset + length];
-        if let Some(from) = parent {
-            while offered < pieces.len().min(index + OFFERED_AHEAD + 1) {
-                op.offer(from, part(offered), pieces[offered].1);
-                offered += 1;
-            }
-            op.receive_into(from, part(index), piece)?;
-        }
-        if !children.is_empty() {
-            // The last piece delivered first: with more on their way (one or two pieces per
-            // child), the NIC interleaved them, and each came later (`coll_bench` at 8
-            // processes on two cores, 16 MiB: 15 and 17 ms against 14; docs/benchmarks.md).
-            op.wait_sends(0)?;
-            let data = op.stage(piece);
-            for &child in children {
-                op.send(child, part(index), data.clone());
-            }
-            op.post();
-        }
+    match parent {
+        Some(from) => receive_in_pieces(op, buffer, from, children, piece, first_part),
+        None => send_in_pieces(op, buffer, children, piece, first_part),
     }
-    Ok(())
 }
 
 /// The segments of `buffer` down a tree: each from `parent` (a vrank; none at the root), each

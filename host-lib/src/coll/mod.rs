@@ -53,6 +53,7 @@ mod error;
 pub mod map;
 mod op;
 mod open;
+mod pieces;
 mod scatter_gather;
 pub mod select;
 mod topology;

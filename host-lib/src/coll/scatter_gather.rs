@@ -4,6 +4,7 @@
 use super::algorithm::Tree;
 use super::error::CollError;
 use super::op::Op;
+use super::pieces::{PIECE, WHOLE_UP_TO, receive_in_pieces, send_in_pieces};
 use super::topology::{binomial, binomial_span, check_root, real};
 
 /// MPI_Scatter of `block` bytes per rank from `root`: `send` (the root's, every rank's block
@@ -52,15 +53,13 @@ pub fn scatter(
             if let Some(send) = send {
                 for v in 1..size {
                     let to = real(v, root, size);
-                    let data = op.stage(&send[to * block..(to + 1) * block]);
-                    op.send(to, 0, data);
-                    op.post();
+                    send_block(&mut op, &send[to * block..(to + 1) * block], to)?;
                 }
                 if let Some(receive) = receive {
                     receive.copy_from_slice(&send[rank * block..(rank + 1) * block]);
                 }
             } else if let Some(receive) = receive {
-                op.receive_into(root, 0, receive)?;
+                receive_block(&mut op, receive, root)?;
             }
         }
         Tree::Binomial => {
@@ -210,9 +209,7 @@ pub fn scatterv(
         for v in 1..size {
             let to = real(v, root, size);
             if !send[to].is_empty() {
-                let data = op.stage(send[to]);
-                op.send(to, 0, data);
-                op.post();
+                send_block(&mut op, send[to], to)?;
             }
         }
         if let Some(receive) = receive {
@@ -229,10 +226,32 @@ pub fn scatterv(
         let receive = receive
             .ok_or_else(|| CollError::Argument("only the root may receive in place".into()))?;
         if !receive.is_empty() {
-            op.receive_into(root, 0, receive)?;
+            receive_block(&mut op, receive, root)?;
         }
     }
     op.finish()
+}
+
+/// A flat scatter's root sends `block` to `to`: whole, posted at once so that the NIC moves it
+/// while the root stages the next rank's; a long one in pieces ([`super::pieces`]), so that
+/// `to` copies one out while the next lands and the root's registered memory holds one piece,
+/// not every rank's block.
+fn send_block(op: &mut Op<'_>, block: &[u8], to: usize) -> Result<(), CollError> {
+    if block.len() > WHOLE_UP_TO {
+        return send_in_pieces(op, block, &[to], PIECE, 0);
+    }
+    let data = op.stage(block);
+    op.send(to, 0, data);
+    op.post();
+    Ok(())
+}
+
+/// A flat scatter's rank receives its block from `root`, as [`send_block`] sends it.
+fn receive_block(op: &mut Op<'_>, block: &mut [u8], root: usize) -> Result<(), CollError> {
+    if block.len() > WHOLE_UP_TO {
+        return receive_in_pieces(op, block, root, &[], PIECE, 0);
+    }
+    op.receive_into(root, 0, block)
 }
 
 /// MPI_Gatherv: each rank's `send` (none at the root for MPI_IN_PLACE) into the root's

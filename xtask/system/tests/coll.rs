@@ -780,6 +780,51 @@ fn large_broadcasts_go_by_rendezvous_byte_for_byte() {
 }
 
 #[test]
+fn long_scattered_blocks_come_in_pieces_byte_for_byte() {
+    // Above 512 KiB a flat scatter's block goes in pieces of 256 KiB, each a message of its
+    // own. Blocks: one byte over two pieces, a short odd last piece, whole pieces; in
+    // `scatterv`, the three at once (rank r gets the (r mod 3)-th), and an empty one at rank 1.
+    let size = 4;
+    run_ranks(
+        "scatter-pieces",
+        size,
+        None,
+        move |rank, endpoint, members| {
+            let mut sequence = 0;
+            let mut idle = || {};
+            let lengths = [(512 << 10) + 1, 700_001, 1 << 20];
+            for root in [0, 3] {
+                for block in lengths {
+                    sequence += 1;
+                    let salt = sequence as usize;
+                    let send = data(root, block * size, salt);
+                    let mut receive = vec![0xee; block];
+                    let call = op(endpoint, members, sequence, &mut idle);
+                    let send = (rank == root).then_some(&send[..]);
+                    coll::scatter(call, send, Some(&mut receive[..]), block, root, Tree::Flat)
+                        .unwrap();
+                    assert!(
+                        receive == data(root, block * size, salt)[rank * block..][..block],
+                        "block of {block} from {root} at {rank}"
+                    );
+                }
+                sequence += 1;
+                let salt = sequence as usize;
+                let length = |r: usize| if r == 1 { 0 } else { lengths[r % 3] };
+                let blocks: Vec<Vec<u8>> = (0..size).map(|r| data(r, length(r), salt)).collect();
+                let views: Vec<&[u8]> = blocks.iter().map(|b| &b[..]).collect();
+                let mut receive = vec![0xee; length(rank)];
+                let call = op(endpoint, members, sequence, &mut idle);
+                let send = (rank == root).then_some(&views[..]);
+                coll::scatterv(call, send, Some(&mut receive[..]), root).unwrap();
+                assert!(receive == blocks[rank], "scatterv from {root} at {rank}");
+            }
+            assert_eq!(endpoint.transfer_counters().rendezvous_refused, 0);
+        },
+    );
+}
+
+#[test]
 fn large_scatters_gathers_and_alltoalls_go_by_rendezvous() {
     let size = 3;
     run_ranks(
