@@ -693,24 +693,39 @@ fn segmented_broadcasts_pass_segments_put_whole_on_one_by_one_byte_for_byte() {
         size,
         None,
         move |rank, endpoint, members| {
-            let mut sequence = 0;
-            for algorithm in [Bcast::Binary, Bcast::SplitBinary, Bcast::Pipeline] {
-                for length in [LARGE_SEGMENT + 1, 700_001, 4 * LARGE_SEGMENT] {
-                    for root in [0, 3] {
-                        sequence += 1;
-                        let message = (sequence, root, length);
-                        check_broadcast(endpoint, members, rank, message, algorithm, LARGE_SEGMENT);
-                    }
-                }
-            }
-            let counters = endpoint.transfer_counters();
-            assert!(
-                counters.rendezvous_received > 0,
-                "rank {rank}: {counters:?}"
-            );
-            assert_eq!(counters.rendezvous_refused, 0);
+            let algorithms = [Bcast::Binary, Bcast::SplitBinary, Bcast::Pipeline];
+            let lengths = [LARGE_SEGMENT + 1, 700_001, 4 * LARGE_SEGMENT];
+            check_large_broadcasts(endpoint, (rank, members), &algorithms, &lengths, [0, 3]);
         },
     );
+}
+
+/// Broadcasts each of `lengths` from each of `roots` with each of `algorithms` (segments of
+/// [`LARGE_SEGMENT`]), checking every byte that came to `rank`, then that some came by
+/// rendezvous and none was refused.
+fn check_large_broadcasts(
+    endpoint: &mut Endpoint,
+    (rank, members): (usize, &[Member]),
+    algorithms: &[Bcast],
+    lengths: &[usize],
+    roots: [usize; 2],
+) {
+    let mut sequence = 0;
+    for &algorithm in algorithms {
+        for &length in lengths {
+            for root in roots {
+                sequence += 1;
+                let message = (sequence, root, length);
+                check_broadcast(endpoint, members, rank, message, algorithm, LARGE_SEGMENT);
+            }
+        }
+    }
+    let counters = endpoint.transfer_counters();
+    assert!(
+        counters.rendezvous_received > 0,
+        "rank {rank} received nothing by rendezvous: {counters:?}"
+    );
+    assert_eq!(counters.rendezvous_refused, 0);
 }
 
 /// Broadcasts `length` bytes from `root` as operation `sequence` with `algorithm` (segments of
@@ -742,28 +757,15 @@ fn check_broadcast(
 fn large_broadcasts_go_by_rendezvous_byte_for_byte() {
     let size = 3;
     run_ranks("bcast-large", size, None, move |rank, endpoint, members| {
-        let mut sequence = 0;
-        for algorithm in [
+        let algorithms = [
             Bcast::Linear,
             Bcast::Binomial,
             Bcast::Binary,
             Bcast::SplitBinary,
             Bcast::Pipeline,
-        ] {
-            for length in LARGE {
-                for root in [0, 2] {
-                    sequence += 1;
-                    let message = (sequence, root, length);
-                    check_broadcast(endpoint, members, rank, message, algorithm, LARGE_SEGMENT);
-                }
-            }
-        }
+        ];
+        check_large_broadcasts(endpoint, (rank, members), &algorithms, &LARGE, [0, 2]);
         let counters = endpoint.transfer_counters();
-        assert!(
-            counters.rendezvous_received > 0,
-            "rank {rank} received nothing by rendezvous: {counters:?}"
-        );
-        assert_eq!(counters.rendezvous_refused, 0);
         // A region lent to a message (staged once for every receiver, or landed and passed on
         // from where it landed) goes back to the pool when its last user lets go: twenty
         // broadcasts of up to 1 MiB reuse a few regions. A segmented broadcast holds one for
