@@ -31,6 +31,8 @@
 //! - `endpoint` ([`Endpoint`]): the port, its queue of barriers for the NIC (one runs at a
 //!   time per port), and its transfers; `open` ([`open_port`]): the first free port of a NIC.
 //! - `op` ([`Op`]): one collective operation's sends and receives with the wait between them.
+//! - `pieces`: a long message as pieces of 256 KiB, each a message of its own, that a receiver
+//!   passes on or copies out while the next lands (the long broadcasts and scatters).
 //! - `algorithm` ([`Bcast`], [`Tree`], [`Alltoall`], [`Allreduce`]): the algorithms' names and the defaults
 //!   without a map; [`map`]: the measured selection map (`cargo xtask tune`) that names them;
 //!   [`select`]: the choice — the map's entry, else the default.
