@@ -827,6 +827,38 @@ fn long_scattered_blocks_come_in_pieces_byte_for_byte() {
 }
 
 #[test]
+fn idle_regions_give_way_to_a_gathers_landings() {
+    // A gather's root at 10 ranks keeps 8 of its 9 landings of 64 KiB idle for reuse; the next
+    // gather's 9 landings of 256 KiB do not fit them, and the port's table holds 16 regions:
+    // the idle ones must give way, or a block is refused its landing and comes eagerly.
+    let size = 10;
+    run_ranks(
+        "gather-regions",
+        size,
+        None,
+        move |rank, endpoint, members| {
+            let mut idle = || {};
+            let root = 0;
+            for (sequence, block) in [(1, RENDEZVOUS_THRESHOLD), (2, 2 * RENDEZVOUS_THRESHOLD + 1)]
+            {
+                let mine = data(rank, block, sequence);
+                let mut gathered = vec![0xee; block * size];
+                let call = op(endpoint, members, sequence as u32, &mut idle);
+                let receive = (rank == root).then_some(&mut gathered[..]);
+                coll::gather(call, Some(&mine[..]), receive, block, root, Tree::Flat).unwrap();
+                if rank == root {
+                    let expected: Vec<u8> =
+                        (0..size).flat_map(|r| data(r, block, sequence)).collect();
+                    assert!(gathered == expected, "blocks of {block}");
+                }
+            }
+            let counters = endpoint.transfer_counters();
+            assert_eq!(counters.rendezvous_refused, 0, "rank {rank}: {counters:?}");
+        },
+    );
+}
+
+#[test]
 fn large_scatters_gathers_and_alltoalls_go_by_rendezvous() {
     let size = 3;
     run_ranks(

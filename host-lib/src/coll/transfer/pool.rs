@@ -73,7 +73,18 @@ impl RegionPool {
                     .max(POOL_MINIMUM)
                     .min(shared_abi::rdma::MAX_RDMA_LENGTH as usize)
                     .max(len);
-                let region = port.register_memory(size)?;
+                let region = match port.register_memory(size) {
+                    Ok(region) => region,
+                    // The port's table of regions may be full of idle ones kept for reuse,
+                    // too small for this: they give way to one in use.
+                    Err(_) if !self.idle.is_empty() => {
+                        for region in self.idle.drain(..) {
+                            let _ = port.deregister_memory(&region);
+                        }
+                        port.register_memory(size)?
+                    }
+                    Err(error) => return Err(error),
+                };
                 self.registered += 1;
                 region
             }
