@@ -12,6 +12,7 @@
 #include "coll_nicbar.h"
 
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -281,6 +282,87 @@ int mca_coll_nicbar_gather(const void *sbuf, int scount, struct ompi_datatype_t 
     }
 }
 
+/* The span of user memory a view reaches, for the overlap check. */
+typedef struct {
+    uintptr_t start, end;
+    int index;
+} span_t;
+
+static int span_order(const void *a, const void *b)
+{
+    const span_t *x = a, *y = b;
+    return x->start < y->start ? -1 : x->start > y->start ? 1 : x->index - y->index;
+}
+
+/*
+ * Receive blocks that share bytes are erroneous in MPI, but Open MPI's own collectives take them
+ * without a word, and programs pass them (displacements computed for timing, not for content).
+ * Each such block lands in scratch instead and is unpacked in rank order at the end, so that the
+ * library never writes two blocks over one another and the last rank's bytes stay, every run.
+ */
+static int separate_overlapping(view_t *views, int n, void **bytes)
+{
+    span_t *spans = malloc((size_t) (n > 0 ? n : 1) * sizeof *spans);
+    char *overlaps = calloc((size_t) (n > 0 ? n : 1), 1);
+    int count = 0, rc = MPI_SUCCESS;
+    uintptr_t reach = 0;
+    if (NULL == spans || NULL == overlaps) {
+        free(spans);
+        free(overlaps);
+        return MPI_ERR_NO_MEM;
+    }
+    for (int i = 0; i < n; i++) {
+        ptrdiff_t lb = 0, extent = 0, true_lb = 0, true_extent = 0;
+        if (0 == views[i].length || NULL == views[i].dtype) {
+            continue;
+        }
+        ompi_datatype_get_extent(views[i].dtype, &lb, &extent);
+        ompi_datatype_get_true_extent(views[i].dtype, &true_lb, &true_extent);
+        /* Every byte the count elements may touch, whatever the sign of the extent. */
+        ptrdiff_t first = true_lb, last = true_lb + true_extent;
+        ptrdiff_t step = (ptrdiff_t) (views[i].count - 1) * extent;
+        if (step < 0) {
+            first += step;
+        } else {
+            last += step;
+        }
+        spans[count].start = (uintptr_t) views[i].user + (uintptr_t) first;
+        spans[count].end = (uintptr_t) views[i].user + (uintptr_t) last;
+        spans[count].index = i;
+        count++;
+    }
+    qsort(spans, (size_t) count, sizeof *spans, span_order);
+    for (int k = 0; k < count; k++) {
+        if (k > 0 && spans[k].start < reach) {
+            /* It overlaps every block before it (by start) that ends past its start. */
+            overlaps[spans[k].index] = 1;
+            for (int j = k - 1; j >= 0; j--) {
+                if (spans[j].end > spans[k].start) {
+                    overlaps[spans[j].index] = 1;
+                }
+            }
+        }
+        if (spans[k].end > reach) {
+            reach = spans[k].end;
+        }
+    }
+    for (int i = 0; i < n && MPI_SUCCESS == rc; i++) {
+        if (!overlaps[i] || NULL != views[i].scratch) {
+            continue;
+        }
+        views[i].scratch = malloc(views[i].length);
+        if (NULL == views[i].scratch) {
+            rc = MPI_ERR_NO_MEM;
+            break;
+        }
+        views[i].bytes = views[i].scratch;
+        bytes[i] = views[i].bytes;
+    }
+    free(spans);
+    free(overlaps);
+    return rc;
+}
+
 /* Views of the blocks of a v form: block i is counts[i] elements at displs[i] extents. */
 static int views_make(view_t *views, int n, const void *buf, const int *counts,
                       const int *displs, ompi_datatype_t *dtype, int flags, int skip, void **bytes,
@@ -306,7 +388,8 @@ static int views_make(view_t *views, int n, const void *buf, const int *counts,
         bytes[i] = views[i].bytes;
         lengths[i] = views[i].length;
     }
-    return MPI_SUCCESS;
+    return flags & (VIEW_SEND | VIEW_PRELOAD) ? MPI_SUCCESS
+                                              : separate_overlapping(views, n, bytes);
 }
 
 static int views_finish(view_t *views, int n, int receive, int failed)
