@@ -268,21 +268,35 @@ fn the_v_forms_move_blocks_of_every_length() {
                 }
             }
         }
-        for algorithm in [Alltoall::Linear, Alltoall::Pairwise] {
+        // Each rank may choose for itself (by its own longest block): ranks that differ,
+        // linear beside pairwise, must still meet.
+        let mixed = if rank % 2 == 0 {
+            Alltoall::Linear
+        } else {
+            Alltoall::Pairwise
+        };
+        let rounds = [
+            (Alltoall::Linear, 1000),
+            (Alltoall::Pairwise, 1000),
+            (mixed, 1000),
+            // Blocks that go by rendezvous.
+            (mixed, 100_000),
+        ];
+        for (algorithm, unit) in rounds {
             sequence += 1;
             let salt = sequence as usize;
-            // Rank i sends (i + j) * 1000 bytes to rank j.
+            // Rank i sends (i + j) * unit bytes to rank j.
             let sends: Vec<Vec<u8>> = (0..size)
-                .map(|j| data(rank * 10 + j, (rank + j) * 1000, salt))
+                .map(|j| data(rank * 10 + j, (rank + j) * unit, salt))
                 .collect();
             let views: Vec<&[u8]> = sends.iter().map(|b| &b[..]).collect();
             let mut receives: Vec<Vec<u8>> =
-                (0..size).map(|i| vec![0xee; (i + rank) * 1000]).collect();
+                (0..size).map(|i| vec![0xee; (i + rank) * unit]).collect();
             let mut targets: Vec<&mut [u8]> = receives.iter_mut().map(|b| &mut b[..]).collect();
             let call = op(endpoint, members, sequence, &mut idle);
             coll::alltoallv(call, &views, &mut targets, algorithm).unwrap();
             for (i, block) in receives.iter().enumerate() {
-                assert_eq!(*block, data(i * 10 + rank, (i + rank) * 1000, salt));
+                assert_eq!(*block, data(i * 10 + rank, (i + rank) * unit, salt));
             }
         }
     });

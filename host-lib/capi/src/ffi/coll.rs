@@ -1227,11 +1227,21 @@ pub unsafe extern "C" fn nicbar_coll_alltoallv(
         || unsafe {
             collective(endpoint, group, op, |call, algorithm, _| {
                 let size = call.size();
-                let algorithm = alltoall_algorithm(algorithm, size, 0)?;
                 let reads = pairs(send_blocks, send_lengths, size)
                     .ok_or_else(|| CollError::Argument("NULL send block arrays".into()))?;
                 let writes = pairs(receive_blocks, receive_lengths, size)
                     .ok_or_else(|| CollError::Argument("NULL receive block arrays".into()))?;
+                // Chosen as for an all-to-all of this rank's longest block: linear puts every
+                // long block on its way at once (16 processes, 256 KiB blocks: 3.6 times
+                // pairwise's time). Each pair exchanges one message either way, so ranks that
+                // choose differently still meet.
+                let longest = reads
+                    .iter()
+                    .map(|&(_, length)| length)
+                    .chain(writes.iter().map(|&(_, length)| length))
+                    .max()
+                    .unwrap_or(0);
+                let algorithm = alltoall_algorithm(algorithm, size, longest)?;
                 let mut blocks = Blocks::new(&reads, &writes).map_err(CollError::Argument)?;
                 let send: Vec<&[u8]> = blocks.reads.iter().map(|b| &b[..]).collect();
                 coll::alltoallv(call, &send, &mut blocks.writes, algorithm)
