@@ -305,6 +305,26 @@ static void alltoalls(MPI_Comm comm, const char *name, long n, int salt)
  * n ints starts at r * n / 2: every int a single block covers holds that block's value, every
  * int two cover holds one of theirs (which one MPI leaves open: nothing of it is folded).
  */
+/* Checks `all` after a collective into the overlapping blocks at `displs` (n ints each): an int
+ * some block covers holds the value of one of the blocks covering it (block r's came from source
+ * r * step + offset), any other int is still -1. */
+static void expect_overlapped(const int *all, long span, const int *displs, int size, long n,
+                              int step, int offset, int salt, const char *what, const char *name,
+                              int root)
+{
+    for (long at = 0; at < span; at++) {
+        int covered = 0, matched = 0;
+        for (int r = 0; r < size; r++) {
+            long i = at - displs[r];
+            if (i >= 0 && i < n) {
+                covered = 1;
+                matched |= all[at] == value(r * step + offset, i, salt);
+            }
+        }
+        expect(covered ? matched : all[at] == -1, 1, what, name, n, root, at);
+    }
+}
+
 static void overlapping_receives(MPI_Comm comm, const char *name, long n, int salt)
 {
     int rank, size;
@@ -324,18 +344,8 @@ static void overlapping_receives(MPI_Comm comm, const char *name, long n, int sa
         check_code(MPI_Gatherv(mine, (int) n, MPI_INT, all, counts, displs, MPI_INT, root, comm),
                    "MPI_Gatherv into overlapping blocks");
         if (rank == root) {
-            for (long at = 0; at < span; at++) {
-                int covered = 0, matched = 0;
-                for (int r = 0; r < size; r++) {
-                    long i = at - displs[r];
-                    if (i >= 0 && i < n) {
-                        covered = 1;
-                        matched |= all[at] == value(r, i, salt);
-                    }
-                }
-                expect(covered ? matched : all[at] == -1, 1, "MPI_Gatherv into overlapping blocks",
-                       name, n, root, at);
-            }
+            expect_overlapped(all, span, displs, size, n, 1, 0, salt,
+                              "MPI_Gatherv into overlapping blocks", name, root);
         }
         salt++;
     }
@@ -348,18 +358,8 @@ static void overlapping_receives(MPI_Comm comm, const char *name, long n, int sa
     check_code(MPI_Alltoallv(everywhere, counts, sdispls, MPI_INT, all, counts, displs, MPI_INT,
                              comm),
                "MPI_Alltoallv into overlapping blocks");
-    for (long at = 0; at < span; at++) {
-        int covered = 0, matched = 0;
-        for (int from = 0; from < size; from++) {
-            long i = at - displs[from];
-            if (i >= 0 && i < n) {
-                covered = 1;
-                matched |= all[at] == value(from * size + rank, i, salt);
-            }
-        }
-        expect(covered ? matched : all[at] == -1, 1, "MPI_Alltoallv into overlapping blocks", name,
-               n, -1, at);
-    }
+    expect_overlapped(all, span, displs, size, n, size, rank, salt,
+                      "MPI_Alltoallv into overlapping blocks", name, -1);
     free(sdispls);
     free(counts);
     free(displs);
