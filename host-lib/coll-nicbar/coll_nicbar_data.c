@@ -333,7 +333,7 @@ static int separate_overlapping(view_t *views, int n, void **bytes)
     }
     qsort(spans, (size_t) count, sizeof *spans, span_order);
     for (int k = 0; k < count; k++) {
-        if (k > 0 && spans[k].start < reach) {
+        if (spans[k].start < reach) {
             /* It overlaps every block before it (by start) that ends past its start. */
             overlaps[spans[k].index] = 1;
             for (int j = k - 1; j >= 0; j--) {

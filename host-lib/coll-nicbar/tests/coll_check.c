@@ -298,13 +298,6 @@ static void alltoalls(MPI_Comm comm, const char *name, long n, int salt)
     }
 }
 
-/*
- * Receive blocks that overlap, as programs written for timing pass them (MPICH's allgatherv4,
- * and Open MPI's own MPI_Allgatherv, which gathers into such blocks on the way): erroneous in
- * MPI, taken by Open MPI's collectives without a word, so they must run here too. Block r of
- * n ints starts at r * n / 2: every int a single block covers holds that block's value, every
- * int two cover holds one of theirs (which one MPI leaves open: nothing of it is folded).
- */
 /* Checks `all` after a collective into the overlapping blocks at `displs` (n ints each): an int
  * some block covers holds the value of one of the blocks covering it (block r's came from source
  * r * step + offset), any other int is still -1. */
@@ -325,6 +318,13 @@ static void expect_overlapped(const int *all, long span, const int *displs, int 
     }
 }
 
+/*
+ * Receive blocks that overlap, as programs written for timing pass them (MPICH's allgatherv4,
+ * and Open MPI's own MPI_Allgatherv, which gathers into such blocks on the way): erroneous in
+ * MPI, taken by Open MPI's collectives without a word, so they must run here too. Block r of
+ * n ints starts at r * n / 2: every int a single block covers holds that block's value, every
+ * int two cover holds one of theirs (which one MPI leaves open: nothing of it is folded).
+ */
 static void overlapping_receives(MPI_Comm comm, const char *name, long n, int salt)
 {
     int rank, size;
@@ -333,7 +333,8 @@ static void overlapping_receives(MPI_Comm comm, const char *name, long n, int sa
     long span = (size - 1) * (n / 2) + n;
     int *counts = malloc(size * sizeof *counts), *displs = malloc(size * sizeof *displs);
     int *all = malloc((span + 1) * sizeof *all);
-    int *mine = malloc((n + 1) * sizeof *mine), *everywhere = malloc((size * n + 1) * sizeof *everywhere);
+    int *mine = malloc((n + 1) * sizeof *mine);
+    int *everywhere = malloc((size * n + 1) * sizeof *everywhere);
     for (int r = 0; r < size; r++) {
         counts[r] = (int) n;
         displs[r] = (int) (r * (n / 2));
