@@ -26,6 +26,31 @@ pub enum MemoryFault {
     Refused,
 }
 
+/// The bytes of a put's segment that a board reads itself as it builds the packet
+/// ([`Hal::transmit_gathered`]): as [`Hal::read_process_memory_ahead`] names them.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Gather {
+    /// The local port whose process's memory holds them.
+    pub port: usize,
+    /// The put, as [`Hal::read_process_memory_ahead`] names it.
+    pub operation: u64,
+    /// Their virtual address in that process.
+    pub address: u64,
+    /// How many.
+    pub len: usize,
+    /// How far the put goes on reading, in order, from `address` (at least `len`).
+    pub ahead: usize,
+}
+
+/// A packet [`Hal::transmit_gathered`] did not send.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum GatherError {
+    /// The wire did not take it.
+    Transmit(TransmitError),
+    /// The bytes could not be read; nothing went out.
+    Memory(MemoryFault),
+}
+
 /// The NIC's view of its host and its wire.
 pub trait Hal {
     /// The memory of one open port's region, shared with the process that owns the port.
@@ -49,6 +74,33 @@ pub trait Hal {
     fn local_route(&self, destination: NodeId) -> bool {
         let _ = destination;
         false
+    }
+
+    /// Whether this board builds the packets of puts toward `destination` itself, reading
+    /// their bytes straight from the sender's memory into the packet it hands over
+    /// ([`Hal::transmit_gathered`]), so that a segment may carry
+    /// [`shared_abi::rdma::LOCAL_RDMA_SEGMENT`] bytes: only ever on a [`Hal::local_route`],
+    /// whose receiving NIC checks the packet with [`crate::Nic::on_local_packet`]. By default
+    /// no route is.
+    fn gathers_toward(&self, destination: NodeId) -> bool {
+        let _ = destination;
+        false
+    }
+
+    /// Puts one packet on a route [`Hal::gathers_toward`] names: `head` (the header, whose
+    /// length counts the gathered bytes too, and the RDMA header), then `source`'s bytes, read
+    /// now. Called again for a retransmission, which reads them again.
+    ///
+    /// # Errors
+    /// [`GatherError`] when the packet did not go out; by default every call fails so.
+    fn transmit_gathered(
+        &mut self,
+        destination: NodeId,
+        head: &[u8],
+        source: Gather,
+    ) -> Result<(), GatherError> {
+        let _ = (destination, head, source);
+        Err(GatherError::Transmit(TransmitError::NoRoute))
     }
 
     /// Rings the host's doorbell for `port`: its process sleeps and a new event is in its event

@@ -16,8 +16,10 @@ use crate::{Hal, Nic};
 /// What authenticated a packet.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Sealed {
-    /// Nothing: a fabric without a key, or a route that never leaves the board.
+    /// Nothing: a fabric without a key.
     None,
+    /// Nothing: a route that never leaves the board ([`Hal::local_route`]).
+    Local,
     /// The fabric key (handshakes only).
     Fabric,
     /// The key of the session with the packet's source.
@@ -50,12 +52,17 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     /// ([`crate::Hal::local_route`]: sent by this NIC to itself, or by another NIC of the same
     /// emulator daemon), which carries no authentication code. Checked and parsed as any other
     /// packet after that; a board must never hand in bytes from its wire here.
+    /// A put's segment may carry more here than on a wire ([`Hal::gathers_toward`]).
     pub fn on_local_packet(&mut self, bytes: &[u8], now: Instant) {
-        self.take_packet(bytes, now, Sealed::None);
+        self.take_packet(bytes, now, Sealed::Local);
     }
 
     fn take_packet(&mut self, bytes: &[u8], now: Instant, sealed: Sealed) {
-        let Ok(packet) = Packet::new_checked(bytes) else {
+        let checked = match sealed {
+            Sealed::Local => Packet::new_checked_local(bytes),
+            _ => Packet::new_checked(bytes),
+        };
+        let Ok(packet) = checked else {
             self.counters.malformed_packets += 1;
             return;
         };
@@ -87,7 +94,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                     return;
                 }
             }
-            (Sealed::None, _) => {}
+            (Sealed::None | Sealed::Local, _) => {}
         }
         let index = if header.kind.is_sequenced() {
             self.connection_for(header.src_node, now)

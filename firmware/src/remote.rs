@@ -34,20 +34,30 @@ use shared_abi::event::{Event, EventKind, Status};
 use shared_abi::ids::{Generation, NodeId, PORTS_PER_NIC, PortId};
 use shared_abi::packet::{HEADER_LEN, PacketHeader, PacketKind, RejectReason};
 use shared_abi::rdma::{
-    AtomicOp, RDMA_HEADER_LEN, RDMA_SEGMENT, RdmaFlags, RdmaHeader, RemotePointer,
+    AtomicOp, LOCAL_RDMA_SEGMENT, RDMA_HEADER_LEN, RDMA_SEGMENT, RdmaFlags, RdmaHeader,
+    RemotePointer,
 };
 use shared_abi::token::{SendKind, SendToken};
 use zerocopy::FromBytes;
 use zerocopy::IntoBytes;
 
 use crate::connection::{Body, RDMA_OPS, ReadStream, Reply};
+use crate::hal::Gather;
 use crate::port::{Disposition, HeldSend, OpenPort, Operation};
 use crate::time::Instant;
 use crate::{Hal, Nic};
 
-/// Bytes a put or get of `length` bytes moves per packet, and how many packets.
-fn segments_for(length: u32) -> u32 {
-    (length as usize).div_ceil(RDMA_SEGMENT).max(1) as u32
+/// How many packets a put of `length` bytes takes in segments of `segment_len` bytes.
+fn segments_for(length: u32, segment_len: usize) -> u32 {
+    (length as usize).div_ceil(segment_len).max(1) as u32
+}
+
+/// What [`Nic::build_rdma`] built: the payload's length, of which the last `gather.len` bytes,
+/// if `gather` is given, are for the board to read as it transmits the packet
+/// ([`crate::Hal::transmit_gathered`]) instead of in the scratch buffer.
+pub(crate) struct Built {
+    pub(crate) payload_len: usize,
+    pub(crate) gather: Option<(Gather, u8)>,
 }
 
 impl<H: Hal, const C: usize> Nic<H, C> {
@@ -68,6 +78,15 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         } else {
             u64::from(length)
         };
+        // A put toward a NIC the board gathers for goes in segments as long as that route
+        // takes; it keeps them to its end.
+        let segment_len = if self.hal.gathers_toward(token.target_node)
+            && self.hal.local_route(token.target_node)
+        {
+            LOCAL_RDMA_SEGMENT
+        } else {
+            RDMA_SEGMENT
+        };
         let (local_length, segments) = match token.kind {
             SendKind::ATOMIC => {
                 if !token.op.is_known() {
@@ -79,7 +98,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 (if token.buffer.get() == 0 { 0 } else { 8 }, 1)
             }
             SendKind::GET => (u64::from(length), 1),
-            _ => (u64::from(length), segments_for(length)),
+            _ => (u64::from(length), segments_for(length, segment_len)),
         };
         if remote.add(remote_length).is_none() {
             return Disposition::Reject(Status::OUT_OF_BOUNDS);
@@ -144,6 +163,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 Operation {
                     serial: operation,
                     segments,
+                    segment_len: segment_len as u32,
                     queued: 1,
                     last_activity: now,
                 },
@@ -368,9 +388,14 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     /// packet header, filling in `header`'s kind and ports; returns the payload's length. A
     /// body whose operation is gone (completed, or its port closed) leaves the header a
     /// cancelled slot with no payload.
-    pub(crate) fn build_rdma(&mut self, header: &mut PacketHeader, body: Body) -> usize {
+    pub(crate) fn build_rdma(&mut self, header: &mut PacketHeader, body: Body) -> Built {
         let mut rdma = RdmaHeader::default();
         let mut data_len = 0usize;
+        let mut gather = None;
+        let nothing = Built {
+            payload_len: 0,
+            gather: None,
+        };
         match body {
             Body::Put {
                 port,
@@ -384,30 +409,41 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 let Some((token, state)) =
                     self.held_operation(port, slot, operation, Some(generation))
                 else {
-                    return 0;
+                    return nothing;
                 };
                 let remote = RemotePointer::from_u64(token.remote.get());
                 let length = token.length.get();
-                let position = segment.saturating_mul(RDMA_SEGMENT as u32);
-                data_len = (length.saturating_sub(position) as usize).min(RDMA_SEGMENT);
+                let position = segment.saturating_mul(state.segment_len);
+                data_len =
+                    (length.saturating_sub(position) as usize).min(state.segment_len as usize);
                 let start = HEADER_LEN + RDMA_HEADER_LEN;
-                let address = token.buffer.get().saturating_add(u64::from(position));
                 // The rest of the put is read in order after this segment: a board may read
                 // it ahead.
-                let ahead = length.saturating_sub(position) as usize;
-                let read = match self.scratch.get_mut(start..start + data_len) {
-                    Some(out) => self.hal.read_process_memory_ahead(
-                        port,
-                        own_operation(operation),
-                        address,
-                        out,
-                        ahead,
-                    ),
-                    None => Err(crate::hal::MemoryFault::Refused),
+                let source = Gather {
+                    port,
+                    operation: own_operation(operation),
+                    address: token.buffer.get().saturating_add(u64::from(position)),
+                    len: data_len,
+                    ahead: length.saturating_sub(position) as usize,
                 };
-                if read.is_err() {
-                    self.complete_operation(port, slot, Status::MEMORY_FAULT, 0);
-                    return 0;
+                if state.segment_len as usize > RDMA_SEGMENT {
+                    // Longer than the scratch buffer holds: the board reads it as it sends.
+                    gather = Some((source, slot as u8));
+                } else {
+                    let read = match self.scratch.get_mut(start..start + data_len) {
+                        Some(out) => self.hal.read_process_memory_ahead(
+                            port,
+                            source.operation,
+                            source.address,
+                            out,
+                            source.ahead,
+                        ),
+                        None => Err(crate::hal::MemoryFault::Refused),
+                    };
+                    if read.is_err() {
+                        self.complete_operation(port, slot, Status::MEMORY_FAULT, 0);
+                        return nothing;
+                    }
                 }
                 header.kind = PacketKind::RDMA_WRITE;
                 header.src_port = PortId(port as u8);
@@ -440,7 +476,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 let (port, slot) = (usize::from(port), usize::from(slot));
                 let Some((token, _)) = self.held_operation(port, slot, operation, Some(generation))
                 else {
-                    return 0;
+                    return nothing;
                 };
                 let remote = RemotePointer::from_u64(token.remote.get());
                 header.kind = if matches!(body, Body::Get { .. }) {
@@ -519,7 +555,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 rdma.value = reply.value.into();
                 rdma.flags = RdmaFlags::LAST;
             }
-            _ => return 0,
+            _ => return nothing,
         }
         if let Some(out) = self
             .scratch
@@ -527,7 +563,10 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         {
             out.copy_from_slice(rdma.as_bytes());
         }
-        RDMA_HEADER_LEN + data_len
+        Built {
+            payload_len: RDMA_HEADER_LEN + data_len,
+            gather,
+        }
     }
 
     /// The local port `port` and the process address of `length` bytes at `offset` into its

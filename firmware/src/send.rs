@@ -7,10 +7,11 @@ use shared_abi::event::{Event, EventKind, Status};
 use shared_abi::ids::{NodeId, PORTS_PER_NIC, PortId};
 use shared_abi::packet::{MAC_LEN, PacketFlags, PacketHeader, PacketKind};
 use shared_abi::ring::SharedMemory;
+use zerocopy::FromBytes;
 use zerocopy::little_endian::U32;
 
 use crate::connection::{Body, Connection, Descriptor, WINDOW};
-use crate::hal::TransmitError;
+use crate::hal::{Gather, GatherError, TransmitError};
 use crate::seq::Seq;
 use crate::time::Instant;
 use crate::{Hal, Nic};
@@ -178,6 +179,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         }
         let mut payload_len = 0usize;
         let mut payload_from: Option<(usize, usize)> = None;
+        let mut gather = None;
         match descriptor.body {
             Body::Data {
                 port,
@@ -287,7 +289,11 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             | Body::Get { .. }
             | Body::Atomic { .. }
             | Body::ReadData(_)
-            | Body::Reply(_) => payload_len = self.build_rdma(&mut header, descriptor.body),
+            | Body::Reply(_) => {
+                let built = self.build_rdma(&mut header, descriptor.body);
+                payload_len = built.payload_len;
+                gather = built.gather;
+            }
         }
         let header_len = shared_abi::packet::HEADER_LEN;
         let total = header_len + payload_len;
@@ -309,7 +315,42 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         if let Some(bytes) = self.scratch.get_mut(..header_len) {
             bytes.copy_from_slice(zerocopy::IntoBytes::as_bytes(&out_header));
         }
-        self.transmit_scratch(peer, header_len + payload_len)
+        match gather {
+            Some((source, slot)) => {
+                self.transmit_gathered(peer, header_len + payload_len - source.len, source, slot)
+            }
+            None => self.transmit_scratch(peer, header_len + payload_len),
+        }
+    }
+
+    /// Transmits a put's segment whose head is in `scratch[..head]` and whose bytes the board
+    /// reads as it sends ([`Hal::transmit_gathered`]), on a route that never leaves its memory
+    /// (so with no authentication code). Bytes it cannot read fail the put in slot `slot` with
+    /// `MEMORY_FAULT`, as a read into the scratch buffer would, and the packet goes as a
+    /// cancelled slot: its sequence number is taken.
+    fn transmit_gathered(
+        &mut self,
+        peer: NodeId,
+        head: usize,
+        source: Gather,
+        slot: u8,
+    ) -> Result<(), TransmitError> {
+        let packet = self.scratch.get(..head).unwrap_or(&[]);
+        match self.hal.transmit_gathered(peer, packet, source) {
+            Ok(()) => Ok(()),
+            Err(GatherError::Transmit(error)) => Err(error),
+            Err(GatherError::Memory(_)) => {
+                self.complete_operation(source.port, usize::from(slot), Status::MEMORY_FAULT, 0);
+                let header_len = shared_abi::packet::HEADER_LEN;
+                if let Some(bytes) = self.scratch.get_mut(..header_len)
+                    && let Ok(header) = PacketHeader::mut_from_bytes(bytes)
+                {
+                    header.kind = PacketKind::CANCELLED;
+                    header.length = 0.into();
+                }
+                self.transmit_scratch(peer, header_len)
+            }
+        }
     }
 
     /// Transmits the packet in `scratch[..len]` to `peer`, with its authentication code appended

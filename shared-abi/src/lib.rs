@@ -37,6 +37,15 @@ pub const ABI_VERSION: u32 = 2;
 /// [`packet::PacketKind::DATA_SEGMENT`] packets of [`packet::DATA_SEGMENT`] bytes.
 pub const MTU_PAYLOAD: usize = 4096;
 
+/// Largest payload of a put's packet on a route that never leaves the board's memory (between
+/// the emulator's NICs of one daemon), where the board builds the packet itself from the
+/// sender's memory: [`rdma::LOCAL_RDMA_SEGMENT`] bytes of data after the RDMA header, fifteen
+/// times what a wire packet carries. Each packet costs the NIC about as much as its bytes do on
+/// that route, so fewer of them move a long put at less than half the NIC's time per byte
+/// (docs/long-allreduce.md). Within the header's 16-bit length.
+pub const LOCAL_MTU_PAYLOAD: usize = rdma::LOCAL_RDMA_SEGMENT + rdma::RDMA_HEADER_LEN;
+const _: () = assert!(LOCAL_MTU_PAYLOAD <= u16::MAX as usize);
+
 /// Largest GM size class a port accepts: buffers of `2^size` bytes, holding at most
 /// [`max_length_for_size`] bytes (GM's sizes on a 32-bit length, as GM 2 had them).
 pub const MAX_SIZE_CLASS: u8 = 31;

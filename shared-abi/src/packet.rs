@@ -424,6 +424,20 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// # Errors
     /// [`PacketError`] says which check failed. Never panics, whatever the bytes.
     pub fn new_checked(buffer: T) -> Result<Self, PacketError> {
+        Self::check(buffer, false)
+    }
+
+    /// [`Packet::new_checked`] of a packet that came over a route that never left the board's
+    /// memory, where a put's segment ([`PacketKind::RDMA_WRITE`]) may carry up to
+    /// [`crate::LOCAL_MTU_PAYLOAD`] bytes; every other kind as on the wire.
+    ///
+    /// # Errors
+    /// As [`Packet::new_checked`].
+    pub fn new_checked_local(buffer: T) -> Result<Self, PacketError> {
+        Self::check(buffer, true)
+    }
+
+    fn check(buffer: T, local: bool) -> Result<Self, PacketError> {
         let bytes = buffer.as_ref();
         let Ok((header, payload)) = PacketHeader::ref_from_prefix(bytes) else {
             return Err(PacketError::Truncated { len: bytes.len() });
@@ -438,7 +452,12 @@ impl<T: AsRef<[u8]>> Packet<T> {
             return Err(PacketError::UnknownKind(header.kind.0));
         }
         let claimed = header.length.get();
-        if claimed as usize != payload.len() || payload.len() > crate::MTU_PAYLOAD {
+        let most = if local && header.kind == PacketKind::RDMA_WRITE {
+            crate::LOCAL_MTU_PAYLOAD
+        } else {
+            crate::MTU_PAYLOAD
+        };
+        if claimed as usize != payload.len() || payload.len() > most {
             return Err(PacketError::BadLength {
                 claimed,
                 actual: payload.len(),
@@ -543,6 +562,8 @@ pub const BARRIER_CARRIES_REDUCTION: u8 = 1;
 
 #[cfg(test)]
 mod tests {
+    extern crate std;
+
     use super::*;
     use proptest::prelude::*;
 
@@ -658,5 +679,49 @@ mod tests {
                 .emit(&[0; crate::MTU_PAYLOAD + 1], &mut out)
                 .is_none()
         );
+    }
+
+    /// A packet of `kind` with `payload` bytes after its header, the length field saying so.
+    fn long_packet(kind: PacketKind, payload: usize) -> std::vec::Vec<u8> {
+        let mut header = PacketHeader::new(kind, NodeId::new(1), NodeId::new(2));
+        header.length = U16::new(payload as u16);
+        let mut bytes = header.as_bytes().to_vec();
+        bytes.resize(HEADER_LEN + payload, 0xab);
+        bytes
+    }
+
+    #[test]
+    fn only_a_put_on_a_route_within_the_board_carries_more_than_the_wire_does() {
+        let local = crate::LOCAL_MTU_PAYLOAD;
+        let put = PacketKind::RDMA_WRITE;
+        for payload in [crate::MTU_PAYLOAD + 1, local] {
+            assert!(Packet::new_checked_local(&long_packet(put, payload)[..]).is_ok());
+            let refused = PacketError::BadLength {
+                claimed: payload as u16,
+                actual: payload,
+            };
+            assert_eq!(
+                Packet::new_checked(&long_packet(put, payload)[..]).unwrap_err(),
+                refused,
+                "from the wire"
+            );
+            for kind in [
+                PacketKind::DATA,
+                PacketKind::DATA_SEGMENT,
+                PacketKind::RDMA_READ_DATA,
+            ] {
+                assert_eq!(
+                    Packet::new_checked_local(&long_packet(kind, payload)[..]).unwrap_err(),
+                    refused,
+                    "kind {}",
+                    kind.0
+                );
+            }
+        }
+        assert!(
+            Packet::new_checked_local(&long_packet(put, local + 1)[..]).is_err(),
+            "past the local limit"
+        );
+        assert!(Packet::new_checked_local(&long_packet(put, 0)[..]).is_ok());
     }
 }

@@ -15,6 +15,10 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 pub const RDMA_HEADER_LEN: usize = core::mem::size_of::<RdmaHeader>();
 /// Data bytes one put segment or get data packet carries.
 pub const RDMA_SEGMENT: usize = crate::MTU_PAYLOAD - RDMA_HEADER_LEN;
+/// Data bytes one put segment carries on a route that never leaves the board's memory
+/// ([`crate::LOCAL_MTU_PAYLOAD`]): whole pages, so that the copies of a page-aligned put stay
+/// aligned.
+pub const LOCAL_RDMA_SEGMENT: usize = 15 * crate::MTU_PAYLOAD;
 /// The longest one-sided operation in bytes (a region's offsets are 32-bit).
 pub const MAX_RDMA_LENGTH: u64 = u32::MAX as u64;
 

@@ -103,6 +103,10 @@ pub(crate) struct Operation {
     pub(crate) serial: u32,
     /// Packets it sends (a put's segments; 1 for a get or an atomic).
     pub(crate) segments: u32,
+    /// Data bytes of each of a put's segments but the last: [`shared_abi::rdma::RDMA_SEGMENT`],
+    /// or [`shared_abi::rdma::LOCAL_RDMA_SEGMENT`] toward a NIC the board gathers for
+    /// ([`crate::Hal::gathers_toward`]).
+    pub(crate) segment_len: u32,
     /// Packets queued on the connection so far.
     pub(crate) queued: u32,
     /// When it last made progress; it fails with `SEND_TIMED_OUT` after the give-up time plus

@@ -113,11 +113,15 @@ pub(crate) struct WirePacket {
     /// The node the firmware addressed it to.
     pub(crate) to: NodeId,
     pub(crate) bytes: Vec<u8>,
+    /// Sent on a route that never leaves the board ([`Hal::local_route`]): handed to
+    /// [`crate::Nic::on_local_packet`].
+    pub(crate) local: bool,
 }
 
-/// The packet in `bytes`, with or without an authentication code after it.
+/// The packet in `bytes`, with or without an authentication code after it (a put's segment
+/// longer than a wire's only without: it never left the board).
 pub(crate) fn uncoded(bytes: &[u8]) -> Result<&[u8], shared_abi::packet::PacketError> {
-    match Packet::new_checked(bytes) {
+    match Packet::new_checked_local(bytes) {
         Ok(_) => Ok(bytes),
         Err(error) => {
             let split = bytes.len().saturating_sub(shared_abi::packet::MAC_LEN);
@@ -130,7 +134,7 @@ pub(crate) fn uncoded(bytes: &[u8]) -> Result<&[u8], shared_abi::packet::PacketE
 
 impl WirePacket {
     pub(crate) fn header(&self) -> PacketHeader {
-        *Packet::new_checked(
+        *Packet::new_checked_local(
             uncoded(&self.bytes).expect("recorded packets were checked on transmit"),
         )
         .expect("recorded packets were checked on transmit")
@@ -166,6 +170,9 @@ pub(crate) struct FakeWire {
     pub(crate) process: [Vec<u8>; PORTS_PER_NIC],
     /// Whether every route is local ([`Hal::local_route`]).
     pub(crate) local: bool,
+    /// Whether the board builds puts' packets itself on every (local) route
+    /// ([`Hal::gathers_toward`]).
+    pub(crate) gathers: bool,
 }
 
 /// The first virtual address of a fake process's memory.
@@ -193,6 +200,7 @@ impl FakeWire {
             doorbells: [0; PORTS_PER_NIC],
             process: Default::default(),
             local: false,
+            gathers: false,
         }
     }
 
@@ -231,6 +239,7 @@ impl Hal for FakeWire {
         self.outbox.push(WirePacket {
             to: destination,
             bytes: packet.to_vec(),
+            local: self.local,
         });
         self.transmitted += 1;
         Ok(())
@@ -238,6 +247,42 @@ impl Hal for FakeWire {
 
     fn local_route(&self, _destination: NodeId) -> bool {
         self.local
+    }
+
+    fn gathers_toward(&self, _destination: NodeId) -> bool {
+        self.gathers
+    }
+
+    fn transmit_gathered(
+        &mut self,
+        destination: NodeId,
+        head: &[u8],
+        source: crate::Gather,
+    ) -> Result<(), crate::GatherError> {
+        assert!(
+            self.gathers,
+            "gathered toward a node the board does not gather for"
+        );
+        if self.blocked {
+            return Err(crate::GatherError::Transmit(TransmitError::WouldBlock));
+        }
+        assert!(source.ahead >= source.len);
+        let mut packet = head.to_vec();
+        packet.resize(head.len() + source.len, 0);
+        self.read_process_memory(source.port, source.address, &mut packet[head.len()..])
+            .map_err(crate::GatherError::Memory)?;
+        let header = *Packet::new_checked_local(&packet[..])
+            .unwrap_or_else(|error| panic!("the firmware gathered a malformed packet: {error}"))
+            .header();
+        assert_eq!(header.src_node, self.node);
+        assert_eq!(header.dst_node, destination);
+        self.outbox.push(WirePacket {
+            to: destination,
+            bytes: packet,
+            local: true,
+        });
+        self.transmitted += 1;
+        Ok(())
     }
 
     fn notify_host(&mut self, port: usize) {
@@ -784,7 +829,11 @@ impl Net {
         if node.silent {
             return;
         }
-        node.nic.on_packet(&packet.bytes, now);
+        if packet.local {
+            node.nic.on_local_packet(&packet.bytes, now);
+        } else {
+            node.nic.on_packet(&packet.bytes, now);
+        }
         node.poll(now);
     }
 

@@ -314,12 +314,12 @@ fn a_local_route_carries_no_code_and_only_the_local_entry_takes_its_packets() {
     assert_eq!(sent[0].bytes.len(), HEADER_LEN + 100, "no trailer");
 
     // Handed in as if from the wire, the uncoded packet is refused before it is parsed.
-    net.deliver(&sent[0]);
+    let now = net.now;
+    net[1].nic.on_packet(&sent[0].bytes, now);
     assert_eq!(net[1].nic.counters().unauthenticated, 1);
     assert!(net[1].events(2).is_empty());
 
     // Over the local route it is taken.
-    let now = net.now;
     net[1].nic.on_local_packet(&sent[0].bytes, now);
     net[1].poll(now);
     let received = of_kind(&net[1].events(2), EventKind::RECEIVED);

@@ -406,3 +406,110 @@ fn a_get_whose_target_closes_midway_fails_and_an_initiator_that_closes_stops_cle
     net.run_for(Duration::from_secs(10));
     assert!(net[0].nic.poll_at().is_none(), "nothing is left to do");
 }
+
+/// [`pair`] on a board that builds puts' packets itself ([`crate::Hal::gathers_toward`]):
+/// every route is one that never leaves it.
+fn gathering_pair() -> (Net, u32) {
+    let (mut net, key) = pair(true);
+    for node in 0..2 {
+        net[node].wire().local = true;
+        net[node].wire().gathers = true;
+    }
+    (net, key)
+}
+
+#[test]
+fn a_put_the_board_gathers_goes_in_long_segments_and_lands_whole_through_loss() {
+    use shared_abi::rdma::LOCAL_RDMA_SEGMENT;
+    for seed in [1u64, 2, 3, 20261129] {
+        let (mut net, key) = gathering_pair();
+        let length = 3 * LOCAL_RDMA_SEGMENT as u32 + 100;
+        net[0].post_send(
+            1,
+            &token(SendKind::PUT, PROCESS_BASE + 5, at(key, 1000), length, 7),
+        );
+        // A short one behind it, in one segment.
+        net[0].post_send(
+            1,
+            &token(SendKind::PUT, PROCESS_BASE, at(key, 200_000), 300, 8),
+        );
+        net.doorbell(0);
+        if seed == 1 {
+            // Without loss: one packet per long segment, the last with the rest.
+            let carried = net.run();
+            let segments: Vec<usize> = carried
+                .iter()
+                .filter(|p| p.kind() == PacketKind::RDMA_WRITE)
+                .map(|p| p.payload().len() - shared_abi::rdma::RDMA_HEADER_LEN)
+                .collect();
+            assert_eq!(
+                segments,
+                [
+                    LOCAL_RDMA_SEGMENT,
+                    LOCAL_RDMA_SEGMENT,
+                    LOCAL_RDMA_SEGMENT,
+                    100,
+                    300
+                ]
+            );
+        }
+        run_lossy(&mut net, seed, 10, Duration::from_secs(3));
+        let mut done = sent(&net[0].events(1));
+        done.sort_by_key(|(_, context)| *context);
+        assert_eq!(
+            done,
+            [(Status::SUCCESS, 7), (Status::SUCCESS, 8)],
+            "seed {seed}"
+        );
+        let source = net[0].wire().process[1].clone();
+        let target = &net[1].wire().process[2];
+        same(
+            &target[1000..1000 + length as usize],
+            &source[5..5 + length as usize],
+            "long put",
+            seed,
+        );
+        same(&target[200_000..200_300], &source[..300], "short put", seed);
+        assert!(
+            target[..1000].iter().all(|&b| b == UNTOUCHED),
+            "seed {seed}"
+        );
+        let end = 1000 + length as usize;
+        assert!(
+            target[end..200_000].iter().all(|&b| b == UNTOUCHED),
+            "seed {seed}"
+        );
+    }
+}
+
+#[test]
+fn a_gathered_put_whose_source_cannot_be_read_fails_and_the_next_goes_through() {
+    use shared_abi::rdma::LOCAL_RDMA_SEGMENT;
+    let (mut net, key) = gathering_pair();
+    let length = 2 * LOCAL_RDMA_SEGMENT as u32;
+    net[0].post_send(
+        1,
+        &token(SendKind::PUT, PROCESS_BASE, at(key, 0), length, 1),
+    );
+    // The process lost the put's second half (registered memory the host took back): the
+    // board's read fails as it sends the second segment.
+    let kept = net[0].wire().process[1][..LOCAL_RDMA_SEGMENT].to_vec();
+    net[0].wire().process[1].truncate(LOCAL_RDMA_SEGMENT);
+    net.doorbell(0);
+    net.run_for(Duration::from_millis(50));
+    assert_eq!(sent(&net[0].events(1)), [(Status::MEMORY_FAULT, 1)]);
+    // The connection goes on: a put from memory that is there lands.
+    net[0].post_send(
+        1,
+        &token(SendKind::PUT, PROCESS_BASE, at(key, 150_000), 4000, 2),
+    );
+    net.doorbell(0);
+    net.run_for(Duration::from_millis(50));
+    assert_eq!(sent(&net[0].events(1)), [(Status::SUCCESS, 2)]);
+    same(
+        &net[1].wire().process[2][150_000..154_000],
+        &kept[..4000],
+        "the put after the fault",
+        0,
+    );
+}

@@ -3,7 +3,7 @@
 
 use std::os::fd::OwnedFd;
 
-use firmware::{Hal, MemoryFault, TransmitError};
+use firmware::{Gather, GatherError, Hal, MemoryFault, TransmitError};
 use nix::unistd::Pid;
 use shared_abi::ids::{NodeId, PORTS_PER_NIC};
 use shared_abi::region::RegionLayout;
@@ -94,6 +94,42 @@ impl Hal for UnitHal {
 
     fn local_route(&self, destination: NodeId) -> bool {
         self.wire.is_local(destination)
+    }
+
+    fn gathers_toward(&self, destination: NodeId) -> bool {
+        self.wire.is_local(destination)
+    }
+
+    fn transmit_gathered(
+        &mut self,
+        destination: NodeId,
+        head: &[u8],
+        source: Gather,
+    ) -> Result<(), GatherError> {
+        // The sender's bytes go straight into the buffer the receiving NIC takes, through this
+        // board's mapping of the sender's region: one copy, where a packet built in the
+        // firmware's buffer costs two more (into it, then into the inbox).
+        let total = head.len() + source.len;
+        let mut packet = self.wire.local_buffer(destination, total);
+        // Every byte is written below: a spare buffer long enough is not zeroed again.
+        if packet.len() < total {
+            packet.resize(total, 0);
+        } else {
+            packet.truncate(total);
+        }
+        let (front, data) = packet.split_at_mut(head.len());
+        front.copy_from_slice(head);
+        self.read_process_memory_ahead(
+            source.port,
+            source.operation,
+            source.address,
+            data,
+            source.ahead,
+        )
+        .map_err(GatherError::Memory)?;
+        self.wire
+            .transmit_local(destination, packet)
+            .map_err(GatherError::Transmit)
     }
 
     fn notify_host(&mut self, port: usize) {

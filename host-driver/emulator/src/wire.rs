@@ -17,7 +17,7 @@ use crossbeam_queue::ArrayQueue;
 use firmware::auth::FabricKey;
 use firmware::{Instant, TransmitError};
 use shared_abi::ids::NodeId;
-use shared_abi::packet::PacketHeader;
+use shared_abi::packet::{MAX_WIRE_LEN, PacketHeader};
 use zerocopy::FromBytes;
 
 use super::fabric::FabricMap;
@@ -37,14 +37,21 @@ pub(crate) const INBOX_CAPACITY: usize = 8192;
 /// buffers keeps the allocator out of it.
 const SPARE_BUFFERS: usize = 128;
 
+/// Emptied buffers of packets longer than a wire's (puts' segments between the NICs of one
+/// daemon, [`shared_abi::LOCAL_MTU_PAYLOAD`]) an inbox keeps: fewer, each being fifteen times
+/// the size, so that a NIC keeps at most a megabyte of them.
+const SPARE_LONG_BUFFERS: usize = 16;
+
 /// Packets for one NIC from the other NICs of the daemon: a bounded lock-free queue that any NIC
 /// thread pushes into and the receiving NIC's thread drains, with no system call while that
 /// thread is awake ([`ThreadWake`]).
 #[derive(Debug)]
 pub(crate) struct Inbox {
     queue: ArrayQueue<Vec<u8>>,
-    /// Buffers of packets the receiving NIC has handled, for the next pushes.
+    /// Buffers of packets the receiving NIC has handled, for the next pushes: those that
+    /// held at most a wire's packet, and the longer ones.
     spares: ArrayQueue<Vec<u8>>,
+    long_spares: ArrayQueue<Vec<u8>>,
     /// The thread that runs the receiving NIC.
     owner: Arc<ThreadWake>,
 }
@@ -55,6 +62,7 @@ impl Inbox {
         Self {
             queue: ArrayQueue::new(INBOX_CAPACITY),
             spares: ArrayQueue::new(SPARE_BUFFERS),
+            long_spares: ArrayQueue::new(SPARE_LONG_BUFFERS),
             owner,
         }
     }
@@ -62,19 +70,41 @@ impl Inbox {
     /// Queues a copy of `packet` (in a spare buffer if there is one) and wakes the receiving
     /// NIC's thread if it sleeps; `false` if the inbox is full and the packet was dropped.
     fn push(&self, packet: &[u8]) -> bool {
-        let mut buffer = self.spares.pop().unwrap_or_default();
+        let mut buffer = self.spare(packet.len());
         buffer.clear();
         buffer.extend_from_slice(packet);
-        let queued = self.queue.push(buffer).is_ok();
+        self.push_owned(buffer)
+    }
+
+    /// Queues `packet` as it is, and wakes the receiving NIC's thread if it sleeps; `false` if
+    /// the inbox is full and the packet was dropped.
+    fn push_owned(&self, packet: Vec<u8>) -> bool {
+        let queued = self.queue.push(packet).is_ok();
         self.owner.wake();
         queued
+    }
+
+    /// A buffer for a packet of `len` bytes: a spare one if there is one (holding the bytes of
+    /// a packet before, all of which the caller writes over), else a new one.
+    fn spare(&self, len: usize) -> Vec<u8> {
+        let pool = if len > MAX_WIRE_LEN {
+            &self.long_spares
+        } else {
+            &self.spares
+        };
+        pool.pop().unwrap_or_default()
     }
 
     /// Keeps the buffer of a packet taken from this inbox and handled, for a later push (or
     /// frees it if enough are kept).
     pub(crate) fn recycle(&self, buffer: Vec<u8>) {
+        let pool = if buffer.capacity() > MAX_WIRE_LEN {
+            &self.long_spares
+        } else {
+            &self.spares
+        };
         // A full pool frees the buffer: nothing is lost but the allocation saved.
-        let _ = self.spares.push(buffer);
+        let _ = pool.push(buffer);
     }
 
     /// Whether nothing is queued.
@@ -294,6 +324,37 @@ impl Wire {
                     packet: packet.to_vec(),
                 }));
             }
+        }
+        Ok(())
+    }
+
+    /// A buffer for a packet of `len` bytes toward `destination`, which stays in this daemon
+    /// ([`Wire::is_local`]): a spare one of its inbox if there is one. Its bytes are the
+    /// caller's to write over; [`Wire::transmit_local`] sends it.
+    pub(crate) fn local_buffer(&self, destination: NodeId, len: usize) -> Vec<u8> {
+        match self.local.inbox(destination) {
+            Some(inbox) if destination != self.node => inbox.spare(len),
+            _ => Vec::new(),
+        }
+    }
+
+    /// [`Wire::transmit`] of a packet built in a buffer of its own toward a NIC of this daemon,
+    /// which takes the buffer as it is: no copy, but the fault injector's.
+    pub(crate) fn transmit_local(
+        &mut self,
+        destination: NodeId,
+        packet: Vec<u8>,
+    ) -> Result<(), TransmitError> {
+        if self.faults.is_some() || !self.is_local(destination) {
+            return self.transmit(destination, &packet);
+        }
+        self.counters.transmitted += 1;
+        if destination == self.node {
+            self.loopback.push_back(packet);
+        } else if let Some(inbox) = self.local.inbox(destination)
+            && !inbox.push_owned(packet)
+        {
+            self.counters.undeliverable += 1;
         }
         Ok(())
     }
