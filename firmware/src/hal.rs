@@ -26,20 +26,36 @@ pub enum MemoryFault {
     Refused,
 }
 
-/// The bytes of a put's segment that a board reads itself as it builds the packet
-/// ([`Hal::transmit_gathered`]): as [`Hal::read_process_memory_ahead`] names them.
+/// The bytes of a packet that a board reads itself as it builds the packet
+/// ([`Hal::transmit_gathered`]).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct Gather {
-    /// The local port whose process's memory holds them.
+    /// The local port whose memory holds them.
     pub port: usize,
-    /// The put, as [`Hal::read_process_memory_ahead`] names it.
-    pub operation: u64,
-    /// Their virtual address in that process.
-    pub address: u64,
     /// How many.
     pub len: usize,
-    /// How far the put goes on reading, in order, from `address` (at least `len`).
-    pub ahead: usize,
+    /// Where they are.
+    pub from: GatherFrom,
+}
+
+/// Where the bytes of a [`Gather`] are.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum GatherFrom {
+    /// Registered memory of the port's process (a put's), as
+    /// [`Hal::read_process_memory_ahead`] reads it.
+    Process {
+        /// The put, as [`Hal::read_process_memory_ahead`] names it.
+        operation: u64,
+        /// Their virtual address in the process.
+        address: u64,
+        /// How far the put goes on reading, in order, from `address` (at least `len`).
+        ahead: usize,
+    },
+    /// The port's own region (a long message's, in its arena), from this offset.
+    Region {
+        /// Their offset in the region.
+        offset: usize,
+    },
 }
 
 /// A packet [`Hal::transmit_gathered`] did not send.
@@ -76,20 +92,20 @@ pub trait Hal {
         false
     }
 
-    /// Whether this board builds the packets of puts toward `destination` itself, reading
-    /// their bytes straight from the sender's memory into the packet it hands over
-    /// ([`Hal::transmit_gathered`]), so that a segment may carry
-    /// [`shared_abi::rdma::LOCAL_RDMA_SEGMENT`] bytes: only ever on a [`Hal::local_route`],
-    /// whose receiving NIC checks the packet with [`crate::Nic::on_local_packet`]. By default
-    /// no route is.
+    /// Whether this board builds the packets of puts and long messages toward `destination`
+    /// itself, reading their bytes straight from the sender's memory into the packet it hands
+    /// over ([`Hal::transmit_gathered`]), so that a segment may carry
+    /// [`shared_abi::rdma::LOCAL_RDMA_SEGMENT`] or [`shared_abi::packet::LOCAL_DATA_SEGMENT`]
+    /// bytes: only ever on a [`Hal::local_route`], whose receiving NIC checks the packet with
+    /// [`crate::Nic::on_local_packet`]. By default no route is.
     fn gathers_toward(&self, destination: NodeId) -> bool {
         let _ = destination;
         false
     }
 
     /// Puts one packet on a route [`Hal::gathers_toward`] names: `head` (the header, whose
-    /// length counts the gathered bytes too, and the RDMA header), then `source`'s bytes, read
-    /// now. Called again for a retransmission, which reads them again.
+    /// length counts the gathered bytes too, and the RDMA or segment header), then `source`'s
+    /// bytes, read now. Called again for a retransmission, which reads them again.
     ///
     /// # Errors
     /// [`GatherError`] when the packet did not go out; by default every call fails so.

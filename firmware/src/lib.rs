@@ -57,7 +57,7 @@ use shared_abi::ring::{RingError, SharedMemory};
 use zerocopy::{FromZeros, IntoBytes};
 
 pub use connection::{ConnectionCounters, RDMA_OPS};
-pub use hal::{Gather, GatherError, Hal, MemoryFault, TransmitError};
+pub use hal::{Gather, GatherError, GatherFrom, Hal, MemoryFault, TransmitError};
 pub use memory::{MEMORY_REGIONS, RegisterError};
 pub use port::BarrierProgress;
 pub use time::Instant;

@@ -42,22 +42,15 @@ use zerocopy::FromBytes;
 use zerocopy::IntoBytes;
 
 use crate::connection::{Body, RDMA_OPS, ReadStream, Reply};
-use crate::hal::Gather;
+use crate::hal::{Gather, GatherFrom};
 use crate::port::{Disposition, HeldSend, OpenPort, Operation};
+use crate::send::{Built, Gathered};
 use crate::time::Instant;
 use crate::{Hal, Nic};
 
 /// How many packets a put of `length` bytes takes in segments of `segment_len` bytes.
 fn segments_for(length: u32, segment_len: usize) -> u32 {
     (length as usize).div_ceil(segment_len).max(1) as u32
-}
-
-/// What [`Nic::build_rdma`] built: the payload's length, of which the last `gather.len` bytes,
-/// if `gather` is given, are for the board to read as it transmits the packet
-/// ([`crate::Hal::transmit_gathered`]) instead of in the scratch buffer.
-pub(crate) struct Built {
-    pub(crate) payload_len: usize,
-    pub(crate) gather: Option<(Gather, u8)>,
 }
 
 impl<H: Hal, const C: usize> Nic<H, C> {
@@ -392,10 +385,6 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         let mut rdma = RdmaHeader::default();
         let mut data_len = 0usize;
         let mut gather = None;
-        let nothing = Built {
-            payload_len: 0,
-            gather: None,
-        };
         match body {
             Body::Put {
                 port,
@@ -409,7 +398,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 let Some((token, state)) =
                     self.held_operation(port, slot, operation, Some(generation))
                 else {
-                    return nothing;
+                    return Built::NOTHING;
                 };
                 let remote = RemotePointer::from_u64(token.remote.get());
                 let length = token.length.get();
@@ -419,30 +408,34 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 let start = HEADER_LEN + RDMA_HEADER_LEN;
                 // The rest of the put is read in order after this segment: a board may read
                 // it ahead.
-                let source = Gather {
-                    port,
-                    operation: own_operation(operation),
-                    address: token.buffer.get().saturating_add(u64::from(position)),
-                    len: data_len,
-                    ahead: length.saturating_sub(position) as usize,
-                };
+                let own = own_operation(operation);
+                let address = token.buffer.get().saturating_add(u64::from(position));
+                let ahead = length.saturating_sub(position) as usize;
                 if state.segment_len as usize > RDMA_SEGMENT {
                     // Longer than the scratch buffer holds: the board reads it as it sends.
-                    gather = Some((source, slot as u8));
+                    let from = GatherFrom::Process {
+                        operation: own,
+                        address,
+                        ahead,
+                    };
+                    gather = Some(Gathered {
+                        source: Gather {
+                            port,
+                            len: data_len,
+                            from,
+                        },
+                        put_slot: Some(slot as u8),
+                    });
                 } else {
                     let read = match self.scratch.get_mut(start..start + data_len) {
-                        Some(out) => self.hal.read_process_memory_ahead(
-                            port,
-                            source.operation,
-                            source.address,
-                            out,
-                            source.ahead,
-                        ),
+                        Some(out) => self
+                            .hal
+                            .read_process_memory_ahead(port, own, address, out, ahead),
                         None => Err(crate::hal::MemoryFault::Refused),
                     };
                     if read.is_err() {
                         self.complete_operation(port, slot, Status::MEMORY_FAULT, 0);
-                        return nothing;
+                        return Built::NOTHING;
                     }
                 }
                 header.kind = PacketKind::RDMA_WRITE;
@@ -476,7 +469,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 let (port, slot) = (usize::from(port), usize::from(slot));
                 let Some((token, _)) = self.held_operation(port, slot, operation, Some(generation))
                 else {
-                    return nothing;
+                    return Built::NOTHING;
                 };
                 let remote = RemotePointer::from_u64(token.remote.get());
                 header.kind = if matches!(body, Body::Get { .. }) {
@@ -555,7 +548,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 rdma.value = reply.value.into();
                 rdma.flags = RdmaFlags::LAST;
             }
-            _ => return nothing,
+            _ => return Built::NOTHING,
         }
         if let Some(out) = self
             .scratch

@@ -5,6 +5,7 @@
 
 use shared_abi::event::{Event, EventKind, Status};
 use shared_abi::ids::{PORTS_PER_NIC, PortId};
+use shared_abi::packet::{DATA_SEGMENT, LOCAL_DATA_SEGMENT};
 use shared_abi::token::{SendKind, SendToken};
 use shared_abi::{MAX_SIZE_CLASS, MTU_PAYLOAD, max_length_for_size};
 
@@ -116,6 +117,14 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             // appears ([`Nic::feed_messages`]), each read from the arena when it is built.
             self.operation_serial = self.operation_serial.wrapping_add(1);
             let serial = self.operation_serial;
+            // Toward a NIC the board gathers for, in segments as long as that route takes.
+            let segment_len = if self.hal.gathers_toward(token.target_node)
+                && self.hal.local_route(token.target_node)
+            {
+                LOCAL_DATA_SEGMENT
+            } else {
+                DATA_SEGMENT
+            };
             let first = Body::DataSegment {
                 port: port as u8,
                 slot: slot as u8,
@@ -146,6 +155,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                     HeldSend {
                         serial,
                         queued_segments: 1,
+                        segment_len: segment_len as u32,
                         ..HeldSend::new(*token, payload_offset)
                     },
                 );

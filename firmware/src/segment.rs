@@ -40,7 +40,9 @@ use shared_abi::token::Priority;
 use zerocopy::{FromBytes, IntoBytes};
 
 use crate::connection::{Assembly, Body};
+use crate::hal::{Gather, GatherFrom};
 use crate::port::OpenPort;
+use crate::send::{Built, Gathered};
 use crate::time::Instant;
 use crate::{Hal, Nic};
 
@@ -112,10 +114,11 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     }
 
     /// Builds the payload of segment `body` into the scratch buffer after the packet header
-    /// (the segment header, then the bytes read from the arena), filling in `header`; returns the
-    /// payload's length. A segment whose message is gone (completed, failed, its port closed)
-    /// leaves the header a cancelled slot with no payload.
-    pub(crate) fn build_data_segment(&mut self, header: &mut PacketHeader, body: Body) -> usize {
+    /// (the segment header, then the bytes read from the arena, or named for the board to read
+    /// as it sends a segment longer than the scratch buffer holds), filling in `header`. A
+    /// segment whose message is gone (completed, failed, its port closed) leaves the header a
+    /// cancelled slot with no payload.
+    pub(crate) fn build_data_segment(&mut self, header: &mut PacketHeader, body: Body) -> Built {
         let Body::DataSegment {
             port,
             slot,
@@ -126,7 +129,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             ..
         } = body
         else {
-            return 0;
+            return Built::NOTHING;
         };
         let Some(held) = self
             .ports
@@ -135,27 +138,41 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             .and_then(|open| open.held_send(usize::from(slot)).copied())
             .filter(|held| held.serial == serial && held.segments() > 0)
         else {
-            return 0;
+            return Built::NOTHING;
         };
         let length = held.token.length.get() as usize;
-        let position = (segment as usize).saturating_mul(DATA_SEGMENT);
-        let data_len = length.saturating_sub(position).min(DATA_SEGMENT);
+        let each = held.segment_len as usize;
+        let position = (segment as usize).saturating_mul(each);
+        let data_len = length.saturating_sub(position).min(each);
         let segment_header = DataSegmentHeader {
             total: (length as u32).into(),
             offset: (position as u32).into(),
         };
         let start = HEADER_LEN + SEGMENT_HEADER_LEN;
-        let Some(memory) = self.hal.port_memory(usize::from(port)) else {
-            return 0;
-        };
-        let read = self
-            .scratch
-            .get_mut(start..start + data_len)
-            .map(|out| memory.read(held.payload_offset.saturating_add(position), out));
-        if !matches!(read, Some(Ok(()))) {
-            // The buffer was checked when the token was taken; memory gone now means the port is
-            // closing. Send the slot as cancelled rather than stall the stream.
-            return 0;
+        let offset = held.payload_offset.saturating_add(position);
+        let mut gather = None;
+        if each > DATA_SEGMENT {
+            gather = Some(Gathered {
+                source: Gather {
+                    port: usize::from(port),
+                    len: data_len,
+                    from: GatherFrom::Region { offset },
+                },
+                put_slot: None,
+            });
+        } else {
+            let Some(memory) = self.hal.port_memory(usize::from(port)) else {
+                return Built::NOTHING;
+            };
+            let read = self
+                .scratch
+                .get_mut(start..start + data_len)
+                .map(|out| memory.read(offset, out));
+            if !matches!(read, Some(Ok(()))) {
+                // The buffer was checked when the token was taken; memory gone now means the
+                // port is closing. Send the slot as cancelled rather than stall the stream.
+                return Built::NOTHING;
+            }
         }
         if let Some(out) = self.scratch.get_mut(HEADER_LEN..start) {
             out.copy_from_slice(segment_header.as_bytes());
@@ -166,7 +183,10 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         header.src_generation = generation;
         header.priority = held.token.priority.0;
         header.size = held.token.size;
-        SEGMENT_HEADER_LEN + data_len
+        Built {
+            payload_len: SEGMENT_HEADER_LEN + data_len,
+            gather,
+        }
     }
 
     /// Segment `segment` of the message `serial` in `slot` of `port` was acknowledged: the last

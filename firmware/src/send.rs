@@ -16,6 +16,30 @@ use crate::seq::Seq;
 use crate::time::Instant;
 use crate::{Hal, Nic};
 
+/// What a packet's builder ([`Nic::build_rdma`], [`Nic::build_data_segment`]) built into the
+/// scratch buffer after the header: the payload's length, of which the last `gather`'s bytes,
+/// if it is given, are for the board to read as it transmits the packet
+/// ([`Hal::transmit_gathered`]) instead of in the scratch buffer.
+pub(crate) struct Built {
+    pub(crate) payload_len: usize,
+    pub(crate) gather: Option<Gathered>,
+}
+
+impl Built {
+    /// Nothing: the packet goes as a cancelled slot.
+    pub(crate) const NOTHING: Self = Self {
+        payload_len: 0,
+        gather: None,
+    };
+}
+
+/// Bytes the board reads as it transmits the packet, and whose they are: a put's (in slot
+/// `put_slot` of the source's port, which fails if they cannot be read), or a long message's.
+pub(crate) struct Gathered {
+    pub(crate) source: Gather,
+    pub(crate) put_slot: Option<u8>,
+}
+
 /// Largest factor the retransmission interval grows to (2^5 = 32 times the first).
 const MAX_BACKOFF: u32 = 5;
 
@@ -280,7 +304,9 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                     .get(usize::from(port))
                     .and_then(|row| row.get(usize::from(dst_port.0)))
                     .map_or(0, |cell| cell[usize::from(priority & 1)]);
-                payload_len = self.build_data_segment(&mut header, descriptor.body);
+                let built = self.build_data_segment(&mut header, descriptor.body);
+                payload_len = built.payload_len;
+                gather = built.gather;
                 if header.kind != PacketKind::DATA_SEGMENT {
                     header.attempt = 0;
                 }
@@ -316,31 +342,34 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             bytes.copy_from_slice(zerocopy::IntoBytes::as_bytes(&out_header));
         }
         match gather {
-            Some((source, slot)) => {
-                self.transmit_gathered(peer, header_len + payload_len - source.len, source, slot)
+            Some(gathered) => {
+                let head = header_len + payload_len - gathered.source.len;
+                self.transmit_gathered(peer, head, gathered)
             }
             None => self.transmit_scratch(peer, header_len + payload_len),
         }
     }
 
-    /// Transmits a put's segment whose head is in `scratch[..head]` and whose bytes the board
-    /// reads as it sends ([`Hal::transmit_gathered`]), on a route that never leaves its memory
-    /// (so with no authentication code). Bytes it cannot read fail the put in slot `slot` with
-    /// `MEMORY_FAULT`, as a read into the scratch buffer would, and the packet goes as a
-    /// cancelled slot: its sequence number is taken.
+    /// Transmits a segment whose head is in `scratch[..head]` and whose bytes the board reads
+    /// as it sends ([`Hal::transmit_gathered`]), on a route that never leaves its memory (so
+    /// with no authentication code). Bytes it cannot read go as a read into the scratch buffer
+    /// would have: a put fails with `MEMORY_FAULT`, and the packet goes as a cancelled slot (its
+    /// sequence number is taken).
     fn transmit_gathered(
         &mut self,
         peer: NodeId,
         head: usize,
-        source: Gather,
-        slot: u8,
+        gathered: Gathered,
     ) -> Result<(), TransmitError> {
         let packet = self.scratch.get(..head).unwrap_or(&[]);
-        match self.hal.transmit_gathered(peer, packet, source) {
+        match self.hal.transmit_gathered(peer, packet, gathered.source) {
             Ok(()) => Ok(()),
             Err(GatherError::Transmit(error)) => Err(error),
             Err(GatherError::Memory(_)) => {
-                self.complete_operation(source.port, usize::from(slot), Status::MEMORY_FAULT, 0);
+                if let Some(slot) = gathered.put_slot {
+                    let port = gathered.source.port;
+                    self.complete_operation(port, usize::from(slot), Status::MEMORY_FAULT, 0);
+                }
                 let header_len = shared_abi::packet::HEADER_LEN;
                 if let Some(bytes) = self.scratch.get_mut(..header_len)
                     && let Ok(header) = PacketHeader::mut_from_bytes(bytes)

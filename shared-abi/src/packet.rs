@@ -145,6 +145,12 @@ const _: () = assert!(core::mem::size_of::<DataSegmentHeader>() == 8);
 /// Bytes of a message one [`PacketKind::DATA_SEGMENT`] packet carries (every segment but the
 /// last carries exactly this many).
 pub const DATA_SEGMENT: usize = crate::MTU_PAYLOAD - core::mem::size_of::<DataSegmentHeader>();
+/// Data bytes one segment of a long message carries on a route that never leaves the board's
+/// memory ([`crate::LOCAL_MTU_PAYLOAD`]): whole pages, as a put's there.
+pub const LOCAL_DATA_SEGMENT: usize = 15 * crate::MTU_PAYLOAD;
+const _: () = assert!(
+    LOCAL_DATA_SEGMENT + core::mem::size_of::<DataSegmentHeader>() <= crate::LOCAL_MTU_PAYLOAD
+);
 
 /// Packet flags.
 #[derive(
@@ -428,8 +434,9 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
 
     /// [`Packet::new_checked`] of a packet that came over a route that never left the board's
-    /// memory, where a put's segment ([`PacketKind::RDMA_WRITE`]) may carry up to
-    /// [`crate::LOCAL_MTU_PAYLOAD`] bytes; every other kind as on the wire.
+    /// memory, where a put's segment ([`PacketKind::RDMA_WRITE`]) or a long message's
+    /// ([`PacketKind::DATA_SEGMENT`]) may carry up to [`crate::LOCAL_MTU_PAYLOAD`] bytes; every
+    /// other kind as on the wire.
     ///
     /// # Errors
     /// As [`Packet::new_checked`].
@@ -452,7 +459,8 @@ impl<T: AsRef<[u8]>> Packet<T> {
             return Err(PacketError::UnknownKind(header.kind.0));
         }
         let claimed = header.length.get();
-        let most = if local && header.kind == PacketKind::RDMA_WRITE {
+        let long = header.kind == PacketKind::RDMA_WRITE || header.kind == PacketKind::DATA_SEGMENT;
+        let most = if local && long {
             crate::LOCAL_MTU_PAYLOAD
         } else {
             crate::MTU_PAYLOAD
@@ -691,25 +699,23 @@ mod tests {
     }
 
     #[test]
-    fn only_a_put_on_a_route_within_the_board_carries_more_than_the_wire_does() {
+    fn only_segments_on_a_route_within_the_board_carry_more_than_the_wire_does() {
         let local = crate::LOCAL_MTU_PAYLOAD;
-        let put = PacketKind::RDMA_WRITE;
         for payload in [crate::MTU_PAYLOAD + 1, local] {
-            assert!(Packet::new_checked_local(&long_packet(put, payload)[..]).is_ok());
             let refused = PacketError::BadLength {
                 claimed: payload as u16,
                 actual: payload,
             };
-            assert_eq!(
-                Packet::new_checked(&long_packet(put, payload)[..]).unwrap_err(),
-                refused,
-                "from the wire"
-            );
-            for kind in [
-                PacketKind::DATA,
-                PacketKind::DATA_SEGMENT,
-                PacketKind::RDMA_READ_DATA,
-            ] {
+            for kind in [PacketKind::RDMA_WRITE, PacketKind::DATA_SEGMENT] {
+                assert!(Packet::new_checked_local(&long_packet(kind, payload)[..]).is_ok());
+                assert_eq!(
+                    Packet::new_checked(&long_packet(kind, payload)[..]).unwrap_err(),
+                    refused,
+                    "kind {} from the wire",
+                    kind.0
+                );
+            }
+            for kind in [PacketKind::DATA, PacketKind::RDMA_READ_DATA] {
                 assert_eq!(
                     Packet::new_checked_local(&long_packet(kind, payload)[..]).unwrap_err(),
                     refused,
@@ -718,6 +724,7 @@ mod tests {
                 );
             }
         }
+        let put = PacketKind::RDMA_WRITE;
         assert!(
             Packet::new_checked_local(&long_packet(put, local + 1)[..]).is_err(),
             "past the local limit"

@@ -54,6 +54,10 @@ pub(crate) struct HeldSend {
     /// queued on the connection so far. Zero for everything else.
     pub(crate) serial: u32,
     pub(crate) queued_segments: u32,
+    /// Data bytes of each of a long message's segments but the last:
+    /// [`shared_abi::packet::DATA_SEGMENT`], or [`shared_abi::packet::LOCAL_DATA_SEGMENT`]
+    /// toward a NIC the board gathers for ([`crate::Hal::gathers_toward`]).
+    pub(crate) segment_len: u32,
 }
 
 impl HeldSend {
@@ -65,6 +69,7 @@ impl HeldSend {
             refused_since: None,
             serial: 0,
             queued_segments: 0,
+            segment_len: shared_abi::packet::DATA_SEGMENT as u32,
         }
     }
 
@@ -75,7 +80,7 @@ impl HeldSend {
         {
             return 0;
         }
-        length.div_ceil(shared_abi::packet::DATA_SEGMENT) as u32
+        length.div_ceil(self.segment_len.max(1) as usize) as u32
     }
 
     /// Whether this is a long message not yet wholly queued.

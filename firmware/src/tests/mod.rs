@@ -266,11 +266,22 @@ impl Hal for FakeWire {
         if self.blocked {
             return Err(crate::GatherError::Transmit(TransmitError::WouldBlock));
         }
-        assert!(source.ahead >= source.len);
         let mut packet = head.to_vec();
         packet.resize(head.len() + source.len, 0);
-        self.read_process_memory(source.port, source.address, &mut packet[head.len()..])
-            .map_err(crate::GatherError::Memory)?;
+        let data = &mut packet[head.len()..];
+        match source.from {
+            crate::GatherFrom::Process { address, ahead, .. } => {
+                assert!(ahead >= source.len);
+                self.read_process_memory(source.port, address, data)
+            }
+            crate::GatherFrom::Region { offset } => match self.port_memory(source.port) {
+                Some(memory) => memory
+                    .read(offset, data)
+                    .map_err(|_| crate::MemoryFault::Refused),
+                None => Err(crate::MemoryFault::Refused),
+            },
+        }
+        .map_err(crate::GatherError::Memory)?;
         let header = *Packet::new_checked_local(&packet[..])
             .unwrap_or_else(|error| panic!("the firmware gathered a malformed packet: {error}"))
             .header();

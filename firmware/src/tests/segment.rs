@@ -540,3 +540,49 @@ fn a_ports_long_messages_to_two_ports_go_one_after_another_while_one_waits_for_a
         );
     }
 }
+
+#[test]
+fn a_long_message_the_board_gathers_goes_in_long_segments_waits_for_its_buffer_and_arrives() {
+    use shared_abi::packet::LOCAL_DATA_SEGMENT;
+    for seed in [1u64, 2, 20261129] {
+        let mut net = pair();
+        for node in 0..2 {
+            net[node].wire().local = true;
+            net[node].wire().gathers = true;
+        }
+        // No buffer yet: the first segment is refused and the message waits, parked.
+        send_long(&mut net, 1, LENGTH, 0);
+        let refused = net.run();
+        let lengths: Vec<usize> = refused
+            .iter()
+            .filter(|p| p.kind() == PacketKind::DATA_SEGMENT)
+            .map(|p| p.payload().len() - 8)
+            .collect();
+        assert_eq!(
+            lengths.first(),
+            Some(&LOCAL_DATA_SEGMENT),
+            "seed {seed}: one segment of fifteen pages first"
+        );
+        assert!(net[1].events(2).is_empty(), "seed {seed}");
+        net[1].provide_buffer(2, SIZE, Priority::LOW, BUFFERS[1], 9);
+        net.doorbell(1);
+        run_lossy(&mut net, seed, 10, Duration::from_secs(3));
+        let received = net[1].events(2);
+        assert_eq!(received.len(), 1, "seed {seed}: {received:?}");
+        let event = received[0];
+        assert_eq!(
+            (event.status, event.length.get(), event.tag.get()),
+            (Status::SUCCESS, LENGTH as u32, 9),
+            "seed {seed}"
+        );
+        assert!(
+            net[1].read_arena(2, BUFFERS[1], LENGTH) == payload(1, LENGTH),
+            "seed {seed}"
+        );
+        assert_eq!(
+            sent(&net[0].events(1)),
+            [(Status::SUCCESS, 1)],
+            "seed {seed}"
+        );
+    }
+}

@@ -3,7 +3,7 @@
 
 use std::os::fd::OwnedFd;
 
-use firmware::{Gather, GatherError, Hal, MemoryFault, TransmitError};
+use firmware::{Gather, GatherError, GatherFrom, Hal, MemoryFault, TransmitError};
 use nix::unistd::Pid;
 use shared_abi::ids::{NodeId, PORTS_PER_NIC};
 use shared_abi::region::RegionLayout;
@@ -108,7 +108,7 @@ impl Hal for UnitHal {
     ) -> Result<(), GatherError> {
         // The sender's bytes go straight into the buffer the receiving NIC takes, through this
         // board's mapping of the sender's region: one copy, where a packet built in the
-        // firmware's buffer costs two more (into it, then into the inbox).
+        // firmware's buffer costs one more (into it, then into the inbox).
         let total = head.len() + source.len;
         let mut packet = self.wire.local_buffer(destination, total);
         // Every byte is written below: a spare buffer long enough is not zeroed again.
@@ -119,13 +119,14 @@ impl Hal for UnitHal {
         }
         let (front, data) = packet.split_at_mut(head.len());
         front.copy_from_slice(head);
-        self.read_process_memory_ahead(
-            source.port,
-            source.operation,
-            source.address,
-            data,
-            source.ahead,
-        )
+        match source.from {
+            GatherFrom::Process {
+                operation,
+                address,
+                ahead,
+            } => self.read_process_memory_ahead(source.port, operation, address, data, ahead),
+            GatherFrom::Region { offset } => self.read_arena(source.port, offset, data),
+        }
         .map_err(GatherError::Memory)?;
         self.wire
             .transmit_local(destination, packet)
