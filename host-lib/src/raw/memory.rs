@@ -21,10 +21,10 @@ use std::sync::atomic::{AtomicU8, AtomicU64, Ordering, fence};
 
 use nicbar_control::Request;
 
-use super::byte_copy;
 use super::region::Region;
 use super::{RawPort, control};
 use crate::error::Error;
+use shared_abi::ring::raw::{BYTEWISE_COPY, copy_bytewise};
 
 impl RawPort {
     /// Registers `length` bytes at `address` of this process with the port
@@ -115,7 +115,7 @@ impl RawPort {
 /// operations. Cloning shares the bytes.
 ///
 /// The bytes live in 64-bit atomic words. Where the target has a byte-wise atomic copy
-/// (x86-64: [`super::byte_copy`]) ranges are copied with it, as fast as `memcpy`; elsewhere a
+/// (x86-64: [`copy_bytewise`]) ranges are copied with it, as fast as `memcpy`; elsewhere a
 /// word at a time, about two thirds of that, with only the words at the ends of a range written
 /// that it covers in part merged by a compare-and-swap, so a byte the range does not cover is
 /// never written back stale over one the NIC wrote meanwhile.
@@ -243,10 +243,10 @@ impl SharedBytes {
     /// If the range is outside the memory.
     pub fn read(&self, offset: usize, out: &mut [u8]) {
         self.check(offset, out.len());
-        if byte_copy::AVAILABLE {
+        if BYTEWISE_COPY {
             // SAFETY: the range lies in the words (checked above), which this `SharedBytes`
             // keeps alive and which are only ever accessed atomically; `out` is this caller's.
-            unsafe { byte_copy::copy(self.as_ptr().add(offset), out.as_mut_ptr(), out.len()) };
+            unsafe { copy_bytewise(self.as_ptr().add(offset), out.as_mut_ptr(), out.len()) };
         } else {
             self.read_words(offset, out);
         }
@@ -261,11 +261,11 @@ impl SharedBytes {
     pub fn write(&self, offset: usize, data: &[u8]) {
         self.check(offset, data.len());
         fence(Ordering::Release);
-        if byte_copy::AVAILABLE {
+        if BYTEWISE_COPY {
             let target = self.as_ptr().cast_mut();
             // SAFETY: as in `read`; the words are atomics, so writing them through a pointer
             // from a shared reference is allowed, and bytes outside the range are not touched.
-            unsafe { byte_copy::copy(data.as_ptr(), target.add(offset), data.len()) };
+            unsafe { copy_bytewise(data.as_ptr(), target.add(offset), data.len()) };
         } else {
             self.write_words(offset, data);
         }

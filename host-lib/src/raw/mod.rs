@@ -10,7 +10,6 @@
 //! doorbell when the NIC asked for it. It knows nothing of buffers, sends or barriers: those are
 //! the meaning the layers above give to contexts and tags.
 
-mod byte_copy;
 pub(crate) mod control;
 pub mod dma;
 pub mod memory;

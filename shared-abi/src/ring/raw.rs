@@ -2,8 +2,9 @@
 //!
 //! The memory may be written by the other side at any moment, so this module never creates a
 //! Rust reference (`&`/`&mut`) to it: indexes are accessed as atomics through raw pointers, and
-//! bulk bytes are copied with volatile accesses, which the compiler may neither elide nor merge.
-//! Ordering between the two comes from the index atomics, never from `volatile`.
+//! bulk bytes are copied as byte-wise atomic accesses ([`copy_bytewise`]) where the target has
+//! them, else with volatile accesses; the compiler may neither elide nor merge either. Ordering
+//! between the two comes from the index atomics, never from the copies.
 #![allow(
     unsafe_code,
     reason = "this module is the raw-memory boundary of the ABI crate"
@@ -74,23 +75,79 @@ impl SharedMemory for RawMemory {
     fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), OutOfBounds> {
         check_range(self.len, offset, out.len())?;
         // SAFETY: `offset..offset + out.len()` is inside the region (checked above), which is
-        // valid for reads.
-        unsafe { copy_from_volatile(self.base.as_ptr().add(offset), out) };
+        // valid for reads; `out` is the caller's and cannot overlap the mapping it has no
+        // reference into.
+        unsafe {
+            let source = self.base.as_ptr().add(offset);
+            if BYTEWISE_COPY {
+                copy_bytewise(source, out.as_mut_ptr(), out.len());
+            } else {
+                copy_from_volatile(source, out);
+            }
+        }
         Ok(())
     }
 
     fn write(&self, offset: usize, data: &[u8]) -> Result<(), OutOfBounds> {
         check_range(self.len, offset, data.len())?;
         // SAFETY: as in `read`: inside the region, which is valid for writes.
-        unsafe { copy_to_volatile(data, self.base.as_ptr().add(offset)) };
+        unsafe {
+            let target = self.base.as_ptr().add(offset);
+            if BYTEWISE_COPY {
+                copy_bytewise(data.as_ptr(), target, data.len());
+            } else {
+                copy_to_volatile(data, target);
+            }
+        }
         Ok(())
     }
 }
 
-/// The unit of the bulk copies' volatile accesses: 16 bytes where every processor of the
-/// architecture has them (x86-64's SSE2), a word elsewhere. A put's 4 KiB segments copied 16
-/// bytes at a time go as fast as `memcpy` (twice the speed of words, measured on x86-64), and
-/// the emulated NIC copies every byte of a put twice.
+/// Whether this target has [`copy_bytewise`]; without it the copies go in volatile chunks.
+pub const BYTEWISE_COPY: bool = cfg!(all(target_arch = "x86_64", not(miri)));
+
+/// Copies `len` bytes from `source` to `target` as byte-wise relaxed atomic loads and stores
+/// (C++'s P1478 "byte-wise atomic memcpy"): each byte read or written once, so a copy racing
+/// with the other side yields some interleaving of whole bytes and is never a data race.
+///
+/// On x86-64 that is `rep movsb`, which is exactly such a sequence of byte accesses and copies
+/// as fast as `memcpy`: 1.7 times the 16-byte volatile chunks' speed on a 60 KiB copy in the
+/// caches, 3 to 4 times from memory (the 2-core VM; the emulated NIC copies every byte of a put
+/// twice, and the ranks of a long allreduce every byte they send and receive once). Rust has no
+/// byte-wise atomic copy of its own yet, and `memcpy` through a raw pointer would be a data race
+/// in its memory model, so the instruction is written out.
+///
+/// # Safety
+/// `source..source + len` must be valid for reads and `target..target + len` for writes (either
+/// may be written concurrently by others, as atomics may), and the two must not overlap.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+pub unsafe fn copy_bytewise(source: *const u8, target: *mut u8, len: usize) {
+    // SAFETY: the caller's ranges; `rep movsb` reads and writes exactly them, a byte at a time
+    // as far as any observer can tell, forward (Rust guarantees the direction flag clear in
+    // inline assembly), and touches no stack or flags.
+    unsafe {
+        core::arch::asm!(
+            "rep movsb",
+            inout("rcx") len => _,
+            inout("rsi") source => _,
+            inout("rdi") target => _,
+            options(nostack, preserves_flags)
+        );
+    }
+}
+
+/// Never called: [`BYTEWISE_COPY`] is false on this target.
+///
+/// # Safety
+/// As on x86-64.
+#[cfg(not(all(target_arch = "x86_64", not(miri))))]
+pub unsafe fn copy_bytewise(_source: *const u8, _target: *mut u8, _len: usize) {
+    unreachable!("no byte-wise atomic copy on this target")
+}
+
+/// The unit of the bulk copies' volatile accesses where there is no [`copy_bytewise`]: 16 bytes
+/// where every processor of the architecture has them, a word elsewhere (16 bytes at a time ran
+/// at twice the speed of words on x86-64).
 #[cfg(target_arch = "x86_64")]
 type Chunk = core::arch::x86_64::__m128i;
 #[cfg(not(target_arch = "x86_64"))]
