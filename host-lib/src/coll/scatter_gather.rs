@@ -4,7 +4,7 @@
 use super::algorithm::Tree;
 use super::error::CollError;
 use super::op::Op;
-use super::pieces::{PIECE, WHOLE_UP_TO, receive_in_pieces, send_in_pieces};
+use super::pieces::{PIECE, WHOLE_UP_TO, receive_each, receive_in_pieces, send_in_pieces};
 use super::topology::{binomial, binomial_span, check_root, real};
 
 /// MPI_Scatter of `block` bytes per rank from `root`: `send` (the root's, every rank's block
@@ -143,10 +143,13 @@ pub fn gather(
                 if let Some(send) = send {
                     receive[rank * block..(rank + 1) * block].copy_from_slice(send);
                 }
-                for v in 1..size {
-                    let from = real(v, root, size);
-                    op.receive_into(from, 0, &mut receive[from * block..(from + 1) * block])?;
-                }
+                let mut blocks: Vec<Option<&mut [u8]>> =
+                    receive.chunks_mut(block).map(Some).collect();
+                let mut order: Vec<(usize, &mut [u8])> = (1..size)
+                    .map(|v| real(v, root, size))
+                    .filter_map(|from| Some((from, blocks[from].take()?)))
+                    .collect();
+                receive_each(&mut op, 0, &mut order)?;
             } else if let Some(send) = send {
                 let data = op.stage(send);
                 op.send(root, 0, data);
@@ -285,13 +288,13 @@ pub fn gatherv(
             }
             receive[rank].copy_from_slice(send);
         }
-        for v in 1..size {
-            let from = real(v, root, size);
-            let length = receive[from].len();
-            if length > 0 {
-                op.receive_into(from, 0, receive[from])?;
-            }
-        }
+        let mut blocks: Vec<Option<&mut [u8]>> =
+            receive.iter_mut().map(|block| Some(&mut **block)).collect();
+        let mut order: Vec<(usize, &mut [u8])> = (1..size)
+            .map(|v| real(v, root, size))
+            .filter_map(|from| Some((from, blocks[from].take().filter(|b| !b.is_empty())?)))
+            .collect();
+        receive_each(&mut op, 0, &mut order)?;
     } else {
         let send =
             send.ok_or_else(|| CollError::Argument("only the root may send in place".into()))?;
