@@ -10,7 +10,6 @@ use heapless::Deque;
 use shared_abi::event::Status;
 use shared_abi::ids::{BarrierId, Generation, NodeId, PORTS_PER_NIC, PortId};
 use shared_abi::packet::RejectReason;
-use shared_abi::rdma::RDMA_SEGMENT;
 
 use crate::record::UnexpectedBarrierRecord;
 use crate::seq::Seq;
@@ -117,12 +116,16 @@ pub(crate) struct ReadSegment {
     /// The whole get's length, and this packet's offset in it.
     pub(crate) length: u32,
     pub(crate) position: u32,
+    /// Data bytes of each packet but the last: [`shared_abi::rdma::RDMA_SEGMENT`], or
+    /// [`shared_abi::rdma::LOCAL_RDMA_SEGMENT`] toward a NIC the board gathers for
+    /// ([`crate::Hal::gathers_toward`]).
+    pub(crate) segment_len: u32,
 }
 
 impl ReadSegment {
     /// The bytes this packet carries.
     pub(crate) fn bytes(&self) -> usize {
-        (self.length.saturating_sub(self.position) as usize).min(RDMA_SEGMENT)
+        (self.length.saturating_sub(self.position) as usize).min(self.segment_len as usize)
     }
 
     /// Whether this is the get's last packet.

@@ -44,7 +44,7 @@ use zerocopy::IntoBytes;
 use crate::connection::{Body, RDMA_OPS, ReadStream, Reply};
 use crate::hal::{Gather, GatherFrom};
 use crate::port::{Disposition, HeldSend, OpenPort, Operation};
-use crate::send::{Built, Gathered};
+use crate::send::{Built, Gathered, OnFault};
 use crate::time::Instant;
 use crate::{Hal, Nic};
 
@@ -71,15 +71,8 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         } else {
             u64::from(length)
         };
-        // A put toward a NIC the board gathers for goes in segments as long as that route
-        // takes; it keeps them to its end.
-        let segment_len = if self.hal.gathers_toward(token.target_node)
-            && self.hal.local_route(token.target_node)
-        {
-            LOCAL_RDMA_SEGMENT
-        } else {
-            RDMA_SEGMENT
-        };
+        // A put keeps the segments it starts with to its end.
+        let segment_len = self.segment_len_toward(token.target_node);
         let (local_length, segments) = match token.kind {
             SendKind::ATOMIC => {
                 if !token.op.is_known() {
@@ -163,6 +156,16 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             );
         }
         Disposition::Taken
+    }
+
+    /// Data bytes per packet of a put toward `node`, or of a get's data: as long as a NIC the
+    /// board gathers for takes ([`Hal::gathers_toward`]), else a wire packet's.
+    fn segment_len_toward(&self, node: NodeId) -> usize {
+        if self.hal.gathers_toward(node) && self.hal.local_route(node) {
+            LOCAL_RDMA_SEGMENT
+        } else {
+            RDMA_SEGMENT
+        }
     }
 
     /// Whether `port` holds a put or a long message not yet wholly queued: its later tokens wait
@@ -253,7 +256,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 if segment.is_last() {
                     connection.reads.pop_front();
                 } else {
-                    stream.position = stream.position.saturating_add(RDMA_SEGMENT as u32);
+                    stream.position = stream.position.saturating_add(stream.segment_len);
                 }
                 let _ = connection.queue.push_back(Body::ReadData(segment));
                 busy = true;
@@ -424,7 +427,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                             len: data_len,
                             from,
                         },
-                        put_slot: Some(slot as u8),
+                        on_fault: OnFault::FailPut(slot as u8),
                     });
                 } else {
                     let read = match self.scratch.get_mut(start..start + data_len) {
@@ -510,15 +513,33 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                         let ahead = segment.length.saturating_sub(segment.position) as usize;
                         let operation =
                             peer_operation(header.dst_node, segment.dst_port, segment.operation);
-                        match self.scratch.get_mut(start..start + data_len) {
-                            Some(out) => match self
-                                .hal
-                                .read_process_memory_ahead(port, operation, address, out, ahead)
-                            {
-                                Ok(()) => Status::SUCCESS,
-                                Err(_) => Status::MEMORY_FAULT,
-                            },
-                            None => Status::MEMORY_FAULT,
+                        if data_len > RDMA_SEGMENT {
+                            // Longer than the scratch buffer holds: the board reads it as it
+                            // sends, and a fault answers the get as a read here would.
+                            gather = Some(Gathered {
+                                source: Gather {
+                                    port,
+                                    len: data_len,
+                                    from: GatherFrom::Process {
+                                        operation,
+                                        address,
+                                        ahead,
+                                    },
+                                },
+                                on_fault: OnFault::Refuse,
+                            });
+                            Status::SUCCESS
+                        } else {
+                            match self.scratch.get_mut(start..start + data_len) {
+                                Some(out) => match self
+                                    .hal
+                                    .read_process_memory_ahead(port, operation, address, out, ahead)
+                                {
+                                    Ok(()) => Status::SUCCESS,
+                                    Err(_) => Status::MEMORY_FAULT,
+                                },
+                                None => Status::MEMORY_FAULT,
+                            }
                         }
                     }
                     Err(status) => status,
@@ -753,6 +774,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                     offset: offset as u32,
                     length,
                     position: 0,
+                    segment_len: self.segment_len_toward(header.src_node) as u32,
                 };
                 if let Some(connection) = self.connections.get_mut(index) {
                     let _ = connection.reads.push_back(stream);

@@ -42,7 +42,7 @@ use zerocopy::{FromBytes, IntoBytes};
 use crate::connection::{Assembly, Body};
 use crate::hal::{Gather, GatherFrom};
 use crate::port::OpenPort;
-use crate::send::{Built, Gathered};
+use crate::send::{Built, Gathered, OnFault};
 use crate::time::Instant;
 use crate::{Hal, Nic};
 
@@ -158,7 +158,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                     len: data_len,
                     from: GatherFrom::Region { offset },
                 },
-                put_slot: None,
+                on_fault: OnFault::Cancel,
             });
         } else {
             let Some(memory) = self.hal.port_memory(usize::from(port)) else {

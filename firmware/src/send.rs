@@ -5,7 +5,8 @@
 
 use shared_abi::event::{Event, EventKind, Status};
 use shared_abi::ids::{NodeId, PORTS_PER_NIC, PortId};
-use shared_abi::packet::{MAC_LEN, PacketFlags, PacketHeader, PacketKind};
+use shared_abi::packet::{HEADER_LEN, MAC_LEN, PacketFlags, PacketHeader, PacketKind};
+use shared_abi::rdma::{RDMA_HEADER_LEN, RdmaHeader};
 use shared_abi::ring::SharedMemory;
 use zerocopy::FromBytes;
 use zerocopy::little_endian::U32;
@@ -33,11 +34,25 @@ impl Built {
     };
 }
 
-/// Bytes the board reads as it transmits the packet, and whose they are: a put's (in slot
-/// `put_slot` of the source's port, which fails if they cannot be read), or a long message's.
+/// Bytes the board reads as it transmits the packet, and what becomes of the packet if it
+/// cannot read them.
 pub(crate) struct Gathered {
     pub(crate) source: Gather,
-    pub(crate) put_slot: Option<u8>,
+    pub(crate) on_fault: OnFault,
+}
+
+/// What a packet whose bytes the board could not read becomes, as if the firmware's own read
+/// into the scratch buffer had failed.
+#[derive(Clone, Copy)]
+pub(crate) enum OnFault {
+    /// A put's segment: the put (in this slot of the source's port) fails with
+    /// `MEMORY_FAULT`, and the packet goes as a cancelled slot.
+    FailPut(u8),
+    /// A long message's segment: the packet goes as a cancelled slot (the port is closing).
+    Cancel,
+    /// A get's data: the packet goes with no data and the status `MEMORY_FAULT`, which ends
+    /// the get at its initiator.
+    Refuse,
 }
 
 /// Largest factor the retransmission interval grows to (2^5 = 32 times the first).
@@ -366,11 +381,15 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             Ok(()) => Ok(()),
             Err(GatherError::Transmit(error)) => Err(error),
             Err(GatherError::Memory(_)) => {
-                if let Some(slot) = gathered.put_slot {
-                    let port = gathered.source.port;
-                    self.complete_operation(port, usize::from(slot), Status::MEMORY_FAULT, 0);
+                match gathered.on_fault {
+                    OnFault::FailPut(slot) => {
+                        let port = gathered.source.port;
+                        self.complete_operation(port, usize::from(slot), Status::MEMORY_FAULT, 0);
+                    }
+                    OnFault::Cancel => {}
+                    OnFault::Refuse => return self.refuse_gathered_read(peer),
                 }
-                let header_len = shared_abi::packet::HEADER_LEN;
+                let header_len = HEADER_LEN;
                 if let Some(bytes) = self.scratch.get_mut(..header_len)
                     && let Ok(header) = PacketHeader::mut_from_bytes(bytes)
                 {
@@ -426,6 +445,23 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         };
         let packet = self.scratch.get(..wire_len).unwrap_or(&[]);
         self.hal.transmit(peer, packet)
+    }
+
+    /// Sends the get's data packet in the scratch buffer, whose bytes the board could not read,
+    /// as one with no data and the status `MEMORY_FAULT`.
+    fn refuse_gathered_read(&mut self, peer: NodeId) -> Result<(), TransmitError> {
+        let (header_len, rdma_len) = (HEADER_LEN, RDMA_HEADER_LEN);
+        if let Some(bytes) = self.scratch.get_mut(..header_len)
+            && let Ok(header) = PacketHeader::mut_from_bytes(bytes)
+        {
+            header.length = (rdma_len as u16).into();
+        }
+        if let Some(bytes) = self.scratch.get_mut(header_len..header_len + rdma_len)
+            && let Ok(rdma) = RdmaHeader::mut_from_bytes(bytes)
+        {
+            rdma.status = Status::MEMORY_FAULT.0;
+        }
+        self.transmit_scratch(peer, header_len + rdma_len)
     }
 
     /// Sends the connection's pending NACK, REJECTs and standalone ACK.

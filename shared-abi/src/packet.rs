@@ -434,9 +434,9 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
 
     /// [`Packet::new_checked`] of a packet that came over a route that never left the board's
-    /// memory, where a put's segment ([`PacketKind::RDMA_WRITE`]) or a long message's
-    /// ([`PacketKind::DATA_SEGMENT`]) may carry up to [`crate::LOCAL_MTU_PAYLOAD`] bytes; every
-    /// other kind as on the wire.
+    /// memory, where a segment of a put ([`PacketKind::RDMA_WRITE`]), of a get's data
+    /// ([`PacketKind::RDMA_READ_DATA`]) or of a long message ([`PacketKind::DATA_SEGMENT`]) may
+    /// carry up to [`crate::LOCAL_MTU_PAYLOAD`] bytes; every other kind as on the wire.
     ///
     /// # Errors
     /// As [`Packet::new_checked`].
@@ -459,7 +459,10 @@ impl<T: AsRef<[u8]>> Packet<T> {
             return Err(PacketError::UnknownKind(header.kind.0));
         }
         let claimed = header.length.get();
-        let long = header.kind == PacketKind::RDMA_WRITE || header.kind == PacketKind::DATA_SEGMENT;
+        let long = matches!(
+            header.kind,
+            PacketKind::RDMA_WRITE | PacketKind::RDMA_READ_DATA | PacketKind::DATA_SEGMENT
+        );
         let most = if local && long {
             crate::LOCAL_MTU_PAYLOAD
         } else {
@@ -706,7 +709,11 @@ mod tests {
                 claimed: payload as u16,
                 actual: payload,
             };
-            for kind in [PacketKind::RDMA_WRITE, PacketKind::DATA_SEGMENT] {
+            for kind in [
+                PacketKind::RDMA_WRITE,
+                PacketKind::RDMA_READ_DATA,
+                PacketKind::DATA_SEGMENT,
+            ] {
                 assert!(Packet::new_checked_local(&long_packet(kind, payload)[..]).is_ok());
                 assert_eq!(
                     Packet::new_checked(&long_packet(kind, payload)[..]).unwrap_err(),
@@ -715,7 +722,7 @@ mod tests {
                     kind.0
                 );
             }
-            for kind in [PacketKind::DATA, PacketKind::RDMA_READ_DATA] {
+            for kind in [PacketKind::DATA, PacketKind::RDMA_READ, PacketKind::BARRIER] {
                 assert_eq!(
                     Packet::new_checked_local(&long_packet(kind, payload)[..]).unwrap_err(),
                     refused,

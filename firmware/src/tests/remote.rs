@@ -513,3 +513,58 @@ fn a_gathered_put_whose_source_cannot_be_read_fails_and_the_next_goes_through() 
         0,
     );
 }
+
+#[test]
+fn a_get_the_board_gathers_comes_back_in_long_segments_through_loss() {
+    use shared_abi::rdma::LOCAL_RDMA_SEGMENT;
+    for seed in [1u64, 2, 20261129] {
+        let (mut net, key) = gathering_pair();
+        let pattern: Vec<u8> = (0..MEMORY).map(|i| (i * 13 + 1) as u8).collect();
+        net[1].wire().process[2] = pattern.clone();
+        let length = 2 * LOCAL_RDMA_SEGMENT as u32 + 777;
+        net[0].post_send(
+            1,
+            &token(SendKind::GET, PROCESS_BASE + 100, at(key, 50), length, 4),
+        );
+        net.doorbell(0);
+        if seed == 1 {
+            let carried = net.run();
+            let data: Vec<usize> = carried
+                .iter()
+                .filter(|p| p.kind() == PacketKind::RDMA_READ_DATA)
+                .map(|p| p.payload().len() - shared_abi::rdma::RDMA_HEADER_LEN)
+                .collect();
+            assert_eq!(data, [LOCAL_RDMA_SEGMENT, LOCAL_RDMA_SEGMENT, 777]);
+        }
+        run_lossy(&mut net, seed, 10, Duration::from_secs(3));
+        assert_eq!(
+            sent(&net[0].events(1)),
+            [(Status::SUCCESS, 4)],
+            "seed {seed}"
+        );
+        let got = &net[0].wire().process[1][100..100 + length as usize];
+        same(got, &pattern[50..50 + length as usize], "get", seed);
+    }
+}
+
+#[test]
+fn a_gathered_get_whose_target_memory_cannot_be_read_fails_with_a_memory_fault() {
+    use shared_abi::rdma::LOCAL_RDMA_SEGMENT;
+    let (mut net, key) = gathering_pair();
+    // The target's process lost the get's second half: its NIC's board fails to read it as it
+    // sends that segment, and the get fails at the initiator instead of timing out.
+    net[1].wire().process[2].truncate(LOCAL_RDMA_SEGMENT);
+    net[0].post_send(
+        1,
+        &token(
+            SendKind::GET,
+            PROCESS_BASE,
+            at(key, 0),
+            2 * LOCAL_RDMA_SEGMENT as u32,
+            6,
+        ),
+    );
+    net.doorbell(0);
+    net.run_for(Duration::from_millis(50));
+    assert_eq!(sent(&net[0].events(1)), [(Status::MEMORY_FAULT, 6)]);
+}
