@@ -336,7 +336,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                 gather = built.gather;
             }
         }
-        let header_len = shared_abi::packet::HEADER_LEN;
+        let header_len = HEADER_LEN;
         let total = header_len + payload_len;
         if let Some((port, offset)) = payload_from {
             let read = self.hal.port_memory(port).map(|memory| {
@@ -367,9 +367,8 @@ impl<H: Hal, const C: usize> Nic<H, C> {
 
     /// Transmits a segment whose head is in `scratch[..head]` and whose bytes the board reads
     /// as it sends ([`Hal::transmit_gathered`]), on a route that never leaves its memory (so
-    /// with no authentication code). Bytes it cannot read go as a read into the scratch buffer
-    /// would have: a put fails with `MEMORY_FAULT`, and the packet goes as a cancelled slot (its
-    /// sequence number is taken).
+    /// with no authentication code). Bytes it cannot read end as [`OnFault`] says; the packet
+    /// still goes (its sequence number is taken).
     fn transmit_gathered(
         &mut self,
         peer: NodeId,
@@ -389,14 +388,13 @@ impl<H: Hal, const C: usize> Nic<H, C> {
                     OnFault::Cancel => {}
                     OnFault::Refuse => return self.refuse_gathered_read(peer),
                 }
-                let header_len = HEADER_LEN;
-                if let Some(bytes) = self.scratch.get_mut(..header_len)
+                if let Some(bytes) = self.scratch.get_mut(..HEADER_LEN)
                     && let Ok(header) = PacketHeader::mut_from_bytes(bytes)
                 {
                     header.kind = PacketKind::CANCELLED;
                     header.length = 0.into();
                 }
-                self.transmit_scratch(peer, header_len)
+                self.transmit_scratch(peer, HEADER_LEN)
             }
         }
     }
@@ -450,18 +448,19 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     /// Sends the get's data packet in the scratch buffer, whose bytes the board could not read,
     /// as one with no data and the status `MEMORY_FAULT`.
     fn refuse_gathered_read(&mut self, peer: NodeId) -> Result<(), TransmitError> {
-        let (header_len, rdma_len) = (HEADER_LEN, RDMA_HEADER_LEN);
-        if let Some(bytes) = self.scratch.get_mut(..header_len)
+        if let Some(bytes) = self.scratch.get_mut(..HEADER_LEN)
             && let Ok(header) = PacketHeader::mut_from_bytes(bytes)
         {
-            header.length = (rdma_len as u16).into();
+            header.length = (RDMA_HEADER_LEN as u16).into();
         }
-        if let Some(bytes) = self.scratch.get_mut(header_len..header_len + rdma_len)
+        if let Some(bytes) = self
+            .scratch
+            .get_mut(HEADER_LEN..HEADER_LEN + RDMA_HEADER_LEN)
             && let Ok(rdma) = RdmaHeader::mut_from_bytes(bytes)
         {
             rdma.status = Status::MEMORY_FAULT.0;
         }
-        self.transmit_scratch(peer, header_len + rdma_len)
+        self.transmit_scratch(peer, HEADER_LEN + RDMA_HEADER_LEN)
     }
 
     /// Sends the connection's pending NACK, REJECTs and standalone ACK.

@@ -37,9 +37,9 @@ pub(crate) const INBOX_CAPACITY: usize = 8192;
 /// buffers keeps the allocator out of it.
 const SPARE_BUFFERS: usize = 128;
 
-/// Emptied buffers of packets longer than a wire's (puts' segments between the NICs of one
-/// daemon, [`shared_abi::LOCAL_MTU_PAYLOAD`]) an inbox keeps: fewer, each being fifteen times
-/// the size, so that a NIC keeps at most a megabyte of them.
+/// Emptied buffers of packets longer than a wire's (the segments of puts, gets' data and long
+/// messages between the NICs of one daemon, [`shared_abi::LOCAL_MTU_PAYLOAD`]) an inbox keeps:
+/// fewer, each being fifteen times the size, so that a NIC keeps at most a megabyte of them.
 const SPARE_LONG_BUFFERS: usize = 16;
 
 /// Packets for one NIC from the other NICs of the daemon: a bounded lock-free queue that any NIC
@@ -545,6 +545,14 @@ mod tests {
             inbox.recycle(vec![0; 8]);
         }
         assert_eq!(inbox.spares.len(), SPARE_BUFFERS, "the pool is bounded");
+        // A long packet's buffer goes back to a pool of its own, bounded too, and serves the
+        // next long packet, never a short one.
+        for _ in 0..SPARE_LONG_BUFFERS + 1 {
+            inbox.recycle(vec![0; MAX_WIRE_LEN + 1]);
+        }
+        assert_eq!(inbox.long_spares.len(), SPARE_LONG_BUFFERS);
+        assert!(inbox.spare(100).capacity() <= MAX_WIRE_LEN);
+        assert!(inbox.spare(MAX_WIRE_LEN + 1).capacity() > MAX_WIRE_LEN);
     }
 
     #[test]
