@@ -52,7 +52,8 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     /// ([`crate::Hal::local_route`]: sent by this NIC to itself, or by another NIC of the same
     /// emulator daemon), which carries no authentication code. Checked and parsed as any other
     /// packet after that; a board must never hand in bytes from its wire here.
-    /// A put's segment may carry more here than on a wire ([`Hal::gathers_toward`]).
+    /// The segments of puts, gets' data and long messages may carry more here than on a wire
+    /// ([`Hal::gathers_toward`]).
     pub fn on_local_packet(&mut self, bytes: &[u8], now: Instant) {
         self.take_packet(bytes, now, Sealed::Local);
     }

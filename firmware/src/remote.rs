@@ -161,7 +161,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
     /// Data bytes per packet of a put toward `node`, or of a get's data: as long as a NIC the
     /// board gathers for takes ([`Hal::gathers_toward`]), else a wire packet's.
     fn segment_len_toward(&self, node: NodeId) -> usize {
-        if self.hal.gathers_toward(node) && self.hal.local_route(node) {
+        if self.gathers_toward(node) {
             LOCAL_RDMA_SEGMENT
         } else {
             RDMA_SEGMENT

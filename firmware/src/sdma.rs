@@ -118,9 +118,7 @@ impl<H: Hal, const C: usize> Nic<H, C> {
             self.operation_serial = self.operation_serial.wrapping_add(1);
             let serial = self.operation_serial;
             // Toward a NIC the board gathers for, in segments as long as that route takes.
-            let segment_len = if self.hal.gathers_toward(token.target_node)
-                && self.hal.local_route(token.target_node)
-            {
+            let segment_len = if self.gathers_toward(token.target_node) {
                 LOCAL_DATA_SEGMENT
             } else {
                 DATA_SEGMENT

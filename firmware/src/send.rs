@@ -365,6 +365,13 @@ impl<H: Hal, const C: usize> Nic<H, C> {
         }
     }
 
+    /// Whether the board builds the packets of long segments toward `node` itself
+    /// ([`Hal::gathers_toward`]), on a route that never leaves its memory (the only kind on
+    /// which it may).
+    pub(crate) fn gathers_toward(&self, node: NodeId) -> bool {
+        self.hal.gathers_toward(node) && self.hal.local_route(node)
+    }
+
     /// Transmits a segment whose head is in `scratch[..head]` and whose bytes the board reads
     /// as it sends ([`Hal::transmit_gathered`]), on a route that never leaves its memory (so
     /// with no authentication code). Bytes it cannot read end as [`OnFault`] says; the packet

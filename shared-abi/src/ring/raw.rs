@@ -111,9 +111,10 @@ pub const BYTEWISE_COPY: bool = cfg!(all(target_arch = "x86_64", not(miri)));
 /// with the other side yields some interleaving of whole bytes and is never a data race.
 ///
 /// On x86-64 that is `rep movsb`, which is exactly such a sequence of byte accesses and copies
-/// as fast as `memcpy`: 1.7 times the 16-byte volatile chunks' speed on a 60 KiB copy in the
-/// caches, 3 to 4 times from memory (the 2-core VM; the emulated NIC copies every byte of a put
-/// twice, and the ranks of a long allreduce every byte they send and receive once). Rust has no
+/// as fast as `memcpy`, where 16-byte volatile chunks are not: with it the emulated NIC, which
+/// copies every byte of a put twice, took a 1 MiB allreduce at 8 processes to 0.76 of the time
+/// (docs/long-allreduce.md), and the ranks of a long allreduce copy every byte they send and
+/// receive once. Rust has no
 /// byte-wise atomic copy of its own yet, and `memcpy` through a raw pointer would be a data race
 /// in its memory model, so the instruction is written out.
 ///
