@@ -2,7 +2,7 @@
 //! into pipeline pieces, and the part numbers of an operation's phases.
 
 use super::error::CollError;
-use super::transfer::SEGMENT_PAYLOAD;
+use super::transfer::PACKET_PAYLOAD;
 
 /// The part numbers of an operation's phases (segments count up from each).
 pub(super) const PHASE: u32 = 1 << 24;
@@ -15,7 +15,7 @@ pub(super) fn real(vrank: usize, root: usize, size: usize) -> usize {
 /// The segments of `length` bytes of `segment` bytes each (at least one segment; a multiple of
 /// a packet's payload, so that no segment ends in a short packet but the last).
 pub(super) fn pieces(length: usize, segment: usize) -> Vec<(usize, usize)> {
-    let segment = segment.max(SEGMENT_PAYLOAD).div_ceil(SEGMENT_PAYLOAD) * SEGMENT_PAYLOAD;
+    let segment = segment.max(PACKET_PAYLOAD).div_ceil(PACKET_PAYLOAD) * PACKET_PAYLOAD;
     (0..length.div_ceil(segment).max(1))
         .map(|index| {
             let offset = index * segment;
@@ -97,7 +97,7 @@ mod tests {
             assert_eq!(all.iter().map(|p| p.1).sum::<usize>(), length);
             assert!(
                 all.iter()
-                    .all(|p| p.1 % SEGMENT_PAYLOAD == 0 || p.0 + p.1 == length)
+                    .all(|p| p.1 % PACKET_PAYLOAD == 0 || p.0 + p.1 == length)
             );
         }
     }

@@ -5,13 +5,17 @@
 
 mod common;
 
+use std::net::UdpSocket;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use nicbar::coll::transfer::{self, RENDEZVOUS_THRESHOLD};
 use nicbar::coll::{self, Allreduce, Alltoall, Bcast, CollError, Endpoint, Op, Tree};
 use nicbar::{Member, NodeId, Port};
-use nicbar_emulator::{Emulator, EmulatorConfig, EmulatorHandle, FaultConfig};
+use nicbar_emulator::{
+    Emulator, EmulatorConfig, EmulatorHandle, FabricKey, FabricMap, FaultConfig,
+};
 use tempfile::TempDir;
 
 /// The byte rank `rank` contributes at `index` for `salt`: every rank's, every position's and
@@ -47,6 +51,66 @@ fn run_ranks_with(
     let mut config = EmulatorConfig::in_process(&socket, size as u16);
     configure(&mut config);
     let daemon = Emulator::spawn(config).expect("the emulator starts");
+    let places = (0..size).map(|rank| (socket.clone(), rank as u8)).collect();
+    run_ranks_at(name, places, body);
+    drop(daemon);
+}
+
+/// As [`run_ranks`], over two daemons (the first half of the ranks' NICs in one, the rest in
+/// the other) that talk over UDP on the loopback interface, each through `faults` (seeded
+/// apart).
+fn run_ranks_across_daemons(
+    name: &str,
+    size: usize,
+    faults: FaultConfig,
+    body: impl Fn(usize, &mut Endpoint, &[Member]) + Send + Sync + 'static,
+) {
+    let dir = common::temp_dir(&format!("nicbar-coll-{name}-"));
+    let mut fabric = FabricMap::new();
+    for node in 0..size as u16 {
+        let address = UdpSocket::bind("127.0.0.1:0")
+            .and_then(|socket| socket.local_addr())
+            .expect("a free UDP port");
+        fabric.insert(NodeId::new(node), address);
+    }
+    let key = Some(FabricKey::new([0x5c; 32]));
+    let half = size.div_ceil(2);
+    let nodes: [Vec<NodeId>; 2] = [
+        (0..half).map(|n| NodeId::new(n as u16)).collect(),
+        (half..size).map(|n| NodeId::new(n as u16)).collect(),
+    ];
+    let mut sockets = Vec::new();
+    let mut daemons = Vec::new();
+    for (index, nodes) in nodes.iter().enumerate() {
+        let socket = dir.path().join(format!("daemon{index}.sock"));
+        let mut config = EmulatorConfig::on_fabric(&socket, fabric.clone(), nodes)
+            .expect("the nodes are on the map");
+        config.nic.fabric_key = key;
+        config.faults = Some(FaultConfig {
+            seed: faults.seed + index as u64,
+            ..faults
+        });
+        daemons.push(Emulator::spawn(config).expect("the emulator starts"));
+        sockets.push(socket);
+    }
+    let places = (0..size)
+        .map(|rank| {
+            let daemon = usize::from(rank >= half);
+            (sockets[daemon].clone(), (rank - daemon * half) as u8)
+        })
+        .collect();
+    run_ranks_at(name, places, body);
+    drop(daemons);
+}
+
+/// Runs `body` on one thread per rank, rank `r`'s port 1 opened on the NIC unit `places[r].1`
+/// of the daemon listening at `places[r].0`; fails naming the first rank that failed.
+fn run_ranks_at(
+    name: &str,
+    places: Vec<(PathBuf, u8)>,
+    body: impl Fn(usize, &mut Endpoint, &[Member]) + Send + Sync + 'static,
+) {
+    let size = places.len();
     let members: Arc<Vec<Member>> = Arc::new(
         (0..size)
             .map(|n| Member::new(NodeId::new(n as u16), nicbar::PortId(1)))
@@ -56,12 +120,14 @@ fn run_ranks_with(
     // Every port opens before any rank sends, as in MPI_Init (a send to a port not open yet
     // fails at once, as one to a closed port).
     let opened = Arc::new(std::sync::Barrier::new(size));
-    let threads: Vec<_> = (0..size)
-        .map(|rank| {
-            let (socket, members, body) = (socket.clone(), members.clone(), body.clone());
+    let threads: Vec<_> = places
+        .into_iter()
+        .enumerate()
+        .map(|(rank, (socket, unit))| {
+            let (members, body) = (members.clone(), body.clone());
             let opened = opened.clone();
             std::thread::spawn(move || {
-                let port = Port::open_at(&socket, rank as u8, 1).expect("the port opens");
+                let port = Port::open_at(&socket, unit, 1).expect("the port opens");
                 let mut endpoint = Endpoint::new(port).expect("the endpoint sets up");
                 opened.wait();
                 body(rank, &mut endpoint, &members);
@@ -75,8 +141,6 @@ fn run_ranks_with(
             failed.get_or_insert(rank);
         }
     }
-    drop(daemon);
-    drop(dir);
     if let Some(rank) = failed {
         panic!("rank {rank} failed ({name}, {size} ranks)");
     }
@@ -114,7 +178,8 @@ fn op<'a>(
         .with_idle(idle)
 }
 
-/// Nothing, a byte, one segment's payload exactly, one byte more, and many segments.
+/// Nothing, a byte, one segment's payload exactly, one byte more (two segments, still eager), and
+/// a message of one segment that the binomial broadcast sends in pieces.
 const LENGTHS: [usize; 5] = [
     0,
     1,
@@ -1254,12 +1319,12 @@ fn forged_control(sequence: u32, kind: u32, id: u64, value: u64) -> Vec<u8> {
 
 /// Sends `bytes` from `port` to port 1 of `node` and waits until it is delivered.
 fn send_raw(port: &mut Port, node: u16, bytes: &[u8]) {
-    let mut buffer = port.dma_alloc(4096).unwrap();
+    let mut buffer = port.dma_alloc(transfer::BUFFER_LEN).unwrap();
     buffer[..bytes.len()].copy_from_slice(bytes);
     port.send(
         buffer,
         bytes.len(),
-        12,
+        transfer::SIZE_CLASS,
         nicbar::Priority::LOW,
         NodeId::new(node),
         nicbar::PortId(1),
@@ -1621,6 +1686,53 @@ fn collectives_survive_a_faulty_wire() {
 }
 
 #[test]
+fn segments_of_64_kib_cross_the_wire_between_daemons() {
+    // A segment is one NIC message of up to 64 KiB, which a NIC whose peer is in another
+    // daemon cuts into packets over UDP: through loss, duplication and reordering, a block of
+    // one segment and a message of several arrive whole, and a segment forwarded on (the
+    // binomial broadcast's inner ranks) goes from the buffer it arrived in.
+    let seed = common::seed(0x64_5e9);
+    let faults = FaultConfig {
+        loss: 0.02,
+        duplicate: 0.02,
+        reorder: 0.02,
+        ..FaultConfig::none(seed)
+    };
+    run_ranks_across_daemons("udp-segments", 4, faults, move |rank, endpoint, members| {
+        let mut idle = || {};
+        let block = 40 << 10;
+        assert!(block < transfer::SEGMENT_PAYLOAD && block > transfer::PACKET_PAYLOAD);
+        let send = data(rank, block * 4, 3);
+        let mut receive = vec![0; block * 4];
+        let call = op(endpoint, members, 1, &mut idle);
+        coll::alltoall(call, &send, &mut receive, block, Alltoall::Linear).unwrap();
+        for from in 0..4 {
+            assert!(
+                receive[from * block..(from + 1) * block]
+                    == data(from, block * 4, 3)[rank * block..(rank + 1) * block],
+                "seed {seed}: from {from} at {rank}"
+            );
+        }
+        endpoint.set_rendezvous_threshold(usize::MAX);
+        let length = 5 * transfer::SEGMENT_PAYLOAD + 7;
+        let mut buffer = if rank == 0 {
+            data(0, length, 4)
+        } else {
+            vec![0; length]
+        };
+        let call = op(endpoint, members, 2, &mut idle);
+        coll::bcast(call, &mut buffer, 0, Bcast::Binomial, 0).unwrap();
+        assert!(buffer == data(0, length, 4), "seed {seed}: at {rank}");
+        let counters = endpoint.transfer_counters();
+        assert_eq!(counters.rendezvous_received, 0, "{counters:?}");
+        if rank == 2 {
+            // Rank 0's child in the other daemon, rank 3's parent there.
+            assert!(counters.forwarded > 0, "{counters:?}");
+        }
+    });
+}
+
+#[test]
 fn a_receiver_that_takes_nothing_for_a_while_still_gets_everything() {
     // The NIC gives up on a segment whose receiver has no buffer after 100 ms here; the
     // receiver stays away six times that long, so eager segments are given up on and sent
@@ -1646,7 +1758,9 @@ fn slow_receiver(rank: usize, endpoint: &mut Endpoint, members: &[Member], eager
         endpoint.set_rendezvous_threshold(usize::MAX);
     }
     let mut idle = || {};
-    let length = 1 << 20;
+    // More segments than the receiver keeps buffers provided.
+    let length = 4 << 20;
+    assert!(length / transfer::SEGMENT_PAYLOAD > transfer::RECEIVE_BUFFERS);
     let mut buffer = if rank == 0 {
         data(0, length, 1)
     } else {

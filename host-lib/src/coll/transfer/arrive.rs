@@ -7,8 +7,8 @@ use super::payload::{Arrived, Payload};
 use super::records::{Assembly, Landing, Rendezvous, SendId, SendRecord};
 use super::transfers::Transfers;
 use super::wire::{
-    Control, ControlKind, FAILED_PART, HEADER_LEN, Header, Key, PROBE_PART, RECEIVE_TAG,
-    SEGMENT_PAYLOAD, segment_count,
+    Control, ControlKind, FAILED_PART, HEADER_LEN, Header, Key, PACKET_PAYLOAD, PROBE_PART,
+    RECEIVE_TAG, SEGMENT_PAYLOAD, segment_count,
 };
 use super::{REFUSED_KEEP, TransferError};
 
@@ -19,7 +19,8 @@ impl Transfers {
         if self.wanted == Some(at) {
             return true;
         }
-        let cost = total.max(SEGMENT_PAYLOAD);
+        // A message's bookkeeping costs too: it counts as a packet's worth at least.
+        let cost = total.max(PACKET_PAYLOAD);
         if self.unexpected.saturating_add(cost) > self.unexpected_limit {
             self.counters.over_limit += 1;
             return false;
@@ -105,7 +106,7 @@ impl Transfers {
     pub(super) fn answer_deferred(&mut self, port: &mut Port) {
         while let Some(&(member, control)) = self.deferred.front() {
             let total = usize::try_from(control.value).unwrap_or(usize::MAX);
-            if self.unexpected.saturating_add(total.max(SEGMENT_PAYLOAD)) > self.unexpected_limit {
+            if self.unexpected.saturating_add(total.max(PACKET_PAYLOAD)) > self.unexpected_limit {
                 return;
             }
             self.deferred.pop_front();

@@ -2,10 +2,10 @@
 //! length between the members of a group over nicbar messages, keyed by (communicator, operation,
 //! part) and the sending port, and arrivals saved until they are wanted.
 //!
-//! A message longer than one packet is cut into segments here, by [`segments`] alone (the one
-//! place to switch when the NIC segments messages itself). Every segment carries a small header
-//! (the key, its offset and the message's total length), so the receiver assembles a message
-//! whatever order its segments come in — a segment the NIC gave up on (after the receiver-not-
+//! A message is sent in segments of up to 64 KiB (less a header), each one NIC message, which
+//! the NIC cuts into packets itself; [`segments`] alone cuts them. Every segment carries a small
+//! header (the key, its offset and the message's total length), so the receiver assembles a
+//! message whatever order its segments come in — a segment the NIC gave up on (after the receiver-not-
 //! ready time, or the give-up time of a NIC that answered nothing) is sent again, until the
 //! retry window closes, and may then arrive after the ones behind it.
 //!
@@ -51,8 +51,8 @@
 //!
 //! Data nobody asked for yet is bounded: what an endpoint holds of messages it has not asked
 //! for (being assembled, arrived, or landing regions registered for them) stays under a limit
-//! ([`UNEXPECTED_LIMIT`], `NICBAR_COLL_UNEXPECTED_BYTES`), each message counted as at least one
-//! segment. Past it, a ready-to-send waits unanswered until there is room or the message is
+//! ([`UNEXPECTED_LIMIT`], `NICBAR_COLL_UNEXPECTED_BYTES`), each message counted as at least 4
+//! KiB. Past it, a ready-to-send waits unanswered until there is room or the message is
 //! asked for, and an eager message is dropped and remembered: asking for it then fails, naming
 //! its sender and the limit. A message asked for is always taken. So a member that sends
 //! garbage lengths cannot make another register or allocate gigabytes.
@@ -89,7 +89,10 @@ pub use error::TransferError;
 pub use payload::Payload;
 pub use records::SendId;
 pub use transfers::Transfers;
-pub use wire::{FAILED_PART, HEADER_LEN, Key, PROBE_PART, RECEIVE_TAG, SEGMENT_PAYLOAD, segments};
+pub use wire::{
+    BUFFER_LEN, FAILED_PART, HEADER_LEN, Key, PACKET_PAYLOAD, PROBE_PART, RECEIVE_TAG,
+    SEGMENT_PAYLOAD, SIZE_CLASS, segments,
+};
 
 /// Receive buffers kept provided (the NIC holds 64 per port; the rest is the barriers' room).
 pub const RECEIVE_BUFFERS: usize = 48;

@@ -22,12 +22,24 @@ pub const FAILED_PART: u32 = u32::MAX - 1;
 pub const HEADER_LEN: usize = 32;
 /// Payload bytes per segment.
 pub const SEGMENT_PAYLOAD: usize = BUFFER_LEN - HEADER_LEN;
-/// The size class of every send and receive buffer: the largest whose messages are one packet.
-pub(super) const SIZE_CLASS: u8 = 12;
+/// Payload bytes of a segment that fills whole packets where the NIC cuts a message into
+/// packets of [`MTU_PAYLOAD`] (over the wire between daemons): one packet's worth less the header.
+pub const PACKET_PAYLOAD: usize = MTU_PAYLOAD - HEADER_LEN;
+/// The size class of every send and receive buffer: 64 KiB, so that a message that goes eagerly
+/// (below the rendezvous's 64 KiB; from 40 bytes below it, two) is one segment, one NIC
+/// message. It takes one send token and one receive buffer whatever its length, and the NIC
+/// moves it between the ports of one daemon in one or two packets of its own (over the wire,
+/// in packets of [`MTU_PAYLOAD`]). In one-packet segments a 32 KiB message took nine of each,
+/// and a root sending it to seven ranks waited for its first segments' ends before it could
+/// post the rest (docs/mpi.md, "The NIC level").
+pub const SIZE_CLASS: u8 = 16;
 /// Bytes of every send and receive buffer: what a message of [`SIZE_CLASS`] holds (GM's
 /// `gm_max_length_for_size`).
-pub(super) const BUFFER_LEN: usize = shared_abi::max_length_for_size(SIZE_CLASS) as usize;
-const _: () = assert!(BUFFER_LEN <= MTU_PAYLOAD, "a segment is one packet");
+pub const BUFFER_LEN: usize = shared_abi::max_length_for_size(SIZE_CLASS) as usize;
+const _: () = assert!(
+    SEGMENT_PAYLOAD + 64 >= super::RENDEZVOUS_THRESHOLD,
+    "an eager message is one segment, but for its last 40 bytes"
+);
 /// The first bytes of every rendezvous control message.
 const RENDEZVOUS_MAGIC: u32 = u32::from_le_bytes(*b"NBR1");
 /// Bytes of a rendezvous control message.
