@@ -292,6 +292,12 @@ impl Transfers {
                 return None;
             }
         }
+        if total == payload.len() && !self.assembling.contains_key(&key) {
+            // The whole message in one segment (every eager one but the last 40 bytes below
+            // the rendezvous): taken as it is, with no buffer zeroed to assemble it in.
+            self.whole(key, payload.to_vec());
+            return Some(header.key);
+        }
         let assembly = match self.assembling.entry(key) {
             std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
             std::collections::hash_map::Entry::Vacant(entry) => {
@@ -320,17 +326,22 @@ impl Transfers {
         if assembly.missing == 0
             && let Some(done) = self.assembling.remove(&key)
         {
-            // It came eagerly: a landing region offered for it is not needed.
-            if self
-                .landing
-                .get(&key)
-                .is_some_and(|landing| landing.id.is_none())
-            {
-                self.landing.remove(&key);
-            }
-            self.arrived.insert(key, Arrived::Assembled(done.data));
+            self.whole(key, done.data);
         }
         Some(header.key)
+    }
+
+    /// The eager message `key` is whole: it has arrived.
+    fn whole(&mut self, key: (Member, Key), data: Vec<u8>) {
+        // A landing region offered for it is not needed.
+        if self
+            .landing
+            .get(&key)
+            .is_some_and(|landing| landing.id.is_none())
+        {
+            self.landing.remove(&key);
+        }
+        self.arrived.insert(key, Arrived::Assembled(data));
     }
 
     /// A member's notice that its operation `key` failed ([`FAILED_PART`]); a malformed one is
@@ -633,6 +644,36 @@ mod tests {
         let other = Member::new(NodeId::new(4), PortId(2));
         transfers.arrive(other, &segment(key, 0, 0));
         assert_eq!(transfers.take(other, key), Some(Vec::new()));
+    }
+
+    #[test]
+    fn a_message_of_one_segment_is_taken_as_it_comes_and_counted_a_packet_at_least() {
+        let mut transfers = Transfers::empty(Duration::from_secs(1));
+        transfers.set_unexpected_limit(2 * PACKET_PAYLOAD);
+        let from = Member::new(NodeId::new(1), PortId(1));
+        let key = |sequence| Key {
+            context: 1,
+            sequence,
+            part: 0,
+        };
+        // Two short messages fill the limit (a packet's worth each); the first's duplicate,
+        // a third short one and one a segment long are dropped.
+        let first = segment(key(1), 10, 0);
+        transfers.arrive(from, &first);
+        transfers.arrive(from, &first);
+        transfers.arrive(from, &segment(key(2), 1, 0));
+        transfers.arrive(from, &segment(key(3), 1, 0));
+        let counters = transfers.counters();
+        assert_eq!((counters.dropped, counters.over_limit), (2, 1));
+        assert_eq!(transfers.take(from, key(1)), Some((0..10).collect()));
+        assert_eq!(transfers.take(from, key(2)), Some(vec![0]));
+        assert_eq!(transfers.take(from, key(3)), None);
+        transfers.arrive(from, &segment(key(4), SEGMENT_PAYLOAD, 0));
+        assert_eq!(transfers.take(from, key(4)), None, "over the limit");
+        transfers.set_unexpected_limit(SEGMENT_PAYLOAD);
+        transfers.arrive(from, &segment(key(5), SEGMENT_PAYLOAD, 0));
+        let message = transfers.take(from, key(5)).expect("under the limit");
+        assert!(message.iter().enumerate().all(|(at, &b)| b == at as u8));
     }
 
     #[test]
