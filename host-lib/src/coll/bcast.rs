@@ -13,8 +13,9 @@ use super::transfer::RENDEZVOUS_THRESHOLD;
 /// The binomial tree's pieces of an eager message of more than [`FORWARDED_FROM`] bytes: each is
 /// forwarded as it arrives, so an inner rank passes one on while the next comes, where the
 /// message whole (one segment, one NIC message) stopped at each rank until its last byte. At 8
-/// processes on two cores (`coll_bench`, three rounds): 48 KiB took 80 µs in 8 KiB pieces, 92
-/// in 16 KiB ones and 139 whole; 24 KiB about as long either way (50 and 48).
+/// processes on two cores (`coll_bench`, three rounds): 48 KiB took 77 µs in 8 KiB pieces and
+/// 140 whole, 32 KiB 61 and 86; 24 KiB about as long either way (53 and 51). Pieces of 16 KiB
+/// took 92 µs at 48 KiB.
 const FORWARDED_PIECE: usize = 8 << 10;
 /// The longest eager binomial broadcast sent whole.
 const FORWARDED_FROM: usize = 3 * FORWARDED_PIECE;
