@@ -547,7 +547,7 @@ impl<'a> Op<'a> {
             }
         }
         match failed {
-            Some(error) => Err(self.failing(error)),
+            Some(error) => Err(self.send_failed(error)),
             None => Ok(None),
         }
     }
@@ -574,9 +574,20 @@ impl<'a> Op<'a> {
             let error = self.endpoint.transfers.send_done(id).err()?;
             Some(CollError::Peer { rank: to, error })
         });
-        match failed {
-            Some(error) => Err(self.failing(error)),
-            None => self.given_up(),
+        match (failed, self.given_up()) {
+            (_, Err(gave_up)) => Err(self.failing(gave_up)),
+            (Some(error), Ok(())) => Err(self.send_failed(error)),
+            (None, Ok(())) => Ok(()),
+        }
+    }
+
+    /// The operation's end for a send that failed (`error`): if another member said it gave the
+    /// operation up, its word stands. A member that heard of the failure first may have left
+    /// already, and a send to it then fails (its port closed) without it being the one missing.
+    fn send_failed(&mut self, error: CollError) -> CollError {
+        match self.given_up() {
+            Err(gave_up) => self.failing(gave_up),
+            Ok(()) => self.failing(error),
         }
     }
 
@@ -598,17 +609,24 @@ impl<'a> Op<'a> {
 
     /// `error`, this operation's end, after telling the other members (but the one it names)
     /// that this rank gave the operation up and whom it found missing, so that one waiting on
-    /// this rank names that rank rather than this one.
+    /// this rank names that rank rather than this one. A rank that gave up on another's word
+    /// passes it on (to all but that member): a member whose send to it fails once it has left
+    /// then holds the word already, sent before its port closed.
     fn failing(&mut self, error: CollError) -> CollError {
-        if let CollError::Peer { rank, .. } | CollError::Timeout { rank, .. } = error {
-            let named = (rank as u64).to_le_bytes();
-            let me = self.rank;
-            for other in (0..self.size()).filter(|&other| other != me && other != rank) {
-                self.send(other, FAILED_PART, named.to_vec());
+        let (named, told_by) = match error {
+            CollError::Peer { rank, .. } | CollError::Timeout { rank, .. } => (Some(rank), None),
+            CollError::GaveUp { by, rank } => (rank, Some(by)),
+            _ => return error,
+        };
+        let word = named.map_or(u64::MAX, |rank| rank as u64).to_le_bytes();
+        let me = self.rank;
+        for other in 0..self.size() {
+            if other != me && Some(other) != named && Some(other) != told_by {
+                self.send(other, FAILED_PART, word.to_vec());
             }
-            // Posted now: the caller may leave as soon as it hears.
-            let _ = self.endpoint.pump_transfers();
         }
+        // Posted now: the caller may leave as soon as it hears.
+        let _ = self.endpoint.pump_transfers();
         error
     }
 

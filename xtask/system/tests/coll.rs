@@ -624,6 +624,62 @@ fn a_closed_rank_fails_every_long_allreduce_naming_it() {
     });
 }
 
+/// A member that heard another give an operation up may leave before the rest hear it: a send to
+/// it then fails (its port closed), and the rank that sent still names the member really
+/// missing, which the leaver passed on before it left, not the leaver.
+#[test]
+fn a_send_to_a_member_that_left_on_hearing_names_the_member_missing() {
+    const VICTIM: usize = 0;
+    const NOTIFIER: usize = 1;
+    const LEAVER: usize = 2;
+    let dir = common::temp_dir("nicbar-coll-left-");
+    let socket = dir.path().join("control.sock");
+    let daemon = Emulator::spawn(EmulatorConfig::in_process(&socket, 4)).expect("the emulator");
+    let members: Vec<Member> = (0..4)
+        .map(|n| Member::new(NodeId::new(n), nicbar::PortId(1)))
+        .collect();
+    let mut endpoints: Vec<Endpoint> = (0..4)
+        .map(|unit| Endpoint::new(Port::open_at(&socket, unit, 1).unwrap()).unwrap())
+        .collect();
+    let mut tester = endpoints.pop().unwrap();
+    let mut leaver = endpoints.pop().unwrap();
+    let mut notifier = endpoints.pop().unwrap();
+    endpoints.pop().unwrap().close().unwrap();
+    // The notifier's word that it gave operation 1 up for want of the victim, to the leaver
+    // alone (as if the notice to the tester were still on its way).
+    let key = transfer::Key {
+        context: 5,
+        sequence: 1,
+        part: transfer::FAILED_PART,
+    };
+    let word = (VICTIM as u64).to_le_bytes().to_vec();
+    let notice = notifier
+        .transfers_mut()
+        .send(members[LEAVER], key, word.into());
+    while !notifier.transfers_mut().send_done(notice).unwrap() {
+        notifier.pump_transfers().unwrap();
+    }
+    notifier.close().unwrap();
+    // The leaver hears it while it waits in the operation, gives up, and leaves.
+    let (mut idle, mut tester_idle) = (|| {}, || {});
+    let error = op(&mut leaver, &members, 1, &mut idle)
+        .receive(NOTIFIER, 0, 8)
+        .unwrap_err();
+    assert!(
+        matches!(error, CollError::GaveUp { by: NOTIFIER, .. }),
+        "{error}"
+    );
+    leaver.close().unwrap();
+    // The tester's send of the operation to the leaver (by rendezvous: it ends only when the
+    // receiver has it) finds its port closed.
+    let mut call = op(&mut tester, &members, 1, &mut tester_idle);
+    call.send(LEAVER, 0, vec![2u8; RENDEZVOUS_THRESHOLD]);
+    let error = call.finish().unwrap_err();
+    assert_eq!(error.rank(), Some(VICTIM), "{error}");
+    tester.close().unwrap();
+    drop(daemon);
+}
+
 /// A buffer that is not whole elements is refused before anything is sent.
 #[test]
 fn an_allreduce_of_part_of_an_element_is_refused() {
