@@ -576,7 +576,7 @@ impl<'a> Op<'a> {
         });
         match (failed, self.given_up()) {
             (_, Err(gave_up)) => Err(self.failing(gave_up)),
-            (Some(error), Ok(())) => Err(self.send_failed(error)),
+            (Some(error), Ok(())) => Err(self.failing(error)),
             (None, Ok(())) => Ok(()),
         }
     }

@@ -5,9 +5,9 @@
 //! A message is sent in segments of up to 64 KiB (less a header), each one NIC message, which
 //! the NIC cuts into packets itself; [`segments`] alone cuts them. Every segment carries a small
 //! header (the key, its offset and the message's total length), so the receiver assembles a
-//! message whatever order its segments come in — a segment the NIC gave up on (after the receiver-not-
-//! ready time, or the give-up time of a NIC that answered nothing) is sent again, until the
-//! retry window closes, and may then arrive after the ones behind it.
+//! message whatever order its segments come in — a segment the NIC gave up on (after the
+//! receiver-not-ready time, or the give-up time of a NIC that answered nothing) is sent again,
+//! until the retry window closes, and may then arrive after the ones behind it.
 //!
 //! The port keeps [`RECEIVE_BUFFERS`] buffers provided at all times: each arrival is copied out
 //! and its buffer provided again at once, so a sender waits only while its receiver is outside
