@@ -52,6 +52,8 @@ pub fn bcast(
                 op.receive_into(root, 0, buffer)?;
             }
         }
+        // By the library's threshold, not the process's (`NICBAR_COLL_RENDEZVOUS`, which the
+        // ranks need not share): every rank must take the same tree.
         Bcast::Binomial if (FORWARDED_FROM + 1..RENDEZVOUS_THRESHOLD).contains(&buffer.len()) => {
             let (parent, children) = binomial(vrank, size);
             tree_segments(&mut op, buffer, root, parent, &children, 0, FORWARDED_PIECE)?;

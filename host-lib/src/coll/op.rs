@@ -574,10 +574,9 @@ impl<'a> Op<'a> {
             let error = self.endpoint.transfers.send_done(id).err()?;
             Some(CollError::Peer { rank: to, error })
         });
-        match (failed, self.given_up()) {
-            (_, Err(gave_up)) => Err(self.failing(gave_up)),
-            (Some(error), Ok(())) => Err(self.failing(error)),
-            (None, Ok(())) => Ok(()),
+        match failed {
+            Some(error) => Err(self.send_failed(error)),
+            None => self.given_up().map_err(|gave_up| self.failing(gave_up)),
         }
     }
 

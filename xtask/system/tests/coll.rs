@@ -656,7 +656,12 @@ fn a_send_to_a_member_that_left_on_hearing_names_the_member_missing() {
     let notice = notifier
         .transfers_mut()
         .send(members[LEAVER], key, word.into());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while !notifier.transfers_mut().send_done(notice).unwrap() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the notice was not posted"
+        );
         notifier.pump_transfers().unwrap();
     }
     notifier.close().unwrap();

@@ -277,7 +277,8 @@ impl Transfers {
             self.counters.dropped += 1;
             return None;
         }
-        if !self.assembling.contains_key(&key) {
+        let new = !self.assembling.contains_key(&key);
+        if new {
             // A new message: the rest of one dropped for the limit stays dropped, and one that
             // does not fit under the limit is dropped (and remembered).
             if self.over_limit.contains_key(&key) {
@@ -292,7 +293,7 @@ impl Transfers {
                 return None;
             }
         }
-        if total == payload.len() && !self.assembling.contains_key(&key) {
+        if new && total == payload.len() {
             // The whole message in one segment (every eager one but the last 40 bytes below
             // the rendezvous): taken as it is, with no buffer zeroed to assemble it in.
             self.whole(key, payload.to_vec());
