@@ -28,6 +28,25 @@ fn data(rank: usize, length: usize, salt: usize) -> Vec<u8> {
     (0..length).map(|i| byte(rank, i, salt)).collect()
 }
 
+/// Asserts that `receive` holds, block by block, what each of `size` ranks sent `rank` in an
+/// all-to-all of `block`-byte blocks of [`data`] salted `salt`; `what` names the case.
+fn assert_alltoall_received(
+    receive: &[u8],
+    rank: usize,
+    size: usize,
+    block: usize,
+    salt: usize,
+    what: &str,
+) {
+    for from in 0..size {
+        assert!(
+            receive[from * block..(from + 1) * block]
+                == data(from, block * size, salt)[rank * block..(rank + 1) * block],
+            "{what}: from {from} at {rank}"
+        );
+    }
+}
+
 /// Runs `body(rank, endpoint, members)` on `size` threads, each with a port of its own NIC of
 /// one in-process daemon (with `faults`, if any).
 fn run_ranks(
@@ -381,13 +400,8 @@ fn every_alltoall_delivers_every_block() {
                     let mut receive = vec![0xee; block * size];
                     let call = op(endpoint, members, sequence, &mut idle);
                     coll::alltoall(call, &send, &mut receive, block, algorithm).unwrap();
-                    for from in 0..size {
-                        assert_eq!(
-                            receive[from * block..(from + 1) * block],
-                            data(from, block * size, salt)[rank * block..(rank + 1) * block],
-                            "{algorithm:?} {block} from {from} at {rank}"
-                        );
-                    }
+                    let what = format!("{algorithm:?} {block}");
+                    assert_alltoall_received(&receive, rank, size, block, salt, &what);
                 }
             }
         });
@@ -1055,13 +1069,8 @@ fn large_scatters_gathers_and_alltoalls_go_by_rendezvous() {
                 let mut receive = vec![0xee; block * size];
                 let call = op(endpoint, members, sequence, &mut idle);
                 coll::alltoall(call, &send, &mut receive, block, algorithm).unwrap();
-                for from in 0..size {
-                    assert!(
-                        receive[from * block..(from + 1) * block]
-                            == data(from, block * size, salt)[rank * block..(rank + 1) * block],
-                        "{algorithm:?} from {from} at {rank}"
-                    );
-                }
+                let what = format!("{algorithm:?}");
+                assert_alltoall_received(&receive, rank, size, block, salt, &what);
             }
             // Blocks on both sides of the threshold in one operation: rank i sends (i + j) * 40 000
             // bytes to rank j.
@@ -1735,13 +1744,7 @@ fn collectives_survive_a_faulty_wire() {
         let mut receive = vec![0; block * 4];
         let call = op(endpoint, members, 7, &mut idle);
         coll::alltoall(call, &send, &mut receive, block, Alltoall::Pairwise).unwrap();
-        for from in 0..4 {
-            assert!(
-                receive[from * block..(from + 1) * block]
-                    == data(from, block * 4, 7)[rank * block..(rank + 1) * block],
-                "seed {seed}: from {from} at {rank}"
-            );
-        }
+        assert_alltoall_received(&receive, rank, 4, block, 7, &format!("seed {seed}"));
         assert!(endpoint.transfer_counters().rendezvous_received > 0);
     });
 }
@@ -1767,13 +1770,7 @@ fn segments_of_64_kib_cross_the_wire_between_daemons() {
         let mut receive = vec![0; block * 4];
         let call = op(endpoint, members, 1, &mut idle);
         coll::alltoall(call, &send, &mut receive, block, Alltoall::Linear).unwrap();
-        for from in 0..4 {
-            assert!(
-                receive[from * block..(from + 1) * block]
-                    == data(from, block * 4, 3)[rank * block..(rank + 1) * block],
-                "seed {seed}: from {from} at {rank}"
-            );
-        }
+        assert_alltoall_received(&receive, rank, 4, block, 3, &format!("seed {seed}"));
         endpoint.set_rendezvous_threshold(usize::MAX);
         let length = 5 * transfer::SEGMENT_PAYLOAD + 7;
         let mut buffer = if rank == 0 {
